@@ -1,0 +1,2 @@
+//! Placeholder until the matching benches land.
+fn main() {}

@@ -1,0 +1,1090 @@
+//! The matching engine.
+
+use crate::hash::{map_heap_bytes, FastMap};
+use crate::list::{self, Link, Linked, Unlinked};
+use crate::slab::GenSlab;
+use crate::types::*;
+
+/// Top bit of an index-map value: the list holds posted receives (else unexpected messages).
+const POSTED: u32 = 1 << 31;
+
+/// Index (and list slot) numbers. Unexpected messages are on all four of the first lists;
+/// a posted receive is on exactly one list, chosen by what it asks for.
+const K_EXACT: usize = 0; // (comm, src, tag)
+const K_SRC: usize = 1; // (comm, src)       posted: ANY_TAG
+const K_TAG: usize = 2; // (comm, tag)       posted: ANY_SOURCE
+const K_COMM: usize = 3; // (comm)           posted: ANY_SOURCE + ANY_TAG
+const K_MASKED: usize = 4; // (comm), posted only: general masks, scanned
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct ExactKey {
+    tag: u64,
+    comm: u32,
+    src: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct TagKey {
+    tag: u64,
+    comm: u32,
+}
+
+#[inline]
+fn src_key(comm: u32, src: u32) -> u64 {
+    (u64::from(comm) << 32) | u64::from(src)
+}
+
+/// A posted receive. `tag` holds `want & mask`; `kind` is the index it lives on.
+#[derive(Debug)]
+struct PNode<R> {
+    tag: u64,
+    mask: u64,
+    seq: u64,
+    comm: u32,
+    src: u32,
+    link: Link,
+    kind: u8,
+    src_any: bool,
+    head: bool,
+    recv: R,
+}
+
+impl<R> PNode<R> {
+    #[inline]
+    fn matches(&self, env: &Envelope) -> bool {
+        self.comm == env.comm
+            && (self.src_any || self.src == env.src)
+            && env.tag & self.mask == self.tag
+    }
+
+    fn spec(&self) -> RecvSpec {
+        let src = if self.src_any {
+            Source::Any
+        } else {
+            Source::Rank(self.src)
+        };
+        let tag = match self.mask {
+            0 => TagSel::Any,
+            u64::MAX => TagSel::Exact(self.tag),
+            mask => TagSel::Masked {
+                want: self.tag,
+                mask,
+            },
+        };
+        RecvSpec {
+            comm: self.comm,
+            src,
+            tag,
+        }
+    }
+
+    /// The envelope-shaped key of its index list (fields the index ignores are arbitrary).
+    fn key_env(&self) -> Envelope {
+        Envelope {
+            comm: self.comm,
+            src: self.src,
+            tag: self.tag,
+        }
+    }
+}
+
+impl<R> Linked for PNode<R> {
+    #[inline]
+    fn link(&self, _k: usize) -> Link {
+        self.link
+    }
+    #[inline]
+    fn link_mut(&mut self, _k: usize) -> &mut Link {
+        &mut self.link
+    }
+    #[inline]
+    fn is_head(&self, _k: usize) -> bool {
+        self.head
+    }
+    #[inline]
+    fn set_head(&mut self, _k: usize, head: bool) {
+        self.head = head;
+    }
+}
+
+/// An unexpected (or claimed) message. `len` is `u32` to keep the node at 56 bytes;
+/// larger payloads are refused as unexpected (see [`Engine::arrive`]).
+#[derive(Debug)]
+struct UNode<M> {
+    env: Envelope,
+    links: [Link; 4],
+    len: u32,
+    heads: u8,
+    claimed: bool,
+    msg: M,
+}
+
+impl<M> Linked for UNode<M> {
+    #[inline]
+    fn link(&self, k: usize) -> Link {
+        self.links[k]
+    }
+    #[inline]
+    fn link_mut(&mut self, k: usize) -> &mut Link {
+        &mut self.links[k]
+    }
+    #[inline]
+    fn is_head(&self, k: usize) -> bool {
+        self.heads & (1 << k) != 0
+    }
+    #[inline]
+    fn set_head(&mut self, k: usize, head: bool) {
+        if head {
+            self.heads |= 1 << k;
+        } else {
+            self.heads &= !(1 << k);
+        }
+    }
+}
+
+/// A reorder-buffer slot.
+#[derive(Debug)]
+enum Held<M> {
+    Empty,
+    Msg(Message<M>),
+    /// A held message removed by a communicator purge: its sequence number is consumed
+    /// when reached.
+    Skip,
+}
+
+/// Per-source sequencing state.
+#[derive(Debug)]
+struct Peer<M> {
+    expected: u32,
+    /// Ring of `window` slots, allocated at the first out-of-order arrival; slot
+    /// `(head + d) % window` holds sequence number `expected + d`.
+    ring: Vec<Held<M>>,
+    head: usize,
+    /// Non-empty slots (messages and skips).
+    occupied: usize,
+}
+
+impl<M> Peer<M> {
+    fn new(expected: u32) -> Self {
+        Peer {
+            expected,
+            ring: Vec::new(),
+            head: 0,
+            occupied: 0,
+        }
+    }
+
+    fn advance(&mut self) {
+        self.expected = self.expected.wrapping_add(1);
+        if !self.ring.is_empty() {
+            self.head = (self.head + 1) % self.ring.len();
+        }
+    }
+}
+
+/// Largest accepted reorder window (ob1's 16-bit sequence space allows 2^16 − 1).
+pub const MAX_REORDER_WINDOW: u32 = 1 << 16;
+
+/// The matching engine: posted receives carry a user context `R`, messages a user payload
+/// `M` (owned bytes stored at their exact size, or a handle to a caller-owned buffer).
+///
+/// See the [crate documentation](crate) for the rules and the complexity of each operation.
+#[derive(Debug)]
+pub struct Engine<R, M> {
+    cfg: Config,
+    posted: GenSlab<PNode<R>>,
+    unexp: GenSlab<UNode<M>>,
+    exact: FastMap<ExactKey, u32>,
+    by_src: FastMap<u64, u32>,
+    by_tag: FastMap<TagKey, u32>,
+    by_comm: FastMap<u32, u32>,
+    masked: FastMap<u32, u32>,
+    /// Posted receives per index kind (to skip lookups of empty kinds on arrival).
+    n_kind: [usize; 5],
+    next_seq: u64,
+    peers: FastMap<u32, Peer<M>>,
+    scratch: Vec<u32>,
+    c: Counters,
+}
+
+impl<R, M> Default for Engine<R, M> {
+    fn default() -> Self {
+        Self::new(Config::default())
+    }
+}
+
+impl<R, M> Engine<R, M> {
+    /// Creates an engine.
+    pub fn new(cfg: Config) -> Self {
+        let mut cfg = cfg;
+        cfg.reorder_window = cfg.reorder_window.clamp(1, MAX_REORDER_WINDOW);
+        cfg.max_messages = cfg.max_messages.min(MAX_ENTRIES);
+        cfg.max_posted = cfg.max_posted.min(MAX_ENTRIES);
+        cfg.high_water_percent = cfg.high_water_percent.min(100);
+        Engine {
+            cfg,
+            posted: GenSlab::new(),
+            unexp: GenSlab::new(),
+            exact: FastMap::default(),
+            by_src: FastMap::default(),
+            by_tag: FastMap::default(),
+            by_comm: FastMap::default(),
+            masked: FastMap::default(),
+            n_kind: [0; 5],
+            next_seq: 0,
+            peers: FastMap::default(),
+            scratch: Vec::new(),
+            c: Counters::default(),
+        }
+    }
+
+    /// The configuration in force (after clamping).
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Pre-allocates room for `posted` receives and `unexpected` messages with distinct
+    /// keys, so that a run up to that depth allocates nothing.
+    pub fn reserve(&mut self, posted: usize, unexpected: usize) {
+        self.posted.reserve(posted);
+        self.unexp.reserve(unexpected);
+        let keys = posted.max(unexpected);
+        self.exact.reserve(keys.saturating_sub(self.exact.len()));
+        self.by_src
+            .reserve(unexpected.saturating_sub(self.by_src.len()));
+        self.by_tag
+            .reserve(unexpected.saturating_sub(self.by_tag.len()));
+    }
+
+    // ------------------------------------------------------------------ index maps
+
+    #[inline]
+    fn index_get(&self, k: usize, e: &Envelope) -> Option<u32> {
+        match k {
+            K_EXACT => self.exact.get(&ExactKey {
+                tag: e.tag,
+                comm: e.comm,
+                src: e.src,
+            }),
+            K_SRC => self.by_src.get(&src_key(e.comm, e.src)),
+            K_TAG => self.by_tag.get(&TagKey {
+                tag: e.tag,
+                comm: e.comm,
+            }),
+            K_COMM => self.by_comm.get(&e.comm),
+            _ => self.masked.get(&e.comm),
+        }
+        .copied()
+    }
+
+    #[inline]
+    fn index_set(&mut self, k: usize, e: &Envelope, v: u32) {
+        match k {
+            K_EXACT => {
+                self.exact.insert(
+                    ExactKey {
+                        tag: e.tag,
+                        comm: e.comm,
+                        src: e.src,
+                    },
+                    v,
+                );
+            }
+            K_SRC => {
+                self.by_src.insert(src_key(e.comm, e.src), v);
+            }
+            K_TAG => {
+                self.by_tag.insert(
+                    TagKey {
+                        tag: e.tag,
+                        comm: e.comm,
+                    },
+                    v,
+                );
+            }
+            K_COMM => {
+                self.by_comm.insert(e.comm, v);
+            }
+            _ => {
+                self.masked.insert(e.comm, v);
+            }
+        }
+    }
+
+    #[inline]
+    fn index_remove(&mut self, k: usize, e: &Envelope) {
+        match k {
+            K_EXACT => {
+                self.exact.remove(&ExactKey {
+                    tag: e.tag,
+                    comm: e.comm,
+                    src: e.src,
+                });
+            }
+            K_SRC => {
+                self.by_src.remove(&src_key(e.comm, e.src));
+            }
+            K_TAG => {
+                self.by_tag.remove(&TagKey {
+                    tag: e.tag,
+                    comm: e.comm,
+                });
+            }
+            K_COMM => {
+                self.by_comm.remove(&e.comm);
+            }
+            _ => {
+                self.masked.remove(&e.comm);
+            }
+        }
+    }
+
+    #[inline]
+    fn index_after_unlink(&mut self, k: usize, e: &Envelope, u: Unlinked, flag: u32) {
+        match u {
+            Unlinked::Inner => {}
+            Unlinked::NewHead(h) => self.index_set(k, e, h | flag),
+            Unlinked::Empty => self.index_remove(k, e),
+        }
+    }
+
+    // ------------------------------------------------------------------ searches
+
+    /// Head of the unexpected list `k` for `e`, if that list holds unexpected messages.
+    #[inline]
+    fn unexp_head(&self, k: usize, e: &Envelope) -> Option<u32> {
+        match self.index_get(k, e) {
+            Some(v) if v & POSTED == 0 => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Earliest-arrived unexpected message matching `spec` (normalised).
+    fn search_unexp(&self, spec: &RecvSpec, attempts: &mut u64) -> Option<u32> {
+        let src = match spec.src {
+            Source::Rank(s) => Some(s),
+            Source::Any => None,
+        };
+        match (src, spec.tag) {
+            // matching-notes §5: "Wildcard-versus-unexpected search is linear everywhere."
+            // Here every message sits on four FIFOs at once, (comm,src,tag), (comm,src),
+            // (comm,tag) and (comm), so the earliest match for exact, ANY_TAG, ANY_SOURCE
+            // and ANY_SOURCE+ANY_TAG is the head of one list: O(1).
+            (Some(s), TagSel::Exact(t)) => {
+                *attempts += 1;
+                self.unexp_head(K_EXACT, &Envelope::new(spec.comm, s, t))
+            }
+            (Some(s), TagSel::Any) => {
+                *attempts += 1;
+                self.unexp_head(K_SRC, &Envelope::new(spec.comm, s, 0))
+            }
+            (None, TagSel::Exact(t)) => {
+                *attempts += 1;
+                self.unexp_head(K_TAG, &Envelope::new(spec.comm, 0, t))
+            }
+            (None, TagSel::Any) => {
+                *attempts += 1;
+                self.unexp_head(K_COMM, &Envelope::new(spec.comm, 0, 0))
+            }
+            // General masks: scan the narrowest list that contains every candidate, in
+            // arrival order (the issue allows this fallback).
+            (src, TagSel::Masked { want, mask }) => {
+                let (k, e) = match src {
+                    Some(s) => (K_SRC, Envelope::new(spec.comm, s, 0)),
+                    None => (K_COMM, Envelope::new(spec.comm, 0, 0)),
+                };
+                let head = self.unexp_head(k, &e)?;
+                let mut cur = head;
+                loop {
+                    *attempts += 1;
+                    if self.unexp.at(cur).env.tag & mask == want & mask {
+                        return Some(cur);
+                    }
+                    cur = list::next(&self.unexp, k, head, cur)?;
+                }
+            }
+        }
+    }
+
+    /// Earliest-posted receive matching `env`.
+    fn search_posted(&self, env: &Envelope, attempts: &mut u64) -> Option<u32> {
+        // matching-notes §1.1 (UCX) and §1.3 (ob1): candidates from the exact bucket and
+        // the wildcard queues are merged by posting sequence number. Here each wildcard
+        // kind has its own keyed FIFO, so each contributes only its head: O(1).
+        let mut best: Option<(u64, u32)> = None;
+        let mut consider = |v: Option<u32>, this: &Self, attempts: &mut u64| {
+            if let Some(v) = v {
+                if v & POSTED != 0 {
+                    *attempts += 1;
+                    let idx = v & !POSTED;
+                    let seq = this.posted.at(idx).seq;
+                    if best.is_none_or(|(b, _)| seq < b) {
+                        best = Some((seq, idx));
+                    }
+                }
+            }
+        };
+        consider(self.index_get(K_EXACT, env), self, attempts);
+        if self.n_kind[K_SRC] > 0 {
+            consider(self.index_get(K_SRC, env), self, attempts);
+        }
+        if self.n_kind[K_TAG] > 0 {
+            consider(self.index_get(K_TAG, env), self, attempts);
+        }
+        if self.n_kind[K_COMM] > 0 {
+            consider(self.index_get(K_COMM, env), self, attempts);
+        }
+        if self.n_kind[K_MASKED] > 0 {
+            // General masks: scan this communicator's masked receives in posting order,
+            // only as far as the best O(1) candidate.
+            if let Some(head) = self.masked.get(&env.comm).map(|v| v & !POSTED) {
+                let mut cur = head;
+                loop {
+                    let n = self.posted.at(cur);
+                    if best.is_some_and(|(b, _)| n.seq > b) {
+                        break;
+                    }
+                    *attempts += 1;
+                    if n.matches(env) {
+                        best = Some((n.seq, cur));
+                        break;
+                    }
+                    match list::next(&self.posted, K_MASKED, head, cur) {
+                        Some(n) => cur = n,
+                        None => break,
+                    }
+                }
+            }
+        }
+        best.map(|(_, i)| i)
+    }
+
+    // ------------------------------------------------------------------ removal helpers
+
+    /// Unlinks an unexpected message from its four lists (it stays in the slab).
+    fn unlink_unexp(&mut self, idx: u32) {
+        let env = self.unexp.at(idx).env;
+        for k in [K_EXACT, K_SRC, K_TAG, K_COMM] {
+            let u = list::unlink(&mut self.unexp, k, idx);
+            self.index_after_unlink(k, &env, u, 0);
+        }
+    }
+
+    /// Removes a (queued or claimed) message from the slab and the byte count.
+    fn free_unexp(&mut self, idx: u32) -> Message<M> {
+        match self.unexp.remove(idx) {
+            Some(n) => {
+                self.c.bytes_held -= n.len as usize;
+                if n.claimed {
+                    self.c.claimed_depth -= 1;
+                }
+                Message {
+                    env: n.env,
+                    len: n.len as usize,
+                    msg: n.msg,
+                }
+            }
+            None => unreachable!("engine invariant: message slot {idx} is occupied"),
+        }
+    }
+
+    fn take_unexp(&mut self, idx: u32) -> Message<M> {
+        self.unlink_unexp(idx);
+        self.free_unexp(idx)
+    }
+
+    fn take_posted(&mut self, idx: u32) -> (RecvSpec, R) {
+        let (k, env) = {
+            let n = self.posted.at(idx);
+            (n.kind as usize, n.key_env())
+        };
+        let u = list::unlink(&mut self.posted, k, idx);
+        self.index_after_unlink(k, &env, u, POSTED);
+        self.n_kind[k] -= 1;
+        match self.posted.remove(idx) {
+            Some(n) => (n.spec(), n.recv),
+            None => unreachable!("engine invariant: receive slot {idx} is occupied"),
+        }
+    }
+
+    fn store_unexp(&mut self, env: Envelope, len: u32, msg: M) {
+        let node = UNode {
+            env,
+            links: [Link::default(); 4],
+            len,
+            heads: 0,
+            claimed: false,
+            msg,
+        };
+        let (idx, _) = self.unexp.insert(node);
+        self.c.bytes_held += len as usize;
+        for k in [K_EXACT, K_SRC, K_TAG, K_COMM] {
+            let head = self.unexp_head(k, &env);
+            list::push_back(&mut self.unexp, k, head, idx);
+            if head.is_none() {
+                self.index_set(k, &env, idx);
+            }
+        }
+    }
+
+    fn held_messages(&self) -> usize {
+        self.unexp.len() + self.c.reorder_depth
+    }
+
+    /// Whether one more stored message of `len` bytes stays within the budgets.
+    fn fits(&self, len: usize) -> bool {
+        len <= u32::MAX as usize
+            && self.held_messages() < self.cfg.max_messages
+            && self
+                .c
+                .bytes_held
+                .checked_add(len)
+                .is_some_and(|b| b <= self.cfg.max_bytes)
+    }
+
+    // ------------------------------------------------------------------ public API
+
+    /// Posts a receive. If an unexpected message matches, the earliest-arrived one is
+    /// taken and returned with `recv`; otherwise the receive is queued behind every
+    /// earlier-posted receive.
+    ///
+    /// O(1) for exact, ANY_TAG, ANY_SOURCE and ANY_SOURCE+ANY_TAG; a general mask scans
+    /// the unexpected messages of its (comm, src) or (comm). Errors only when
+    /// [`Config::max_posted`] receives are already queued.
+    pub fn post(&mut self, spec: RecvSpec, recv: R) -> Result<Posted<R, M>, PostRejected<R>> {
+        // MPI 4.0 §3.5 / matching-notes §1.0: "a receive matches the earliest-arrived
+        // matching unexpected message".
+        let spec = spec.normalized();
+        let mut a = 0;
+        let found = self.search_unexp(&spec, &mut a);
+        self.c.match_attempts += a;
+        if let Some(idx) = found {
+            self.c.hits += 1;
+            let m = self.take_unexp(idx);
+            return Ok(Posted::Matched(Match {
+                recv,
+                msg: m.msg,
+                env: m.env,
+                len: m.len,
+            }));
+        }
+        self.c.misses += 1;
+        if self.posted.len() >= self.cfg.max_posted {
+            return Err(PostRejected { recv });
+        }
+        let (src, src_any) = match spec.src {
+            Source::Rank(s) => (s, false),
+            Source::Any => (0, true),
+        };
+        let (tag, mask) = match spec.tag {
+            TagSel::Exact(t) => (t, u64::MAX),
+            TagSel::Any => (0, 0),
+            TagSel::Masked { want, mask } => (want & mask, mask),
+        };
+        let kind = match (src_any, mask) {
+            (false, u64::MAX) => K_EXACT,
+            (false, 0) => K_SRC,
+            (true, u64::MAX) => K_TAG,
+            (true, 0) => K_COMM,
+            _ => K_MASKED,
+        };
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let node = PNode {
+            tag,
+            mask,
+            seq,
+            comm: spec.comm,
+            src,
+            link: Link::default(),
+            kind: kind as u8,
+            src_any,
+            head: false,
+            recv,
+        };
+        let env = node.key_env();
+        let (idx, gen) = self.posted.insert(node);
+        // The list for this key cannot hold unexpected messages: one of them would have
+        // matched above (engine invariant: no queued message matches a queued receive).
+        let head = self.index_get(kind, &env).map(|v| v & !POSTED);
+        list::push_back(&mut self.posted, kind, head, idx);
+        if head.is_none() {
+            self.index_set(kind, &env, idx | POSTED);
+        }
+        self.n_kind[kind] += 1;
+        Ok(Posted::Pending(RecvHandle { idx, gen }))
+    }
+
+    /// Processes one message that the caller guarantees is in send order for its source
+    /// (an ordered transport, or one the caller has already reordered). Does not touch the
+    /// sequence state of [`Engine::deliver`]; use one or the other for a given source.
+    ///
+    /// The earliest-posted matching receive is taken; otherwise the message is stored as
+    /// unexpected, which is refused with [`RejectReason::Backpressure`] when a budget is
+    /// exhausted or `len > u32::MAX`. O(1) unless general-mask receives are posted on the
+    /// communicator.
+    pub fn arrive(
+        &mut self,
+        env: Envelope,
+        len: usize,
+        msg: M,
+    ) -> Result<Arrived<R, M>, Rejected<M>> {
+        self.arrive_inner(env, len, msg, true)
+    }
+
+    fn arrive_inner(
+        &mut self,
+        env: Envelope,
+        len: usize,
+        msg: M,
+        check_budget: bool,
+    ) -> Result<Arrived<R, M>, Rejected<M>> {
+        // MPI 4.0 §3.5 / matching-notes §1.0: "a message matches the earliest-posted
+        // matching receive".
+        let mut a = 0;
+        let found = self.search_posted(&env, &mut a);
+        self.c.match_attempts += a;
+        if let Some(idx) = found {
+            self.c.hits += 1;
+            let (_, recv) = self.take_posted(idx);
+            return Ok(Arrived::Matched(Match {
+                recv,
+                msg,
+                env,
+                len,
+            }));
+        }
+        self.c.misses += 1;
+        // matching-notes §3.1/§3.3: exact-size storage under a budget, explicit overflow.
+        if check_budget && !self.fits(len) {
+            self.c.rejected_backpressure += 1;
+            return Err(Rejected {
+                reason: RejectReason::Backpressure,
+                env,
+                len,
+                msg,
+            });
+        }
+        // A held message was admitted with len <= u32::MAX, so this conversion is exact.
+        self.store_unexp(env, len.min(u32::MAX as usize) as u32, msg);
+        Ok(Arrived::Unexpected(env))
+    }
+
+    /// Processes a message carrying the per-source sequence number `seq` (u32, wrapping),
+    /// from a transport that may reorder (EFA SRD, multi-rail).
+    ///
+    /// The sequence space is per **source** (`env.src`), across communicators: that is
+    /// the RDM protocol's per-peer `msg_id`, and it implies MPI's per-(source,
+    /// communicator) non-overtaking. If `seq` is the next expected one, the message is
+    /// processed (as [`Engine::arrive`]), then every held successor now in order; each
+    /// result is passed to `sink` in send order, and the number processed is returned.
+    /// If `seq` is ahead by less than [`Config::reorder_window`] the message is held (0 is
+    /// returned). Otherwise it is rejected: [`RejectReason::WindowOverflow`] (too far
+    /// ahead), [`RejectReason::Stale`] (behind: already processed),
+    /// [`RejectReason::Duplicate`] (already held) or [`RejectReason::Backpressure`]
+    /// (budget). A rejected message leaves the engine unchanged.
+    pub fn deliver(
+        &mut self,
+        env: Envelope,
+        seq: u32,
+        len: usize,
+        msg: M,
+        mut sink: impl FnMut(Arrived<R, M>),
+    ) -> Result<usize, Rejected<M>> {
+        // matching-notes §1.3 (ob1 frags_cant_match) and §1.6 (EFA): out-of-order arrivals
+        // wait in a bounded per-peer buffer; "messages received out of this window will
+        // result in an error".
+        let window = self.cfg.reorder_window;
+        let initial = self.cfg.initial_seq;
+        let fits = self.fits(len);
+        let peer = self
+            .peers
+            .entry(env.src)
+            .or_insert_with(|| Peer::new(initial));
+        let d = seq.wrapping_sub(peer.expected);
+        if d == 0 {
+            sink(self.arrive_inner(env, len, msg, true)?);
+            let mut n = 1;
+            while let Some(peer) = self.peers.get_mut(&env.src) {
+                peer.advance();
+                if peer.occupied == 0 || peer.ring.is_empty() {
+                    break;
+                }
+                let h = peer.head;
+                match core::mem::replace(&mut peer.ring[h], Held::Empty) {
+                    Held::Empty => break,
+                    Held::Skip => {
+                        peer.occupied -= 1;
+                    }
+                    Held::Msg(m) => {
+                        peer.occupied -= 1;
+                        self.c.reorder_depth -= 1;
+                        self.c.bytes_held -= m.len;
+                        match self.arrive_inner(m.env, m.len, m.msg, false) {
+                            Ok(a) => sink(a),
+                            Err(_) => unreachable!("arrival without budget check cannot fail"),
+                        }
+                        n += 1;
+                    }
+                }
+            }
+            return Ok(n);
+        }
+        if d >= 1 << 31 {
+            self.c.rejected_sequence += 1;
+            return Err(Rejected {
+                reason: RejectReason::Stale,
+                env,
+                len,
+                msg,
+            });
+        }
+        if d >= window {
+            self.c.rejected_sequence += 1;
+            return Err(Rejected {
+                reason: RejectReason::WindowOverflow,
+                env,
+                len,
+                msg,
+            });
+        }
+        if peer.ring.is_empty() {
+            peer.ring.resize_with(window as usize, || Held::Empty);
+            peer.head = 0;
+        }
+        let slot = (peer.head + d as usize) % peer.ring.len();
+        if !matches!(peer.ring[slot], Held::Empty) {
+            self.c.rejected_sequence += 1;
+            return Err(Rejected {
+                reason: RejectReason::Duplicate,
+                env,
+                len,
+                msg,
+            });
+        }
+        if !fits {
+            self.c.rejected_backpressure += 1;
+            return Err(Rejected {
+                reason: RejectReason::Backpressure,
+                env,
+                len,
+                msg,
+            });
+        }
+        peer.ring[slot] = Held::Msg(Message { env, len, msg });
+        peer.occupied += 1;
+        self.c.reorder_depth += 1;
+        self.c.bytes_held += len;
+        Ok(0)
+    }
+
+    /// The sequence number [`Engine::deliver`] expects next from `src`.
+    pub fn expected_seq(&self, src: u32) -> u32 {
+        self.peers
+            .get(&src)
+            .map_or(self.cfg.initial_seq, |p| p.expected)
+    }
+
+    /// Sets the next expected sequence number of `src` (e.g. after an RDM handshake).
+    /// Fails with [`EngineError::PeerBusy`] while messages of `src` are held.
+    pub fn set_expected_seq(&mut self, src: u32, seq: u32) -> Result<(), EngineError> {
+        let initial = self.cfg.initial_seq;
+        let p = self.peers.entry(src).or_insert_with(|| Peer::new(initial));
+        if p.occupied > 0 {
+            return Err(EngineError::PeerBusy);
+        }
+        p.expected = seq;
+        p.head = 0;
+        Ok(())
+    }
+
+    /// Peeks at the earliest-arrived unexpected message matching `spec` (`MPI_Iprobe`);
+    /// it stays queued. Same cost as [`Engine::post`].
+    pub fn probe(&mut self, spec: &RecvSpec) -> Option<Peek<'_, M>> {
+        let spec = spec.normalized();
+        let mut a = 0;
+        let found = self.search_unexp(&spec, &mut a);
+        self.c.match_attempts += a;
+        match found {
+            Some(idx) => {
+                self.c.hits += 1;
+                let n = self.unexp.at(idx);
+                Some(Peek {
+                    env: n.env,
+                    len: n.len as usize,
+                    msg: &n.msg,
+                })
+            }
+            None => {
+                self.c.misses += 1;
+                None
+            }
+        }
+    }
+
+    /// Claims the earliest-arrived unexpected message matching `spec` (`MPI_Mprobe`):
+    /// it leaves the queues, no receive or probe can see it, and only
+    /// [`Engine::mrecv`] with the returned handle takes it. Its bytes stay counted.
+    pub fn mprobe(&mut self, spec: &RecvSpec) -> Option<Claimed> {
+        let spec = spec.normalized();
+        let mut a = 0;
+        let found = self.search_unexp(&spec, &mut a);
+        self.c.match_attempts += a;
+        let Some(idx) = found else {
+            self.c.misses += 1;
+            return None;
+        };
+        self.c.hits += 1;
+        self.unlink_unexp(idx);
+        let gen = self.unexp.gen_of(idx);
+        let n = self.unexp.at_mut(idx);
+        n.claimed = true;
+        self.c.claimed_depth += 1;
+        Some(Claimed {
+            handle: MsgHandle { idx, gen },
+            env: n.env,
+            len: n.len as usize,
+        })
+    }
+
+    /// The payload of a claimed message.
+    pub fn claimed(&self, h: MsgHandle) -> Result<&M, EngineError> {
+        match self.unexp.get_checked(h.idx, h.gen) {
+            Some(n) if n.claimed => Ok(&n.msg),
+            _ => Err(EngineError::StaleHandle),
+        }
+    }
+
+    /// Receives a message claimed by [`Engine::mprobe`] (`MPI_Mrecv`). O(1).
+    pub fn mrecv(&mut self, h: MsgHandle) -> Result<Message<M>, EngineError> {
+        match self.unexp.get_checked(h.idx, h.gen) {
+            Some(n) if n.claimed => Ok(self.free_unexp(h.idx)),
+            _ => Err(EngineError::StaleHandle),
+        }
+    }
+
+    /// Cancels a posted receive and returns its context. O(1). A handle whose receive
+    /// was already matched or cancelled is refused with [`EngineError::StaleHandle`].
+    pub fn cancel(&mut self, h: RecvHandle) -> Result<R, EngineError> {
+        // matching-notes §3.7 (UCX #4490 "expected request not found"): cancel of a
+        // completed request is an ordinary, typed outcome.
+        if self.posted.get_checked(h.idx, h.gen).is_none() {
+            return Err(EngineError::StaleHandle);
+        }
+        self.c.cancelled += 1;
+        Ok(self.take_posted(h.idx).1)
+    }
+
+    /// The context of a posted receive.
+    pub fn recv_context(&self, h: RecvHandle) -> Result<&R, EngineError> {
+        self.posted
+            .get_checked(h.idx, h.gen)
+            .map(|n| &n.recv)
+            .ok_or(EngineError::StaleHandle)
+    }
+
+    /// The context of a posted receive, mutably.
+    pub fn recv_context_mut(&mut self, h: RecvHandle) -> Result<&mut R, EngineError> {
+        self.posted
+            .get_checked_mut(h.idx, h.gen)
+            .map(|n| &mut n.recv)
+            .ok_or(EngineError::StaleHandle)
+    }
+
+    /// Posting information of a posted receive.
+    pub fn posted_info(&self, h: RecvHandle) -> Result<PostedInfo, EngineError> {
+        self.posted
+            .get_checked(h.idx, h.gen)
+            .map(|n| PostedInfo {
+                handle: h,
+                seq: n.seq,
+                spec: n.spec(),
+            })
+            .ok_or(EngineError::StaleHandle)
+    }
+
+    /// The receive an arrival of `env` would match now, without taking it or touching
+    /// the counters: "could any posted receive match envelope X", and which is earliest.
+    /// For the HW/SW split: a receive offloaded with posting sequence `s` may only take a
+    /// message if this returns `None` or a receive with `seq > s`.
+    pub fn first_posted_match(&self, env: &Envelope) -> Option<PostedInfo> {
+        let mut a = 0;
+        self.search_posted(env, &mut a).map(|idx| {
+            let n = self.posted.at(idx);
+            PostedInfo {
+                handle: RecvHandle {
+                    idx,
+                    gen: self.posted.gen_of(idx),
+                },
+                seq: n.seq,
+                spec: n.spec(),
+            }
+        })
+    }
+
+    /// The posting sequence number the next posted receive will get.
+    pub fn next_post_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Cancels every posted receive for which `pred` holds, passing each to `sink` in
+    /// posting order. O(posted). Returns how many were cancelled.
+    pub fn cancel_where(
+        &mut self,
+        mut pred: impl FnMut(&RecvSpec, &R) -> bool,
+        mut sink: impl FnMut(RecvSpec, R),
+    ) -> usize {
+        let mut s = core::mem::take(&mut self.scratch);
+        s.clear();
+        s.extend(self.posted.indices().filter(|&i| {
+            let n = self.posted.at(i);
+            pred(&n.spec(), &n.recv)
+        }));
+        s.sort_unstable_by_key(|&i| self.posted.at(i).seq);
+        for &i in &s {
+            let (spec, r) = self.take_posted(i);
+            self.c.cancelled += 1;
+            sink(spec, r);
+        }
+        let n = s.len();
+        s.clear();
+        self.scratch = s;
+        n
+    }
+
+    /// Removes everything about peer `src` (matching-notes §3.11, libfabric PR #11402):
+    /// the posted receives that name it (ANY_SOURCE receives stay), its queued unexpected
+    /// messages, its held out-of-order messages and its sequence state (the next
+    /// [`Engine::deliver`] from it starts at [`Config::initial_seq`]). Messages it sent
+    /// that were already claimed by mprobe stay with their handles.
+    /// Cost: O(posted) + O(communicators + its messages).
+    pub fn purge_peer(&mut self, src: u32, mut sink: impl FnMut(Purged<R, M>)) -> usize {
+        let mut n = self.cancel_where(
+            |spec, _| matches!(spec.src, Source::Rank(s) if s == src),
+            |spec, r| sink(Purged::Recv(spec, r)),
+        );
+        let mut s = core::mem::take(&mut self.scratch);
+        s.clear();
+        for (&comm, &v) in &self.by_comm {
+            if v & POSTED != 0 {
+                continue;
+            }
+            if let Some(head) = self.unexp_head(K_SRC, &Envelope::new(comm, src, 0)) {
+                let mut cur = head;
+                loop {
+                    s.push(cur);
+                    match list::next(&self.unexp, K_SRC, head, cur) {
+                        Some(nx) => cur = nx,
+                        None => break,
+                    }
+                }
+            }
+        }
+        for &i in &s {
+            sink(Purged::Unexpected(self.take_unexp(i)));
+        }
+        n += s.len();
+        s.clear();
+        self.scratch = s;
+        if let Some(peer) = self.peers.remove(&src) {
+            for h in peer.ring {
+                if let Held::Msg(m) = h {
+                    self.c.reorder_depth -= 1;
+                    self.c.bytes_held -= m.len;
+                    sink(Purged::Held(m));
+                    n += 1;
+                }
+            }
+        }
+        n
+    }
+
+    /// Removes everything of communicator `comm`: its posted receives, its unexpected
+    /// messages (in arrival order) and its held out-of-order messages (their sequence
+    /// numbers are still consumed in order, so later messages of the same sources are not
+    /// blocked). Claimed messages stay with their handles. Returns how many were removed.
+    pub fn purge_comm(&mut self, comm: u32, mut sink: impl FnMut(Purged<R, M>)) -> usize {
+        let mut n = self.cancel_where(
+            |spec, _| spec.comm == comm,
+            |spec, r| sink(Purged::Recv(spec, r)),
+        );
+        while let Some(head) = self.unexp_head(K_COMM, &Envelope::new(comm, 0, 0)) {
+            sink(Purged::Unexpected(self.take_unexp(head)));
+            n += 1;
+        }
+        let mut held = 0;
+        let mut bytes = 0;
+        for p in self.peers.values_mut() {
+            if p.occupied == 0 {
+                continue;
+            }
+            for slot in p.ring.iter_mut() {
+                if matches!(slot, Held::Msg(m) if m.env.comm == comm) {
+                    if let Held::Msg(m) = core::mem::replace(slot, Held::Skip) {
+                        held += 1;
+                        bytes += m.len;
+                        sink(Purged::Held(m));
+                    }
+                }
+            }
+        }
+        self.c.reorder_depth -= held;
+        self.c.bytes_held -= bytes;
+        n + held
+    }
+
+    /// Current counters.
+    pub fn counters(&self) -> Counters {
+        Counters {
+            posted_depth: self.posted.len(),
+            unexpected_depth: self.unexp.len() - self.c.claimed_depth,
+            ..self.c
+        }
+    }
+
+    /// Memory state of the unexpected side ([`Pressure::Full`]: the next message that
+    /// must be stored is refused).
+    pub fn pressure(&self) -> Pressure {
+        let msgs = self.held_messages();
+        let bytes = self.c.bytes_held;
+        if msgs >= self.cfg.max_messages || bytes >= self.cfg.max_bytes {
+            return Pressure::Full;
+        }
+        let hw = u128::from(self.cfg.high_water_percent);
+        if (msgs as u128) * 100 >= (self.cfg.max_messages as u128) * hw
+            || (bytes as u128) * 100 >= (self.cfg.max_bytes as u128) * hw
+        {
+            return Pressure::High;
+        }
+        Pressure::Normal
+    }
+
+    /// The engine's own heap bytes (slabs, index maps, reorder rings, scratch), computed
+    /// from capacities; payloads owned by `M` beyond its inline size are not included.
+    pub fn heap_bytes(&self) -> usize {
+        let rings: usize = self
+            .peers
+            .values()
+            .map(|p| p.ring.capacity() * core::mem::size_of::<Held<M>>())
+            .sum();
+        self.posted.heap_bytes()
+            + self.unexp.heap_bytes()
+            + map_heap_bytes(&self.exact)
+            + map_heap_bytes(&self.by_src)
+            + map_heap_bytes(&self.by_tag)
+            + map_heap_bytes(&self.by_comm)
+            + map_heap_bytes(&self.masked)
+            + map_heap_bytes(&self.peers)
+            + rings
+            + self.scratch.capacity() * 4
+    }
+
+    /// Bytes of one posted-receive slot and one unexpected-message slot (including the
+    /// inline size of `R` / `M`), excluding the index maps.
+    pub fn slot_sizes() -> (usize, usize) {
+        (
+            GenSlab::<PNode<R>>::slot_size(),
+            GenSlab::<UNode<M>>::slot_size(),
+        )
+    }
+}
