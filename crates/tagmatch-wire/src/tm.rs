@@ -57,9 +57,14 @@ impl TmOpcode {
 
     /// Looks an opcode up by [`TmOpcode::name`].
     pub fn from_name(name: &str) -> Option<TmOpcode> {
-        [TmOpcode::NoTag, TmOpcode::Rndv, TmOpcode::Fin, TmOpcode::Eager]
-            .into_iter()
-            .find(|o| o.name() == name)
+        [
+            TmOpcode::NoTag,
+            TmOpcode::Rndv,
+            TmOpcode::Fin,
+            TmOpcode::Eager,
+        ]
+        .into_iter()
+        .find(|o| o.name() == name)
     }
 
     /// Whether messages with this opcode carry an RVH after the TMH.

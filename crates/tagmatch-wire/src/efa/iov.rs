@@ -8,7 +8,19 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 ///
 /// The struct *is* the 24 wire bytes (little-endian, alignment 1), so a `&[RmaIov]` borrows
 /// directly from a packet, and [`RmaIov::slice_as_bytes`] turns a slice back into bytes.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[derive(
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Default,
+    FromBytes,
+    IntoBytes,
+    KnownLayout,
+    Immutable,
+    Unaligned,
+)]
 #[repr(C)]
 pub struct RmaIov {
     addr: U64,

@@ -122,8 +122,8 @@ pub enum Width {
 }
 
 impl Width {
-    /// Bytes.
-    pub const fn len(self) -> usize {
+    /// Bytes on the wire.
+    pub const fn bytes(self) -> usize {
         match self {
             Width::U32 => 4,
             Width::U64 => 8,
@@ -257,7 +257,11 @@ const fn req(
 static CTS: Layout = ctrl(
     PacketType::Cts,
     24,
-    &[u32_at(SendId, 8), u32_at(RecvId, 12), u64_at(RecvLength, 16)],
+    &[
+        u32_at(SendId, 8),
+        u32_at(RecvId, 12),
+        u64_at(RecvLength, 16),
+    ],
     4,
 );
 // wire-layouts §A.5: CTSDATA (4), 24 bytes: 0 base; 4 recv_id; 8 seg_length u64;
@@ -323,11 +327,7 @@ static READ_NACK: Layout = ctrl(
 static PEER_ERROR: Layout = ctrl(
     PacketType::PeerError,
     20,
-    &[
-        u32_at(OpId, 4),
-        u32_at(RefKind, 8),
-        u32_at(ProvErrno, 12),
-    ],
+    &[u32_at(OpId, 4), u32_at(RefKind, 8), u32_at(ProvErrno, 12)],
     16,
 );
 

@@ -186,14 +186,24 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// (wire-layouts §A.6). Empty for other types. Checked lazily, because a header can be
     /// inspected before its payload has arrived.
     pub fn read_iov(&self) -> Result<&[RmaIov]> {
-        read_iov(self.layout.payload, self.get(Field::ReadIovCount), self.payload(), self.header_len())
-            .map(|(iov, _)| iov)
+        read_iov(
+            self.layout.payload,
+            self.get(Field::ReadIovCount),
+            self.payload(),
+            self.header_len(),
+        )
+        .map(|(iov, _)| iov)
     }
 
     /// RUNTREAD: the runt data after `read_iov[]`; for other types, the whole payload.
     pub fn data(&self) -> Result<&[u8]> {
-        read_iov(self.layout.payload, self.get(Field::ReadIovCount), self.payload(), self.header_len())
-            .map(|(_, rest)| rest)
+        read_iov(
+            self.layout.payload,
+            self.get(Field::ReadIovCount),
+            self.payload(),
+            self.header_len(),
+        )
+        .map(|(_, rest)| rest)
     }
 
     /// COMPARE_RTA: the `buf` and `compare` operands, the two equal halves of the payload
@@ -379,7 +389,11 @@ fn check(b: &[u8]) -> Result<(&'static Layout, Offsets)> {
                     Part::UserRecvQp,
                     &mut off.user_recv_qp,
                 ),
-                (flags::HANDSHAKE_HMEM_P2P_HDR, Part::HmemP2p, &mut off.hmem_p2p),
+                (
+                    flags::HANDSHAKE_HMEM_P2P_HDR,
+                    Part::HmemP2p,
+                    &mut off.hmem_p2p,
+                ),
             ];
             for (bit, part, slot) in opts {
                 if fl & bit != 0 {

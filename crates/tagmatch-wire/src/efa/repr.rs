@@ -313,11 +313,12 @@ impl<'a> Repr<'a> {
             ConnidPlace::Handshake => {
                 let h = &self.handshake;
                 n += 8 * h.extra_info.words();
-                n += 8 * (self.connid.is_some() as usize
-                    + h.host_id.is_some() as usize
-                    + h.device_version.is_some() as usize
-                    + h.user_recv_qp.is_some() as usize
-                    + h.hmem_p2p.is_some() as usize);
+                n += 8
+                    * (self.connid.is_some() as usize
+                        + h.host_id.is_some() as usize
+                        + h.device_version.is_some() as usize
+                        + h.user_recv_qp.is_some() as usize
+                        + h.hmem_p2p.is_some() as usize);
             }
             ConnidPlace::ReqOptional => {
                 n += self.raw_addr.map(|r| r.wire_len()).unwrap_or(0);
@@ -338,7 +339,12 @@ impl<'a> Repr<'a> {
         let ty = self.pkt_type;
         let layout = ty.layout();
         let name = ty.name();
-        let na = |what| Err(Error::Content(ContentError::NotApplicable { what, packet: name }));
+        let na = |what| {
+            Err(Error::Content(ContentError::NotApplicable {
+                what,
+                packet: name,
+            }))
+        };
         if self.version < PROTOCOL_VERSION {
             return Err(ContentError::UnsupportedVersion(self.version).into());
         }
