@@ -113,8 +113,10 @@ impl RecvSpec {
         }
     }
 
-    /// Replaces degenerate masks by the equivalent exact / any selector.
-    pub(crate) fn normalized(self) -> Self {
+    /// Replaces degenerate masks by the equivalent exact / any selector and clears the
+    /// `want` bits outside the mask. The engine stores, reports ([`PostedInfo`],
+    /// [`Purged::Recv`]) and passes to predicates specs in this form.
+    pub fn normalized(self) -> Self {
         let tag = match self.tag {
             TagSel::Masked {
                 mask: u64::MAX,
@@ -251,7 +253,7 @@ pub enum Pressure {
 /// Why an arriving message was refused. The message is handed back and the engine state is
 /// unchanged (in particular the source's expected sequence number did not move), so the
 /// transport can retry it later (RNR, credit, retransmit).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum RejectReason {
     /// Storing it (unexpected or held) would exceed the byte or entry budget.
     Backpressure,
