@@ -7,6 +7,7 @@ mod hash;
 mod list;
 mod slab;
 mod types;
+pub mod workload;
 
 pub use engine::{Engine, MAX_REORDER_WINDOW};
 pub use types::*;

@@ -1,0 +1,414 @@
+//! The benchmark workloads of `shared/spec/bench-workloads.md`, shared by the criterion
+//! benches and `tagmatch bench match` so both measure exactly the same operations.
+//!
+//! A workload is prepared (set-up phase, untimed) into a [`Prepared`] holding the engine
+//! and the precomputed operations of the timed phase; the caller times
+//! [`Prepared::run`] (or [`Prepared::run_range`] for per-batch percentiles). This module
+//! has no clock: timing is the caller's.
+
+use crate::{Engine, Envelope, Posted, RecvHandle, RecvSpec};
+use core::fmt;
+use core::str::FromStr;
+
+/// One of the seven workloads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Workload {
+    /// N receives (src 0, tag i) posted; N messages arrive with tags N−1 … 0.
+    PostedExact,
+    /// N messages (src 0, tag i) unexpected; N exact receives posted for tags N−1 … 0.
+    UnexpectedExact,
+    /// N messages (src i, tag i) unexpected; N receives (ANY_SOURCE, tag i), i = N−1 … 0.
+    UnexpectedAnySource,
+    /// N messages (src i, tag i) unexpected; N receives (src i, ANY_TAG), i = N−1 … 0.
+    UnexpectedAnyTag,
+    /// N receives posted, a fraction F wildcards (half ANY_SOURCE, half ANY_TAG) in random
+    /// positions, the rest exact (src i mod P, tag i); N messages arrive in reverse
+    /// posting order, each matching a distinct receive.
+    WildcardMix,
+    /// P peers (P = N unless `peers` is given), 4 exact receives per peer; 4·P messages
+    /// arrive round-robin over the peers.
+    ManyPeers,
+    /// N exact receives posted; N/2 cancelled in random order, then N/2 messages match
+    /// the rest.
+    CancelMix,
+}
+
+impl Workload {
+    /// All workloads, in the order of the spec.
+    pub const ALL: [Workload; 7] = [
+        Workload::PostedExact,
+        Workload::UnexpectedExact,
+        Workload::UnexpectedAnySource,
+        Workload::UnexpectedAnyTag,
+        Workload::WildcardMix,
+        Workload::ManyPeers,
+        Workload::CancelMix,
+    ];
+
+    /// The workload's command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::PostedExact => "posted-exact",
+            Workload::UnexpectedExact => "unexpected-exact",
+            Workload::UnexpectedAnySource => "unexpected-any-source",
+            Workload::UnexpectedAnyTag => "unexpected-any-tag",
+            Workload::WildcardMix => "wildcard-mix",
+            Workload::ManyPeers => "many-peers",
+            Workload::CancelMix => "cancel-mix",
+        }
+    }
+}
+
+impl fmt::Display for Workload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An unknown workload name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownWorkload(pub String);
+
+impl fmt::Display for UnknownWorkload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown workload {:?} (expected one of:", self.0)?;
+        for w in Workload::ALL {
+            write!(f, " {}", w.name())?;
+        }
+        f.write_str(")")
+    }
+}
+
+impl std::error::Error for UnknownWorkload {}
+
+impl FromStr for Workload {
+    type Err = UnknownWorkload;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Workload::ALL
+            .into_iter()
+            .find(|w| w.name() == s)
+            .ok_or_else(|| UnknownWorkload(s.to_string()))
+    }
+}
+
+/// Workload parameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Params {
+    /// N.
+    pub depth: usize,
+    /// Wildcard fraction F for `wildcard-mix` (default 0.1).
+    pub wildcard_fraction: f64,
+    /// Peers P (`wildcard-mix`: default 1; `many-peers`: default N).
+    pub peers: Option<usize>,
+    /// Seed of the deterministic generator (random positions, cancel order).
+    pub seed: u64,
+}
+
+impl Params {
+    /// Defaults for depth `n`.
+    pub fn new(depth: usize) -> Self {
+        Params {
+            depth,
+            wildcard_fraction: 0.1,
+            peers: None,
+            seed: 0x5eed,
+        }
+    }
+}
+
+/// One timed operation.
+#[derive(Clone, Copy, Debug)]
+enum Op {
+    Post(RecvSpec, u32),
+    Arrive(Envelope, u32),
+    Cancel(RecvHandle),
+}
+
+/// A workload after its set-up phase.
+#[derive(Debug)]
+pub struct Prepared {
+    engine: Engine<u32, u32>,
+    ops: Vec<Op>,
+    /// Engine heap bytes at the end of set-up.
+    pub setup_heap_bytes: usize,
+    /// Posted receives at the end of set-up.
+    pub setup_posted: usize,
+    /// Unexpected messages at the end of set-up.
+    pub setup_unexpected: usize,
+    matches: usize,
+}
+
+/// splitmix64: deterministic, dependency-free.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+    fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            let j = (self.next() % (i as u64 + 1)) as usize;
+            v.swap(i, j);
+        }
+    }
+}
+
+const COMM: u32 = 0;
+
+impl Prepared {
+    /// Runs the set-up phase of `w` and precomputes the timed operations.
+    pub fn new(w: Workload, p: &Params) -> Prepared {
+        let n = p.depth.max(1);
+        let mut e: Engine<u32, u32> = Engine::new(
+            crate::Config::default()
+                .max_messages(usize::MAX)
+                .max_posted(usize::MAX)
+                .max_bytes(usize::MAX),
+        );
+        let mut rng = Rng(p.seed);
+        let mut ops = Vec::new();
+        let post = |e: &mut Engine<u32, u32>, spec: RecvSpec, rid: u32| -> Option<RecvHandle> {
+            match e.post(spec, rid) {
+                Ok(Posted::Pending(h)) => Some(h),
+                _ => None,
+            }
+        };
+        match w {
+            Workload::PostedExact => {
+                for i in 0..n {
+                    post(&mut e, RecvSpec::exact(COMM, 0, i as u64), i as u32);
+                }
+                ops.extend(
+                    (0..n)
+                        .rev()
+                        .map(|i| Op::Arrive(Envelope::new(COMM, 0, i as u64), i as u32)),
+                );
+            }
+            Workload::UnexpectedExact => {
+                for i in 0..n {
+                    let _ = e.arrive(Envelope::new(COMM, 0, i as u64), 0, i as u32);
+                }
+                ops.extend(
+                    (0..n)
+                        .rev()
+                        .map(|i| Op::Post(RecvSpec::exact(COMM, 0, i as u64), i as u32)),
+                );
+            }
+            Workload::UnexpectedAnySource | Workload::UnexpectedAnyTag => {
+                for i in 0..n {
+                    let _ = e.arrive(Envelope::new(COMM, i as u32, i as u64), 0, i as u32);
+                }
+                let any_src = w == Workload::UnexpectedAnySource;
+                ops.extend((0..n).rev().map(|i| {
+                    let spec = if any_src {
+                        RecvSpec::new(COMM, None, Some(i as u64))
+                    } else {
+                        RecvSpec::new(COMM, Some(i as u32), None)
+                    };
+                    Op::Post(spec, i as u32)
+                }));
+            }
+            Workload::WildcardMix => {
+                let peers = p.peers.unwrap_or(1).max(1);
+                let f = p.wildcard_fraction.clamp(0.0, 1.0);
+                let mut msgs = Vec::with_capacity(n);
+                for i in 0..n {
+                    let exact_src = (i % peers) as u32;
+                    let (spec, env) = if rng.unit() < f {
+                        if rng.next() & 1 == 0 {
+                            // ANY_SOURCE, unique tag
+                            (
+                                RecvSpec::new(COMM, None, Some(i as u64)),
+                                Envelope::new(COMM, exact_src, i as u64),
+                            )
+                        } else {
+                            // ANY_TAG on a source no other receive names
+                            let s = (peers + i) as u32;
+                            (
+                                RecvSpec::new(COMM, Some(s), None),
+                                Envelope::new(COMM, s, i as u64),
+                            )
+                        }
+                    } else {
+                        (
+                            RecvSpec::exact(COMM, exact_src, i as u64),
+                            Envelope::new(COMM, exact_src, i as u64),
+                        )
+                    };
+                    post(&mut e, spec, i as u32);
+                    msgs.push(env);
+                }
+                ops.extend(
+                    msgs.iter()
+                        .enumerate()
+                        .rev()
+                        .map(|(i, env)| Op::Arrive(*env, i as u32)),
+                );
+            }
+            Workload::ManyPeers => {
+                let peers = p.peers.unwrap_or(n).max(1);
+                for s in 0..peers {
+                    for k in 0..4u64 {
+                        post(
+                            &mut e,
+                            RecvSpec::exact(COMM, s as u32, k),
+                            (s * 4) as u32 + k as u32,
+                        );
+                    }
+                }
+                for k in 0..4u64 {
+                    ops.extend(
+                        (0..peers).map(|s| Op::Arrive(Envelope::new(COMM, s as u32, k), s as u32)),
+                    );
+                }
+            }
+            Workload::CancelMix => {
+                let mut hs: Vec<(usize, RecvHandle)> = (0..n)
+                    .filter_map(|i| {
+                        post(&mut e, RecvSpec::exact(COMM, 0, i as u64), i as u32).map(|h| (i, h))
+                    })
+                    .collect();
+                rng.shuffle(&mut hs);
+                let (cancel, keep) = hs.split_at_mut(n / 2);
+                ops.extend(cancel.iter().map(|&(_, h)| Op::Cancel(h)));
+                keep.sort_unstable_by_key(|&(i, _)| core::cmp::Reverse(i));
+                ops.extend(
+                    keep.iter()
+                        .map(|&(i, _)| Op::Arrive(Envelope::new(COMM, 0, i as u64), i as u32)),
+                );
+            }
+        }
+        let c = e.counters();
+        Prepared {
+            setup_heap_bytes: e.heap_bytes(),
+            setup_posted: c.posted_depth,
+            setup_unexpected: c.unexpected_depth,
+            engine: e,
+            ops,
+            matches: 0,
+        }
+    }
+
+    /// Number of timed operations (matches, plus cancels for `cancel-mix`).
+    pub fn ops(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Runs the whole timed phase; returns the number of matches made so far.
+    pub fn run(&mut self) -> usize {
+        self.run_range(0, self.ops.len())
+    }
+
+    /// Runs timed operations `start..end` (clamped); returns the number of matches made
+    /// so far. Ranges must be run in order, each once.
+    pub fn run_range(&mut self, start: usize, end: usize) -> usize {
+        let end = end.min(self.ops.len());
+        let start = start.min(end);
+        let e = &mut self.engine;
+        let mut m = 0;
+        for op in &self.ops[start..end] {
+            match *op {
+                Op::Post(spec, rid) => {
+                    if let Ok(Posted::Matched(x)) = e.post(spec, rid) {
+                        m += 1;
+                        core::hint::black_box(x);
+                    }
+                }
+                Op::Arrive(env, mid) => {
+                    if let Ok(crate::Arrived::Matched(x)) = e.arrive(env, 0, mid) {
+                        m += 1;
+                        core::hint::black_box(x);
+                    }
+                }
+                Op::Cancel(h) => {
+                    let _ = core::hint::black_box(e.cancel(h));
+                }
+            }
+        }
+        self.matches += m;
+        self.matches
+    }
+
+    /// The engine (to read counters after a run).
+    pub fn engine(&self) -> &Engine<u32, u32> {
+        &self.engine
+    }
+
+    /// Engine heap bytes per posted receive at the end of set-up (`None` if the set-up
+    /// posts none, or also leaves unexpected messages).
+    pub fn bytes_per_posted(&self) -> Option<f64> {
+        (self.setup_posted > 0 && self.setup_unexpected == 0)
+            .then(|| self.setup_heap_bytes as f64 / self.setup_posted as f64)
+    }
+
+    /// Engine heap bytes per unexpected message at the end of set-up (`None` if the
+    /// set-up stores none, or also posts receives).
+    pub fn bytes_per_unexpected(&self) -> Option<f64> {
+        (self.setup_unexpected > 0 && self.setup_posted == 0)
+            .then(|| self.setup_heap_bytes as f64 / self.setup_unexpected as f64)
+    }
+
+    /// Matches the timed phase must produce when run completely.
+    pub fn expected_matches(&self) -> usize {
+        self.ops
+            .iter()
+            .filter(|o| !matches!(o, Op::Cancel(_)))
+            .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_workload_matches_every_message_at_several_depths() {
+        for w in Workload::ALL {
+            for n in [1, 2, 7, 64, 1000] {
+                for f in [0.0, 0.1, 0.5, 1.0] {
+                    let mut p = Params::new(n);
+                    p.wildcard_fraction = f;
+                    let mut prep = Prepared::new(w, &p);
+                    let want = prep.expected_matches();
+                    assert!(want > 0, "{w} n={n}");
+                    assert_eq!(prep.run(), want, "{w} n={n} f={f}");
+                    let c = prep.engine().counters();
+                    assert_eq!(
+                        c.unexpected_depth, 0,
+                        "{w} n={n} f={f}: nothing left unexpected"
+                    );
+                    assert_eq!(c.posted_depth, 0, "{w} n={n} f={f}: nothing left posted");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for w in Workload::ALL {
+            assert_eq!(w.name().parse::<Workload>(), Ok(w));
+        }
+        assert!("nope".parse::<Workload>().is_err());
+    }
+
+    #[test]
+    fn run_range_in_batches_equals_run() {
+        let mut a = Prepared::new(Workload::WildcardMix, &Params::new(500));
+        let mut b = Prepared::new(Workload::WildcardMix, &Params::new(500));
+        let total = a.run();
+        let mut i = 0;
+        while i < b.ops() {
+            b.run_range(i, i + 16);
+            i += 16;
+        }
+        assert_eq!(b.run_range(0, 0), total);
+        assert_eq!(a.engine().counters(), b.engine().counters());
+    }
+}
