@@ -1,0 +1,67 @@
+//! `tagmatch`: the packet tool users debug with and the black-box conformance interface.
+//!
+//! - `tagmatch decode efa|tm <HEX>` prints one JSON object describing the packet;
+//! - `tagmatch encode efa|tm <JSON>` prints the hex of the packet that JSON describes
+//!   (decode output is valid encode input, and encode(decode(x)) is x with padding zeroed);
+//! - `tagmatch demo` round-trips a representative packet of every type and prints a table.
+//!
+//! Every subcommand is one module with an `Args` struct (clap derive) and a
+//! `run(Args) -> Result<(), Error>`; adding one is a `mod` line, a [`Command`] variant and a
+//! match arm. Failures print one line, `tagmatch: <context>: <message>`, on stderr and exit
+//! with status 1; clap usage errors keep clap's status 2.
+#![forbid(unsafe_code)]
+
+mod decode;
+mod demo;
+mod efa;
+mod encode;
+mod error;
+mod format;
+mod hex;
+mod input;
+mod json;
+mod tm;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub use error::Error;
+
+/// Command-line interface of `tagmatch`.
+#[derive(Debug, Parser)]
+#[command(name = "tagmatch", version, about, long_about = None)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands, one module each.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Decode one packet (hex or raw bytes) and print it as a JSON object.
+    Decode(decode::Args),
+    /// Encode a packet from its JSON description and print its hex.
+    Encode(encode::Args),
+    /// Round-trip a representative packet of every EFA and TM type and print a table.
+    Demo(demo::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Decode(args) => decode::run(args),
+        Command::Encode(args) => encode::run(args),
+        Command::Demo(args) => demo::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // Nothing sensible is left to do if stderr itself is gone.
+            let _ = writeln!(std::io::stderr(), "tagmatch: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
