@@ -1,0 +1,233 @@
+//! `cargo xtask`: project automation for tagmatch.
+//!
+//! * `cargo xtask ci` — the whole test suite as CI runs it (`.ci/run`).
+//! * `cargo xtask fuzz` — only the fuzz smoke stage.
+//! * `cargo xtask apt` — install Debian packages via `apt::ensure_apt`.
+//!
+//! Std-only on purpose: a fresh CI clone compiles this crate before anything else.
+
+mod apt;
+mod ci;
+mod cmd;
+mod fuzz;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Result type of xtask: errors are messages for the user.
+pub(crate) type Result<T, E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
+
+const HELP: &str = "\
+cargo xtask — tagmatch project automation
+
+USAGE:
+    cargo xtask <COMMAND> [OPTIONS]
+
+COMMANDS:
+    ci      Run the whole test suite, stage by stage, as CI does:
+              fmt     cargo fmt --all -- --check
+              clippy  cargo clippy --workspace --all-targets -- -D warnings
+              test    cargo test --workspace
+              doc     RUSTDOCFLAGS=\"-D warnings\" cargo doc --workspace --no-deps
+              fuzz    cargo +nightly fuzz run <target> -- -max_total_time=<secs>
+                      for every target in fuzz/ (skipped if fuzz/ does not exist)
+            Stops at the first failing stage and prints a summary.
+    fuzz    Run only the fuzz smoke stage.
+    apt     Install Debian packages that are missing (apt-get update once, then
+            apt-get install -y --no-install-recommends), as root or via sudo.
+    help    Print this help.
+
+CI OPTIONS:
+    --skip <stage>          Skip a stage (repeatable)
+    --only <stage>          Run only this stage (repeatable)
+    --list                  List the stages and exit
+    --fuzz-seconds <N>      Fuzz time per target [env: TAGMATCH_FUZZ_SECONDS; default: 60]
+    --fuzz-dir <DIR>        cargo-fuzz project [default: <workspace>/fuzz]
+
+FUZZ USAGE:
+    cargo xtask fuzz [--seconds <N>] [--fuzz-dir <DIR>] [TARGET...]
+            TARGETs default to every target `cargo fuzz list` reports.
+
+APT USAGE:
+    cargo xtask apt <PACKAGE>...
+
+EXAMPLES:
+    cargo xtask ci
+    cargo xtask ci --only fmt --only clippy
+    cargo xtask ci --skip fuzz
+    cargo xtask fuzz --seconds 10 my_target
+";
+
+fn main() -> ExitCode {
+    match run(std::env::args().skip(1).collect()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("xtask: error: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Vec<String>) -> Result<()> {
+    let mut args = Args::new(args);
+    let Some(command) = args.next() else {
+        eprint!("{HELP}");
+        return Err("no command given".into());
+    };
+    match command.as_str() {
+        "help" | "--help" | "-h" => {
+            print!("{HELP}");
+            Ok(())
+        }
+        "ci" => cmd_ci(args),
+        "fuzz" => cmd_fuzz(args),
+        "apt" => cmd_apt(args),
+        other => Err(format!("unknown command `{other}` (see `cargo xtask --help`)").into()),
+    }
+}
+
+fn cmd_ci(mut args: Args) -> Result<()> {
+    let mut opts = ci::CiOptions {
+        skip: Vec::new(),
+        only: Vec::new(),
+    };
+    let mut seconds = None;
+    let mut fuzz_dir = None;
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--skip" => opts.skip.push(args.value("--skip")?),
+            "--only" => opts.only.push(args.value("--only")?),
+            "--fuzz-seconds" => seconds = Some(args.value("--fuzz-seconds")?),
+            "--fuzz-dir" => fuzz_dir = Some(args.value("--fuzz-dir")?),
+            "--list" => {
+                ci::list();
+                return Ok(());
+            }
+            "-h" | "--help" => {
+                print!("{HELP}");
+                return Ok(());
+            }
+            other => return Err(unexpected("ci", other)),
+        }
+    }
+    let root = workspace_root();
+    let ctx = ci::Ctx {
+        fuzz: fuzz::FuzzConfig {
+            dir: fuzz_dir_or_default(&root, fuzz_dir),
+            seconds: fuzz::resolve_seconds(seconds.as_deref())?,
+            targets: Vec::new(),
+        },
+        root,
+    };
+    ci::run(&ctx, &opts)
+}
+
+fn cmd_fuzz(mut args: Args) -> Result<()> {
+    let mut seconds = None;
+    let mut fuzz_dir = None;
+    let mut targets = Vec::new();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--seconds" | "--fuzz-seconds" => seconds = Some(args.value("--seconds")?),
+            "--fuzz-dir" => fuzz_dir = Some(args.value("--fuzz-dir")?),
+            "-h" | "--help" => {
+                print!("{HELP}");
+                return Ok(());
+            }
+            flag if flag.starts_with('-') => return Err(unexpected("fuzz", flag)),
+            target => targets.push(target.to_owned()),
+        }
+    }
+    let root = workspace_root();
+    let cfg = fuzz::FuzzConfig {
+        dir: fuzz_dir_or_default(&root, fuzz_dir),
+        seconds: fuzz::resolve_seconds(seconds.as_deref())?,
+        targets,
+    };
+    let started = std::time::Instant::now();
+    fuzz::run(&cfg)?;
+    println!(
+        "xtask fuzz: done in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn cmd_apt(mut args: Args) -> Result<()> {
+    let mut packages = Vec::new();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "-h" | "--help" => {
+                print!("{HELP}");
+                return Ok(());
+            }
+            flag if flag.starts_with('-') => return Err(unexpected("apt", flag)),
+            pkg => packages.push(pkg.to_owned()),
+        }
+    }
+    if packages.is_empty() {
+        return Err("usage: cargo xtask apt <PACKAGE>...".into());
+    }
+    let packages: Vec<&str> = packages.iter().map(String::as_str).collect();
+    apt::ensure_apt(&packages)
+}
+
+fn unexpected(command: &str, arg: &str) -> Box<dyn std::error::Error> {
+    format!("unexpected argument `{arg}` for `cargo xtask {command}` (see `cargo xtask --help`)")
+        .into()
+}
+
+/// The workspace root: xtask/ lives directly inside it.
+fn workspace_root() -> PathBuf {
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir.parent().unwrap_or(manifest_dir).to_path_buf()
+}
+
+/// `--fuzz-dir` (relative to the current directory) or `<workspace>/fuzz`.
+fn fuzz_dir_or_default(root: &Path, fuzz_dir: Option<String>) -> PathBuf {
+    match fuzz_dir {
+        Some(dir) => std::env::current_dir()
+            .map(|cwd| cwd.join(&dir))
+            .unwrap_or_else(|_| PathBuf::from(dir)),
+        None => root.join("fuzz"),
+    }
+}
+
+/// A minimal argument iterator that also accepts `--flag=value`.
+struct Args {
+    args: std::vec::IntoIter<String>,
+    pending: Option<String>,
+}
+
+impl Args {
+    fn new(args: Vec<String>) -> Self {
+        Args {
+            args: args.into_iter(),
+            pending: None,
+        }
+    }
+
+    /// The next argument; `--flag=value` yields `--flag` and keeps `value` for `Args::value`.
+    fn next(&mut self) -> Option<String> {
+        if let Some(value) = self.pending.take() {
+            // A `=value` nobody asked for: hand it back so it is reported as unexpected.
+            return Some(value);
+        }
+        let arg = self.args.next()?;
+        if arg.starts_with("--") {
+            if let Some((flag, value)) = arg.split_once('=') {
+                self.pending = Some(value.to_owned());
+                return Some(flag.to_owned());
+            }
+        }
+        Some(arg)
+    }
+
+    /// The value of `flag`, from `--flag=value` or the following argument.
+    fn value(&mut self, flag: &str) -> Result<String> {
+        self.pending
+            .take()
+            .or_else(|| self.args.next())
+            .ok_or_else(|| format!("`{flag}` needs a value").into())
+    }
+}
