@@ -169,3 +169,32 @@ fn quote(s: &str) -> String {
     out.push('\'');
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_quotes_only_when_needed() {
+        let cmd = Cmd::cargo()
+            .args(["doc", "--no-deps"])
+            .env("RUSTDOCFLAGS", "-D warnings");
+        assert_eq!(
+            cmd.display,
+            "RUSTDOCFLAGS='-D warnings' cargo doc --no-deps"
+        );
+        assert_eq!(quote("it's"), "'it'\\''s'");
+        assert_eq!(quote(""), "''");
+    }
+
+    #[test]
+    fn failure_names_command_and_exit_code() {
+        let err = Cmd::new("sh").args(["-c", "exit 3"]).run().unwrap_err();
+        assert_eq!(err.to_string(), "`sh -c 'exit 3'` exited with code 3");
+        let out = Cmd::new("sh")
+            .args(["-c", "echo hi"])
+            .read_stdout()
+            .unwrap();
+        assert_eq!(out, "hi\n");
+    }
+}

@@ -178,9 +178,19 @@ fn unexpected(command: &str, arg: &str) -> Box<dyn std::error::Error> {
 }
 
 /// The workspace root: xtask/ lives directly inside it.
+///
+/// Prefers the `CARGO_MANIFEST_DIR` that `cargo run` (hence `cargo xtask`) sets at run time:
+/// cargo does not rebuild when only the checkout's location changes (same relative paths), so
+/// the compile-time value can point at an old location. The compile-time value is the
+/// fallback for running the binary directly.
 fn workspace_root() -> PathBuf {
-    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest_dir.parent().unwrap_or(manifest_dir).to_path_buf()
+    let runtime = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .filter(|dir| dir.ends_with("xtask") && dir.join("src/main.rs").is_file());
+    let manifest_dir = runtime.unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest_dir
+        .parent()
+        .map_or_else(|| manifest_dir.clone(), Path::to_path_buf)
 }
 
 /// `--fuzz-dir` (relative to the current directory) or `<workspace>/fuzz`.
@@ -229,5 +239,68 @@ impl Args {
             .take()
             .or_else(|| self.args.next())
             .ok_or_else(|| format!("`{flag}` needs a value").into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Args {
+        Args::new(list.iter().map(|s| s.to_string()).collect())
+    }
+
+    #[test]
+    fn flag_values_separate_or_inline() {
+        let mut a = args(&["--skip", "fmt", "--only=fuzz", "target"]);
+        assert_eq!(a.next().as_deref(), Some("--skip"));
+        assert_eq!(a.value("--skip").unwrap(), "fmt");
+        assert_eq!(a.next().as_deref(), Some("--only"));
+        assert_eq!(a.value("--only").unwrap(), "fuzz");
+        assert_eq!(a.next().as_deref(), Some("target"));
+        assert_eq!(a.next(), None);
+    }
+
+    #[test]
+    fn missing_flag_value_is_an_error() {
+        let mut a = args(&["--skip"]);
+        a.next();
+        assert!(a.value("--skip").is_err());
+    }
+
+    #[test]
+    fn fuzz_seconds_from_command_line() {
+        assert_eq!(fuzz::resolve_seconds(Some("7")).unwrap(), 7);
+        assert!(fuzz::resolve_seconds(Some("0")).is_err());
+        assert!(fuzz::resolve_seconds(Some("ten")).is_err());
+    }
+
+    #[test]
+    fn stage_names_are_unique_and_in_order() {
+        let names: Vec<&str> = ci::stages().iter().map(|s| s.name).collect();
+        assert_eq!(names, ["fmt", "clippy", "test", "doc", "fuzz"]);
+    }
+
+    #[test]
+    fn unknown_stage_is_rejected() {
+        let ctx = ci::Ctx {
+            root: workspace_root(),
+            fuzz: fuzz::FuzzConfig {
+                dir: PathBuf::from("/nonexistent"),
+                seconds: 1,
+                targets: Vec::new(),
+            },
+        };
+        let opts = ci::CiOptions {
+            skip: vec!["nope".into()],
+            only: Vec::new(),
+        };
+        assert!(ci::run(&ctx, &opts).is_err());
+    }
+
+    #[test]
+    fn workspace_root_holds_the_workspace_manifest() {
+        assert!(workspace_root().join("Cargo.toml").is_file());
+        assert!(workspace_root().join("xtask").is_dir());
     }
 }
