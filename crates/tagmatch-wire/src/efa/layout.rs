@@ -191,18 +191,63 @@ pub struct Layout {
     pub rma_iov: bool,
     /// What the payload holds.
     pub payload: PayloadKind,
+    /// Offset of each field by [`Field`] index, 0 when absent (no field starts at 0: the
+    /// base header is there), so a field lookup is one load.
+    offsets: [u8; Field::COUNT],
+    /// Bit `f` set when field `f` is 8 bytes wide.
+    wide: u32,
 }
 
 impl Layout {
+    const fn new(
+        pkt_type: PacketType,
+        size: u8,
+        fields: &'static [FieldAt],
+        connid: ConnidPlace,
+        rma_iov: bool,
+        payload: PayloadKind,
+    ) -> Layout {
+        let mut offsets = [0u8; Field::COUNT];
+        let mut wide = 0u32;
+        let mut i = 0;
+        while i < fields.len() {
+            offsets[fields[i].field as usize] = fields[i].offset;
+            if let Width::U64 = fields[i].width {
+                wide |= 1 << fields[i].field as u32;
+            }
+            i += 1;
+        }
+        Layout {
+            pkt_type,
+            size,
+            fields,
+            connid,
+            rma_iov,
+            payload,
+            offsets,
+            wide,
+        }
+    }
+
     /// Whether the layout has `field`.
+    #[inline]
     pub fn has(&self, field: Field) -> bool {
-        self.fields.iter().any(|f| f.field == field)
+        self.offsets[field as usize] != 0
     }
 
     /// The offset and width of `field`, if the layout has it.
     #[inline]
     pub fn find(&self, field: Field) -> Option<FieldAt> {
-        self.fields.iter().copied().find(|f| f.field == field)
+        let offset = self.offsets[field as usize];
+        (offset != 0).then_some(FieldAt {
+            field,
+            offset,
+            width: if self.wide & (1 << field as u32) != 0 {
+                Width::U64
+            } else {
+                Width::U32
+            },
+        })
     }
 }
 
@@ -225,14 +270,14 @@ const fn u64_at(field: Field, offset: u8) -> FieldAt {
 use Field::*;
 
 const fn ctrl(pkt_type: PacketType, size: u8, fields: &'static [FieldAt], c: u8) -> Layout {
-    Layout {
+    Layout::new(
         pkt_type,
         size,
         fields,
-        connid: ConnidPlace::Fixed(c),
-        rma_iov: false,
-        payload: PayloadKind::Data,
-    }
+        ConnidPlace::Fixed(c),
+        false,
+        PayloadKind::Data,
+    )
 }
 
 const fn req(
@@ -242,14 +287,14 @@ const fn req(
     rma_iov: bool,
     payload: PayloadKind,
 ) -> Layout {
-    Layout {
+    Layout::new(
         pkt_type,
         size,
         fields,
-        connid: ConnidPlace::ReqOptional,
+        ConnidPlace::ReqOptional,
         rma_iov,
         payload,
-    }
+    )
 }
 
 // wire-layouts §A.5: CTS (3), 24 bytes: 0 base; 4 connid/padding; 8 send_id; 12 recv_id;
@@ -266,18 +311,18 @@ static CTS: Layout = ctrl(
 );
 // wire-layouts §A.5: CTSDATA (4), 24 bytes: 0 base; 4 recv_id; 8 seg_length u64;
 // 16 seg_offset u64; with CONNID_HDR an 8-byte connid header follows at 24.
-static CTSDATA: Layout = Layout {
-    pkt_type: PacketType::CtsData,
-    size: 24,
-    fields: &[
+static CTSDATA: Layout = Layout::new(
+    PacketType::CtsData,
+    24,
+    &[
         u32_at(RecvId, 4),
         u64_at(SegLength, 8),
         u64_at(SegOffset, 16),
     ],
-    connid: ConnidPlace::CtsDataTrailer,
-    rma_iov: false,
-    payload: PayloadKind::Data,
-};
+    ConnidPlace::CtsDataTrailer,
+    false,
+    PayloadKind::Data,
+);
 // wire-layouts §A.5 / §D.6: READRSP (5): 4 connid; 8 recv_id; 12 send_id; 16 seg_length.
 static READRSP: Layout = ctrl(
     PacketType::ReadRsp,
@@ -300,14 +345,14 @@ static ATOMRSP: Layout = ctrl(
     4,
 );
 // wire-layouts §A.5: HANDSHAKE (9): 4 nextra_p3 u32; 8 extra_info[nextra_p3 - 3] u64.
-static HANDSHAKE: Layout = Layout {
-    pkt_type: PacketType::Handshake,
-    size: 8,
-    fields: &[u32_at(NextraP3, 4)],
-    connid: ConnidPlace::Handshake,
-    rma_iov: false,
-    payload: PayloadKind::Data,
-};
+static HANDSHAKE: Layout = Layout::new(
+    PacketType::Handshake,
+    8,
+    &[u32_at(NextraP3, 4)],
+    ConnidPlace::Handshake,
+    false,
+    PayloadKind::Data,
+);
 // wire-layouts §A.5: RECEIPT (10), 16 bytes: 4 tx_id; 8 msg_id; 12 connid.
 static RECEIPT: Layout = ctrl(
     PacketType::Receipt,
@@ -637,6 +682,54 @@ static RUNTREAD_TAGRTM: Layout = req(
     false,
     PayloadKind::ReadIovRunt,
 );
+
+/// Layouts by type ID: one load to classify a received type byte.
+static BY_ID: [Option<&Layout>; 256] = {
+    let mut t: [Option<&Layout>; 256] = [None; 256];
+    t[PacketType::Cts as usize] = Some(&CTS);
+    t[PacketType::CtsData as usize] = Some(&CTSDATA);
+    t[PacketType::ReadRsp as usize] = Some(&READRSP);
+    t[PacketType::Eor as usize] = Some(&EOR);
+    t[PacketType::AtomRsp as usize] = Some(&ATOMRSP);
+    t[PacketType::Handshake as usize] = Some(&HANDSHAKE);
+    t[PacketType::Receipt as usize] = Some(&RECEIPT);
+    t[PacketType::ReadNack as usize] = Some(&READ_NACK);
+    t[PacketType::PeerError as usize] = Some(&PEER_ERROR);
+    t[PacketType::EagerMsgRtm as usize] = Some(&EAGER_MSGRTM);
+    t[PacketType::EagerTagRtm as usize] = Some(&EAGER_TAGRTM);
+    t[PacketType::MediumMsgRtm as usize] = Some(&MEDIUM_MSGRTM);
+    t[PacketType::MediumTagRtm as usize] = Some(&MEDIUM_TAGRTM);
+    t[PacketType::LongctsMsgRtm as usize] = Some(&LONGCTS_MSGRTM);
+    t[PacketType::LongctsTagRtm as usize] = Some(&LONGCTS_TAGRTM);
+    t[PacketType::EagerRtw as usize] = Some(&EAGER_RTW);
+    t[PacketType::LongctsRtw as usize] = Some(&LONGCTS_RTW);
+    t[PacketType::ShortRtr as usize] = Some(&SHORT_RTR);
+    t[PacketType::LongctsRtr as usize] = Some(&LONGCTS_RTR);
+    t[PacketType::WriteRta as usize] = Some(&WRITE_RTA);
+    t[PacketType::FetchRta as usize] = Some(&FETCH_RTA);
+    t[PacketType::CompareRta as usize] = Some(&COMPARE_RTA);
+    t[PacketType::LongreadMsgRtm as usize] = Some(&LONGREAD_MSGRTM);
+    t[PacketType::LongreadTagRtm as usize] = Some(&LONGREAD_TAGRTM);
+    t[PacketType::LongreadRtw as usize] = Some(&LONGREAD_RTW);
+    t[PacketType::DcEagerMsgRtm as usize] = Some(&DC_EAGER_MSGRTM);
+    t[PacketType::DcEagerTagRtm as usize] = Some(&DC_EAGER_TAGRTM);
+    t[PacketType::DcMediumMsgRtm as usize] = Some(&DC_MEDIUM_MSGRTM);
+    t[PacketType::DcMediumTagRtm as usize] = Some(&DC_MEDIUM_TAGRTM);
+    t[PacketType::DcLongctsMsgRtm as usize] = Some(&DC_LONGCTS_MSGRTM);
+    t[PacketType::DcLongctsTagRtm as usize] = Some(&DC_LONGCTS_TAGRTM);
+    t[PacketType::DcEagerRtw as usize] = Some(&DC_EAGER_RTW);
+    t[PacketType::DcLongctsRtw as usize] = Some(&DC_LONGCTS_RTW);
+    t[PacketType::DcWriteRta as usize] = Some(&DC_WRITE_RTA);
+    t[PacketType::RuntreadMsgRtm as usize] = Some(&RUNTREAD_MSGRTM);
+    t[PacketType::RuntreadTagRtm as usize] = Some(&RUNTREAD_TAGRTM);
+    t
+};
+
+/// The layout of a wire type ID, `None` for IDs that are not wire packet types.
+#[inline]
+pub(super) fn by_id(id: u8) -> Option<&'static Layout> {
+    BY_ID[id as usize]
+}
 
 pub(super) fn of(t: PacketType) -> &'static Layout {
     match t {

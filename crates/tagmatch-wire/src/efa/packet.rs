@@ -253,6 +253,11 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<'a> Packet<&'a [u8]> {
+    /// The whole packet, with the lifetime of the underlying buffer.
+    pub fn buffer(&self) -> &'a [u8] {
+        self.buffer
+    }
+
     /// [`Packet::payload`] with the lifetime of the underlying buffer.
     pub fn payload_slice(&self) -> &'a [u8] {
         let b: &'a [u8] = self.buffer;
@@ -324,11 +329,21 @@ fn check(b: &[u8]) -> Result<(&'static Layout, Offsets)> {
     if version < PROTOCOL_VERSION {
         return Err(ContentError::UnsupportedVersion(version).into());
     }
-    let ty = PacketType::from_id(byte(b, 0))?;
-    let layout = ty.layout();
+    let layout = match super::layout::by_id(byte(b, 0)) {
+        Some(l) => l,
+        None => {
+            return Err(PacketType::from_id(byte(b, 0))
+                .err()
+                .unwrap_or(ContentError::UnknownType(byte(b, 0)))
+                .into())
+        }
+    };
+    let ty = layout.pkt_type;
     let fl = le16(b, 2);
     let mut pos = layout.size as usize;
-    need(Part::Mandatory(ty.name()), pos, n)?;
+    if n < pos {
+        return Err(Error::len(Part::Mandatory(ty.name()), pos, n));
+    }
     let mut off = Offsets::default();
 
     // wire-layouts §A.6: "The mandatory size is base_hdr_size + rma_iov_count*24".

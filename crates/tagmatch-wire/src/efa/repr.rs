@@ -238,11 +238,19 @@ impl<'a> Repr<'a> {
         let layout = packet.layout();
         let ty = layout.pkt_type;
         let mut fields = Fields::default();
+        let b: &'a [u8] = packet.buffer();
         for at in layout.fields {
-            if !at.field.is_derived() {
-                fields.set(at.field, packet.get(at.field).unwrap_or(0));
-            }
+            fields.set(
+                at.field,
+                match at.width {
+                    Width::U32 => crate::bytes::le32(b, at.offset as usize) as u64,
+                    Width::U64 => crate::bytes::le64(b, at.offset as usize),
+                },
+            );
         }
+        // Derived counts are not stored.
+        fields.set(Field::RmaIovCount, 0);
+        fields.set(Field::NextraP3, 0);
         let handshake = if ty == PacketType::Handshake {
             HandshakeExt {
                 extra_info: packet.extra_info().unwrap_or_default(),
@@ -349,20 +357,20 @@ impl<'a> Repr<'a> {
             return Err(ContentError::UnsupportedVersion(self.version).into());
         }
         for f in Field::ALL {
+            let v = self.fields.get(f);
+            if v == 0 || f.is_derived() {
+                continue;
+            }
             match layout.find(f) {
-                Some(at) if !f.is_derived() => {
-                    let v = self.fields.get(f);
-                    if v > at.width.max() {
-                        return Err(ContentError::FieldOverflow {
-                            field: f.name(),
-                            value: v,
-                        }
-                        .into());
+                Some(at) if v > at.width.max() => {
+                    return Err(ContentError::FieldOverflow {
+                        field: f.name(),
+                        value: v,
                     }
+                    .into());
                 }
                 Some(_) => {}
-                None if self.fields.get(f) != 0 => return na(f.name()),
-                None => {}
+                None => return na(f.name()),
             }
         }
         if !layout.rma_iov && !self.rma_iov.is_empty() {
