@@ -551,6 +551,35 @@ mod tests {
         assert!(decoded > 5_000, "{decoded}");
     }
 
+    /// Every type prints type, type_id, version, flags, then its layout's fields in offset
+    /// order, and ends with payload, header_len, payload_len.
+    #[test]
+    fn every_type_prints_its_fields_in_layout_order() {
+        for s in crate::demo::samples().unwrap() {
+            if s.format != crate::format::Format::Efa {
+                continue;
+            }
+            let d = decode(&s.bytes).unwrap();
+            let keys: Vec<&str> = d.as_object().unwrap().keys().map(String::as_str).collect();
+            let layout = PacketType::from_id(s.id).unwrap().layout();
+            let fields: Vec<&str> = layout.fields.iter().map(|f| f.field.name()).collect();
+            assert_eq!(
+                keys[..4],
+                ["type", "type_id", "version", "flags"],
+                "{}",
+                s.name
+            );
+            assert_eq!(keys[4..4 + fields.len()], fields[..], "{}", s.name);
+            assert_eq!(
+                keys[keys.len() - 3..],
+                ["payload", "header_len", "payload_len"],
+                "{}",
+                s.name
+            );
+            assert_eq!(d["header_len"], s.header_len, "{}", s.name);
+        }
+    }
+
     #[test]
     fn short_read_iov_prints_what_is_there() {
         // read_iov_count 2, one entry present plus 4 stray bytes.
