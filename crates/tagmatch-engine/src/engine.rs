@@ -4,6 +4,21 @@ use crate::hash::{map_heap_bytes, FastMap};
 use crate::list::{self, Link, Linked, Unlinked};
 use crate::slab::GenSlab;
 use crate::types::*;
+use std::collections::hash_map::Entry;
+
+/// Appends slab entry `$idx` to the list of `$key` in `$map` with one hash probe
+/// (`$flag`: [`POSTED`] or 0 for the side the list holds).
+macro_rules! push_entry {
+    ($map:expr, $key:expr, $slab:expr, $k:expr, $idx:expr, $flag:expr) => {
+        match $map.entry($key) {
+            Entry::Occupied(o) => list::push_back($slab, $k, Some(*o.get() & !POSTED), $idx),
+            Entry::Vacant(v) => {
+                list::push_back($slab, $k, None, $idx);
+                v.insert($idx | $flag);
+            }
+        }
+    };
+}
 
 /// Top bit of an index-map value: the list holds posted receives (else unexpected messages).
 const POSTED: u32 = 1 << 31;
@@ -508,6 +523,23 @@ impl<R, M> Engine<R, M> {
     }
 
     fn store_unexp(&mut self, env: Envelope, len: u32, msg: M) {
+        let idx = self.alloc_unexp(env, len, msg);
+        push_entry!(
+            self.exact,
+            ExactKey {
+                tag: env.tag,
+                comm: env.comm,
+                src: env.src
+            },
+            &mut self.unexp,
+            K_EXACT,
+            idx,
+            0
+        );
+        self.link_unexp_rest(idx, &env);
+    }
+
+    fn alloc_unexp(&mut self, env: Envelope, len: u32, msg: M) -> u32 {
         let node = UNode {
             env,
             links: [Link::default(); 4],
@@ -516,15 +548,32 @@ impl<R, M> Engine<R, M> {
             claimed: false,
             msg,
         };
-        let (idx, _) = self.unexp.insert(node);
         self.c.bytes_held += len as usize;
-        for k in [K_EXACT, K_SRC, K_TAG, K_COMM] {
-            let head = self.unexp_head(k, &env);
-            list::push_back(&mut self.unexp, k, head, idx);
-            if head.is_none() {
-                self.index_set(k, &env, idx);
-            }
-        }
+        self.unexp.insert(node).0
+    }
+
+    /// Links a stored message into the (comm,src), (comm,tag) and (comm) lists.
+    fn link_unexp_rest(&mut self, idx: u32, env: &Envelope) {
+        push_entry!(
+            self.by_src,
+            src_key(env.comm, env.src),
+            &mut self.unexp,
+            K_SRC,
+            idx,
+            0
+        );
+        push_entry!(
+            self.by_tag,
+            TagKey {
+                tag: env.tag,
+                comm: env.comm
+            },
+            &mut self.unexp,
+            K_TAG,
+            idx,
+            0
+        );
+        push_entry!(self.by_comm, env.comm, &mut self.unexp, K_COMM, idx, 0);
     }
 
     fn held_messages(&self) -> usize {
@@ -555,6 +604,9 @@ impl<R, M> Engine<R, M> {
         // MPI 4.0 §3.5 / matching-notes §1.0: "a receive matches the earliest-arrived
         // matching unexpected message".
         let spec = spec.normalized();
+        if let (Source::Rank(src), TagSel::Exact(tag)) = (spec.src, spec.tag) {
+            return self.post_exact(spec.comm, src, tag, recv);
+        }
         let mut a = 0;
         let found = self.search_unexp(&spec, &mut a);
         self.c.match_attempts += a;
@@ -615,6 +667,79 @@ impl<R, M> Engine<R, M> {
         Ok(Posted::Pending(RecvHandle { idx, gen }))
     }
 
+    /// [`Engine::post`] of an exact receive: one hash probe finds the message (and
+    /// unlinks it from the exact index) or queues the receive.
+    fn post_exact(
+        &mut self,
+        comm: u32,
+        src: u32,
+        tag: u64,
+        recv: R,
+    ) -> Result<Posted<R, M>, PostRejected<R>> {
+        let can_post = self.posted.len() < self.cfg.max_posted;
+        self.c.match_attempts += 1;
+        let key = ExactKey { tag, comm, src };
+        let found = match self.exact.entry(key) {
+            Entry::Occupied(mut o) if *o.get() & POSTED == 0 => {
+                let idx = *o.get();
+                match list::unlink(&mut self.unexp, K_EXACT, idx) {
+                    Unlinked::Empty => {
+                        o.remove();
+                    }
+                    Unlinked::NewHead(h) => *o.get_mut() = h,
+                    Unlinked::Inner => {}
+                }
+                idx
+            }
+            _ if !can_post => {
+                self.c.misses += 1;
+                return Err(PostRejected { recv });
+            }
+            e => {
+                self.c.misses += 1;
+                let seq = self.next_seq;
+                self.next_seq += 1;
+                let node = PNode {
+                    tag,
+                    mask: u64::MAX,
+                    seq,
+                    comm,
+                    src,
+                    link: Link::default(),
+                    kind: K_EXACT as u8,
+                    src_any: false,
+                    head: false,
+                    recv,
+                };
+                let (idx, gen) = self.posted.insert(node);
+                match e {
+                    Entry::Occupied(o) => {
+                        list::push_back(&mut self.posted, K_EXACT, Some(*o.get() & !POSTED), idx)
+                    }
+                    Entry::Vacant(v) => {
+                        list::push_back(&mut self.posted, K_EXACT, None, idx);
+                        v.insert(idx | POSTED);
+                    }
+                }
+                self.n_kind[K_EXACT] += 1;
+                return Ok(Posted::Pending(RecvHandle { idx, gen }));
+            }
+        };
+        self.c.hits += 1;
+        let env = self.unexp.at(found).env;
+        for k in [K_SRC, K_TAG, K_COMM] {
+            let u = list::unlink(&mut self.unexp, k, found);
+            self.index_after_unlink(k, &env, u, 0);
+        }
+        let m = self.free_unexp(found);
+        Ok(Posted::Matched(Match {
+            recv,
+            msg: m.msg,
+            env: m.env,
+            len: m.len,
+        }))
+    }
+
     /// Processes one message that the caller guarantees is in send order for its source
     /// (an ordered transport, or one the caller has already reordered). Does not touch the
     /// sequence state of [`Engine::deliver`]; use one or the other for a given source.
@@ -641,6 +766,11 @@ impl<R, M> Engine<R, M> {
     ) -> Result<Arrived<R, M>, Rejected<M>> {
         // MPI 4.0 §3.5 / matching-notes §1.0: "a message matches the earliest-posted
         // matching receive".
+        if self.n_kind[K_SRC] + self.n_kind[K_TAG] + self.n_kind[K_COMM] + self.n_kind[K_MASKED]
+            == 0
+        {
+            return self.arrive_exact_only(env, len, msg, check_budget);
+        }
         let mut a = 0;
         let found = self.search_posted(&env, &mut a);
         self.c.match_attempts += a;
@@ -667,6 +797,83 @@ impl<R, M> Engine<R, M> {
         }
         // A held message was admitted with len <= u32::MAX, so this conversion is exact.
         self.store_unexp(env, len.min(u32::MAX as usize) as u32, msg);
+        Ok(Arrived::Unexpected(env))
+    }
+
+    /// [`Engine::arrive`] when only exact receives are posted: one hash probe finds the
+    /// receive, removes it from the index or stores the message.
+    fn arrive_exact_only(
+        &mut self,
+        env: Envelope,
+        len: usize,
+        msg: M,
+        check_budget: bool,
+    ) -> Result<Arrived<R, M>, Rejected<M>> {
+        let fits = !check_budget || self.fits(len);
+        let key = ExactKey {
+            tag: env.tag,
+            comm: env.comm,
+            src: env.src,
+        };
+        let stored = match self.exact.entry(key) {
+            Entry::Occupied(mut o) if *o.get() & POSTED != 0 => {
+                let idx = *o.get() & !POSTED;
+                match list::unlink(&mut self.posted, K_EXACT, idx) {
+                    Unlinked::Empty => {
+                        o.remove();
+                    }
+                    Unlinked::NewHead(h) => *o.get_mut() = h | POSTED,
+                    Unlinked::Inner => {}
+                }
+                self.n_kind[K_EXACT] -= 1;
+                self.c.match_attempts += 1;
+                self.c.hits += 1;
+                let recv = match self.posted.remove(idx) {
+                    Some(n) => n.recv,
+                    None => unreachable!("engine invariant: receive slot {idx} is occupied"),
+                };
+                return Ok(Arrived::Matched(Match {
+                    recv,
+                    msg,
+                    env,
+                    len,
+                }));
+            }
+            _ if !fits => {
+                self.c.misses += 1;
+                self.c.rejected_backpressure += 1;
+                return Err(Rejected {
+                    reason: RejectReason::Backpressure,
+                    env,
+                    len,
+                    msg,
+                });
+            }
+            e => {
+                let node = UNode {
+                    env,
+                    links: [Link::default(); 4],
+                    len: len.min(u32::MAX as usize) as u32,
+                    heads: 0,
+                    claimed: false,
+                    msg,
+                };
+                let idx = self.unexp.insert(node).0;
+                match e {
+                    Entry::Occupied(o) => {
+                        list::push_back(&mut self.unexp, K_EXACT, Some(*o.get()), idx)
+                    }
+                    Entry::Vacant(v) => {
+                        list::push_back(&mut self.unexp, K_EXACT, None, idx);
+                        v.insert(idx);
+                    }
+                }
+                idx
+            }
+        };
+        self.c.misses += 1;
+        self.c.bytes_held += len;
+        self.link_unexp_rest(stored, &env);
         Ok(Arrived::Unexpected(env))
     }
 
