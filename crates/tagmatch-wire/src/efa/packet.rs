@@ -55,6 +55,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     ///
     /// Length errors name the part that does not fit and the bytes needed from the start
     /// of the packet; content errors say what is invalid.
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Packet<T>> {
         let (layout, off) = check(buffer.as_ref())?;
         Ok(Packet {
@@ -319,6 +320,7 @@ fn o16(v: usize) -> u16 {
     v as u16
 }
 
+#[inline(always)]
 fn check(b: &[u8]) -> Result<(&'static Layout, Offsets)> {
     let n = b.len();
     // efa-rdm-protocol-v4 §1.3: every packet starts with the 4-byte base header
