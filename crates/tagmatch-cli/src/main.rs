@@ -11,6 +11,7 @@
 //! with status 1; clap usage errors keep clap's status 2.
 #![forbid(unsafe_code)]
 
+mod bench;
 mod decode;
 mod demo;
 mod efa;
@@ -20,6 +21,7 @@ mod format;
 mod hex;
 mod input;
 mod json;
+mod replay;
 mod tm;
 
 use std::io::Write;
@@ -47,6 +49,10 @@ pub enum Command {
     Encode(encode::Args),
     /// Round-trip a representative packet of every EFA and TM type and print a table.
     Demo(demo::Args),
+    /// Run a text trace of posts/arrivals/probes through the matching engine.
+    Replay(replay::Args),
+    /// Benchmark the matching engine (`bench match`).
+    Bench(bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -55,6 +61,8 @@ fn main() -> ExitCode {
         Command::Decode(args) => decode::run(args),
         Command::Encode(args) => encode::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Replay(args) => replay::run(args),
+        Command::Bench(args) => bench::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
