@@ -1,24 +1,10 @@
 //! The matching engine.
 
 use crate::hash::{map_heap_bytes, FastMap};
+use crate::index::Index;
 use crate::list::{self, Link, Linked, Unlinked};
 use crate::slab::GenSlab;
 use crate::types::*;
-use std::collections::hash_map::Entry;
-
-/// Appends slab entry `$idx` to the list of `$key` in `$map` with one hash probe
-/// (`$flag`: [`POSTED`] or 0 for the side the list holds).
-macro_rules! push_entry {
-    ($map:expr, $key:expr, $slab:expr, $k:expr, $idx:expr, $flag:expr) => {
-        match $map.entry($key) {
-            Entry::Occupied(o) => list::push_back($slab, $k, Some(*o.get() & !POSTED), $idx),
-            Entry::Vacant(v) => {
-                list::push_back($slab, $k, None, $idx);
-                v.insert($idx | $flag);
-            }
-        }
-    };
-}
 
 /// Top bit of an index-map value: the list holds posted receives (else unexpected messages).
 const POSTED: u32 = 1 << 31;
@@ -31,22 +17,35 @@ const K_TAG: usize = 2; // (comm, tag)       posted: ANY_SOURCE
 const K_COMM: usize = 3; // (comm)           posted: ANY_SOURCE + ANY_TAG
 const K_MASKED: usize = 4; // (comm), posted only: general masks, scanned
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct ExactKey {
-    tag: u64,
-    comm: u32,
-    src: u32,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct TagKey {
-    tag: u64,
-    comm: u32,
-}
-
+/// The key of index `k`: the envelope with the fields that index ignores zeroed.
 #[inline]
-fn src_key(comm: u32, src: u32) -> u64 {
-    (u64::from(comm) << 32) | u64::from(src)
+fn proj(k: usize, e: &Envelope) -> Envelope {
+    match k {
+        K_EXACT => *e,
+        K_SRC => Envelope { tag: 0, ..*e },
+        K_TAG => Envelope { src: 0, ..*e },
+        _ => Envelope { comm: e.comm, src: 0, tag: 0 },
+    }
+}
+
+/// Hash of a projected key (multiply, then the MurmurHash3 fmix64 finaliser).
+#[inline]
+fn hash_key(e: &Envelope) -> u64 {
+    let mut h = e.tag.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ ((u64::from(e.comm) << 32) | u64::from(e.src));
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h
+}
+
+/// The envelope-shaped key of an index value (a posted receive or an unexpected message).
+#[inline]
+fn key_of<R, M>(posted: &GenSlab<PNode<R>>, unexp: &GenSlab<UNode<M>>, v: u32) -> Envelope {
+    if v & POSTED != 0 {
+        posted.at(v & !POSTED).key_env()
+    } else {
+        unexp.at(v).env
+    }
 }
 
 /// A posted receive. `tag` holds `want & mask`; `kind` is the index it lives on.
@@ -209,11 +208,8 @@ pub struct Engine<R, M> {
     cfg: Config,
     posted: GenSlab<PNode<R>>,
     unexp: GenSlab<UNode<M>>,
-    exact: FastMap<ExactKey, u32>,
-    by_src: FastMap<u64, u32>,
-    by_tag: FastMap<TagKey, u32>,
-    by_comm: FastMap<u32, u32>,
-    masked: FastMap<u32, u32>,
+    /// One intrusive hash index per key kind (`K_*`): the head of each FIFO.
+    ix: [Index; 5],
     /// Posted receives per index kind (to skip lookups of empty kinds on arrival).
     n_kind: [usize; 5],
     next_seq: u64,
@@ -240,11 +236,7 @@ impl<R, M> Engine<R, M> {
             cfg,
             posted: GenSlab::new(),
             unexp: GenSlab::new(),
-            exact: FastMap::default(),
-            by_src: FastMap::default(),
-            by_tag: FastMap::default(),
-            by_comm: FastMap::default(),
-            masked: FastMap::default(),
+            ix: Default::default(),
             n_kind: [0; 5],
             next_seq: 0,
             peers: FastMap::default(),
@@ -263,103 +255,78 @@ impl<R, M> Engine<R, M> {
     pub fn reserve(&mut self, posted: usize, unexpected: usize) {
         self.posted.reserve(posted);
         self.unexp.reserve(unexpected);
-        let keys = posted.max(unexpected);
-        self.exact.reserve(keys.saturating_sub(self.exact.len()));
-        self.by_src
-            .reserve(unexpected.saturating_sub(self.by_src.len()));
-        self.by_tag
-            .reserve(unexpected.saturating_sub(self.by_tag.len()));
+        let (p, u) = (&self.posted, &self.unexp);
+        for (k, n) in [(K_EXACT, posted.max(unexpected)), (K_SRC, unexpected), (K_TAG, unexpected)] {
+            self.ix[k].reserve(n, |v| hash_key(&proj(k, &key_of(p, u, v))));
+        }
     }
 
     // ------------------------------------------------------------------ index maps
 
     #[inline]
     fn index_get(&self, k: usize, e: &Envelope) -> Option<u32> {
-        match k {
-            K_EXACT => self.exact.get(&ExactKey {
-                tag: e.tag,
-                comm: e.comm,
-                src: e.src,
-            }),
-            K_SRC => self.by_src.get(&src_key(e.comm, e.src)),
-            K_TAG => self.by_tag.get(&TagKey {
-                tag: e.tag,
-                comm: e.comm,
-            }),
-            K_COMM => self.by_comm.get(&e.comm),
-            _ => self.masked.get(&e.comm),
-        }
-        .copied()
+        let key = proj(k, e);
+        let (p, u) = (&self.posted, &self.unexp);
+        self.ix[k].get(hash_key(&key), |v| proj(k, &key_of(p, u, v)) == key)
     }
 
+    /// Removes the entry at `pos` of index `k`.
     #[inline]
-    fn index_set(&mut self, k: usize, e: &Envelope, v: u32) {
-        match k {
-            K_EXACT => {
-                self.exact.insert(
-                    ExactKey {
-                        tag: e.tag,
-                        comm: e.comm,
-                        src: e.src,
-                    },
-                    v,
-                );
-            }
-            K_SRC => {
-                self.by_src.insert(src_key(e.comm, e.src), v);
-            }
-            K_TAG => {
-                self.by_tag.insert(
-                    TagKey {
-                        tag: e.tag,
-                        comm: e.comm,
-                    },
-                    v,
-                );
-            }
-            K_COMM => {
-                self.by_comm.insert(e.comm, v);
-            }
-            _ => {
-                self.masked.insert(e.comm, v);
-            }
-        }
+    fn index_remove_at(&mut self, k: usize, pos: usize) {
+        let (p, u) = (&self.posted, &self.unexp);
+        self.ix[k].remove_at(pos, |v| hash_key(&proj(k, &key_of(p, u, v))));
     }
 
+    /// Updates index `k` after node `old` (index value, with its side flag) left the list
+    /// of key `e`.
     #[inline]
-    fn index_remove(&mut self, k: usize, e: &Envelope) {
-        match k {
-            K_EXACT => {
-                self.exact.remove(&ExactKey {
-                    tag: e.tag,
-                    comm: e.comm,
-                    src: e.src,
-                });
-            }
-            K_SRC => {
-                self.by_src.remove(&src_key(e.comm, e.src));
-            }
-            K_TAG => {
-                self.by_tag.remove(&TagKey {
-                    tag: e.tag,
-                    comm: e.comm,
-                });
-            }
-            K_COMM => {
-                self.by_comm.remove(&e.comm);
-            }
-            _ => {
-                self.masked.remove(&e.comm);
-            }
-        }
-    }
-
-    #[inline]
-    fn index_after_unlink(&mut self, k: usize, e: &Envelope, u: Unlinked, flag: u32) {
+    fn index_after_unlink(&mut self, k: usize, e: &Envelope, u: Unlinked, old: u32) {
         match u {
             Unlinked::Inner => {}
-            Unlinked::NewHead(h) => self.index_set(k, e, h | flag),
-            Unlinked::Empty => self.index_remove(k, e),
+            Unlinked::NewHead(h) => {
+                let pos = self.ix[k].pos_of_value(hash_key(&proj(k, e)), old);
+                self.ix[k].set_at(pos, h | (old & POSTED));
+            }
+            Unlinked::Empty => {
+                let pos = self.ix[k].pos_of_value(hash_key(&proj(k, e)), old);
+                self.index_remove_at(k, pos);
+            }
+        }
+    }
+
+    /// Appends unexpected message `idx` (already in the slab) to its list `k`.
+    #[inline]
+    fn index_push_unexp(&mut self, k: usize, e: &Envelope, idx: u32) {
+        let key = proj(k, e);
+        let (p, u) = (&self.posted, &self.unexp);
+        self.ix[k].reserve_one(|v| hash_key(&proj(k, &key_of(p, u, v))));
+        match self.ix[k].find(hash_key(&key), |v| proj(k, &key_of(p, u, v)) == key) {
+            Ok(pos) => {
+                let head = self.ix[k].value_at(pos);
+                list::push_back(&mut self.unexp, k, Some(head & !POSTED), idx);
+            }
+            Err(pos) => {
+                self.ix[k].insert_at(pos, idx);
+                list::push_back(&mut self.unexp, k, None, idx);
+            }
+        }
+    }
+
+    /// Appends posted receive `idx` (already in the slab) to its list of kind `k`.
+    #[inline]
+    fn index_push_posted(&mut self, k: usize, e: &Envelope, idx: u32) {
+        let key = proj(k, e);
+        let (p, u) = (&self.posted, &self.unexp);
+        self.ix[k].reserve_one(|v| hash_key(&proj(k, &key_of(p, u, v))));
+        match self.ix[k].find(hash_key(&key), |v| proj(k, &key_of(p, u, v)) == key) {
+            Ok(pos) => {
+                let head = self.ix[k].value_at(pos);
+                list::push_back(&mut self.posted, k, Some(head & !POSTED), idx);
+            }
+            Err(pos) => {
+                self.ix[k].insert_at(pos, idx | POSTED);
+                list::push_back(&mut self.posted, k, None, idx);
+            }
         }
     }
 
@@ -452,7 +419,7 @@ impl<R, M> Engine<R, M> {
         if self.n_kind[K_MASKED] > 0 {
             // General masks: scan this communicator's masked receives in posting order,
             // only as far as the best O(1) candidate.
-            if let Some(head) = self.masked.get(&env.comm).map(|v| v & !POSTED) {
+            if let Some(head) = self.index_get(K_MASKED, env).map(|v| v & !POSTED) {
                 let mut cur = head;
                 loop {
                     let n = self.posted.at(cur);
@@ -481,7 +448,7 @@ impl<R, M> Engine<R, M> {
         let env = self.unexp.at(idx).env;
         for k in [K_EXACT, K_SRC, K_TAG, K_COMM] {
             let u = list::unlink(&mut self.unexp, k, idx);
-            self.index_after_unlink(k, &env, u, 0);
+            self.index_after_unlink(k, &env, u, idx);
         }
     }
 
@@ -514,7 +481,7 @@ impl<R, M> Engine<R, M> {
             (n.kind as usize, n.key_env())
         };
         let u = list::unlink(&mut self.posted, k, idx);
-        self.index_after_unlink(k, &env, u, POSTED);
+        self.index_after_unlink(k, &env, u, idx | POSTED);
         self.n_kind[k] -= 1;
         match self.posted.remove(idx) {
             Some(n) => (n.spec(), n.recv),
@@ -524,18 +491,7 @@ impl<R, M> Engine<R, M> {
 
     fn store_unexp(&mut self, env: Envelope, len: u32, msg: M) {
         let idx = self.alloc_unexp(env, len, msg);
-        push_entry!(
-            self.exact,
-            ExactKey {
-                tag: env.tag,
-                comm: env.comm,
-                src: env.src
-            },
-            &mut self.unexp,
-            K_EXACT,
-            idx,
-            0
-        );
+        self.index_push_unexp(K_EXACT, &env, idx);
         self.link_unexp_rest(idx, &env);
     }
 
@@ -554,26 +510,9 @@ impl<R, M> Engine<R, M> {
 
     /// Links a stored message into the (comm,src), (comm,tag) and (comm) lists.
     fn link_unexp_rest(&mut self, idx: u32, env: &Envelope) {
-        push_entry!(
-            self.by_src,
-            src_key(env.comm, env.src),
-            &mut self.unexp,
-            K_SRC,
-            idx,
-            0
-        );
-        push_entry!(
-            self.by_tag,
-            TagKey {
-                tag: env.tag,
-                comm: env.comm
-            },
-            &mut self.unexp,
-            K_TAG,
-            idx,
-            0
-        );
-        push_entry!(self.by_comm, env.comm, &mut self.unexp, K_COMM, idx, 0);
+        for k in [K_SRC, K_TAG, K_COMM] {
+            self.index_push_unexp(k, env, idx);
+        }
     }
 
     fn held_messages(&self) -> usize {
@@ -658,11 +597,7 @@ impl<R, M> Engine<R, M> {
         let (idx, gen) = self.posted.insert(node);
         // The list for this key cannot hold unexpected messages: one of them would have
         // matched above (engine invariant: no queued message matches a queued receive).
-        let head = self.index_get(kind, &env).map(|v| v & !POSTED);
-        list::push_back(&mut self.posted, kind, head, idx);
-        if head.is_none() {
-            self.index_set(kind, &env, idx | POSTED);
-        }
+        self.index_push_posted(kind, &env, idx);
         self.n_kind[kind] += 1;
         Ok(Posted::Pending(RecvHandle { idx, gen }))
     }
@@ -678,15 +613,16 @@ impl<R, M> Engine<R, M> {
     ) -> Result<Posted<R, M>, PostRejected<R>> {
         let can_post = self.posted.len() < self.cfg.max_posted;
         self.c.match_attempts += 1;
-        let key = ExactKey { tag, comm, src };
-        let found = match self.exact.entry(key) {
-            Entry::Occupied(mut o) if *o.get() & POSTED == 0 => {
-                let idx = *o.get();
+        let key = Envelope::new(comm, src, tag);
+        let (p, u) = (&self.posted, &self.unexp);
+        self.ix[K_EXACT].reserve_one(|v| hash_key(&key_of(p, u, v)));
+        let pos = self.ix[K_EXACT].find(hash_key(&key), |v| key_of(p, u, v) == key);
+        let found = match pos {
+            Ok(pos) if self.ix[K_EXACT].value_at(pos) & POSTED == 0 => {
+                let idx = self.ix[K_EXACT].value_at(pos);
                 match list::unlink(&mut self.unexp, K_EXACT, idx) {
-                    Unlinked::Empty => {
-                        o.remove();
-                    }
-                    Unlinked::NewHead(h) => *o.get_mut() = h,
+                    Unlinked::Empty => self.index_remove_at(K_EXACT, pos),
+                    Unlinked::NewHead(h) => self.ix[K_EXACT].set_at(pos, h),
                     Unlinked::Inner => {}
                 }
                 idx
@@ -695,7 +631,7 @@ impl<R, M> Engine<R, M> {
                 self.c.misses += 1;
                 return Err(PostRejected { recv });
             }
-            e => {
+            pos => {
                 self.c.misses += 1;
                 let seq = self.next_seq;
                 self.next_seq += 1;
@@ -712,13 +648,14 @@ impl<R, M> Engine<R, M> {
                     recv,
                 };
                 let (idx, gen) = self.posted.insert(node);
-                match e {
-                    Entry::Occupied(o) => {
-                        list::push_back(&mut self.posted, K_EXACT, Some(*o.get() & !POSTED), idx)
+                match pos {
+                    Ok(pos) => {
+                        let head = self.ix[K_EXACT].value_at(pos) & !POSTED;
+                        list::push_back(&mut self.posted, K_EXACT, Some(head), idx)
                     }
-                    Entry::Vacant(v) => {
+                    Err(pos) => {
+                        self.ix[K_EXACT].insert_at(pos, idx | POSTED);
                         list::push_back(&mut self.posted, K_EXACT, None, idx);
-                        v.insert(idx | POSTED);
                     }
                 }
                 self.n_kind[K_EXACT] += 1;
@@ -729,7 +666,7 @@ impl<R, M> Engine<R, M> {
         let env = self.unexp.at(found).env;
         for k in [K_SRC, K_TAG, K_COMM] {
             let u = list::unlink(&mut self.unexp, k, found);
-            self.index_after_unlink(k, &env, u, 0);
+            self.index_after_unlink(k, &env, u, found);
         }
         let m = self.free_unexp(found);
         Ok(Posted::Matched(Match {
@@ -810,19 +747,15 @@ impl<R, M> Engine<R, M> {
         check_budget: bool,
     ) -> Result<Arrived<R, M>, Rejected<M>> {
         let fits = !check_budget || self.fits(len);
-        let key = ExactKey {
-            tag: env.tag,
-            comm: env.comm,
-            src: env.src,
-        };
-        let stored = match self.exact.entry(key) {
-            Entry::Occupied(mut o) if *o.get() & POSTED != 0 => {
-                let idx = *o.get() & !POSTED;
+        let (p, u) = (&self.posted, &self.unexp);
+        self.ix[K_EXACT].reserve_one(|v| hash_key(&key_of(p, u, v)));
+        let pos = self.ix[K_EXACT].find(hash_key(&env), |v| key_of(p, u, v) == env);
+        let stored = match pos {
+            Ok(pos) if self.ix[K_EXACT].value_at(pos) & POSTED != 0 => {
+                let idx = self.ix[K_EXACT].value_at(pos) & !POSTED;
                 match list::unlink(&mut self.posted, K_EXACT, idx) {
-                    Unlinked::Empty => {
-                        o.remove();
-                    }
-                    Unlinked::NewHead(h) => *o.get_mut() = h | POSTED,
+                    Unlinked::Empty => self.index_remove_at(K_EXACT, pos),
+                    Unlinked::NewHead(h) => self.ix[K_EXACT].set_at(pos, h | POSTED),
                     Unlinked::Inner => {}
                 }
                 self.n_kind[K_EXACT] -= 1;
@@ -849,7 +782,7 @@ impl<R, M> Engine<R, M> {
                     msg,
                 });
             }
-            e => {
+            pos => {
                 let node = UNode {
                     env,
                     links: [Link::default(); 4],
@@ -859,13 +792,14 @@ impl<R, M> Engine<R, M> {
                     msg,
                 };
                 let idx = self.unexp.insert(node).0;
-                match e {
-                    Entry::Occupied(o) => {
-                        list::push_back(&mut self.unexp, K_EXACT, Some(*o.get()), idx)
+                match pos {
+                    Ok(pos) => {
+                        let head = self.ix[K_EXACT].value_at(pos);
+                        list::push_back(&mut self.unexp, K_EXACT, Some(head), idx)
                     }
-                    Entry::Vacant(v) => {
+                    Err(pos) => {
+                        self.ix[K_EXACT].insert_at(pos, idx);
                         list::push_back(&mut self.unexp, K_EXACT, None, idx);
-                        v.insert(idx);
                     }
                 }
                 idx
@@ -1172,10 +1106,15 @@ impl<R, M> Engine<R, M> {
         );
         let mut s = core::mem::take(&mut self.scratch);
         s.clear();
-        for (&comm, &v) in &self.by_comm {
-            if v & POSTED != 0 {
-                continue;
-            }
+        let comms: Vec<u32> = {
+            let (p, u) = (&self.posted, &self.unexp);
+            self.ix[K_COMM]
+                .values()
+                .filter(|v| v & POSTED == 0)
+                .map(|v| key_of(p, u, v).comm)
+                .collect()
+        };
+        for comm in comms {
             if let Some(head) = self.unexp_head(K_SRC, &Envelope::new(comm, src, 0)) {
                 let mut cur = head;
                 loop {
@@ -1276,11 +1215,7 @@ impl<R, M> Engine<R, M> {
             .sum();
         self.posted.heap_bytes()
             + self.unexp.heap_bytes()
-            + map_heap_bytes(&self.exact)
-            + map_heap_bytes(&self.by_src)
-            + map_heap_bytes(&self.by_tag)
-            + map_heap_bytes(&self.by_comm)
-            + map_heap_bytes(&self.masked)
+            + self.ix.iter().map(Index::heap_bytes).sum::<usize>()
             + map_heap_bytes(&self.peers)
             + rings
             + self.scratch.capacity() * 4

@@ -4,6 +4,7 @@
 
 mod engine;
 mod hash;
+mod index;
 mod list;
 mod slab;
 mod types;
