@@ -198,6 +198,8 @@ pub enum Error {
 }
 
 impl Error {
+    #[cold]
+    #[inline(never)]
     pub(crate) fn len(part: Part, needed: usize, available: usize) -> Self {
         Error::Length(LengthError {
             part,

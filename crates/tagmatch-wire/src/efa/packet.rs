@@ -11,25 +11,14 @@ use crate::error::{ContentError, Error, Part, Result};
 /// packet and is a content error; a smaller one that overruns the buffer is a length error.
 pub const MAX_IOV_COUNT: u32 = (65536 / RMA_IOV_LEN) as u32;
 
-/// Byte offsets of the variable parts of a packet, computed once by
-/// [`Packet::new_checked`]. 0 means absent (no variable part can start at offset 0).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-struct Offsets {
-    rma_iov_end: u16,
-    raw_addr: u16,
-    cq_data: u16,
-    connid: u16,
-    host_id: u16,
-    device_version: u16,
-    user_recv_qp: u16,
-    hmem_p2p: u16,
-    header_len: u16,
-}
-
-#[inline]
-fn opt(off: u16) -> Option<usize> {
-    (off != 0).then_some(off as usize)
-}
+/// HANDSHAKE optional headers in wire order (wire-layouts §A.5), each 8 bytes.
+const HANDSHAKE_OPTS: [u16; 5] = [
+    flags::CONNID_HDR,
+    flags::HANDSHAKE_HOST_ID_HDR,
+    flags::HANDSHAKE_DEVICE_VERSION_HDR,
+    flags::HANDSHAKE_USER_RECV_QP_HDR,
+    flags::HANDSHAKE_HMEM_P2P_HDR,
+];
 
 /// A read-only or read-write view of an EFA RDM v4 packet whose headers have all been
 /// checked.
@@ -46,7 +35,10 @@ fn opt(off: u16) -> Option<usize> {
 pub struct Packet<T: AsRef<[u8]>> {
     buffer: T,
     layout: &'static Layout,
-    off: Offsets,
+    /// End of the mandatory header including `rma_iov[]`: where REQ optional headers start.
+    rma_iov_end: u16,
+    /// End of all headers. The optional headers' offsets follow from the flags.
+    header_len: u16,
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
@@ -57,11 +49,12 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// of the packet; content errors say what is invalid.
     #[inline]
     pub fn new_checked(buffer: T) -> Result<Packet<T>> {
-        let (layout, off) = check(buffer.as_ref())?;
+        let (layout, rma_iov_end, header_len) = check(buffer.as_ref())?;
         Ok(Packet {
             buffer,
             layout,
-            off,
+            rma_iov_end,
+            header_len,
         })
     }
 
@@ -135,7 +128,14 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// `CONNID_HDR` is set.
     #[inline]
     pub fn connid(&self) -> Option<u32> {
-        opt(self.off.connid).map(|o| le32(self.b(), o))
+        let o = match self.layout.connid {
+            _ if self.flags() & flags::CONNID_HDR == 0 => return None,
+            ConnidPlace::Fixed(o) => o as usize,
+            ConnidPlace::CtsDataTrailer => self.layout.size as usize,
+            ConnidPlace::Handshake => self.handshake_opt(flags::CONNID_HDR)?,
+            ConnidPlace::ReqOptional => self.header_len() - 4,
+        };
+        Some(le32(self.b(), o))
     }
 
     /// The sender's connid: the connid header, or for a REQ with a raw address, its `qkey`
@@ -147,7 +147,9 @@ impl<T: AsRef<[u8]>> Packet<T> {
 
     /// The REQ raw-address optional header.
     pub fn raw_addr(&self) -> Option<RawAddrHdr> {
-        let o = opt(self.off.raw_addr)?;
+        let o = (self.layout.connid == ConnidPlace::ReqOptional
+            && self.flags() & flags::REQ_OPT_RAW_ADDR_HDR != 0)
+            .then_some(self.rma_iov_end as usize)?;
         let b = self.b();
         Some(RawAddrHdr {
             addr_len: le32(b, o),
@@ -158,13 +160,18 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// The REQ CQ-data optional header.
     #[inline]
     pub fn cq_data(&self) -> Option<u64> {
-        opt(self.off.cq_data).map(|o| le64(self.b(), o))
+        let fl = self.flags();
+        (self.layout.connid == ConnidPlace::ReqOptional && fl & flags::REQ_OPT_CQ_DATA_HDR != 0)
+            .then(|| {
+                let connid = if fl & flags::CONNID_HDR != 0 { 4 } else { 0 };
+                le64(self.b(), self.header_len() - 8 - connid)
+            })
     }
 
     /// The `rma_iov[]` array ending the mandatory header (empty for types without one).
     pub fn rma_iov(&self) -> &[RmaIov] {
         let start = self.layout.size as usize;
-        let end = self.off.rma_iov_end as usize;
+        let end = self.rma_iov_end as usize;
         self.b()
             .get(start..end)
             .and_then(RmaIov::slice_from_bytes)
@@ -174,7 +181,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// Length of all headers: mandatory, `rma_iov[]` and optional headers.
     #[inline]
     pub fn header_len(&self) -> usize {
-        self.off.header_len as usize
+        self.header_len as usize
     }
 
     /// Everything after the headers.
@@ -216,6 +223,22 @@ impl<T: AsRef<[u8]>> Packet<T> {
             .then(|| p.split_at(p.len() / 2))
     }
 
+    /// HANDSHAKE: offset of the optional header flagged by `bit`, if present: after
+    /// `extra_info`, past the present headers that precede it.
+    fn handshake_opt(&self, bit: u16) -> Option<usize> {
+        let fl = self.flags();
+        if self.layout.pkt_type != PacketType::Handshake || fl & bit == 0 {
+            return None;
+        }
+        let words = le32(self.b(), 4).saturating_sub(3) as usize;
+        let before = HANDSHAKE_OPTS
+            .iter()
+            .take_while(|&&b| b != bit)
+            .filter(|&&b| fl & b != 0)
+            .count();
+        Some(8 + 8 * words + 8 * before)
+    }
+
     /// HANDSHAKE: the `extra_info` feature/request bits.
     pub fn extra_info(&self) -> Option<ExtraInfo> {
         if self.layout.pkt_type != PacketType::Handshake {
@@ -231,25 +254,29 @@ impl<T: AsRef<[u8]>> Packet<T> {
 
     /// HANDSHAKE: the HOST_ID optional header.
     pub fn host_id(&self) -> Option<u64> {
-        opt(self.off.host_id).map(|o| le64(self.b(), o))
+        self.handshake_opt(flags::HANDSHAKE_HOST_ID_HDR)
+            .map(|o| le64(self.b(), o))
     }
 
     /// HANDSHAKE: the DEVICE_VERSION optional header.
     pub fn device_version(&self) -> Option<u32> {
-        opt(self.off.device_version).map(|o| le32(self.b(), o))
+        self.handshake_opt(flags::HANDSHAKE_DEVICE_VERSION_HDR)
+            .map(|o| le32(self.b(), o))
     }
 
     /// HANDSHAKE: the USER_RECV_QP optional header.
     pub fn user_recv_qp(&self) -> Option<UserRecvQp> {
-        opt(self.off.user_recv_qp).map(|o| UserRecvQp {
-            qpn: le32(self.b(), o),
-            qkey: le32(self.b(), o + 4),
-        })
+        self.handshake_opt(flags::HANDSHAKE_USER_RECV_QP_HDR)
+            .map(|o| UserRecvQp {
+                qpn: le32(self.b(), o),
+                qkey: le32(self.b(), o + 4),
+            })
     }
 
     /// HANDSHAKE: the HMEM_P2P optional header (`p2p_supported`).
     pub fn hmem_p2p(&self) -> Option<u8> {
-        opt(self.off.hmem_p2p).map(|o| byte(self.b(), o))
+        self.handshake_opt(flags::HANDSHAKE_HMEM_P2P_HDR)
+            .map(|o| byte(self.b(), o))
     }
 }
 
@@ -268,7 +295,7 @@ impl<'a> Packet<&'a [u8]> {
     /// [`Packet::rma_iov`] with the lifetime of the underlying buffer.
     pub fn rma_iov_slice(&self) -> &'a [RmaIov] {
         let b: &'a [u8] = self.buffer;
-        b.get(self.layout.size as usize..self.off.rma_iov_end as usize)
+        b.get(self.layout.size as usize..self.rma_iov_end as usize)
             .and_then(RmaIov::slice_from_bytes)
             .unwrap_or(&[])
     }
@@ -305,6 +332,7 @@ pub(super) fn read_iov(
     }
 }
 
+#[inline(always)]
 fn need(part: Part, needed: usize, n: usize) -> Result<()> {
     if n < needed {
         Err(Error::len(part, needed, n))
@@ -321,7 +349,7 @@ fn o16(v: usize) -> u16 {
 }
 
 #[inline(always)]
-fn check(b: &[u8]) -> Result<(&'static Layout, Offsets)> {
+fn check(b: &[u8]) -> Result<(&'static Layout, u16, u16)> {
     let n = b.len();
     // efa-rdm-protocol-v4 §1.3: every packet starts with the 4-byte base header
     // (type u8, version u8, flags u16).
@@ -346,7 +374,6 @@ fn check(b: &[u8]) -> Result<(&'static Layout, Offsets)> {
     if n < pos {
         return Err(Error::len(Part::Mandatory(ty.name()), pos, n));
     }
-    let mut off = Offsets::default();
 
     // wire-layouts §A.6: "The mandatory size is base_hdr_size + rma_iov_count*24".
     if layout.rma_iov {
@@ -365,96 +392,96 @@ fn check(b: &[u8]) -> Result<(&'static Layout, Offsets)> {
         pos += count as usize * RMA_IOV_LEN;
         need(Part::RmaIov, pos, n)?;
     }
-    off.rma_iov_end = o16(pos);
+    let rma_iov_end = o16(pos);
 
     match layout.connid {
-        ConnidPlace::Fixed(o) => {
-            if fl & flags::CONNID_HDR != 0 {
-                off.connid = o as u16;
-            }
-        }
+        ConnidPlace::Fixed(_) => {}
         ConnidPlace::CtsDataTrailer => {
             // wire-layouts §A.5: "With CONNID_HDR, an 8-byte efa_rdm_ctsdata_opt_connid_hdr
             // follows at 24: connid u32, then 4 bytes of padding."
             if fl & flags::CONNID_HDR != 0 {
                 need(Part::Connid, pos + 8, n)?;
-                off.connid = o16(pos);
                 pos += 8;
             }
         }
-        ConnidPlace::Handshake => {
-            // wire-layouts §A.5: HANDSHAKE: 4 nextra_p3 u32; 8 extra_info[nextra_p3-3] u64;
-            // then optional headers in this order, each 8 bytes, present only if flagged:
-            // CONNID, HOST_ID, DEVICE_VERSION, USER_RECV_QP, HMEM_P2P.
-            let nextra_p3 = le32(b, 4);
-            let words = nextra_p3.wrapping_sub(3);
-            if nextra_p3 < 3 || words as usize > super::extra::MAX_WORDS {
-                return Err(ContentError::BadNextraP3 { nextra_p3 }.into());
-            }
-            pos += 8 * words as usize;
-            need(Part::ExtraInfo, pos, n)?;
-            let opts: [(u16, Part, &mut u16); 5] = [
-                (flags::CONNID_HDR, Part::Connid, &mut off.connid),
-                (flags::HANDSHAKE_HOST_ID_HDR, Part::HostId, &mut off.host_id),
-                (
-                    flags::HANDSHAKE_DEVICE_VERSION_HDR,
-                    Part::DeviceVersion,
-                    &mut off.device_version,
-                ),
-                (
-                    flags::HANDSHAKE_USER_RECV_QP_HDR,
-                    Part::UserRecvQp,
-                    &mut off.user_recv_qp,
-                ),
-                (
-                    flags::HANDSHAKE_HMEM_P2P_HDR,
-                    Part::HmemP2p,
-                    &mut off.hmem_p2p,
-                ),
-            ];
-            for (bit, part, slot) in opts {
-                if fl & bit != 0 {
-                    need(part, pos + 8, n)?;
-                    *slot = o16(pos);
-                    pos += 8;
-                }
-            }
-        }
+        ConnidPlace::Handshake => pos = handshake_headers(b, fl, pos)?,
         ConnidPlace::ReqOptional => {
-            // wire-layouts §A.6: optional headers after rma_iov, in the fixed order raw
-            // address, CQ data, connid; raw address and connid are mutually exclusive.
-            if fl & flags::REQ_OPT_RAW_ADDR_HDR != 0 && fl & flags::CONNID_HDR != 0 {
-                return Err(ContentError::RawAddrAndConnid.into());
-            }
-            if fl & flags::REQ_OPT_RAW_ADDR_HDR != 0 {
-                need(Part::RawAddr, pos + 4, n)?;
-                let addr_len = le32(b, pos);
-                if !(RawAddrHdr::MIN_ADDR_LEN..=RawAddrHdr::MAX_ADDR_LEN).contains(&addr_len) {
-                    return Err(ContentError::AddrLenOutOfRange {
-                        addr_len,
-                        min: RawAddrHdr::MIN_ADDR_LEN,
-                        max: RawAddrHdr::MAX_ADDR_LEN,
-                    }
-                    .into());
+            // The common case after the handshake: only the 4-byte connid header.
+            if fl & (flags::REQ_OPT_RAW_ADDR_HDR | flags::REQ_OPT_CQ_DATA_HDR) == 0 {
+                if fl & flags::CONNID_HDR != 0 {
+                    pos += 4;
+                    need(Part::Connid, pos, n)?;
                 }
-                // "Receivers skip 4 + addr_len taken from the wire."
-                need(Part::RawAddr, pos + 4 + addr_len as usize, n)?;
-                off.raw_addr = o16(pos);
-                pos += 4 + addr_len as usize;
-            }
-            if fl & flags::REQ_OPT_CQ_DATA_HDR != 0 {
-                need(Part::CqData, pos + 8, n)?;
-                off.cq_data = o16(pos);
-                pos += 8;
-            }
-            if fl & flags::CONNID_HDR != 0 {
-                // "connid, flag 0x8000: u32, 4 bytes, no padding."
-                need(Part::Connid, pos + 4, n)?;
-                off.connid = o16(pos);
-                pos += 4;
+            } else {
+                pos = req_optional_headers(b, fl, pos)?;
             }
         }
     }
-    off.header_len = o16(pos);
-    Ok((layout, off))
+    Ok((layout, rma_iov_end, o16(pos)))
+}
+
+/// The HANDSHAKE `extra_info` array and optional headers; returns the header length.
+#[inline(never)]
+fn handshake_headers(b: &[u8], fl: u16, mut pos: usize) -> Result<usize> {
+    let n = b.len();
+    // wire-layouts §A.5: HANDSHAKE: 4 nextra_p3 u32; 8 extra_info[nextra_p3-3] u64;
+    // then optional headers in this order, each 8 bytes, present only if flagged:
+    // CONNID, HOST_ID, DEVICE_VERSION, USER_RECV_QP, HMEM_P2P.
+    let nextra_p3 = le32(b, 4);
+    let words = nextra_p3.wrapping_sub(3);
+    if nextra_p3 < 3 || words as usize > super::extra::MAX_WORDS {
+        return Err(ContentError::BadNextraP3 { nextra_p3 }.into());
+    }
+    pos += 8 * words as usize;
+    need(Part::ExtraInfo, pos, n)?;
+    let parts = [
+        Part::Connid,
+        Part::HostId,
+        Part::DeviceVersion,
+        Part::UserRecvQp,
+        Part::HmemP2p,
+    ];
+    for (bit, part) in HANDSHAKE_OPTS.into_iter().zip(parts) {
+        if fl & bit != 0 {
+            need(part, pos + 8, n)?;
+            pos += 8;
+        }
+    }
+    Ok(pos)
+}
+
+/// The REQ optional headers after `rma_iov[]`; returns the header length.
+#[inline(never)]
+fn req_optional_headers(b: &[u8], fl: u16, mut pos: usize) -> Result<usize> {
+    let n = b.len();
+    // wire-layouts §A.6: optional headers after rma_iov, in the fixed order raw
+    // address, CQ data, connid; raw address and connid are mutually exclusive.
+    if fl & flags::REQ_OPT_RAW_ADDR_HDR != 0 && fl & flags::CONNID_HDR != 0 {
+        return Err(ContentError::RawAddrAndConnid.into());
+    }
+    if fl & flags::REQ_OPT_RAW_ADDR_HDR != 0 {
+        need(Part::RawAddr, pos + 4, n)?;
+        let addr_len = le32(b, pos);
+        if !(RawAddrHdr::MIN_ADDR_LEN..=RawAddrHdr::MAX_ADDR_LEN).contains(&addr_len) {
+            return Err(ContentError::AddrLenOutOfRange {
+                addr_len,
+                min: RawAddrHdr::MIN_ADDR_LEN,
+                max: RawAddrHdr::MAX_ADDR_LEN,
+            }
+            .into());
+        }
+        // "Receivers skip 4 + addr_len taken from the wire."
+        need(Part::RawAddr, pos + 4 + addr_len as usize, n)?;
+        pos += 4 + addr_len as usize;
+    }
+    if fl & flags::REQ_OPT_CQ_DATA_HDR != 0 {
+        need(Part::CqData, pos + 8, n)?;
+        pos += 8;
+    }
+    if fl & flags::CONNID_HDR != 0 {
+        // "connid, flag 0x8000: u32, 4 bytes, no padding."
+        need(Part::Connid, pos + 4, n)?;
+        pos += 4;
+    }
+    Ok(pos)
 }
