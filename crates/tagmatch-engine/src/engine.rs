@@ -48,11 +48,12 @@ fn key_of<R, M>(posted: &GenSlab<PNode<R>>, unexp: &GenSlab<UNode<M>>, v: u32) -
     }
 }
 
-/// A posted receive. `tag` holds `want & mask`; `kind` is the index it lives on.
+/// A posted receive. `tag` holds `want & mask`; `kind` is the index it lives on. The
+/// mask is implied by the kind, except for general masks, kept in `Engine::masks` so the
+/// common node stays at 40 bytes (+ `R`).
 #[derive(Debug)]
 struct PNode<R> {
     tag: u64,
-    mask: u64,
     seq: u64,
     comm: u32,
     src: u32,
@@ -65,19 +66,19 @@ struct PNode<R> {
 
 impl<R> PNode<R> {
     #[inline]
-    fn matches(&self, env: &Envelope) -> bool {
+    fn matches(&self, env: &Envelope, mask: u64) -> bool {
         self.comm == env.comm
             && (self.src_any || self.src == env.src)
-            && env.tag & self.mask == self.tag
+            && env.tag & mask == self.tag
     }
 
-    fn spec(&self) -> RecvSpec {
+    fn spec(&self, mask: u64) -> RecvSpec {
         let src = if self.src_any {
             Source::Any
         } else {
             Source::Rank(self.src)
         };
-        let tag = match self.mask {
+        let tag = match mask {
             0 => TagSel::Any,
             u64::MAX => TagSel::Exact(self.tag),
             mask => TagSel::Masked {
@@ -208,6 +209,8 @@ pub struct Engine<R, M> {
     cfg: Config,
     posted: GenSlab<PNode<R>>,
     unexp: GenSlab<UNode<M>>,
+    /// Masks of the posted general-mask receives, by slab index.
+    masks: FastMap<u32, u64>,
     /// One intrusive hash index per key kind (`K_*`): the head of each FIFO.
     ix: [Index; 5],
     /// Posted receives per index kind (to skip lookups of empty kinds on arrival).
@@ -237,6 +240,7 @@ impl<R, M> Engine<R, M> {
             posted: GenSlab::new(),
             unexp: GenSlab::new(),
             ix: Default::default(),
+            masks: FastMap::default(),
             n_kind: [0; 5],
             next_seq: 0,
             peers: FastMap::default(),
@@ -255,9 +259,8 @@ impl<R, M> Engine<R, M> {
     pub fn reserve(&mut self, posted: usize, unexpected: usize) {
         self.posted.reserve(posted);
         self.unexp.reserve(unexpected);
-        let (p, u) = (&self.posted, &self.unexp);
         for (k, n) in [(K_EXACT, posted.max(unexpected)), (K_SRC, unexpected), (K_TAG, unexpected)] {
-            self.ix[k].reserve(n, |v| hash_key(&proj(k, &key_of(p, u, v))));
+            self.ix[k].reserve(n);
         }
     }
 
@@ -273,8 +276,7 @@ impl<R, M> Engine<R, M> {
     /// Removes the entry at `pos` of index `k`.
     #[inline]
     fn index_remove_at(&mut self, k: usize, pos: usize) {
-        let (p, u) = (&self.posted, &self.unexp);
-        self.ix[k].remove_at(pos, |v| hash_key(&proj(k, &key_of(p, u, v))));
+        self.ix[k].remove_at(pos);
     }
 
     /// Updates index `k` after node `old` (index value, with its side flag) left the list
@@ -298,15 +300,16 @@ impl<R, M> Engine<R, M> {
     #[inline]
     fn index_push_unexp(&mut self, k: usize, e: &Envelope, idx: u32) {
         let key = proj(k, e);
+        let h = hash_key(&key);
+        self.ix[k].reserve_one();
         let (p, u) = (&self.posted, &self.unexp);
-        self.ix[k].reserve_one(|v| hash_key(&proj(k, &key_of(p, u, v))));
-        match self.ix[k].find(hash_key(&key), |v| proj(k, &key_of(p, u, v)) == key) {
+        match self.ix[k].find(h, |v| proj(k, &key_of(p, u, v)) == key) {
             Ok(pos) => {
                 let head = self.ix[k].value_at(pos);
                 list::push_back(&mut self.unexp, k, Some(head & !POSTED), idx);
             }
             Err(pos) => {
-                self.ix[k].insert_at(pos, idx);
+                self.ix[k].insert_at(pos, h, idx);
                 list::push_back(&mut self.unexp, k, None, idx);
             }
         }
@@ -316,15 +319,16 @@ impl<R, M> Engine<R, M> {
     #[inline]
     fn index_push_posted(&mut self, k: usize, e: &Envelope, idx: u32) {
         let key = proj(k, e);
+        let h = hash_key(&key);
+        self.ix[k].reserve_one();
         let (p, u) = (&self.posted, &self.unexp);
-        self.ix[k].reserve_one(|v| hash_key(&proj(k, &key_of(p, u, v))));
-        match self.ix[k].find(hash_key(&key), |v| proj(k, &key_of(p, u, v)) == key) {
+        match self.ix[k].find(h, |v| proj(k, &key_of(p, u, v)) == key) {
             Ok(pos) => {
                 let head = self.ix[k].value_at(pos);
                 list::push_back(&mut self.posted, k, Some(head & !POSTED), idx);
             }
             Err(pos) => {
-                self.ix[k].insert_at(pos, idx | POSTED);
+                self.ix[k].insert_at(pos, h, idx | POSTED);
                 list::push_back(&mut self.posted, k, None, idx);
             }
         }
@@ -427,7 +431,7 @@ impl<R, M> Engine<R, M> {
                         break;
                     }
                     *attempts += 1;
-                    if n.matches(env) {
+                    if n.matches(env, self.pmask(cur)) {
                         best = Some((n.seq, cur));
                         break;
                     }
@@ -475,16 +479,35 @@ impl<R, M> Engine<R, M> {
         self.free_unexp(idx)
     }
 
+    /// The tag mask of posted receive `idx`.
+    #[inline]
+    fn pmask(&self, idx: u32) -> u64 {
+        match self.posted.at(idx).kind as usize {
+            K_EXACT | K_TAG => u64::MAX,
+            K_SRC | K_COMM => 0,
+            _ => self.masks.get(&idx).copied().unwrap_or(u64::MAX),
+        }
+    }
+
+    /// The (normalised) spec of posted receive `idx`.
+    fn pspec(&self, idx: u32) -> RecvSpec {
+        self.posted.at(idx).spec(self.pmask(idx))
+    }
+
     fn take_posted(&mut self, idx: u32) -> (RecvSpec, R) {
+        let spec = self.pspec(idx);
         let (k, env) = {
             let n = self.posted.at(idx);
             (n.kind as usize, n.key_env())
         };
+        if k == K_MASKED {
+            self.masks.remove(&idx);
+        }
         let u = list::unlink(&mut self.posted, k, idx);
         self.index_after_unlink(k, &env, u, idx | POSTED);
         self.n_kind[k] -= 1;
         match self.posted.remove(idx) {
-            Some(n) => (n.spec(), n.recv),
+            Some(n) => (spec, n.recv),
             None => unreachable!("engine invariant: receive slot {idx} is occupied"),
         }
     }
@@ -583,7 +606,6 @@ impl<R, M> Engine<R, M> {
         self.next_seq += 1;
         let node = PNode {
             tag,
-            mask,
             seq,
             comm: spec.comm,
             src,
@@ -595,6 +617,9 @@ impl<R, M> Engine<R, M> {
         };
         let env = node.key_env();
         let (idx, gen) = self.posted.insert(node);
+        if kind == K_MASKED {
+            self.masks.insert(idx, mask);
+        }
         // The list for this key cannot hold unexpected messages: one of them would have
         // matched above (engine invariant: no queued message matches a queued receive).
         self.index_push_posted(kind, &env, idx);
@@ -614,9 +639,10 @@ impl<R, M> Engine<R, M> {
         let can_post = self.posted.len() < self.cfg.max_posted;
         self.c.match_attempts += 1;
         let key = Envelope::new(comm, src, tag);
+        let h = hash_key(&key);
+        self.ix[K_EXACT].reserve_one();
         let (p, u) = (&self.posted, &self.unexp);
-        self.ix[K_EXACT].reserve_one(|v| hash_key(&key_of(p, u, v)));
-        let pos = self.ix[K_EXACT].find(hash_key(&key), |v| key_of(p, u, v) == key);
+        let pos = self.ix[K_EXACT].find(h, |v| key_of(p, u, v) == key);
         let found = match pos {
             Ok(pos) if self.ix[K_EXACT].value_at(pos) & POSTED == 0 => {
                 let idx = self.ix[K_EXACT].value_at(pos);
@@ -637,7 +663,6 @@ impl<R, M> Engine<R, M> {
                 self.next_seq += 1;
                 let node = PNode {
                     tag,
-                    mask: u64::MAX,
                     seq,
                     comm,
                     src,
@@ -654,7 +679,7 @@ impl<R, M> Engine<R, M> {
                         list::push_back(&mut self.posted, K_EXACT, Some(head), idx)
                     }
                     Err(pos) => {
-                        self.ix[K_EXACT].insert_at(pos, idx | POSTED);
+                        self.ix[K_EXACT].insert_at(pos, h, idx | POSTED);
                         list::push_back(&mut self.posted, K_EXACT, None, idx);
                     }
                 }
@@ -747,9 +772,10 @@ impl<R, M> Engine<R, M> {
         check_budget: bool,
     ) -> Result<Arrived<R, M>, Rejected<M>> {
         let fits = !check_budget || self.fits(len);
+        let h = hash_key(&env);
+        self.ix[K_EXACT].reserve_one();
         let (p, u) = (&self.posted, &self.unexp);
-        self.ix[K_EXACT].reserve_one(|v| hash_key(&key_of(p, u, v)));
-        let pos = self.ix[K_EXACT].find(hash_key(&env), |v| key_of(p, u, v) == env);
+        let pos = self.ix[K_EXACT].find(h, |v| key_of(p, u, v) == env);
         let stored = match pos {
             Ok(pos) if self.ix[K_EXACT].value_at(pos) & POSTED != 0 => {
                 let idx = self.ix[K_EXACT].value_at(pos) & !POSTED;
@@ -798,7 +824,7 @@ impl<R, M> Engine<R, M> {
                         list::push_back(&mut self.unexp, K_EXACT, Some(head), idx)
                     }
                     Err(pos) => {
-                        self.ix[K_EXACT].insert_at(pos, idx);
+                        self.ix[K_EXACT].insert_at(pos, h, idx);
                         list::push_back(&mut self.unexp, K_EXACT, None, idx);
                     }
                 }
@@ -1039,7 +1065,7 @@ impl<R, M> Engine<R, M> {
             .map(|n| PostedInfo {
                 handle: h,
                 seq: n.seq,
-                spec: n.spec(),
+                spec: self.pspec(h.idx),
             })
             .ok_or(EngineError::StaleHandle)
     }
@@ -1058,7 +1084,7 @@ impl<R, M> Engine<R, M> {
                     gen: self.posted.gen_of(idx),
                 },
                 seq: n.seq,
-                spec: n.spec(),
+                spec: self.pspec(idx),
             }
         })
     }
@@ -1078,8 +1104,7 @@ impl<R, M> Engine<R, M> {
         let mut s = core::mem::take(&mut self.scratch);
         s.clear();
         s.extend(self.posted.indices().filter(|&i| {
-            let n = self.posted.at(i);
-            pred(&n.spec(), &n.recv)
+            pred(&self.pspec(i), &self.posted.at(i).recv)
         }));
         s.sort_unstable_by_key(|&i| self.posted.at(i).seq);
         for &i in &s {
@@ -1217,6 +1242,7 @@ impl<R, M> Engine<R, M> {
             + self.unexp.heap_bytes()
             + self.ix.iter().map(Index::heap_bytes).sum::<usize>()
             + map_heap_bytes(&self.peers)
+            + map_heap_bytes(&self.masks)
             + rings
             + self.scratch.capacity() * 4
     }

@@ -1,22 +1,35 @@
-//! Intrusive hash index: an open-addressing (linear probing) table of `u32` node
-//! references whose keys live in the nodes themselves.
+//! Intrusive hash index: an open-addressing (linear probing) table of node references
+//! whose keys live in the nodes themselves.
 //!
-//! A bucket is 4 bytes (hashbrown needs key + value + control byte, 25 bytes for an exact
-//! key), and the table is kept at most half full, so an index costs 8–16 bytes per
-//! distinct key. Lookups compare keys through a caller closure (one node read per
-//! occupied bucket probed, about 1.5 on average at load ≤ 1/2); the engine finds the
-//! bucket of a node it already holds by reference identity, without reading any node.
-//! Removal uses backward-shift deletion, so there are no tombstones and the table never
-//! degrades under churn. The table only grows (doubling), so a steady state allocates
-//! nothing.
+//! A bucket is 8 bytes: the low 32 bits of the key's hash and a `u32` node reference
+//! (hashbrown would need key + value + control byte, 25 bytes for an exact key). The stored
+//! hash bits give the home bucket, so probing, backward-shift deletion and growth never
+//! read a node; a node is read only to confirm a lookup whose 32 hash bits agree. The
+//! table is kept at most 3/4 full (16 bytes per key at power-of-two depths). Removal uses
+//! backward-shift deletion, so there are no tombstones and the table does not degrade
+//! under churn. It only grows (doubling), so a steady state allocates nothing.
 
-/// Marks an empty bucket (node references are below 2^31 | the posted flag).
-pub(crate) const EMPTY: u32 = u32::MAX;
+const EMPTY: u64 = u64::MAX;
 
 #[derive(Debug, Default)]
 pub(crate) struct Index {
-    slots: Vec<u32>,
+    slots: Vec<u64>,
     len: usize,
+}
+
+#[inline]
+fn pack(h: u32, v: u32) -> u64 {
+    (u64::from(h) << 32) | u64::from(v)
+}
+
+#[inline]
+fn val(b: u64) -> u32 {
+    b as u32
+}
+
+#[inline]
+fn hash32(b: u64) -> u32 {
+    (b >> 32) as u32
 }
 
 impl Index {
@@ -26,7 +39,7 @@ impl Index {
     }
 
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.slots.capacity() * 4
+        self.slots.capacity() * 8
     }
 
     /// Bucket of the entry whose key satisfies `eq` (`Ok`), or the empty bucket where it
@@ -37,14 +50,15 @@ impl Index {
         if self.slots.is_empty() {
             return Err(0);
         }
+        let h = hash as u32;
         let mask = self.mask();
-        let mut i = hash as usize & mask;
+        let mut i = h as usize & mask;
         loop {
-            let v = self.slots[i];
-            if v == EMPTY {
+            let b = self.slots[i];
+            if b == EMPTY {
                 return Err(i);
             }
-            if eq(v) {
+            if hash32(b) == h && eq(val(b)) {
                 return Ok(i);
             }
             i = (i + 1) & mask;
@@ -54,7 +68,7 @@ impl Index {
     /// The entry whose key satisfies `eq`.
     #[inline]
     pub(crate) fn get(&self, hash: u64, eq: impl FnMut(u32) -> bool) -> Option<u32> {
-        self.find(hash, eq).ok().map(|i| self.slots[i])
+        self.find(hash, eq).ok().map(|i| val(self.slots[i]))
     }
 
     /// Bucket holding exactly the value `v` (an engine invariant: it is present).
@@ -68,66 +82,67 @@ impl Index {
 
     #[inline]
     pub(crate) fn value_at(&self, pos: usize) -> u32 {
-        self.slots[pos]
+        val(self.slots[pos])
     }
 
+    /// Replaces the value at `pos` (same key, so same hash).
     #[inline]
     pub(crate) fn set_at(&mut self, pos: usize, v: u32) {
-        self.slots[pos] = v;
+        self.slots[pos] = pack(hash32(self.slots[pos]), v);
     }
 
-    /// Inserts `v` into the empty bucket `pos` returned by [`Index::find`].
+    /// Inserts `v` with `hash` into the empty bucket `pos` returned by [`Index::find`].
     #[inline]
-    pub(crate) fn insert_at(&mut self, pos: usize, v: u32) {
+    pub(crate) fn insert_at(&mut self, pos: usize, hash: u64, v: u32) {
         debug_assert_eq!(self.slots[pos], EMPTY);
-        self.slots[pos] = v;
+        self.slots[pos] = pack(hash as u32, v);
         self.len += 1;
     }
 
-    /// Grows (rehashing with `hash_of`) so that one more entry keeps the load ≤ 1/2.
+    /// Grows so that one more entry keeps the load ≤ 3/4.
     #[inline]
-    pub(crate) fn reserve_one(&mut self, hash_of: impl FnMut(u32) -> u64) {
-        if (self.len + 1) * 2 > self.slots.len() {
-            self.grow((self.slots.len() * 2).max(16), hash_of);
+    pub(crate) fn reserve_one(&mut self) {
+        if (self.len + 1) * 4 > self.slots.len() * 3 {
+            self.grow((self.slots.len() * 2).max(16));
         }
     }
 
     /// Pre-sizes for `n` entries.
-    pub(crate) fn reserve(&mut self, n: usize, hash_of: impl FnMut(u32) -> u64) {
-        let want = (n.saturating_mul(2)).next_power_of_two().max(16);
+    pub(crate) fn reserve(&mut self, n: usize) {
+        let want = (n.saturating_mul(4) / 3 + 1).next_power_of_two().max(16);
         if want > self.slots.len() {
-            self.grow(want, hash_of);
+            self.grow(want);
         }
     }
 
     #[cold]
-    fn grow(&mut self, new_len: usize, mut hash_of: impl FnMut(u32) -> u64) {
+    fn grow(&mut self, new_len: usize) {
         let old = core::mem::replace(&mut self.slots, vec![EMPTY; new_len]);
         let mask = self.mask();
-        for v in old {
-            if v != EMPTY {
-                let mut i = hash_of(v) as usize & mask;
+        for b in old {
+            if b != EMPTY {
+                let mut i = hash32(b) as usize & mask;
                 while self.slots[i] != EMPTY {
                     i = (i + 1) & mask;
                 }
-                self.slots[i] = v;
+                self.slots[i] = b;
             }
         }
     }
 
     /// Removes the entry at `pos` by backward shifting the rest of its cluster.
-    pub(crate) fn remove_at(&mut self, mut pos: usize, mut hash_of: impl FnMut(u32) -> u64) {
+    pub(crate) fn remove_at(&mut self, mut pos: usize) {
         let mask = self.mask();
         self.len -= 1;
         let mut j = pos;
         loop {
             j = (j + 1) & mask;
-            let v = self.slots[j];
-            if v == EMPTY {
+            let b = self.slots[j];
+            if b == EMPTY {
                 self.slots[pos] = EMPTY;
                 return;
             }
-            let home = hash_of(v) as usize & mask;
+            let home = hash32(b) as usize & mask;
             // The entry at j may fill the hole at pos unless its home lies cyclically
             // within (pos, j].
             let stays = if pos <= j {
@@ -136,7 +151,7 @@ impl Index {
                 pos < home || home <= j
             };
             if !stays {
-                self.slots[pos] = v;
+                self.slots[pos] = b;
                 pos = j;
             }
         }
@@ -144,7 +159,7 @@ impl Index {
 
     /// Every stored value.
     pub(crate) fn values(&self) -> impl Iterator<Item = u32> + '_ {
-        self.slots.iter().copied().filter(|&v| v != EMPTY)
+        self.slots.iter().filter(|&&b| b != EMPTY).map(|&b| val(b))
     }
 }
 
@@ -171,17 +186,17 @@ mod tests {
             let key = |y: u32| y == v;
             if x % 3 == 0 {
                 if let Ok(pos) = ix.find(h(v), key) {
-                    ix.remove_at(pos, h);
+                    ix.remove_at(pos);
                     assert!(model.remove(&v).is_some(), "step {step}");
                 } else {
                     assert!(!model.contains_key(&v));
                 }
             } else {
-                ix.reserve_one(h);
+                ix.reserve_one();
                 match ix.find(h(v), key) {
                     Ok(_) => assert!(model.contains_key(&v)),
                     Err(pos) => {
-                        ix.insert_at(pos, v);
+                        ix.insert_at(pos, h(v), v);
                         assert!(model.insert(v, ()).is_none());
                     }
                 }
