@@ -458,3 +458,37 @@ fn tm_errors_and_truncation() {
     assert_eq!(p.reserved(), [1, 2, 3]);
     assert_eq!(p.rvh(), None);
 }
+
+#[test]
+fn mutable_view_rewrites_in_place() {
+    use tagmatch_wire::efa::Field;
+    // V04 (EAGER_TAGRTM + CQ data + connid) as a header template with 3 payload bytes.
+    let mut b = hex("41040e8001000000 8877665544332211 78563412bebafeca d4c3b2a1 000000");
+    let mut p = Packet::new_checked(&mut b[..]).unwrap();
+    p.set(Field::MsgId, 0xFFFF_FFFF).unwrap();
+    p.set(Field::Tag, 42).unwrap();
+    p.set_connid(7).unwrap();
+    p.payload_mut().copy_from_slice(b"abc");
+    assert_eq!(
+        p.set(Field::MsgId, 1 << 32),
+        Err(Error::Content(ContentError::FieldOverflow {
+            field: "msg_id",
+            value: 1 << 32
+        }))
+    );
+    assert!(
+        p.set(Field::SendId, 1).is_err(),
+        "EAGER_TAGRTM has no send_id"
+    );
+    let r = Repr::parse_bytes(&b).unwrap();
+    assert_eq!(r.get(tagmatch_wire::efa::Field::MsgId), Some(0xFFFF_FFFF));
+    assert_eq!(r.get(tagmatch_wire::efa::Field::Tag), Some(42));
+    assert_eq!(r.connid, Some(7));
+    assert_eq!(r.cq_data, Some(CQ_DATA));
+    assert_eq!(r.payload, b"abc");
+    // Shape-defining counts cannot be rewritten, and a missing connid cannot be set.
+    let mut v21 = hex(&format!("4604000001000000 {IOV_HEX}"));
+    let mut p = Packet::new_checked(&mut v21[..]).unwrap();
+    assert!(p.set(Field::RmaIovCount, 2).is_err());
+    assert!(p.set_connid(1).is_err());
+}

@@ -280,6 +280,64 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
 }
 
+impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    /// Rewrites a fixed field in place (for example `msg_id` in a pre-built header
+    /// template). The packet stays valid: only fields that do not shape the packet can be
+    /// set, so `rma_iov_count`, `read_iov_count` and `nextra_p3` are refused.
+    pub fn set(&mut self, field: Field, value: u64) -> Result<()> {
+        let packet = self.layout.pkt_type.name();
+        let at = self.layout.find(field).ok_or(ContentError::NotApplicable {
+            what: field.name(),
+            packet,
+        })?;
+        if field.is_derived() || field == Field::ReadIovCount {
+            return Err(ContentError::NotApplicable {
+                what: field.name(),
+                packet,
+            }
+            .into());
+        }
+        if value > at.width.max() {
+            return Err(ContentError::FieldOverflow {
+                field: field.name(),
+                value,
+            }
+            .into());
+        }
+        let b = self.buffer.as_mut();
+        match at.width {
+            super::Width::U32 => crate::bytes::put_le32(b, at.offset as usize, value as u32),
+            super::Width::U64 => crate::bytes::put_le64(b, at.offset as usize, value),
+        }
+        Ok(())
+    }
+
+    /// Rewrites the connid header in place; the packet must already carry one.
+    pub fn set_connid(&mut self, connid: u32) -> Result<()> {
+        if self.connid().is_none() {
+            return Err(ContentError::NotApplicable {
+                what: "connid (CONNID_HDR is not set)",
+                packet: self.layout.pkt_type.name(),
+            }
+            .into());
+        }
+        let o = match self.layout.connid {
+            ConnidPlace::Fixed(o) => o as usize,
+            ConnidPlace::CtsDataTrailer => self.layout.size as usize,
+            ConnidPlace::Handshake => self.handshake_opt(flags::CONNID_HDR).unwrap_or(0),
+            ConnidPlace::ReqOptional => self.header_len() - 4,
+        };
+        crate::bytes::put_le32(self.buffer.as_mut(), o, connid);
+        Ok(())
+    }
+
+    /// The payload, writable (for example to fill data after emitting a header).
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        let h = self.header_len();
+        self.buffer.as_mut().get_mut(h..).unwrap_or(&mut [])
+    }
+}
+
 impl<'a> Packet<&'a [u8]> {
     /// The whole packet, with the lifetime of the underlying buffer.
     pub fn buffer(&self) -> &'a [u8] {
