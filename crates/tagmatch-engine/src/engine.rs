@@ -24,14 +24,19 @@ fn proj(k: usize, e: &Envelope) -> Envelope {
         K_EXACT => *e,
         K_SRC => Envelope { tag: 0, ..*e },
         K_TAG => Envelope { src: 0, ..*e },
-        _ => Envelope { comm: e.comm, src: 0, tag: 0 },
+        _ => Envelope {
+            comm: e.comm,
+            src: 0,
+            tag: 0,
+        },
     }
 }
 
 /// Hash of a projected key (multiply, then the MurmurHash3 fmix64 finaliser).
 #[inline]
 fn hash_key(e: &Envelope) -> u64 {
-    let mut h = e.tag.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ ((u64::from(e.comm) << 32) | u64::from(e.src));
+    let mut h =
+        e.tag.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ ((u64::from(e.comm) << 32) | u64::from(e.src));
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^= h >> 33;
@@ -67,9 +72,7 @@ struct PNode<R> {
 impl<R> PNode<R> {
     #[inline]
     fn matches(&self, env: &Envelope, mask: u64) -> bool {
-        self.comm == env.comm
-            && (self.src_any || self.src == env.src)
-            && env.tag & mask == self.tag
+        self.comm == env.comm && (self.src_any || self.src == env.src) && env.tag & mask == self.tag
     }
 
     fn spec(&self, mask: u64) -> RecvSpec {
@@ -259,7 +262,11 @@ impl<R, M> Engine<R, M> {
     pub fn reserve(&mut self, posted: usize, unexpected: usize) {
         self.posted.reserve(posted);
         self.unexp.reserve(unexpected);
-        for (k, n) in [(K_EXACT, posted.max(unexpected)), (K_SRC, unexpected), (K_TAG, unexpected)] {
+        for (k, n) in [
+            (K_EXACT, posted.max(unexpected)),
+            (K_SRC, unexpected),
+            (K_TAG, unexpected),
+        ] {
             self.ix[k].reserve(n);
         }
     }
@@ -562,13 +569,26 @@ impl<R, M> Engine<R, M> {
     /// O(1) for exact, ANY_TAG, ANY_SOURCE and ANY_SOURCE+ANY_TAG; a general mask scans
     /// the unexpected messages of its (comm, src) or (comm). Errors only when
     /// [`Config::max_posted`] receives are already queued.
+    #[inline]
     pub fn post(&mut self, spec: RecvSpec, recv: R) -> Result<Posted<R, M>, PostRejected<R>> {
         // MPI 4.0 §3.5 / matching-notes §1.0: "a receive matches the earliest-arrived
         // matching unexpected message".
+        // Inlined dispatch: the spec is taken apart in registers, so the out-of-line
+        // paths get scalars (no store-forwarding stall on a spilled enum).
         let spec = spec.normalized();
-        if let (Source::Rank(src), TagSel::Exact(tag)) = (spec.src, spec.tag) {
-            return self.post_exact(spec.comm, src, tag, recv);
+        let c = spec.comm;
+        match (spec.src, spec.tag) {
+            (Source::Rank(s), TagSel::Exact(t)) => {
+                self.post_keyed(K_EXACT, Envelope::new(c, s, t), recv)
+            }
+            (Source::Rank(s), TagSel::Any) => self.post_keyed(K_SRC, Envelope::new(c, s, 0), recv),
+            (Source::Any, TagSel::Exact(t)) => self.post_keyed(K_TAG, Envelope::new(c, 0, t), recv),
+            (Source::Any, TagSel::Any) => self.post_keyed(K_COMM, Envelope::new(c, 0, 0), recv),
+            (_, TagSel::Masked { .. }) => self.post_general(spec, recv),
         }
+    }
+
+    fn post_general(&mut self, spec: RecvSpec, recv: R) -> Result<Posted<R, M>, PostRejected<R>> {
         let mut a = 0;
         let found = self.search_unexp(&spec, &mut a);
         self.c.match_attempts += a;
@@ -627,28 +647,28 @@ impl<R, M> Engine<R, M> {
         Ok(Posted::Pending(RecvHandle { idx, gen }))
     }
 
-    /// [`Engine::post`] of an exact receive: one hash probe finds the message (and
-    /// unlinks it from the exact index) or queues the receive.
-    fn post_exact(
+    /// [`Engine::post`] of a receive with an O(1) kind `k` (exact, ANY_TAG, ANY_SOURCE,
+    /// ANY_SOURCE+ANY_TAG) and projected key `key`: one probe of index `k` finds the
+    /// earliest unexpected message (and unlinks it there) or the place to queue the
+    /// receive.
+    fn post_keyed(
         &mut self,
-        comm: u32,
-        src: u32,
-        tag: u64,
+        k: usize,
+        key: Envelope,
         recv: R,
     ) -> Result<Posted<R, M>, PostRejected<R>> {
         let can_post = self.posted.len() < self.cfg.max_posted;
         self.c.match_attempts += 1;
-        let key = Envelope::new(comm, src, tag);
         let h = hash_key(&key);
-        self.ix[K_EXACT].reserve_one();
+        self.ix[k].reserve_one();
         let (p, u) = (&self.posted, &self.unexp);
-        let pos = self.ix[K_EXACT].find(h, |v| key_of(p, u, v) == key);
+        let pos = self.ix[k].find(h, |v| proj(k, &key_of(p, u, v)) == key);
         let found = match pos {
-            Ok(pos) if self.ix[K_EXACT].value_at(pos) & POSTED == 0 => {
-                let idx = self.ix[K_EXACT].value_at(pos);
-                match list::unlink(&mut self.unexp, K_EXACT, idx) {
-                    Unlinked::Empty => self.index_remove_at(K_EXACT, pos),
-                    Unlinked::NewHead(h) => self.ix[K_EXACT].set_at(pos, h),
+            Ok(pos) if self.ix[k].value_at(pos) & POSTED == 0 => {
+                let idx = self.ix[k].value_at(pos);
+                match list::unlink(&mut self.unexp, k, idx) {
+                    Unlinked::Empty => self.index_remove_at(k, pos),
+                    Unlinked::NewHead(h) => self.ix[k].set_at(pos, h),
                     Unlinked::Inner => {}
                 }
                 idx
@@ -662,43 +682,52 @@ impl<R, M> Engine<R, M> {
                 let seq = self.next_seq;
                 self.next_seq += 1;
                 let node = PNode {
-                    tag,
+                    tag: key.tag,
                     seq,
-                    comm,
-                    src,
+                    comm: key.comm,
+                    src: key.src,
                     link: Link::default(),
-                    kind: K_EXACT as u8,
-                    src_any: false,
+                    kind: k as u8,
+                    src_any: k == K_TAG || k == K_COMM,
                     head: false,
                     recv,
                 };
                 let (idx, gen) = self.posted.insert(node);
                 match pos {
                     Ok(pos) => {
-                        let head = self.ix[K_EXACT].value_at(pos) & !POSTED;
-                        list::push_back(&mut self.posted, K_EXACT, Some(head), idx)
+                        let head = self.ix[k].value_at(pos) & !POSTED;
+                        list::push_back(&mut self.posted, k, Some(head), idx)
                     }
                     Err(pos) => {
-                        self.ix[K_EXACT].insert_at(pos, h, idx | POSTED);
-                        list::push_back(&mut self.posted, K_EXACT, None, idx);
+                        self.ix[k].insert_at(pos, h, idx | POSTED);
+                        list::push_back(&mut self.posted, k, None, idx);
                     }
                 }
-                self.n_kind[K_EXACT] += 1;
+                self.n_kind[k] += 1;
                 return Ok(Posted::Pending(RecvHandle { idx, gen }));
             }
         };
         self.c.hits += 1;
-        let env = self.unexp.at(found).env;
-        for k in [K_SRC, K_TAG, K_COMM] {
-            let u = list::unlink(&mut self.unexp, k, found);
-            self.index_after_unlink(k, &env, u, found);
+        let (env, len) = {
+            let n = self.unexp.at(found);
+            (n.env, n.len)
+        };
+        for j in [K_EXACT, K_SRC, K_TAG, K_COMM] {
+            if j != k {
+                let u = list::unlink(&mut self.unexp, j, found);
+                self.index_after_unlink(j, &env, u, found);
+            }
         }
-        let m = self.free_unexp(found);
+        self.c.bytes_held -= len as usize;
+        let msg = match self.unexp.remove(found) {
+            Some(n) => n.msg,
+            None => unreachable!("engine invariant: message slot {found} is occupied"),
+        };
         Ok(Posted::Matched(Match {
             recv,
-            msg: m.msg,
-            env: m.env,
-            len: m.len,
+            msg,
+            env,
+            len: len as usize,
         }))
     }
 
@@ -710,6 +739,7 @@ impl<R, M> Engine<R, M> {
     /// unexpected, which is refused with [`RejectReason::Backpressure`] when a budget is
     /// exhausted or `len > u32::MAX`. O(1) unless general-mask receives are posted on the
     /// communicator.
+    #[inline]
     pub fn arrive(
         &mut self,
         env: Envelope,
@@ -719,6 +749,7 @@ impl<R, M> Engine<R, M> {
         self.arrive_inner(env, len, msg, true)
     }
 
+    #[inline]
     fn arrive_inner(
         &mut self,
         env: Envelope,
@@ -733,6 +764,16 @@ impl<R, M> Engine<R, M> {
         {
             return self.arrive_exact_only(env, len, msg, check_budget);
         }
+        self.arrive_general(env, len, msg, check_budget)
+    }
+
+    fn arrive_general(
+        &mut self,
+        env: Envelope,
+        len: usize,
+        msg: M,
+        check_budget: bool,
+    ) -> Result<Arrived<R, M>, Rejected<M>> {
         let mut a = 0;
         let found = self.search_posted(&env, &mut a);
         self.c.match_attempts += a;
@@ -1103,9 +1144,11 @@ impl<R, M> Engine<R, M> {
     ) -> usize {
         let mut s = core::mem::take(&mut self.scratch);
         s.clear();
-        s.extend(self.posted.indices().filter(|&i| {
-            pred(&self.pspec(i), &self.posted.at(i).recv)
-        }));
+        s.extend(
+            self.posted
+                .indices()
+                .filter(|&i| pred(&self.pspec(i), &self.posted.at(i).recv)),
+        );
         s.sort_unstable_by_key(|&i| self.posted.at(i).seq);
         for &i in &s {
             let (spec, r) = self.take_posted(i);
