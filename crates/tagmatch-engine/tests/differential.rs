@@ -558,3 +558,73 @@ fn generator_reaches_every_outcome() {
         );
     }
 }
+
+/// Wide key space (thousands of distinct keys, so the indexes grow and shift), checked
+/// against the model with a deterministic generator.
+#[test]
+fn wide_key_space_matches_model() {
+    let mut e: Engine<u32, u32> = Engine::default();
+    let mut m = Model::new(1, usize::MAX, 1 << 20, 1 << 20, 0);
+    let mut x: u64 = 0x1234_5678_9abc_def0;
+    let mut rnd = |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    let mut handles = Vec::new();
+    for id in 0..6000u32 {
+        let comm = rnd(3) as u32;
+        let src = rnd(60) as u32;
+        let tag = rnd(3000);
+        let r = rnd(100);
+        let (got, want) = if r < 45 {
+            let spec = match rnd(10) {
+                0 => RecvSpec::new(comm, None, Some(tag)),
+                1 => RecvSpec::new(comm, Some(src), None),
+                2 => RecvSpec::new(comm, None, None),
+                _ => RecvSpec::exact(comm, src, tag),
+            };
+            let got = match e.post(spec, id).unwrap() {
+                Posted::Matched(x) => Out::Match(x.recv, x.msg),
+                Posted::Pending(h) => {
+                    handles.push((id, h));
+                    Out::Pending(id)
+                }
+            };
+            (got, m.post(spec, id))
+        } else if r < 95 {
+            let env = Envelope::new(comm, src, tag);
+            let got = match e.arrive(env, 1, id).unwrap() {
+                Arrived::Matched(x) => Out::Match(x.recv, x.msg),
+                Arrived::Unexpected(_) => Out::Unexpected(id),
+            };
+            (
+                got,
+                m.arrive(
+                    Msg {
+                        env,
+                        len: 1,
+                        mid: id,
+                    },
+                    true,
+                ),
+            )
+        } else if !handles.is_empty() {
+            let (rid, h) = handles.swap_remove(rnd(handles.len() as u64) as usize);
+            (Out::Cancel(e.cancel(h).ok()), Out::Cancel(m.cancel(rid)))
+        } else {
+            continue;
+        };
+        assert_eq!(got, want, "op {id}");
+    }
+    let c = e.counters();
+    assert_eq!(
+        (c.posted_depth, c.unexpected_depth),
+        (m.posted.len(), m.unexp.len())
+    );
+    assert!(
+        c.posted_depth + c.unexpected_depth > 500,
+        "the run must build deep queues"
+    );
+}
