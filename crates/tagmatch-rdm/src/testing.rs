@@ -69,6 +69,10 @@ pub struct Faults {
     pub register_fail: u32,
     /// A HANDSHAKE send fails with [`SendOutcome::Error`] (and is not delivered).
     pub handshake_error: u32,
+    /// Every registration on these nodes fails.
+    pub register_fail_nodes: &'static [usize],
+    /// Every RDMA read issued by these nodes fails.
+    pub rdma_read_fail_nodes: &'static [usize],
 }
 
 /// One packet put on the wire.
@@ -207,6 +211,11 @@ impl Fabric {
     /// Takes node `n`'s completions.
     pub fn completions(&mut self, n: usize) -> Vec<Completion> {
         std::mem::take(&mut self.nodes[n].completions)
+    }
+
+    /// Every packet as `(from, type)`, in emission order.
+    pub fn sequence(&self) -> Vec<(usize, PacketType)> {
+        self.log.iter().map(|r| (r.from, r.pkt_type)).collect()
     }
 
     /// Packet types sent from `from` to `to`, in emission order.
@@ -462,7 +471,9 @@ impl Fabric {
                     outcome,
                 } => self.nodes[node].ep.on_send_done(token, outcome),
                 Event::Register { node, mem, len } => {
-                    let result = if self.rng.chance(self.faults.register_fail) {
+                    let result = if self.rng.chance(self.faults.register_fail)
+                        || self.faults.register_fail_nodes.contains(&node)
+                    {
                         Err(())
                     } else {
                         let key = self.next_key;
@@ -483,7 +494,8 @@ impl Fabric {
                     } else {
                         self.faults.rdma_write_fail
                     };
-                    let ok = !self.rng.chance(rate) && self.rdma(e);
+                    let forced = read && self.faults.rdma_read_fail_nodes.contains(&node);
+                    let ok = !forced && !self.rng.chance(rate) && self.rdma(e);
                     self.nodes[node].ep.on_rdma_done(token, ok);
                 }
             }

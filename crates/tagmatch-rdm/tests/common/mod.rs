@@ -60,3 +60,92 @@ pub fn feats(f: impl FnOnce(&mut Features)) -> Config {
     f(&mut c.features);
     c
 }
+
+use tagmatch_rdm::SendOpts;
+
+/// Exchanges one eager message each way so both sides have the other's handshake, then
+/// clears the wire log and the completions.
+pub fn warm(fab: &mut Fabric, a: usize, b: usize, ab: PeerId, ba: PeerId) {
+    fab.ep(b).recv(None, 8).unwrap();
+    fab.ep(a).send(ab, vec![1], SendOpts::default()).unwrap();
+    fab.drive();
+    fab.ep(a).recv(None, 8).unwrap();
+    fab.ep(b).send(ba, vec![2], SendOpts::default()).unwrap();
+    fab.drive();
+    assert!(fab.ep(a).peer_handshake(ab).is_some());
+    assert!(fab.ep(b).peer_handshake(ba).is_some());
+    fab.log.clear();
+    fab.completions(a);
+    fab.completions(b);
+}
+
+/// A warmed pair.
+pub fn warm_pair(
+    seed: u64,
+    ca: Config,
+    cb: Config,
+    reorder: bool,
+) -> (Fabric, usize, usize, PeerId, PeerId) {
+    let (mut fab, a, b, ab, ba) = pair(seed, ca, cb, reorder);
+    warm(&mut fab, a, b, ab, ba);
+    (fab, a, b, ab, ba)
+}
+
+/// Result of one message a → b.
+pub struct Msg {
+    pub send: OpId,
+    pub recv: OpId,
+    pub ca: Vec<Completion>,
+    pub cb: Vec<Completion>,
+}
+
+/// Posts a receive of `recv_len` on b (first, or after the send when `unexpected`), sends
+/// `data` from a, drives.
+pub fn message(
+    fab: &mut Fabric,
+    (a, b, ab): (usize, usize, PeerId),
+    tagged: bool,
+    data: Vec<u8>,
+    opts: SendOpts,
+    recv_len: usize,
+    unexpected: bool,
+) -> Msg {
+    let post = |fab: &mut Fabric| {
+        if tagged {
+            fab.ep(b).trecv(None, 0x77, 0, recv_len).unwrap()
+        } else {
+            fab.ep(b).recv(None, recv_len).unwrap()
+        }
+    };
+    let mut recv = None;
+    if !unexpected {
+        recv = Some(post(fab));
+    }
+    let send = if tagged {
+        fab.ep(a).tsend(ab, 0x77, data, opts).unwrap()
+    } else {
+        fab.ep(a).send(ab, data, opts).unwrap()
+    };
+    fab.drive();
+    if unexpected {
+        recv = Some(post(fab));
+        fab.drive();
+    }
+    Msg {
+        send,
+        recv: recv.unwrap(),
+        ca: fab.completions(a),
+        cb: fab.completions(b),
+    }
+}
+
+/// Checks a successful message: both completions, data byte for byte.
+pub fn check_ok(m: &Msg, data: &[u8], tagged: bool) {
+    let s = done(&m.ca, m.send);
+    assert_eq!((s.kind, s.result), (OpKind::Send, Ok(())), "{s:?}");
+    let r = done(&m.cb, m.recv);
+    assert_eq!((r.kind, r.result), (OpKind::Recv, Ok(())), "{:?}", r.result);
+    assert_eq!(r.len, data.len() as u64);
+    assert_eq!(r.tag, if tagged { 0x77 } else { 0 });
+    assert!(r.data[..data.len()] == data[..], "data differs");
+}

@@ -1,0 +1,473 @@
+//! Two-sided subprotocols: exact packet sequences, data, completions; tagged and untagged.
+mod common;
+use common::*;
+use tagmatch_rdm::testing::Faults;
+use tagmatch_rdm::{OpError, OpKind, Protocol, SendOpts};
+use tagmatch_wire::efa::{flags, PacketType as T};
+
+fn ty(tagged: bool, msg: T, tag: T) -> T {
+    if tagged {
+        tag
+    } else {
+        msg
+    }
+}
+
+fn run(
+    tagged: bool,
+    len: usize,
+    ca: tagmatch_rdm::Config,
+    cb: tagmatch_rdm::Config,
+    opts: SendOpts,
+) -> (tagmatch_rdm::testing::Fabric, usize, usize, Msg) {
+    let (mut fab, a, b, ab, ba) = warm_pair(3, ca, cb, false);
+    let _ = ba;
+    let data = payload(len, len as u8);
+    let m = message(&mut fab, (a, b, ab), tagged, data.clone(), opts, len, false);
+    check_ok(&m, &data, tagged);
+    assert!(fab.wire_errors.is_empty(), "{:?}", fab.wire_errors);
+    (fab, a, b, m)
+}
+
+#[test]
+fn eager_both_kinds() {
+    for tagged in [true, false] {
+        let (fab, a, _, m) = run(tagged, 150, small_cfg(), small_cfg(), SendOpts::default());
+        let t = ty(tagged, T::EagerMsgRtm, T::EagerTagRtm);
+        assert_eq!(fab.sequence(), vec![(a, t)]);
+        // After the handshake: connid header, no raw address.
+        assert_eq!(
+            fab.log[0].flags & (flags::CONNID_HDR | flags::REQ_OPT_RAW_ADDR_HDR),
+            flags::CONNID_HDR
+        );
+        let _ = m;
+    }
+}
+
+#[test]
+fn medium_both_kinds() {
+    for tagged in [true, false] {
+        let (fab, a, _, m) = run(tagged, 600, small_cfg(), small_cfg(), SendOpts::default());
+        let t = ty(tagged, T::MediumMsgRtm, T::MediumTagRtm);
+        assert_eq!(fab.sequence(), vec![(a, t); 3]);
+        assert_eq!(fab.nodes[a].ep.protocol_of(m.send), Some(Protocol::Medium));
+    }
+}
+
+/// RTM (220 bytes), then 4 windows of 4, 4, 4 and 1 CTSDATA (896 bytes per window).
+fn longcts_seq(a: usize, b: usize, rtm: T) -> Vec<(usize, T)> {
+    let mut v = vec![(a, rtm)];
+    for n in [4, 4, 4, 1] {
+        v.push((b, T::Cts));
+        v.extend(std::iter::repeat_n((a, T::CtsData), n));
+    }
+    v
+}
+
+#[test]
+fn longcts_both_kinds_with_flow_control() {
+    for tagged in [true, false] {
+        let (fab, a, b, m) = run(tagged, 3000, small_cfg(), small_cfg(), SendOpts::default());
+        let t = ty(tagged, T::LongctsMsgRtm, T::LongctsTagRtm);
+        assert_eq!(fab.sequence(), longcts_seq(a, b, t));
+        assert_eq!(fab.nodes[a].ep.protocol_of(m.send), Some(Protocol::LongCts));
+    }
+}
+
+#[test]
+fn longcts_when_peer_has_no_rdma_read() {
+    let cb = feats(|f| f.rdma_read = false);
+    let (fab, a, b, m) = run(true, 5000, small_cfg(), cb, SendOpts::default());
+    assert_eq!(fab.nodes[a].ep.protocol_of(m.send), Some(Protocol::LongCts));
+    assert_eq!(fab.sequence()[0], (a, T::LongctsTagRtm));
+    assert!(fab.types(b, a).iter().all(|t| *t == T::Cts));
+}
+
+#[test]
+fn longread_both_kinds() {
+    for tagged in [true, false] {
+        let (fab, a, b, m) = run(tagged, 5000, small_cfg(), small_cfg(), SendOpts::default());
+        let t = ty(tagged, T::LongreadMsgRtm, T::LongreadTagRtm);
+        assert_eq!(fab.sequence(), vec![(a, t), (b, T::Eor)]);
+        assert_eq!(
+            fab.nodes[a].ep.protocol_of(m.send),
+            Some(Protocol::LongRead)
+        );
+    }
+}
+
+fn runt_cfg() -> tagmatch_rdm::Config {
+    tagmatch_rdm::Config {
+        runt_size: 500,
+        ..small_cfg()
+    }
+}
+
+#[test]
+fn runtread_both_kinds() {
+    for tagged in [true, false] {
+        let (fab, a, b, m) = run(tagged, 5000, runt_cfg(), small_cfg(), SendOpts::default());
+        let t = ty(tagged, T::RuntreadMsgRtm, T::RuntreadTagRtm);
+        assert_eq!(fab.sequence(), vec![(a, t), (a, t), (a, t), (b, T::Eor)]);
+        assert_eq!(
+            fab.nodes[a].ep.protocol_of(m.send),
+            Some(Protocol::RuntRead)
+        );
+    }
+}
+
+#[test]
+fn runtread_needs_the_peer_feature() {
+    let cb = feats(|f| f.runt = false);
+    let (fab, a, _, m) = run(true, 5000, runt_cfg(), cb, SendOpts::default());
+    assert_eq!(
+        fab.nodes[a].ep.protocol_of(m.send),
+        Some(Protocol::LongRead)
+    );
+}
+
+fn nack_run(tagged: bool, ca: tagmatch_rdm::Config, faults: Faults) {
+    let (mut fab, a, b, ab, _) = warm_pair(5, ca, small_cfg(), false);
+    fab.faults = faults;
+    let data = payload(5000, 9);
+    let m = message(
+        &mut fab,
+        (a, b, ab),
+        tagged,
+        data.clone(),
+        SendOpts::default(),
+        5000,
+        false,
+    );
+    check_ok(&m, &data, tagged);
+    let seq = fab.sequence();
+    let lc = ty(tagged, T::LongctsMsgRtm, T::LongctsTagRtm);
+    let first_nack = seq.iter().position(|x| *x == (b, T::ReadNack)).unwrap();
+    assert_eq!(seq[first_nack + 1], (a, lc));
+    assert_eq!(seq[first_nack + 2], (b, T::Cts));
+    let rec = &fab.log[first_nack + 1];
+    assert_ne!(rec.flags & flags::REQ_READ_NACK, 0);
+    // No payload: the mandatory header plus the 4-byte connid header.
+    assert_eq!(rec.len, if tagged { 32 } else { 24 } + 4);
+    assert_eq!(fab.nodes[b].ep.stats().read_nacks, 1);
+    assert!(fab.wire_errors.is_empty(), "{:?}", fab.wire_errors);
+}
+
+#[test]
+fn longread_registration_failure_falls_back_with_read_nack() {
+    for tagged in [true, false] {
+        nack_run(
+            tagged,
+            small_cfg(),
+            Faults {
+                register_fail_nodes: &[1],
+                ..Faults::default()
+            },
+        );
+    }
+}
+
+#[test]
+fn longread_rdma_read_failure_falls_back_with_read_nack() {
+    nack_run(
+        true,
+        small_cfg(),
+        Faults {
+            rdma_read_fail_nodes: &[1],
+            ..Faults::default()
+        },
+    );
+}
+
+#[test]
+fn runtread_nack_resumes_after_the_runt_bytes() {
+    for tagged in [true, false] {
+        nack_run(
+            tagged,
+            runt_cfg(),
+            Faults {
+                register_fail_nodes: &[1],
+                ..Faults::default()
+            },
+        );
+    }
+}
+
+#[test]
+fn sender_registration_failure_uses_longcts() {
+    let (mut fab, a, b, ab, _) = warm_pair(6, small_cfg(), small_cfg(), false);
+    fab.faults.register_fail_nodes = &[0];
+    let data = payload(5000, 2);
+    let m = message(
+        &mut fab,
+        (a, b, ab),
+        true,
+        data.clone(),
+        SendOpts::default(),
+        5000,
+        false,
+    );
+    check_ok(&m, &data, true);
+    assert_eq!(fab.sequence()[0], (a, T::LongctsTagRtm));
+}
+
+#[test]
+fn read_failure_without_read_nack_is_an_error_on_the_receiver() {
+    let cb = feats(|f| f.read_nack = false);
+    let (mut fab, a, b, ab, _) = warm_pair(6, small_cfg(), cb, false);
+    fab.faults.register_fail_nodes = &[1];
+    let m = message(
+        &mut fab,
+        (a, b, ab),
+        true,
+        payload(5000, 1),
+        SendOpts::default(),
+        5000,
+        false,
+    );
+    assert_eq!(done(&m.cb, m.recv).result, Err(OpError::RdmaFailed));
+    assert!(m.ca.is_empty(), "the sender never gets its EOR");
+    assert!(!fab.types(b, a).contains(&T::ReadNack));
+}
+
+#[test]
+fn delivery_complete_variants() {
+    let cases = [
+        (150, T::DcEagerMsgRtm, T::DcEagerTagRtm, 1),
+        (600, T::DcMediumMsgRtm, T::DcMediumTagRtm, 3),
+    ];
+    for tagged in [true, false] {
+        for (len, m_ty, t_ty, n) in cases {
+            let dc = SendOpts {
+                delivery_complete: true,
+                ..SendOpts::default()
+            };
+            let (fab, a, b, _) = run(tagged, len, small_cfg(), small_cfg(), dc);
+            let mut want = vec![(a, ty(tagged, m_ty, t_ty)); n];
+            want.push((b, T::Receipt));
+            assert_eq!(fab.sequence(), want);
+        }
+        let dc = SendOpts {
+            delivery_complete: true,
+            ..SendOpts::default()
+        };
+        let (fab, a, b, _) = run(tagged, 3000, small_cfg(), small_cfg(), dc);
+        let mut want = longcts_seq(a, b, ty(tagged, T::DcLongctsMsgRtm, T::DcLongctsTagRtm));
+        want.push((b, T::Receipt));
+        assert_eq!(fab.sequence(), want);
+    }
+}
+
+#[test]
+fn dc_send_completes_only_after_the_receipt() {
+    let (mut fab, a, b, ab, _) = warm_pair(8, small_cfg(), small_cfg(), false);
+    let dc = SendOpts {
+        delivery_complete: true,
+        ..SendOpts::default()
+    };
+    // Non-DC eager completes without a receive posted (transmit complete) …
+    let s0 = fab
+        .ep(a)
+        .tsend(ab, 1, vec![1; 10], SendOpts::default())
+        .unwrap();
+    // … DC eager does not.
+    let s1 = fab.ep(a).tsend(ab, 2, vec![2; 10], dc).unwrap();
+    fab.drive();
+    let ca = fab.completions(a);
+    assert_eq!(done(&ca, s0).result, Ok(()));
+    assert!(ca.iter().all(|c| c.op != s1));
+    assert!(!fab.types(b, a).contains(&T::Receipt));
+    let r = fab.ep(b).trecv(None, 2, 0, 10).unwrap();
+    fab.drive();
+    assert_eq!(fab.types(b, a), vec![T::Receipt]);
+    assert_eq!(done(&fab.completions(a), s1).result, Ok(()));
+    assert_eq!(done(&fab.completions(b), r).data, vec![2; 10]);
+}
+
+#[test]
+fn dc_to_a_peer_without_the_feature_is_an_error() {
+    let cb = feats(|f| f.delivery_complete = false);
+    let (mut fab, a, b, ab, _) = pair(9, small_cfg(), cb, false);
+    let dc = SendOpts {
+        delivery_complete: true,
+        ..SendOpts::default()
+    };
+    let s = fab.ep(a).tsend(ab, 1, vec![1; 10], dc).unwrap();
+    fab.drive();
+    // The handshake is provoked with a zero-length EAGER_RTW (libfabric's trigger).
+    assert_eq!(fab.sequence(), vec![(a, T::EagerRtw), (b, T::Handshake)]);
+    let c = fab.completions(a);
+    assert_eq!(
+        done(&c, s).result,
+        Err(OpError::DeliveryCompleteUnsupported)
+    );
+}
+
+#[test]
+fn truncation_is_an_error_completion_with_the_prefix() {
+    for (len, proto) in [
+        (150, Protocol::Eager),
+        (600, Protocol::Medium),
+        (3000, Protocol::LongCts),
+        (5000, Protocol::LongRead),
+    ] {
+        for tagged in [true, false] {
+            let (mut fab, a, b, ab, _) = warm_pair(10, small_cfg(), small_cfg(), true);
+            let data = payload(len, 3);
+            let m = message(
+                &mut fab,
+                (a, b, ab),
+                tagged,
+                data.clone(),
+                SendOpts::default(),
+                100,
+                false,
+            );
+            assert_eq!(fab.nodes[a].ep.protocol_of(m.send), Some(proto));
+            assert_eq!(done(&m.ca, m.send).result, Ok(()));
+            let r = done(&m.cb, m.recv);
+            assert_eq!(
+                r.result,
+                Err(OpError::Truncated {
+                    msg_len: len as u64,
+                    buf_len: 100
+                })
+            );
+            assert_eq!(r.data, data[..100]);
+        }
+    }
+}
+
+#[test]
+fn unexpected_messages_of_every_protocol() {
+    for (len, cfg) in [
+        (150, small_cfg()),
+        (600, small_cfg()),
+        (3000, small_cfg()),
+        (5000, small_cfg()),
+        (5000, runt_cfg()),
+    ] {
+        for tagged in [true, false] {
+            let (mut fab, a, b, ab, _) = warm_pair(11, cfg, small_cfg(), true);
+            let data = payload(len, 5);
+            let m = message(
+                &mut fab,
+                (a, b, ab),
+                tagged,
+                data.clone(),
+                SendOpts::default(),
+                len,
+                true,
+            );
+            check_ok(&m, &data, tagged);
+        }
+    }
+}
+
+#[test]
+fn cq_data_reaches_the_receiver() {
+    for len in [150, 600, 3000, 5000] {
+        let opts = SendOpts {
+            cq_data: Some(0xCAFE_BABE_1234_5678),
+            ..SendOpts::default()
+        };
+        let (_, _, _, m) = run(true, len, small_cfg(), small_cfg(), opts);
+        assert_eq!(done(&m.cb, m.recv).cq_data, Some(0xCAFE_BABE_1234_5678));
+    }
+}
+
+#[test]
+fn msg_id_wraparound_keeps_send_order() {
+    let cfg = tagmatch_rdm::Config {
+        initial_msg_id: u32::MAX - 4,
+        ..small_cfg()
+    };
+    for seed in 0..8 {
+        let (mut fab, a, b, ab, _) = pair(seed, cfg, cfg, true);
+        let sizes = [10, 600, 40, 3000, 5, 700, 1, 150, 5000, 20];
+        let mut sends = Vec::new();
+        for (i, &n) in sizes.iter().enumerate() {
+            sends.push(
+                fab.ep(a)
+                    .tsend(ab, 5, payload(n, i as u8), SendOpts::default())
+                    .unwrap(),
+            );
+        }
+        fab.drive();
+        let recvs: Vec<_> = (0..sizes.len())
+            .map(|_| fab.ep(b).trecv(None, 5, 0, 8000).unwrap())
+            .collect();
+        fab.drive();
+        assert_eq!(
+            fab.nodes[a].ep.next_msg_id(ab),
+            Some((u32::MAX - 4).wrapping_add(10))
+        );
+        let cb = fab.completions(b);
+        for (i, r) in recvs.iter().enumerate() {
+            let c = done(&cb, *r);
+            assert_eq!(c.len, sizes[i] as u64, "seed {seed} message {i}");
+            assert!(c.data[..sizes[i]] == payload(sizes[i], i as u8)[..]);
+        }
+        assert_eq!(fab.completions(a).len(), sizes.len());
+    }
+}
+
+#[test]
+fn directed_and_masked_receives() {
+    let mut fab = tagmatch_rdm::testing::Fabric::new(12);
+    let a = fab.add(small_cfg());
+    let c = fab.add(small_cfg());
+    let b = fab.add(small_cfg());
+    let ab = fab.connect(a, b);
+    let cb = fab.connect(c, b);
+    let ba = fab.connect(b, a);
+    let bc = fab.connect(b, c);
+    let from_c = fab.ep(b).trecv(Some(bc), 0x1200, 0xff, 64).unwrap();
+    let from_a = fab.ep(b).trecv(Some(ba), 0x1200, 0xff, 64).unwrap();
+    fab.ep(a)
+        .tsend(ab, 0x1234, vec![0xa; 8], SendOpts::default())
+        .unwrap();
+    fab.ep(c)
+        .tsend(cb, 0x12ff, vec![0xc; 8], SendOpts::default())
+        .unwrap();
+    fab.drive();
+    let done_b = fab.completions(b);
+    assert_eq!(done(&done_b, from_a).tag, 0x1234);
+    assert_eq!(done(&done_b, from_a).data[..8], [0xa; 8]);
+    assert_eq!(done(&done_b, from_c).tag, 0x12ff);
+    assert_eq!(done(&done_b, from_c).src, Some(bc));
+}
+
+#[test]
+fn cancel_a_posted_receive() {
+    let (mut fab, _, b, _, _) = pair(13, small_cfg(), small_cfg(), false);
+    let r = fab.ep(b).trecv(None, 1, 0, 8).unwrap();
+    fab.ep(b).cancel(r).unwrap();
+    fab.drive();
+    let c = fab.completions(b);
+    assert_eq!(done(&c, r).result, Err(OpError::Canceled));
+    assert_eq!(done(&c, r).kind, OpKind::Recv);
+    assert!(fab.ep(b).cancel(r).is_err());
+}
+
+#[test]
+fn partial_sends_are_resumed() {
+    for seed in 0..4 {
+        let (mut fab, a, b, ab, _) = warm_pair(seed, small_cfg(), small_cfg(), true);
+        fab.faults.send_again = 400;
+        for (len, tagged) in [(600, true), (1000, false), (3000, true), (5000, false)] {
+            let data = payload(len, 1);
+            let m = message(
+                &mut fab,
+                (a, b, ab),
+                tagged,
+                data.clone(),
+                SendOpts::default(),
+                len,
+                false,
+            );
+            check_ok(&m, &data, tagged);
+        }
+        assert!(fab.nodes[a].ep.stats().tx_again > 0);
+    }
+}
