@@ -1,4 +1,113 @@
 //! `tagmatch-engine`: MPI tag matching in constant time, wildcards included.
+//!
+//! A sans-IO, clock-free, deterministic matcher of posted receives against arriving
+//! messages, generic over the caller's receive context `R` and message payload `M`
+//! ([`Engine<R, M>`]).
+//!
+//! # Rules (MPI 4.0 §3.5, as UCX, ob1, MPICH and libfabric implement them)
+//!
+//! - An [`Envelope`] is (communicator, source, tag). A [`RecvSpec`] names a communicator
+//!   and either a source or [`Source::Any`], and a tag, [`TagSel::Any`] or a verbs-style
+//!   mask ([`TagSel::Masked`]: `tag & mask == want & mask`).
+//! - A message matches the **earliest-posted** matching receive; a receive matches the
+//!   **earliest-arrived** matching unexpected message.
+//! - Messages from one source are matched in send order (non-overtaking), also when the
+//!   transport reorders them: [`Engine::deliver`] takes a per-source `u32` sequence number
+//!   (wrapping) and holds early arrivals in a bounded reorder buffer
+//!   ([`Config::reorder_window`]); beyond the window, behind it, or duplicated is an
+//!   explicit [`Rejected`] error handing the message back, never a silent drop. The
+//!   sequence space is per **source** (`Envelope::src`, a peer id unique across
+//!   communicators): the RDM protocol's per-peer `msg_id`, and stronger than MPI's
+//!   per-(source, communicator) order. Ordered transports use [`Engine::arrive`].
+//! - Unexpected, held and claimed messages count against a byte and an entry budget
+//!   ([`Config::max_bytes`], [`Config::max_messages`]); [`Engine::pressure`] reports
+//!   [`Pressure::High`] / [`Pressure::Full`], and a message that would exceed a budget is
+//!   refused with [`RejectReason::Backpressure`] (the engine state is unchanged, the
+//!   sequence number not consumed): the queue never grows without bound.
+//!
+//! # Operations and cost
+//!
+//! | operation | cost |
+//! |---|---|
+//! | [`Engine::post`] exact / ANY_TAG / ANY_SOURCE / both | O(1) |
+//! | [`Engine::post`] general mask | scan of the unexpected messages of (comm, src) or (comm) |
+//! | [`Engine::arrive`], [`Engine::deliver`] | O(1), plus a scan of the communicator's general-mask receives if any are posted |
+//! | [`Engine::probe`], [`Engine::mprobe`] | as `post` |
+//! | [`Engine::mrecv`], [`Engine::cancel`] | O(1), generation-checked handles |
+//! | [`Engine::cancel_where`] (bulk cancel by predicate) | O(posted) |
+//! | [`Engine::purge_peer`] | O(posted) + O(communicators + that peer's messages) |
+//! | [`Engine::purge_comm`] | O(posted) + O(its messages) + O(peers × window) |
+//!
+//! How: every unexpected message sits on four FIFOs at once — keyed (comm, src, tag),
+//! (comm, src), (comm, tag) and (comm) — so the earliest match for each receive kind is a
+//! list head. Each posted receive sits on the one FIFO of its kind; an arrival looks at
+//! (at most) four list heads and takes the lowest posting sequence number. The lists are
+//! intrusive, doubly linked through `u32` slab indices, and their heads live in
+//! open-addressing hash indexes of 8-byte buckets whose keys are read from the nodes. A
+//! posted receive and an unexpected message with the same key never coexist (one would
+//! have matched the other), so each key has one list. Nothing is allocated per operation
+//! once the slabs and indexes have grown to the working depth ([`Engine::reserve`]).
+//!
+//! # Handles
+//!
+//! [`RecvHandle`] (from a pending post) and [`MsgHandle`] (from an mprobe) carry a slot
+//! generation: after the entry is matched, cancelled, received or purged, every use of the
+//! handle returns [`EngineError::StaleHandle`], even when the slot holds a newer entry
+//! (until the same slot has been reused 2^32 times).
+//!
+//! # For a HW/SW split
+//!
+//! Every posted receive gets a posting sequence number ([`PostedInfo::seq`],
+//! [`Engine::next_post_seq`]); [`Engine::first_posted_match`] answers "which posted
+//! receive would an arrival of this envelope take now" without changing anything, which
+//! is the check a TM-SRQ model needs before letting hardware match a message against an
+//! offloaded receive that is not the earliest candidate.
+//!
+//! # Example
+//!
+//! ```
+//! use tagmatch_engine::{Arrived, Config, Engine, Envelope, Posted, RecvSpec, RejectReason};
+//!
+//! // Receive contexts are &str, payloads Vec<u8> (stored at their exact size).
+//! let mut e: Engine<&str, Vec<u8>> = Engine::new(Config::default().reorder_window(8));
+//!
+//! // ANY_SOURCE receive on communicator 1, tag 7.
+//! let Ok(Posted::Pending(h)) = e.post(RecvSpec::new(1, None, Some(7)), "r0") else {
+//!     panic!("nothing has arrived yet")
+//! };
+//!
+//! // Peer 3 sends seq 0 and seq 1; the transport delivers seq 1 first: it is held.
+//! let mut events = Vec::new();
+//! e.deliver(Envelope::new(1, 3, 7), 1, 2, b"m1".to_vec(), |a| events.push(a)).unwrap();
+//! assert!(events.is_empty());
+//! assert_eq!(e.counters().reorder_depth, 1);
+//!
+//! // seq 0 arrives: it takes the receive, then seq 1 becomes unexpected, in send order.
+//! e.deliver(Envelope::new(1, 3, 7), 0, 2, b"m0".to_vec(), |a| events.push(a)).unwrap();
+//! match &events[..] {
+//!     [Arrived::Matched(m), Arrived::Unexpected(env)] => {
+//!         assert_eq!((m.recv, m.msg.as_slice()), ("r0", &b"m0"[..]));
+//!         assert_eq!(env.src, 3);
+//!     }
+//!     other => panic!("{other:?}"),
+//! }
+//!
+//! // The handle of the matched receive is stale now.
+//! assert!(e.cancel(h).is_err());
+//!
+//! // An exact receive takes the unexpected message.
+//! let Ok(Posted::Matched(m)) = e.post(RecvSpec::exact(1, 3, 7), "r1") else { panic!() };
+//! assert_eq!(m.msg, b"m1");
+//!
+//! // A sequence number too far ahead is an explicit error with the message handed back.
+//! let r = e.deliver(Envelope::new(1, 3, 7), 100, 0, Vec::new(), |_| {}).unwrap_err();
+//! assert_eq!(r.reason, RejectReason::WindowOverflow);
+//! ```
+//!
+//! # Benchmarks
+//!
+//! [`workload`] holds the seven workloads of the project's benchmark spec; the criterion
+//! bench `matching` and `tagmatch bench match` both run them.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
