@@ -116,6 +116,7 @@ mod hash;
 mod index;
 mod list;
 mod slab;
+pub mod tm_srq;
 mod types;
 pub mod workload;
 
