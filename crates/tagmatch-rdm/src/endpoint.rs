@@ -1995,7 +1995,9 @@ impl Endpoint {
             src: peer.0,
             tag: if is_rta { ib as u64 } else { ibm.tag },
         };
-        let len = ibm.msg_len.min(usize::MAX as u64) as usize;
+        // The engine's budget counts what is buffered here, not the message length (long
+        // protocols leave the data at the sender until matched).
+        let len = ibm.data.len();
         let mut arrived = Vec::new();
         match self
             .engine

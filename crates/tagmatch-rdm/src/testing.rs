@@ -88,6 +88,8 @@ pub struct WireRecord {
     pub flags: u16,
     /// Packet length.
     pub len: usize,
+    /// The packet, when [`Fabric::record_bytes`] is set.
+    pub bytes: Vec<u8>,
 }
 
 #[derive(Debug)]
@@ -147,6 +149,10 @@ pub struct Fabric {
     next_key: u64,
     /// Device events processed so far.
     pub steps: u64,
+    /// Keep each packet's bytes in the [`WireRecord`]s.
+    pub record_bytes: bool,
+    /// Keep a [`WireRecord`] per packet (turn off for long soaks).
+    pub record_log: bool,
 }
 
 impl Fabric {
@@ -162,6 +168,8 @@ impl Fabric {
             wire_errors: Vec::new(),
             next_key: 1,
             steps: 0,
+            record_bytes: false,
+            record_log: true,
         }
     }
 
@@ -326,13 +334,20 @@ impl Fabric {
                     });
                     return;
                 }
-                self.log.push(WireRecord {
-                    from: i,
-                    to,
-                    pkt_type,
-                    flags: f,
-                    len: bytes.len(),
-                });
+                if self.record_log {
+                    self.log.push(WireRecord {
+                        from: i,
+                        to,
+                        pkt_type,
+                        flags: f,
+                        len: bytes.len(),
+                        bytes: if self.record_bytes {
+                            bytes.clone()
+                        } else {
+                            Vec::new()
+                        },
+                    });
+                }
                 self.events.push_back(Event::Deliver { from: i, to, bytes });
                 self.events.push_back(Event::SendDone {
                     node: i,
