@@ -2,10 +2,12 @@
 //! [--json]`: times one workload of `shared/spec/bench-workloads.md` with the exact code of
 //! `tagmatch_engine::workload` (the same the criterion benches run).
 //!
-//! Method: set-up is untimed. One repetition prepares K copies of the workload (K chosen so
-//! a repetition has at least 4096 timed operations, so depth 1 is not timer-bound), then
-//! times their timed phases back to back. Repetitions continue until the timed phases add
-//! up to at least 100 ms (and at least 5 ran); `ns_per_op` is the median repetition.
+//! Method: set-up is untimed. Copies of the workload are prepared in groups of at least 64
+//! timed operations (one copy once the depth gives 64 operations), and each group's timed
+//! phases are timed with one clock pair right after its set-up (clock overhead below 1 ns
+//! per operation). A repetition is enough groups for at least 4096 operations; repetitions
+//! continue until the timed phases add up to at least 100 ms (and at least 5 ran);
+//! `ns_per_op` is the median repetition.
 //! `p50_ns`/`p99_ns` come from separate instrumented repetitions that time batches of 16
 //! operations and divide by 16 (one clock read per batch: the clock costs too much to
 //! time single operations; the figures include about 1–2 ns of clock overhead).
@@ -74,6 +76,7 @@ pub struct Figures {
 }
 
 const MIN_OPS_PER_REP: usize = 4096;
+const GROUP_OPS: usize = 64;
 const BATCH: usize = 16;
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -88,37 +91,46 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 pub fn measure(w: Workload, p: &Params, min_time: Duration, min_reps: usize) -> Figures {
     let probe = Prepared::new(w, p);
     let ops = probe.ops().max(1);
-    let copies = MIN_OPS_PER_REP.div_ceil(ops).max(1);
+    // A group is timed with one clock pair: enough copies for >= GROUP_OPS operations
+    // (one copy when the workload has that many), prepared just before, so the engine
+    // under test is as warm as set-up leaves it; a repetition is enough groups for
+    // >= MIN_OPS_PER_REP operations.
+    let group = GROUP_OPS.div_ceil(ops).max(1);
+    let groups = MIN_OPS_PER_REP.div_ceil(ops * group).max(1);
     let mut per_rep = Vec::new();
     let mut batches = Vec::new();
     let mut total = Duration::ZERO;
     let mut rep = 0usize;
     while total < min_time || rep < min_reps {
-        let mut preps: Vec<Prepared> = (0..copies).map(|_| Prepared::new(w, p)).collect();
-        if rep % 2 == 0 {
-            let t = Instant::now();
-            for prep in preps.iter_mut() {
-                std::hint::black_box(prep.run());
-            }
-            let dt = t.elapsed();
-            total += dt;
-            per_rep.push(dt.as_nanos() as f64 / (copies * ops) as f64);
-        } else {
-            let t0 = Instant::now();
-            for prep in preps.iter_mut() {
-                let mut i = 0;
-                while i < ops {
-                    let end = (i + BATCH).min(ops);
-                    let t = Instant::now();
-                    std::hint::black_box(prep.run_range(i, end));
-                    batches.push(t.elapsed().as_nanos() as f64 / (end - i) as f64);
-                    i = end;
+        let mut rep_time = Duration::ZERO;
+        for _ in 0..groups {
+            let mut preps: Vec<Prepared> = (0..group).map(|_| Prepared::new(w, p)).collect();
+            if rep % 2 == 0 {
+                let t = Instant::now();
+                for prep in preps.iter_mut() {
+                    std::hint::black_box(prep.run());
                 }
+                rep_time += t.elapsed();
+            } else {
+                let t0 = Instant::now();
+                for prep in preps.iter_mut() {
+                    let mut i = 0;
+                    while i < ops {
+                        let end = (i + BATCH).min(ops);
+                        let t = Instant::now();
+                        std::hint::black_box(prep.run_range(i, end));
+                        batches.push(t.elapsed().as_nanos() as f64 / (end - i) as f64);
+                        i = end;
+                    }
+                }
+                rep_time += t0.elapsed();
             }
-            total += t0.elapsed();
         }
+        if rep % 2 == 0 {
+            per_rep.push(rep_time.as_nanos() as f64 / (groups * group * ops) as f64);
+        }
+        total += rep_time;
         rep += 1;
-        drop(preps);
     }
     per_rep.sort_by(f64::total_cmp);
     batches.sort_by(f64::total_cmp);
