@@ -283,7 +283,11 @@ pub struct Endpoint {
     stats: Stats,
     next_op: u64,
     protocols: HashMap<OpId, Protocol>,
+    protocol_order: VecDeque<OpId>,
 }
+
+/// How many operations [`Endpoint::protocol_of`] remembers.
+pub const PROTOCOL_MEMORY: usize = 4096;
 
 impl Endpoint {
     /// Creates an endpoint whose own raw address is `addr` (its `qkey` is the connid).
@@ -313,6 +317,7 @@ impl Endpoint {
             stats: Stats::default(),
             next_op: 1,
             protocols: HashMap::new(),
+            protocol_order: VecDeque::new(),
         }
     }
 
@@ -378,7 +383,7 @@ impl Endpoint {
         self.completions.pop_front()
     }
 
-    /// The subprotocol an operation chose (kept until the endpoint is dropped; for tests).
+    /// The subprotocol an operation chose (for the last [`PROTOCOL_MEMORY`] operations).
     pub fn protocol_of(&self, op: OpId) -> Option<Protocol> {
         self.protocols.get(&op).copied()
     }
@@ -386,6 +391,18 @@ impl Endpoint {
     /// Operations in flight (sender side, receiver side, unexpected messages).
     pub fn in_flight(&self) -> (usize, usize, usize) {
         (self.tx.len(), self.rx.len(), self.inbound.len())
+    }
+
+    /// Remembers the protocol of the last [`PROTOCOL_MEMORY`] operations.
+    fn note_protocol(&mut self, op: OpId, proto: Protocol) {
+        if self.protocols.insert(op, proto).is_none() {
+            self.protocol_order.push_back(op);
+            if self.protocol_order.len() > PROTOCOL_MEMORY {
+                if let Some(old) = self.protocol_order.pop_front() {
+                    self.protocols.remove(&old);
+                }
+            }
+        }
     }
 
     fn new_op(&mut self) -> OpId {
@@ -921,7 +938,7 @@ impl Endpoint {
         t.msg_id = msg_id;
         t.proto = proto;
         let op = t.op;
-        self.protocols.insert(op, proto);
+        self.note_protocol(op, proto);
         tracing::debug!(?op, ?proto, len, "send");
         match proto {
             Protocol::Eager => {
@@ -1380,7 +1397,7 @@ impl Endpoint {
             t.started = true;
             t.proto = Protocol::DirectWrite;
             let (op, m) = (t.op, t.mem);
-            self.protocols.insert(op, Protocol::DirectWrite);
+            self.note_protocol(op, Protocol::DirectWrite);
             self.register_region(m);
             return;
         }
@@ -1410,7 +1427,7 @@ impl Endpoint {
         t.started = true;
         t.proto = proto;
         let op = t.op;
-        self.protocols.insert(op, proto);
+        self.note_protocol(op, proto);
         match proto {
             Protocol::EagerWrite => {
                 let t = &self.tx[id];
@@ -1469,7 +1486,7 @@ impl Endpoint {
             // efa-rdm-protocol-v4 §4.1: "The direct read subprotocol … does not involve a
             // REQ packet. The workflow is just for the read requester keep using RDMA read
             // on the responder."
-            self.protocols.insert(op, Protocol::DirectRead);
+            self.note_protocol(op, Protocol::DirectRead);
             self.register_region(mem);
         } else {
             self.start_emulated_read(id);
@@ -1492,7 +1509,7 @@ impl Endpoint {
                 Protocol::LongCtsRead,
             )
         };
-        self.protocols.insert(op, proto);
+        self.note_protocol(op, proto);
         let r = &mut self.rx[id];
         r.requested = window;
         r.window_left = window;
@@ -1552,7 +1569,7 @@ impl Endpoint {
             return Err(CallError::TooManyOps);
         };
         self.mem[mem].owner = Owner::Tx(id);
-        self.protocols.insert(op, Protocol::Atomic);
+        self.note_protocol(op, Protocol::Atomic);
         self.tx_begin(id);
         Ok(op)
     }
@@ -1661,7 +1678,7 @@ impl Endpoint {
             return Err(CallError::TooManyOps);
         };
         self.mem[mem].owner = Owner::Rx(id);
-        self.protocols.insert(op, Protocol::Atomic);
+        self.note_protocol(op, Protocol::Atomic);
         let p = &mut self.peers[peer.0 as usize];
         let msg_id = p.next_msg_id;
         p.next_msg_id = p.next_msg_id.wrapping_add(1);
@@ -2706,7 +2723,7 @@ impl Endpoint {
         let len = pkt.get(Field::MsgLength).unwrap_or(0);
         let recv_id = pkt.recv_id().unwrap_or(0);
         let window = pkt.get(Field::RecvLength).unwrap_or(0);
-        if len > (1 << 32) || window == 0 {
+        if len > (1 << 32) || (window == 0 && len > 0) {
             self.stats.rx_invalid += 1;
             return;
         }

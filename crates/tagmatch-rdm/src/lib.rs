@@ -35,5 +35,5 @@ mod types;
 
 pub use atomic::{AtomicOp, Datatype};
 pub use config::{Config, Features};
-pub use endpoint::{Endpoint, PeerHandshake};
+pub use endpoint::{Endpoint, PeerHandshake, PROTOCOL_MEMORY};
 pub use types::*;
