@@ -465,7 +465,7 @@ fn steady_state_does_not_grow_any_container() {
     // cycle of every operation has run at a given depth, repeating it must leave the heap
     // footprint (computed from capacities) unchanged.
     let mut e: Engine<u32, u32> = Engine::new(Config::default().reorder_window(8));
-    let mut cycle = |e: &mut Engine<u32, u32>, round: u64| {
+    let cycle = |e: &mut Engine<u32, u32>, round: u64| {
         for i in 0..64u64 {
             let t = round * 64 + i; // fresh tags every round
             let h = match e.post(RecvSpec::exact(0, 1, t), 0) {
