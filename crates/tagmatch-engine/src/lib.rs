@@ -115,6 +115,7 @@ mod engine;
 mod hash;
 mod index;
 mod list;
+pub mod offload;
 mod slab;
 pub mod tm_srq;
 mod types;

@@ -1,0 +1,1131 @@
+//! The HW/SW split: a driver that owns the software [`Engine`] and a Tag-Matching SRQ
+//! ([`crate::tm_srq::TmSrq`]) and decides which posted receives live in hardware, so that
+//! every match equals the pure software engine's.
+//!
+//! rdma-core-tag-matching "RDMA tag-matching offload": "HW will hold a bounded prefix of
+//! Receive tags ... SW will handle any message that is either unexpected or whose tag is
+//! not held in HW."
+//!
+//! # Tag bit layout
+//!
+//! The 64-bit TMH tag carries the whole envelope, so that wildcards become masks (UCX
+//! never offloads ANY_SOURCE; this driver does, when the prefix rule below allows it).
+//! [`TagLayout`] is configurable; fields from the least significant bit up:
+//!
+//! ```text
+//!  63                                                                    0
+//! +------------------+------------------------+--------------------------+
+//! | comm (comm_bits) |      src (src_bits)    |      tag (tag_bits)      |
+//! +------------------+------------------------+--------------------------+
+//!   default 20 bits        default 20 bits           default 24 bits
+//! ```
+//!
+//! (`comm_bits + src_bits + tag_bits <= 64`; unused high bits are zero.) A field value that
+//! does not fit is **saturated** to the field's all-ones value, and the exact envelope
+//! travels in the message (the payload header a real transport carries anyway). The
+//! all-ones value is therefore reserved: a receive is offloaded only when its match set is
+//! represented *exactly* by `(entry.tag, entry.mask)`, i.e. for every envelope `E`,
+//! `encode(E) & mask == tag & mask` ⟺ the receive matches `E` ([`TagLayout::entry`]):
+//!
+//! - comm, an exact source and an exact tag must be below their field's all-ones value;
+//!   their mask bits are all ones; ANY_SOURCE / ANY_TAG clear their field in the mask (so
+//!   a saturated source or tag still matches a wildcard, which is right);
+//! - a general mask (`TagSel::Masked`) must fix every bit above the tag field to zero and
+//!   must not match the all-ones tag value; its low bits become the field's mask.
+//!
+//! # Which receives go to hardware (the prefix rule)
+//!
+//! The *class* of a receive is its match set, the envelopes it matches. A pending receive
+//! is offloaded only when no **software-resident** pending receive has a class that
+//! intersects its own (`specs_intersect`: same communicator, compatible sources, tags or
+//! masks that share a value); all software-resident pending receives were posted earlier,
+//! so for every envelope the offloaded receives that match it are a posting-order prefix of
+//! all pending receives that match it. ADDs are posted in posting order, so list order is
+//! posting order, and the TM-SRQ rule "first entry in list order" is "earliest posted".
+//! Receives that cannot be encoded, find the list full, or find list operations waiting
+//! for a free slot stay in software (counted per reason in [`OffloadCounters`]).
+//!
+//! # Unexpected count and the m1/m2/b1/b2 race
+//!
+//! rdma-core-tag-matching: "whenever HW deems a message unexpected, tag matching must be
+//! disabled for new tags until SW and HW synchronize. This synchronization is achieved by
+//! reporting to HW the number of unexpected messages handled by SW". The driver counts the
+//! `RECV` (unexpected) completions it has processed and stamps every ADD, DEL and SYNC with
+//! that count *when it decides the operation* (a deferred DEL keeps its stamp). A message
+//! coming from hardware as unexpected is matched in software first: the engine holds every
+//! pending receive (offloaded ones included), so it takes the earliest-posted one. When
+//! that receive is offloaded, a DEL of its (disabled) entry is queued *before* any
+//! operation carrying a count that includes this message. When a completion carries
+//! `TM_SYNC_REQ`, a SYNC is posted as soon as the count has moved.
+//!
+//! # Why matches equal the software engine's (linearization)
+//!
+//! The driver is linearizable with respect to [`Engine`]: a post takes effect when
+//! [`Driver::post`] is called, an arrival when its completion is polled (completions are
+//! serialised by the TM-SRQ in wire order, so arrivals keep wire order and per-source
+//! order), and the cancel of an offloaded receive when its DEL completes. Sketch of the
+//! invariant for a message `m` matched by hardware against entry `e` of receive `r`:
+//! any receive `r'` posted before `r` and still pending that matches `m` is offloaded (prefix
+//! rule) with an entry `e'` before `e`; `e'` was in the list (ADDs execute in order) and,
+//! since disabled entries are exactly those appended after the last unsynchronised
+//! unexpected message (a suffix of the list), `e'` was enabled when `e` was, so hardware
+//! would have chosen `e'`. Conversely software consumes an offloaded receive only for a
+//! message hardware deemed unexpected, which means its entry was not enabled; it stays
+//! disabled until a count that includes that message reaches hardware, and the DEL is
+//! queued before such a count. The property tests in `tests/offload_*.rs` check this
+//! against the engine for random and for all interleavings of small bounds, and
+//! [`OffloadCounters::order_violations`] checks it at run time with
+//! [`Engine::first_posted_match`].
+//!
+//! # Cancel
+//!
+//! Cancelling an offloaded receive posts a DEL and reports the outcome later: success →
+//! [`Event::Cancelled`]; `TM_ERR` ("the operation may fail if the associated tag was
+//! consumed by an incoming message") → the match was already reported and the cancel
+//! fails ([`Event::CancelFailed`]). UCX reports every REMOVE completion as a successful
+//! cancel without checking the status (wire-layouts §C.2); this driver never does.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
+
+use tagmatch_wire::tm::Rvh;
+
+use crate::tm_srq::{
+    ops_flags, wc_flags, ArriveError, Cqe, OpsWr, PostOpError, TmCaps, TmOp, TmSrq, WcOpcode,
+    WcStatus, WireMsg,
+};
+use crate::{
+    Arrived, Claimed, Config, Counters, Engine, EngineError, Envelope, Message, MsgHandle,
+    PostRejected, Posted, RecvHandle, RecvSpec, Rejected, Source, TagSel,
+};
+
+/// The placement of (comm, src, tag) in the 64-bit TMH tag; see the [module
+/// documentation](self).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TagLayout {
+    comm_bits: u8,
+    src_bits: u8,
+    tag_bits: u8,
+}
+
+impl Default for TagLayout {
+    /// comm 20 | src 20 | tag 24 (Open MPI `pml_ucx` uses the same widths).
+    fn default() -> Self {
+        TagLayout {
+            comm_bits: 20,
+            src_bits: 20,
+            tag_bits: 24,
+        }
+    }
+}
+
+fn all_ones(bits: u8) -> u64 {
+    if bits >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    }
+}
+
+fn shl(v: u64, by: u8) -> u64 {
+    if by >= 64 {
+        0
+    } else {
+        v << by
+    }
+}
+
+impl TagLayout {
+    /// A layout of `comm_bits | src_bits | tag_bits` (most to least significant). `None`
+    /// if the widths add up to more than 64 or a u32 field gets more than 32 bits.
+    pub fn new(comm_bits: u8, src_bits: u8, tag_bits: u8) -> Option<Self> {
+        let sum = u32::from(comm_bits) + u32::from(src_bits) + u32::from(tag_bits);
+        (sum <= 64 && comm_bits <= 32 && src_bits <= 32).then_some(TagLayout {
+            comm_bits,
+            src_bits,
+            tag_bits,
+        })
+    }
+
+    /// Width of the communicator field.
+    pub fn comm_bits(&self) -> u8 {
+        self.comm_bits
+    }
+    /// Width of the source field.
+    pub fn src_bits(&self) -> u8 {
+        self.src_bits
+    }
+    /// Width of the tag field.
+    pub fn tag_bits(&self) -> u8 {
+        self.tag_bits
+    }
+
+    fn src_shift(&self) -> u8 {
+        self.tag_bits
+    }
+    fn comm_shift(&self) -> u8 {
+        self.tag_bits + self.src_bits
+    }
+
+    /// Whether `v` is represented exactly in a field of `bits` bits for values of a
+    /// `width`-bit type (the all-ones value is reserved for saturation).
+    fn fits(v: u64, bits: u8, width: u8) -> bool {
+        bits >= width || v < all_ones(bits)
+    }
+
+    /// The TMH tag of a message: each field saturated to all ones when it does not fit.
+    pub fn encode(&self, env: &Envelope) -> u64 {
+        let f = |v: u64, bits: u8| v.min(all_ones(bits));
+        shl(f(u64::from(env.comm), self.comm_bits), self.comm_shift())
+            | shl(f(u64::from(env.src), self.src_bits), self.src_shift())
+            | f(env.tag, self.tag_bits)
+    }
+
+    /// The `(tag, mask)` of a TM-SRQ entry whose match set is exactly the receive's, or
+    /// `None` when the layout cannot represent it exactly (the receive stays in software).
+    pub fn entry(&self, spec: &RecvSpec) -> Option<(u64, u64)> {
+        let spec = spec.normalized();
+        if !Self::fits(u64::from(spec.comm), self.comm_bits, 32) {
+            return None;
+        }
+        let mut tag = shl(u64::from(spec.comm), self.comm_shift());
+        let mut mask = shl(all_ones(self.comm_bits), self.comm_shift());
+        if let Source::Rank(s) = spec.src {
+            if !Self::fits(u64::from(s), self.src_bits, 32) {
+                return None;
+            }
+            tag |= shl(u64::from(s), self.src_shift());
+            mask |= shl(all_ones(self.src_bits), self.src_shift());
+        }
+        let tmax = all_ones(self.tag_bits);
+        match spec.tag {
+            TagSel::Any => {}
+            TagSel::Exact(t) => {
+                if !Self::fits(t, self.tag_bits, 64) {
+                    return None;
+                }
+                tag |= t;
+                mask |= tmax;
+            }
+            TagSel::Masked { want, mask: m } => {
+                if self.tag_bits < 64 {
+                    let high = !tmax;
+                    // Every tag in the match set must be below 2^tag_bits - 1.
+                    if m & high != high || want & high != 0 || tmax & m == want {
+                        return None;
+                    }
+                }
+                tag |= want & tmax;
+                mask |= m & tmax;
+            }
+        }
+        Some((tag, mask))
+    }
+}
+
+/// Whether some envelope matches both receives.
+pub fn specs_intersect(a: &RecvSpec, b: &RecvSpec) -> bool {
+    let (a, b) = (a.normalized(), b.normalized());
+    if a.comm != b.comm {
+        return false;
+    }
+    if let (Source::Rank(x), Source::Rank(y)) = (a.src, b.src) {
+        if x != y {
+            return false;
+        }
+    }
+    match (a.tag, b.tag) {
+        (TagSel::Any, _) | (_, TagSel::Any) => true,
+        (TagSel::Exact(x), TagSel::Exact(y)) => x == y,
+        (TagSel::Exact(x), TagSel::Masked { want, mask })
+        | (TagSel::Masked { want, mask }, TagSel::Exact(x)) => x & mask == want & mask,
+        (TagSel::Masked { want: w1, mask: m1 }, TagSel::Masked { want: w2, mask: m2 }) => {
+            (w1 ^ w2) & m1 & m2 == 0
+        }
+    }
+}
+
+/// What a wire message carries besides the headers: the exact envelope (needed when a field
+/// was saturated) and the user's message.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Carried<M> {
+    /// The exact envelope.
+    pub env: Envelope,
+    /// The user's message.
+    pub msg: M,
+}
+
+/// Handle of a receive posted through the [`Driver`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OffHandle(pub u64);
+
+/// Where a match was made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MatchPath {
+    /// By the TM-SRQ against an offloaded receive.
+    Hw,
+    /// In software, for a message the TM-SRQ deemed unexpected.
+    SwArrival,
+    /// In software, by a post that found an unexpected message.
+    SwPost,
+}
+
+/// A receive paired with a message by the driver.
+#[derive(Debug, PartialEq, Eq)]
+pub struct OffMatch<R, M> {
+    /// The receive.
+    pub handle: OffHandle,
+    /// Its context.
+    pub recv: R,
+    /// The message.
+    pub msg: M,
+    /// The message's envelope.
+    pub env: Envelope,
+    /// Its length (eager payload, or RNDV optional data).
+    pub len: usize,
+    /// Where the match was made.
+    pub path: MatchPath,
+    /// `Some` when software must perform the rendezvous read and send the FIN (matched in
+    /// software, or `TM_RNDV_INCOMPLETE`).
+    pub sw_rndv: Option<Rvh>,
+    /// Hardware still transfers data: [`Event::DataValid`] follows.
+    pub data_pending: bool,
+}
+
+/// Result of [`Driver::post`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum PostOutcome<R, M> {
+    /// An unexpected message was taken.
+    Matched(OffMatch<R, M>),
+    /// Queued (in software or in hardware).
+    Pending(OffHandle),
+}
+
+/// Result of [`Driver::cancel`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum CancelOutcome<R> {
+    /// Cancelled now (the receive was software-resident).
+    Cancelled(R),
+    /// A DEL is under way; [`Event::Cancelled`] or [`Event::CancelFailed`] follows.
+    InProgress,
+}
+
+/// Something [`Driver::poll`] reports.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Event<R, M> {
+    /// An arrival (in wire order) was matched.
+    Matched(OffMatch<R, M>),
+    /// An arrival (in wire order) matched nothing and is stored as unexpected.
+    Unexpected {
+        /// Its envelope.
+        env: Envelope,
+        /// Its length.
+        len: usize,
+    },
+    /// An arrival could not be stored (engine budget); the message is handed back.
+    Rejected(Rejected<M>),
+    /// A cancel in progress succeeded.
+    Cancelled {
+        /// The receive.
+        handle: OffHandle,
+        /// Its context.
+        recv: R,
+    },
+    /// A cancel in progress failed: the receive was matched first (already reported).
+    CancelFailed {
+        /// The receive.
+        handle: OffHandle,
+    },
+    /// Hardware finished the data transfer of an earlier [`MatchPath::Hw`] match.
+    DataValid {
+        /// The receive.
+        handle: OffHandle,
+    },
+    /// A NO_TAG or FIN message.
+    NoTag(WireMsg<Carried<M>>),
+}
+
+/// Why a pending receive stayed in software.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Block {
+    /// No TM-SRQ (capacity 0 or TM unsupported).
+    NoHw,
+    /// The layout cannot represent its match set exactly.
+    Encoding,
+    /// A software-resident receive could match the same message (prefix rule).
+    SwPending,
+    /// The tag list is full.
+    TagsFull,
+    /// List operations wait for a free operation slot.
+    OpsBusy,
+}
+
+/// Offload counters (after UCX's `ucp_worker` TM statistics).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OffloadCounters {
+    /// Receives offloaded (ADD posted).
+    pub offloaded: u64,
+    /// Arrivals matched by hardware.
+    pub matched_hw: u64,
+    /// Arrivals matched in software (hardware deemed them unexpected).
+    pub matched_sw: u64,
+    /// Posts that took an unexpected message.
+    pub matched_post: u64,
+    /// Arrivals stored as unexpected in software.
+    pub unexpected: u64,
+    /// `RECV` (unexpected) completions from hardware.
+    pub hw_unexpected: u64,
+    /// Blocked: no TM-SRQ.
+    pub blocked_no_hw: u64,
+    /// Blocked: not encodable.
+    pub blocked_encoding: u64,
+    /// Blocked: a software-resident receive of an intersecting class.
+    pub blocked_sw_pending: u64,
+    /// Blocked: tag list full.
+    pub blocked_tags_full: u64,
+    /// Blocked: operation slots busy.
+    pub blocked_ops_busy: u64,
+    /// DEL operations posted for entries software consumed.
+    pub stale_dels: u64,
+    /// Cancels of offloaded receives (DEL posted).
+    pub hw_cancels: u64,
+    /// SYNC operations posted.
+    pub syncs: u64,
+    /// Completions carrying `TM_SYNC_REQ`.
+    pub sync_reqs: u64,
+    /// Cancels that lost to a message (DEL completed with `TM_ERR`).
+    pub tm_err_races: u64,
+    /// `TM_RNDV_INCOMPLETE` completions.
+    pub rndv_incomplete: u64,
+    /// Rendezvous requests matched in software (software reads and sends FIN).
+    pub sw_rndv: u64,
+    /// Hardware matches that were not the engine's earliest candidate, or completions
+    /// naming unknown receives. Always 0 unless the hardware breaks its contract.
+    pub order_violations: u64,
+}
+
+/// Driver configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DriverConfig {
+    /// Tag bit layout.
+    pub layout: TagLayout,
+    /// Software engine configuration.
+    pub engine: Config,
+    /// TM capabilities; `None` (TM unsupported) or `max_num_tags == 0` runs everything in
+    /// software.
+    pub caps: Option<TmCaps>,
+    /// Packet size of the model (eager payloads above it complete in two steps).
+    pub mtu: u32,
+    /// Untagged receive buffers kept posted to the SRQ.
+    pub srq_depth: u32,
+}
+
+impl Default for DriverConfig {
+    fn default() -> Self {
+        DriverConfig {
+            layout: TagLayout::default(),
+            engine: Config::default(),
+            caps: None,
+            mtu: 4096,
+            srq_depth: 4096,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct HwState {
+    tag_handle: u32,
+    cancel: bool,
+}
+
+#[derive(Debug)]
+struct Rec<R> {
+    ctx: R,
+    eh: RecvHandle,
+    spec: RecvSpec,
+    hw: Option<HwState>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum OpKind {
+    Add,
+    Del { id: u64, cancel: bool },
+    Sync,
+}
+
+/// Software-resident pending receives, indexed for the prefix rule.
+#[derive(Debug, Default)]
+struct CommSw {
+    total: u32,
+    exact: HashMap<(u32, u64), u32>,
+    src_anytag: HashMap<u32, u32>,
+    anysrc_tag: HashMap<u64, u32>,
+    anysrc_anytag: u32,
+    by_src: HashMap<u32, u32>,
+    anysrc: u32,
+    by_tag: HashMap<u64, u32>,
+    anytag: u32,
+    masked: HashMap<u64, RecvSpec>,
+    all: HashMap<u64, RecvSpec>,
+}
+
+fn bump<K: std::hash::Hash + Eq>(m: &mut HashMap<K, u32>, k: K, up: bool) {
+    if up {
+        *m.entry(k).or_insert(0) += 1;
+    } else if let Some(v) = m.get_mut(&k) {
+        *v -= 1;
+        if *v == 0 {
+            m.remove(&k);
+        }
+    }
+}
+
+fn get<K: std::hash::Hash + Eq>(m: &HashMap<K, u32>, k: &K) -> bool {
+    m.get(k).is_some_and(|&v| v > 0)
+}
+
+impl CommSw {
+    fn update(&mut self, id: u64, s: &RecvSpec, up: bool) {
+        let d = |v: &mut u32| {
+            if up {
+                *v += 1
+            } else {
+                *v -= 1
+            }
+        };
+        d(&mut self.total);
+        match s.src {
+            Source::Rank(r) => bump(&mut self.by_src, r, up),
+            Source::Any => d(&mut self.anysrc),
+        }
+        match s.tag {
+            TagSel::Exact(t) => bump(&mut self.by_tag, t, up),
+            TagSel::Any => d(&mut self.anytag),
+            TagSel::Masked { .. } => {
+                if up {
+                    self.masked.insert(id, *s);
+                } else {
+                    self.masked.remove(&id);
+                }
+            }
+        }
+        match (s.src, s.tag) {
+            (Source::Rank(r), TagSel::Exact(t)) => bump(&mut self.exact, (r, t), up),
+            (Source::Rank(r), TagSel::Any) => bump(&mut self.src_anytag, r, up),
+            (Source::Any, TagSel::Exact(t)) => bump(&mut self.anysrc_tag, t, up),
+            (Source::Any, TagSel::Any) => d(&mut self.anysrc_anytag),
+            _ => {}
+        }
+        if up {
+            self.all.insert(id, *s);
+        } else {
+            self.all.remove(&id);
+        }
+    }
+
+    fn intersects(&self, s: &RecvSpec) -> bool {
+        if self.total == 0 {
+            return false;
+        }
+        let masked_hit = || self.masked.values().any(|m| specs_intersect(m, s));
+        match (s.src, s.tag) {
+            (Source::Any, TagSel::Any) => true,
+            (Source::Rank(r), TagSel::Any) => get(&self.by_src, &r) || self.anysrc > 0,
+            (Source::Any, TagSel::Exact(t)) => {
+                get(&self.by_tag, &t) || self.anytag > 0 || masked_hit()
+            }
+            (Source::Rank(r), TagSel::Exact(t)) => {
+                get(&self.exact, &(r, t))
+                    || get(&self.src_anytag, &r)
+                    || get(&self.anysrc_tag, &t)
+                    || self.anysrc_anytag > 0
+                    || masked_hit()
+            }
+            (_, TagSel::Masked { .. }) => self.all.values().any(|m| specs_intersect(m, s)),
+        }
+    }
+}
+
+/// A message stored in the engine.
+#[derive(Debug)]
+struct Unexp<M> {
+    msg: M,
+    rvh: Option<Rvh>,
+}
+
+/// The offload driver; see the [module documentation](self).
+#[derive(Debug)]
+pub struct Driver<R, M> {
+    cfg: DriverConfig,
+    engine: Engine<u64, Unexp<M>>,
+    recvs: HashMap<u64, Rec<R>>,
+    next_id: u64,
+    hw: Option<TmSrq<Carried<M>>>,
+    sw: HashMap<u32, CommSw>,
+    /// Operations decided but not yet posted (no free operation slot), with their
+    /// stamped count.
+    fifo: VecDeque<(TmOp, u32, OpKind)>,
+    ops: HashMap<u64, OpKind>,
+    next_wr: u64,
+    sw_unexp: u32,
+    last_reported: u32,
+    sync_wanted: bool,
+    plain: VecDeque<WireMsg<Carried<M>>>,
+    c: OffloadCounters,
+}
+
+const SIGNALED_SYNC: u32 = ops_flags::SIGNALED | ops_flags::TM_SYNC;
+/// `wr_id`s of receive-queue buffers (their value is not used).
+const SRQ_WR_ID: u64 = u64::MAX;
+
+impl<R, M> Driver<R, M> {
+    /// Creates the driver and, when `cfg.caps` allows, the TM-SRQ.
+    pub fn new(cfg: DriverConfig) -> Self {
+        let hw = cfg.caps.and_then(|caps| {
+            let mut s = TmSrq::new(caps, cfg.mtu)?;
+            for _ in 0..cfg.srq_depth {
+                s.post_srq_recv(SRQ_WR_ID);
+            }
+            Some(s)
+        });
+        Driver {
+            cfg,
+            engine: Engine::new(cfg.engine),
+            recvs: HashMap::new(),
+            next_id: 0,
+            hw,
+            sw: HashMap::new(),
+            fifo: VecDeque::new(),
+            ops: HashMap::new(),
+            next_wr: 0,
+            sw_unexp: 0,
+            last_reported: 0,
+            sync_wanted: false,
+            plain: VecDeque::new(),
+            c: OffloadCounters::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &DriverConfig {
+        &self.cfg
+    }
+
+    /// The TM-SRQ, if any (tests drive its steps through [`Driver::hw_mut`]).
+    pub fn hw(&self) -> Option<&TmSrq<Carried<M>>> {
+        self.hw.as_ref()
+    }
+
+    /// The TM-SRQ, mutably: execute operations, complete transfers. Do not post
+    /// operations or poll its CQ behind the driver's back.
+    pub fn hw_mut(&mut self) -> Option<&mut TmSrq<Carried<M>>> {
+        self.hw.as_mut()
+    }
+
+    /// Offload counters.
+    pub fn counters(&self) -> OffloadCounters {
+        self.c
+    }
+
+    /// The software engine's counters (`posted_depth` includes offloaded receives).
+    pub fn engine_counters(&self) -> Counters {
+        self.engine.counters()
+    }
+
+    /// The engine's heap bytes.
+    pub fn engine_heap_bytes(&self) -> usize {
+        self.engine.heap_bytes()
+    }
+
+    /// `Some(true)` if the pending receive lives in hardware, `Some(false)` in software,
+    /// `None` if it is not pending.
+    pub fn is_offloaded(&self, h: OffHandle) -> Option<bool> {
+        self.recvs.get(&h.0).map(|r| r.hw.is_some())
+    }
+
+    /// Operations decided but waiting for a free operation slot.
+    pub fn deferred_ops(&self) -> usize {
+        self.fifo.len()
+    }
+
+    /// Unexpected messages software has processed (the count it reports).
+    pub fn sw_unexpected(&self) -> u32 {
+        self.sw_unexp
+    }
+
+    /// An EAGER wire message for `env` with `len` payload bytes.
+    pub fn eager(&self, env: Envelope, len: u32, msg: M) -> WireMsg<Carried<M>> {
+        WireMsg::eager(self.cfg.layout.encode(&env), 0, len, Carried { env, msg })
+    }
+
+    /// A RNDV request for `env`.
+    pub fn rndv(&self, env: Envelope, rvh: Rvh, msg: M) -> WireMsg<Carried<M>> {
+        WireMsg::rndv(
+            self.cfg.layout.encode(&env),
+            0,
+            rvh,
+            0,
+            Carried { env, msg },
+        )
+    }
+
+    /// A message hits the wire: the TM-SRQ processes it now (its completion is reported by
+    /// a later [`Driver::poll`]); without one it is queued for the next poll.
+    pub fn wire(&mut self, msg: WireMsg<Carried<M>>) -> Result<(), ArriveError<Carried<M>>> {
+        match self.hw.as_mut() {
+            Some(hw) => hw.arrive(msg),
+            None => {
+                self.plain.push_back(msg);
+                Ok(())
+            }
+        }
+    }
+
+    /// Posts a receive with a buffer of `buf_len` bytes. The earliest-arrived matching
+    /// unexpected message (among those already polled) is taken; otherwise the receive is
+    /// queued, in hardware when the prefix rule allows it.
+    pub fn post(
+        &mut self,
+        spec: RecvSpec,
+        buf_len: u32,
+        ctx: R,
+    ) -> Result<PostOutcome<R, M>, PostRejected<R>> {
+        let spec = spec.normalized();
+        let id = self.next_id;
+        match self.engine.post(spec, id) {
+            Err(_) => Err(PostRejected { recv: ctx }),
+            Ok(Posted::Matched(m)) => {
+                self.next_id += 1;
+                self.c.matched_post += 1;
+                if m.msg.rvh.is_some() {
+                    self.c.sw_rndv += 1;
+                }
+                Ok(PostOutcome::Matched(OffMatch {
+                    handle: OffHandle(id),
+                    recv: ctx,
+                    msg: m.msg.msg,
+                    env: m.env,
+                    len: m.len,
+                    path: MatchPath::SwPost,
+                    sw_rndv: m.msg.rvh,
+                    data_pending: false,
+                }))
+            }
+            Ok(Posted::Pending(eh)) => {
+                self.next_id += 1;
+                let hw = match self.try_offload(id, &spec, buf_len) {
+                    Ok(tag_handle) => Some(HwState {
+                        tag_handle,
+                        cancel: false,
+                    }),
+                    Err(b) => {
+                        let c = &mut self.c;
+                        *match b {
+                            Block::NoHw => &mut c.blocked_no_hw,
+                            Block::Encoding => &mut c.blocked_encoding,
+                            Block::SwPending => &mut c.blocked_sw_pending,
+                            Block::TagsFull => &mut c.blocked_tags_full,
+                            Block::OpsBusy => &mut c.blocked_ops_busy,
+                        } += 1;
+                        self.sw
+                            .entry(spec.comm)
+                            .or_default()
+                            .update(id, &spec, true);
+                        None
+                    }
+                };
+                self.recvs.insert(id, Rec { ctx, eh, spec, hw });
+                Ok(PostOutcome::Pending(OffHandle(id)))
+            }
+        }
+    }
+
+    fn try_offload(&mut self, id: u64, spec: &RecvSpec, buf_len: u32) -> Result<u32, Block> {
+        let Some(hw) = self.hw.as_mut() else {
+            return Err(Block::NoHw);
+        };
+        let (tag, mask) = self.cfg.layout.entry(spec).ok_or(Block::Encoding)?;
+        // rdma-core-tag-matching: "HW will hold a bounded prefix of Receive tags": no
+        // software-resident (hence earlier) receive may match what this one matches.
+        if self.sw.get(&spec.comm).is_some_and(|c| c.intersects(spec)) {
+            return Err(Block::SwPending);
+        }
+        if !self.fifo.is_empty() {
+            return Err(Block::OpsBusy);
+        }
+        let wr_id = self.next_wr;
+        let r = hw.post_op(OpsWr {
+            wr_id,
+            flags: SIGNALED_SYNC,
+            unexpected_cnt: self.sw_unexp,
+            op: TmOp::Add {
+                recv_wr_id: id,
+                tag,
+                mask,
+                buf_len,
+            },
+        });
+        match r {
+            Ok(Some(h)) => {
+                self.next_wr += 1;
+                self.ops.insert(wr_id, OpKind::Add);
+                self.last_reported = self.sw_unexp;
+                self.c.offloaded += 1;
+                Ok(h)
+            }
+            Err(PostOpError::TagsFull) => Err(Block::TagsFull),
+            _ => Err(Block::OpsBusy),
+        }
+    }
+
+    /// Queues an operation stamped with the current count and posts what fits.
+    fn enqueue(&mut self, op: TmOp, kind: OpKind) {
+        self.fifo.push_back((op, self.sw_unexp, kind));
+        self.last_reported = self.sw_unexp;
+        self.flush();
+    }
+
+    fn flush(&mut self) {
+        let Some(hw) = self.hw.as_mut() else {
+            return;
+        };
+        while let Some(&(op, cnt, kind)) = self.fifo.front() {
+            let wr_id = self.next_wr;
+            match hw.post_op(OpsWr {
+                wr_id,
+                flags: SIGNALED_SYNC,
+                unexpected_cnt: cnt,
+                op,
+            }) {
+                Ok(_) => {
+                    self.next_wr += 1;
+                    self.ops.insert(wr_id, kind);
+                    self.fifo.pop_front();
+                }
+                Err(PostOpError::OpsFull) => break,
+                Err(_) => {
+                    self.c.order_violations += 1;
+                    self.fifo.pop_front();
+                }
+            }
+        }
+    }
+
+    /// Cancels a pending receive. A software-resident one is cancelled now; an offloaded
+    /// one gets a DEL and the outcome is reported by [`Driver::poll`]. A receive already
+    /// matched or cancelled is [`EngineError::StaleHandle`].
+    pub fn cancel(&mut self, h: OffHandle) -> Result<CancelOutcome<R>, EngineError> {
+        let rec = self.recvs.get_mut(&h.0).ok_or(EngineError::StaleHandle)?;
+        match rec.hw {
+            None => {
+                let rec = self.recvs.remove(&h.0).ok_or(EngineError::StaleHandle)?;
+                self.engine.cancel(rec.eh)?;
+                if let Some(c) = self.sw.get_mut(&rec.spec.comm) {
+                    c.update(h.0, &rec.spec, false);
+                }
+                Ok(CancelOutcome::Cancelled(rec.ctx))
+            }
+            Some(ref mut hs) if hs.cancel => Ok(CancelOutcome::InProgress),
+            Some(ref mut hs) => {
+                hs.cancel = true;
+                let handle = hs.tag_handle;
+                self.c.hw_cancels += 1;
+                self.enqueue(
+                    TmOp::Del { handle },
+                    OpKind::Del {
+                        id: h.0,
+                        cancel: true,
+                    },
+                );
+                Ok(CancelOutcome::InProgress)
+            }
+        }
+    }
+
+    /// Processes every completion available now; events go to `out` in order. Returns the
+    /// number of completions processed.
+    pub fn poll(&mut self, out: &mut Vec<Event<R, M>>) -> usize {
+        let mut n = 0;
+        while self.poll_one(out) {
+            n += 1;
+        }
+        n
+    }
+
+    /// Processes one completion (or one queued arrival without a TM-SRQ); `false` if none.
+    pub fn poll_one(&mut self, out: &mut Vec<Event<R, M>>) -> bool {
+        let cqe = match self.hw.as_mut() {
+            Some(hw) => hw.poll_cq(),
+            None => {
+                let Some(m) = self.plain.pop_front() else {
+                    return false;
+                };
+                self.sw_arrival(m, out);
+                return true;
+            }
+        };
+        let Some(c) = cqe else {
+            return false;
+        };
+        self.process(c, out);
+        // "all completions indicate when synchronization is necessary by setting the
+        // IBV_WC_TM_SYNC_REQ flag": report the count once it has moved.
+        if self.sync_wanted && self.sw_unexp != self.last_reported {
+            self.sync_wanted = false;
+            self.c.syncs += 1;
+            self.enqueue(TmOp::Sync, OpKind::Sync);
+        }
+        self.flush();
+        true
+    }
+
+    fn process(&mut self, c: Cqe<Carried<M>>, out: &mut Vec<Event<R, M>>) {
+        match c.opcode {
+            WcOpcode::TmAdd | WcOpcode::TmDel | WcOpcode::TmSync => {
+                if c.wc_flags & wc_flags::TM_SYNC_REQ != 0 {
+                    self.c.sync_reqs += 1;
+                    self.sync_wanted = true;
+                }
+                if let Some(OpKind::Del { id, cancel }) = self.ops.remove(&c.wr_id) {
+                    self.del_done(id, cancel, c.status, out);
+                }
+            }
+            WcOpcode::TmRecv if c.wc_flags & wc_flags::TM_MATCH != 0 => {
+                self.hw_match(c, out);
+            }
+            WcOpcode::TmRecv => out.push(Event::DataValid {
+                handle: OffHandle(c.wr_id),
+            }),
+            WcOpcode::Recv => {
+                // rdma-core-tag-matching: "SW will handle any message that is either
+                // unexpected or whose tag is not held in HW"; the count reported back is
+                // "the number of unexpected messages handled by SW".
+                self.c.hw_unexpected += 1;
+                self.sw_unexp = self.sw_unexp.wrapping_add(1);
+                self.replenish();
+                if let Some(m) = c.msg {
+                    self.sw_arrival(m, out);
+                }
+            }
+            WcOpcode::TmNoTag => {
+                self.replenish();
+                if let Some(m) = c.msg {
+                    out.push(Event::NoTag(m));
+                }
+            }
+        }
+    }
+
+    fn replenish(&mut self) {
+        if let Some(hw) = self.hw.as_mut() {
+            hw.post_srq_recv(SRQ_WR_ID);
+        }
+    }
+
+    fn del_done(&mut self, id: u64, cancel: bool, status: WcStatus, out: &mut Vec<Event<R, M>>) {
+        if !cancel {
+            return; // an entry software had consumed: nothing to report
+        }
+        if status == WcStatus::TmErr {
+            self.c.tm_err_races += 1;
+        }
+        match self.recvs.get(&id) {
+            Some(_) if status == WcStatus::Success => {
+                let Some(rec) = self.recvs.remove(&id) else {
+                    return;
+                };
+                if self.engine.cancel(rec.eh).is_err() {
+                    self.c.order_violations += 1;
+                }
+                out.push(Event::Cancelled {
+                    handle: OffHandle(id),
+                    recv: rec.ctx,
+                });
+            }
+            Some(_) => {
+                // TM_ERR but the consume completion was not seen: contract broken.
+                self.c.order_violations += 1;
+            }
+            // Matched first (in hardware: TM_ERR; or in software while the entry was
+            // disabled: the DEL succeeded on a stale entry). Never a false cancel.
+            None => out.push(Event::CancelFailed {
+                handle: OffHandle(id),
+            }),
+        }
+    }
+
+    fn hw_match(&mut self, c: Cqe<Carried<M>>, out: &mut Vec<Event<R, M>>) {
+        let Some(wire) = c.msg else {
+            self.c.order_violations += 1;
+            return;
+        };
+        let id = c.wr_id;
+        let live = self.recvs.get(&id).is_some_and(|r| r.hw.is_some());
+        if !live {
+            // Hardware matched an entry software no longer has: contract broken. Keep the
+            // message rather than lose it.
+            self.c.order_violations += 1;
+            self.sw_arrival(wire, out);
+            return;
+        }
+        let Some(rec) = self.recvs.remove(&id) else {
+            return;
+        };
+        let Carried { env, msg } = wire.payload;
+        if self
+            .engine
+            .first_posted_match(&env)
+            .is_none_or(|p| p.handle != rec.eh)
+        {
+            self.c.order_violations += 1;
+        }
+        if self.engine.cancel(rec.eh).is_err() {
+            self.c.order_violations += 1;
+        }
+        self.c.matched_hw += 1;
+        let incomplete = c.status == WcStatus::TmRndvIncomplete;
+        if incomplete {
+            self.c.rndv_incomplete += 1;
+        }
+        out.push(Event::Matched(OffMatch {
+            handle: OffHandle(id),
+            recv: rec.ctx,
+            msg,
+            env,
+            len: wire.len as usize,
+            path: MatchPath::Hw,
+            sw_rndv: if incomplete { wire.rvh } else { None },
+            data_pending: !incomplete && c.wc_flags & wc_flags::TM_DATA_VALID == 0,
+        }));
+    }
+
+    fn sw_arrival(&mut self, wire: WireMsg<Carried<M>>, out: &mut Vec<Event<R, M>>) {
+        let Carried { env, msg } = wire.payload;
+        let rvh = wire.rvh;
+        match self
+            .engine
+            .arrive(env, wire.len as usize, Unexp { msg, rvh })
+        {
+            Ok(Arrived::Matched(m)) => {
+                let id = m.recv;
+                let Some(rec) = self.recvs.remove(&id) else {
+                    self.c.order_violations += 1;
+                    return;
+                };
+                match rec.hw {
+                    None => {
+                        if let Some(c) = self.sw.get_mut(&rec.spec.comm) {
+                            c.update(id, &rec.spec, false);
+                        }
+                    }
+                    Some(hs) if !hs.cancel => {
+                        // The entry is disabled (hardware deemed this message unexpected);
+                        // remove it before any count that includes this message.
+                        self.c.stale_dels += 1;
+                        self.enqueue(
+                            TmOp::Del {
+                                handle: hs.tag_handle,
+                            },
+                            OpKind::Del { id, cancel: false },
+                        );
+                    }
+                    Some(_) => {} // its cancel's DEL is already queued
+                }
+                self.c.matched_sw += 1;
+                if rvh.is_some() {
+                    self.c.sw_rndv += 1;
+                }
+                out.push(Event::Matched(OffMatch {
+                    handle: OffHandle(id),
+                    recv: rec.ctx,
+                    msg: m.msg.msg,
+                    env: m.env,
+                    len: m.len,
+                    path: MatchPath::SwArrival,
+                    sw_rndv: rvh,
+                    data_pending: false,
+                }));
+            }
+            Ok(Arrived::Unexpected(env)) => {
+                self.c.unexpected += 1;
+                out.push(Event::Unexpected {
+                    env,
+                    len: wire.len as usize,
+                });
+            }
+            Err(r) => out.push(Event::Rejected(Rejected {
+                reason: r.reason,
+                env: r.env,
+                len: r.len,
+                msg: r.msg.msg,
+            })),
+        }
+    }
+
+    /// `MPI_Iprobe` over the unexpected messages polled so far: envelope, length, payload.
+    pub fn probe(&mut self, spec: &RecvSpec) -> Option<(Envelope, usize, &M)> {
+        self.engine.probe(spec).map(|p| (p.env, p.len, &p.msg.msg))
+    }
+
+    /// `MPI_Mprobe`: claims the earliest matching unexpected message.
+    pub fn mprobe(&mut self, spec: &RecvSpec) -> Option<Claimed> {
+        self.engine.mprobe(spec)
+    }
+
+    /// The payload of a claimed message.
+    pub fn claimed(&self, h: MsgHandle) -> Result<&M, EngineError> {
+        self.engine.claimed(h).map(|u| &u.msg)
+    }
+
+    /// `MPI_Mrecv` of a claimed message.
+    pub fn mrecv(&mut self, h: MsgHandle) -> Result<Message<M>, EngineError> {
+        self.engine.mrecv(h).map(|m| Message {
+            env: m.env,
+            len: m.len,
+            msg: m.msg.msg,
+        })
+    }
+
+    /// Runs the hardware until every queued operation has executed and every completion
+    /// is processed (data transfers stay as they are). For tools that want a quiescent
+    /// state; tests drive the steps themselves.
+    pub fn settle(&mut self, out: &mut Vec<Event<R, M>>) {
+        loop {
+            self.poll(out);
+            let progressed = self.hw.as_mut().is_some_and(|hw| hw.execute_op());
+            let idle = self.hw.as_ref().is_none_or(|hw| hw.cq_len() == 0);
+            if !progressed && self.fifo.is_empty() && idle && self.plain.is_empty() {
+                return;
+            }
+        }
+    }
+}
+
+impl<R: Hash, M: Hash> Driver<R, M> {
+    /// Feeds the driver's state to `h` for state-space exploration in tests: everything
+    /// that decides future behaviour except the engine's internals (its pending receives
+    /// are the driver's records; its unexpected messages are the caller's to digest) and
+    /// except counters and engine handle values.
+    #[doc(hidden)]
+    pub fn fingerprint<H: Hasher>(&self, h: &mut H) {
+        let mut recs: Vec<_> = self.recvs.iter().collect();
+        recs.sort_by_key(|(k, _)| **k);
+        for (id, r) in recs {
+            id.hash(h);
+            r.ctx.hash(h);
+            r.spec.hash(h);
+            r.hw.hash(h);
+        }
+        self.next_id.hash(h);
+        self.fifo.hash(h);
+        let mut ops: Vec<_> = self.ops.iter().collect();
+        ops.sort();
+        ops.hash(h);
+        self.next_wr.hash(h);
+        self.sw_unexp.hash(h);
+        self.last_reported.hash(h);
+        self.sync_wanted.hash(h);
+        self.plain.hash(h);
+        self.hw.hash(h);
+    }
+}
