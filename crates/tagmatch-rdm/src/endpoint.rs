@@ -861,9 +861,11 @@ impl Endpoint {
     fn tx_begin(&mut self, id: u32) {
         let Some(t) = self.tx.get(id) else { return };
         let peer = t.peer;
-        let needs_handshake = t.dc
-            && self.peers[peer.0 as usize].handshake.is_none()
-            && t.kind != TxKind::ReadResponder;
+        let p = &self.peers[peer.0 as usize];
+        // Operations queued behind a handshake keep later ones behind them, so that
+        // `msg_id`s follow the application's send order.
+        let needs_handshake = t.kind != TxKind::ReadResponder
+            && ((t.dc && p.handshake.is_none()) || !p.waiting.is_empty());
         if needs_handshake {
             // efa-rdm-protocol-v4 §2.1: the DC decision needs the peer's features, so wait
             // for its handshake (and provoke one).

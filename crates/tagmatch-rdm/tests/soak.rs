@@ -115,7 +115,11 @@ fn soak(messages: usize, seed: u64) {
                 *done_n += 1;
                 match p {
                     Pending::Recv(e) => {
-                        assert_eq!(c.len, e.len as u64);
+                        assert_eq!(
+                            c.len, e.len as u64,
+                            "idx {} tagged {} tag {:#x} src {:?} dst {}",
+                            e.idx, e.tagged, c.tag, c.src, e.dst
+                        );
                         assert_eq!(c.data.len(), e.len, "recv buffer is exact");
                         assert!(
                             c.data == msg_bytes(e.idx, e.len),
@@ -388,7 +392,11 @@ fn messages(default: usize) -> usize {
 
 #[test]
 fn soak_ci() {
-    soak(messages(SOAK_CI_MESSAGES), 0x5eed);
+    let seed = std::env::var("TAGMATCH_SOAK_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x5eed);
+    soak(messages(SOAK_CI_MESSAGES), seed);
 }
 
 #[test]

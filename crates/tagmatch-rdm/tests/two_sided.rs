@@ -471,3 +471,31 @@ fn partial_sends_are_resumed() {
         assert!(fab.nodes[a].ep.stats().tx_again > 0);
     }
 }
+
+#[test]
+fn sends_queued_behind_a_handshake_keep_their_order() {
+    for seed in 0..8 {
+        let (mut fab, a, b, ab, _) = pair(seed, small_cfg(), small_cfg(), true);
+        let dc = SendOpts {
+            delivery_complete: true,
+            ..SendOpts::default()
+        };
+        // The DC send waits for b's handshake; the later plain sends must not overtake it.
+        let first = fab.ep(a).send(ab, payload(10, 1), dc).unwrap();
+        fab.ep(a)
+            .send(ab, payload(20, 2), SendOpts::default())
+            .unwrap();
+        fab.ep(a)
+            .send(ab, payload(3000, 3), SendOpts::default())
+            .unwrap();
+        let r: Vec<_> = (0..3)
+            .map(|_| fab.ep(b).recv(None, 4000).unwrap())
+            .collect();
+        fab.drive();
+        let cb = fab.completions(b);
+        assert_eq!(done(&cb, r[0]).len, 10, "seed {seed}");
+        assert_eq!(done(&cb, r[1]).len, 20);
+        assert_eq!(done(&cb, r[2]).len, 3000);
+        assert_eq!(done(&fab.completions(a), first).result, Ok(()));
+    }
+}
