@@ -115,6 +115,7 @@ struct Inbound {
     msg_len: u64,
     cq_data: Option<u64>,
     send_id: u32,
+    credit_request: u32,
     dc: bool,
     data: Vec<u8>,
     received: u64,
@@ -155,6 +156,8 @@ struct RxOp {
     window_left: u64,
     send_id: u32,
     msg_id: u32,
+    /// The sender's `credit_request` (packets it would like per CTS).
+    credits: u32,
     dc: bool,
     cq_data: Option<u64>,
     read_iov: Vec<RmaIov>,
@@ -187,6 +190,7 @@ impl RxOp {
             window_left: 0,
             send_id: 0,
             msg_id: 0,
+            credits: 0,
             dc: false,
             cq_data: None,
             read_iov: Vec::new(),
@@ -1915,7 +1919,6 @@ impl Endpoint {
         // efa-rdm-protocol-v4 §4.2: "the sender/responder will not write a completion until
         // it receives the RECEIPT packet."
         t.await_receipt = false;
-        t.all_queued = t.next_offset >= t.len || t.all_queued;
         self.tx_check(id);
     }
 
@@ -1974,6 +1977,7 @@ impl Endpoint {
                 Some(Slot::Matched(id)) if self.rx.get(id).is_some_and(|r| r.rdma_failed) => {
                     let r = &mut self.rx[id];
                     r.dc = matches!(ty, T::DcLongctsMsgRtm | T::DcLongctsTagRtm);
+                    r.credits = pkt.get(Field::CreditRequest).unwrap_or(0) as u32;
                     r.proto = RxProto::LongCts;
                     r.requested = r.received;
                     r.window_left = 0;
@@ -2064,6 +2068,7 @@ impl Endpoint {
             msg_len: pkt.get(Field::MsgLength).unwrap_or(0),
             cq_data: pkt.cq_data(),
             send_id: pkt.send_id().unwrap_or(0),
+            credit_request: pkt.get(Field::CreditRequest).unwrap_or(0) as u32,
             dc: matches!(
                 ty,
                 T::DcEagerMsgRtm
@@ -2259,6 +2264,7 @@ impl Endpoint {
         r.cq_data = ib.cq_data;
         r.send_id = ib.send_id;
         r.msg_id = ib.msg_id;
+        r.credits = ib.credit_request;
         r.dc = ib.dc;
         r.read_iov = ib.read_iov;
         r.runt_len = ib.runt_len;
@@ -2303,7 +2309,15 @@ impl Endpoint {
                     // was expecting, the receiver will recalculate how many bytes it can
                     // handle and send another CTS packet to the sender."
                     let left = r.msg_len - r.requested;
-                    let window = self.cts_window(peer, left, self.cfg.tx_min_credits);
+                    // efa-rdm-protocol-v4 §3.2: "The receiver will try to honor the request,
+                    // but it is not obligated to. However, the receiver must allow the sender
+                    // to send at least 1 CTSDATA packet".
+                    let credits = if r.kind == RxKind::ReadReq {
+                        self.cfg.rx_window_packets
+                    } else {
+                        r.credits
+                    };
+                    let window = self.cts_window(peer, left, credits);
                     let (send_id, read) = (r.send_id, r.kind == RxKind::ReadReq);
                     let r = &mut self.rx[id];
                     r.requested += window;
@@ -2681,6 +2695,7 @@ impl Endpoint {
         r.iov = iov;
         r.msg_len = msg_len;
         r.send_id = pkt.send_id().unwrap_or(0);
+        r.credits = pkt.get(Field::CreditRequest).unwrap_or(0) as u32;
         r.cq_data = pkt.cq_data();
         r.dc = ty == PacketType::DcLongctsRtw;
         if ty == PacketType::LongreadRtw {

@@ -499,3 +499,33 @@ fn sends_queued_behind_a_handshake_keep_their_order() {
         assert_eq!(done(&fab.completions(a), first).result, Ok(()));
     }
 }
+
+#[test]
+fn cts_window_honors_credit_request_and_receiver_window() {
+    // Sender asks for 2 packets per CTS; the receiver allows up to 4: windows of 2.
+    let ca = tagmatch_rdm::Config {
+        tx_min_credits: 2,
+        ..small_cfg()
+    };
+    let (fab, a, b, _) = run(true, 1500, ca, small_cfg(), SendOpts::default());
+    // 1500 = 220 in the RTM + 1280 in windows of 448 (2 × 224): 3 CTS, 2 + 2 + 2 CTSDATA.
+    let mut want = vec![(a, T::LongctsTagRtm)];
+    for n in [2, 2, 2] {
+        want.push((b, T::Cts));
+        want.extend(std::iter::repeat_n((a, T::CtsData), n));
+    }
+    assert_eq!(fab.sequence(), want);
+    // Sender asks for 32; the receiver allows 1: one packet per CTS.
+    let cb = tagmatch_rdm::Config {
+        rx_window_packets: 1,
+        ..small_cfg()
+    };
+    let (fab, a, b, _) = run(false, 1500, small_cfg(), cb, SendOpts::default());
+    // 228 bytes in the untagged RTM, then 1272 = 5 × 224 + 152: six 1-packet windows.
+    let mut want = vec![(a, T::LongctsMsgRtm)];
+    for _ in 0..6 {
+        want.push((b, T::Cts));
+        want.push((a, T::CtsData));
+    }
+    assert_eq!(fab.sequence(), want);
+}
