@@ -1269,12 +1269,7 @@ impl Endpoint {
         ignore: u64,
         len: usize,
     ) -> Result<OpId, CallError> {
-        let sel = match !ignore {
-            u64::MAX => TagSel::Exact(tag),
-            0 => TagSel::Any,
-            mask => TagSel::Masked { want: tag, mask },
-        };
-        self.recv_inner(COMM_TAG, src, sel, len)
+        self.recv_inner(COMM_TAG, src, Self::tag_sel(tag, ignore), len)
     }
 
     /// Untagged receive (`fi_recv`) into a buffer of `len` bytes.
@@ -1302,12 +1297,7 @@ impl Endpoint {
             return Err(CallError::TooManyOps);
         };
         self.mem[mem].owner = Owner::Rx(id);
-        let spec = RecvSpec {
-            comm,
-            src: src.map_or(Source::Any, |p| Source::Rank(p.0)),
-            tag,
-        };
-        match self.engine.post(spec, id) {
+        match self.engine.post(Self::spec(comm, src, tag), id) {
             Ok(Posted::Matched(m)) => self.on_match(id, m.msg as usize),
             Ok(Posted::Pending(h)) => {
                 self.rx[id].posted = Some(h);
@@ -1319,6 +1309,94 @@ impl Endpoint {
                 return Err(CallError::TooManyReceives);
             }
         }
+        Ok(op)
+    }
+
+    fn spec(comm: u32, src: Option<PeerId>, tag: TagSel) -> RecvSpec {
+        RecvSpec {
+            comm,
+            src: src.map_or(Source::Any, |p| Source::Rank(p.0)),
+            tag,
+        }
+    }
+
+    fn tag_sel(tag: u64, ignore: u64) -> TagSel {
+        match !ignore {
+            u64::MAX => TagSel::Exact(tag),
+            0 => TagSel::Any,
+            mask => TagSel::Masked { want: tag, mask },
+        }
+    }
+
+    fn probe_info(&self, env: &Envelope, ib: u32) -> Option<ProbeInfo> {
+        let ib = self.inbound.get(ib as usize)?;
+        Some(ProbeInfo {
+            src: PeerId(env.src),
+            tag: ib.tag,
+            len: ib.msg_len,
+            cq_data: ib.cq_data,
+        })
+    }
+
+    /// Peeks at the earliest unexpected tagged message matching (`fi_trecv` with
+    /// `FI_PEEK`); it stays queued.
+    pub fn tprobe(&mut self, src: Option<PeerId>, tag: u64, ignore: u64) -> Option<ProbeInfo> {
+        let spec = Self::spec(COMM_TAG, src, Self::tag_sel(tag, ignore));
+        let (env, ib) = self.engine.probe(&spec).map(|p| (p.env, *p.msg))?;
+        self.probe_info(&env, ib)
+    }
+
+    /// Peeks at the earliest unexpected untagged message (`fi_recv` with `FI_PEEK`).
+    pub fn probe(&mut self, src: Option<PeerId>) -> Option<ProbeInfo> {
+        let spec = Self::spec(COMM_MSG, src, TagSel::Any);
+        let (env, ib) = self.engine.probe(&spec).map(|p| (p.env, *p.msg))?;
+        self.probe_info(&env, ib)
+    }
+
+    /// Claims the earliest unexpected tagged message matching (`FI_PEEK | FI_CLAIM`): no
+    /// receive can take it any more; [`Endpoint::mrecv`] receives it.
+    pub fn tmprobe(
+        &mut self,
+        src: Option<PeerId>,
+        tag: u64,
+        ignore: u64,
+    ) -> Option<(Claim, ProbeInfo)> {
+        let spec = Self::spec(COMM_TAG, src, Self::tag_sel(tag, ignore));
+        self.claim(&spec)
+    }
+
+    /// Claims the earliest unexpected untagged message.
+    pub fn mprobe(&mut self, src: Option<PeerId>) -> Option<(Claim, ProbeInfo)> {
+        let spec = Self::spec(COMM_MSG, src, TagSel::Any);
+        self.claim(&spec)
+    }
+
+    fn claim(&mut self, spec: &RecvSpec) -> Option<(Claim, ProbeInfo)> {
+        let c = self.engine.mprobe(spec)?;
+        let ib = *self.engine.claimed(c.handle).ok()?;
+        let info = self.probe_info(&c.env, ib)?;
+        Some((Claim(c.handle), info))
+    }
+
+    /// Receives a claimed message into a buffer of `len` bytes (`FI_CLAIM`).
+    pub fn mrecv(&mut self, claim: Claim, len: usize) -> Result<OpId, CallError> {
+        let m = self
+            .engine
+            .mrecv(claim.0)
+            .map_err(|_| CallError::UnknownOp)?;
+        let op = self.new_op();
+        let mem = self.new_region(vec![0; len], Owner::App);
+        let mut r = RxOp::new(op, RxKind::Recv);
+        r.mem = Some(mem);
+        r.buf_len = len as u64;
+        let Some(id) = self.rx.insert(r) else {
+            // The claimed message can go nowhere else: drop it with its data.
+            self.free_region(mem);
+            self.inbound.try_remove(m.msg as usize);
+            return Err(CallError::TooManyOps);
+        };
+        self.mem[mem].owner = Owner::Rx(id);
+        self.on_match(id, m.msg as usize);
         Ok(op)
     }
 

@@ -36,6 +36,23 @@ pub struct MrKey {
     pub key: u64,
 }
 
+/// What a probe found: an unexpected message still queued (or claimed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbeInfo {
+    /// Sender.
+    pub src: PeerId,
+    /// Tag (0 for untagged messages).
+    pub tag: u64,
+    /// Message length.
+    pub len: u64,
+    /// Remote CQ data.
+    pub cq_data: Option<u64>,
+}
+
+/// A message claimed by [`crate::Endpoint::tmprobe`] or [`crate::Endpoint::mprobe`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Claim(pub(crate) tagmatch_engine::MsgHandle);
+
 /// A remote buffer: `efa_rma_iov` without the length (the length is the operation's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct RemoteAddr {

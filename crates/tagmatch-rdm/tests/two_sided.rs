@@ -529,3 +529,42 @@ fn cts_window_honors_credit_request_and_receiver_window() {
     }
     assert_eq!(fab.sequence(), want);
 }
+
+#[test]
+fn probe_mprobe_mrecv() {
+    for len in [150, 600, 3000, 5000] {
+        let (mut fab, a, b, ab, ba) = warm_pair(14, small_cfg(), small_cfg(), true);
+        assert_eq!(fab.ep(b).tprobe(None, 9, 0), None);
+        let opts = SendOpts {
+            cq_data: Some(5),
+            ..SendOpts::default()
+        };
+        let s = fab.ep(a).tsend(ab, 9, payload(len, 7), opts).unwrap();
+        fab.ep(a)
+            .send(ab, payload(10, 8), SendOpts::default())
+            .unwrap();
+        fab.drive();
+        let info = fab.ep(b).tprobe(Some(ba), 8, 1).unwrap();
+        assert_eq!(
+            (info.src, info.tag, info.len, info.cq_data),
+            (ba, 9, len as u64, Some(5))
+        );
+        assert_eq!(fab.ep(b).probe(None).unwrap().len, 10);
+        let (claim, info2) = fab.ep(b).tmprobe(None, 9, 0).unwrap();
+        assert_eq!(info2, info);
+        // Claimed: neither a probe nor a receive sees it any more.
+        assert_eq!(fab.ep(b).tprobe(None, 9, 0), None);
+        let other = fab.ep(b).trecv(None, 9, 0, len).unwrap();
+        let r = fab.ep(b).mrecv(claim, len).unwrap();
+        assert!(fab.ep(b).mrecv(claim, len).is_err());
+        fab.drive();
+        let cb = fab.completions(b);
+        assert!(done(&cb, r).data == payload(len, 7));
+        assert!(cb.iter().all(|c| c.op != other));
+        assert_eq!(done(&fab.completions(a), s).result, Ok(()));
+        let (c2, _) = fab.ep(b).mprobe(Some(ba)).unwrap();
+        let r2 = fab.ep(b).mrecv(c2, 10).unwrap();
+        fab.drive();
+        assert_eq!(done(&fab.completions(b), r2).data, payload(10, 8));
+    }
+}
