@@ -298,6 +298,9 @@ pub struct Stats {
     pub read_nacks: u64,
     /// Completions for unknown tokens (ignored).
     pub unknown_tokens: u64,
+    /// Packets larger than the MTU handed to the device (an ATOMRSP for a peer with a
+    /// larger MTU); the device is expected to fail them.
+    pub tx_oversize: u64,
 }
 
 impl From<AtomicError> for CallError {

@@ -280,7 +280,7 @@ fn hostile_packets_never_panic() {
     let (mem, key) = fab.register(b, vec![0; 4096]);
     let _ = mem;
     let qkey = fab.nodes[a].ep.addr().qkey;
-    for round in 0..3000u64 {
+    for round in 0..20_000u64 {
         if round % 100 == 0 {
             fab.ep(a).trecv(None, 0x77, 0, 4000).unwrap();
             fab.ep(b)
@@ -298,8 +298,10 @@ fn hostile_packets_never_panic() {
             if at.field.is_derived() {
                 continue;
             }
-            let v = match rng.below(4) {
+            let v = match rng.below(5) {
                 0 => rng.below(4),
+                // Ids of live operations: slab index | generation << 20.
+                4 => rng.below(4) | rng.below(64) << 20,
                 1 => rng.below(1 << 20),
                 2 => rng.next_u64(),
                 _ => u32::MAX as u64,
@@ -349,6 +351,7 @@ fn hostile_packets_never_panic() {
     }
     fab.drive();
     let s = fab.nodes[b].ep.stats();
+    eprintln!("{s:?}");
     assert!(s.rx_invalid + s.rx_unknown_op + s.rx_connid_mismatch + s.rx_reorder_rejected > 0);
     let _ = OpError::Canceled;
 }
