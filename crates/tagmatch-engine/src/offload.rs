@@ -393,7 +393,8 @@ pub struct OffloadCounters {
     pub syncs: u64,
     /// Completions carrying `TM_SYNC_REQ`.
     pub sync_reqs: u64,
-    /// Cancels that lost to a message (DEL completed with `TM_ERR`).
+    /// Cancels that lost to a message (DEL completed with `TM_ERR`, or the match completed
+    /// while the DEL still waited for an operation slot).
     pub tm_err_races: u64,
     /// `TM_RNDV_INCOMPLETE` completions.
     pub rndv_incomplete: u64,
@@ -983,6 +984,14 @@ impl<R, M> Driver<R, M> {
             self.c.order_violations += 1;
         }
         self.c.matched_hw += 1;
+        // A cancel whose DEL still waits in `fifo` lost the race; the DEL must not be
+        // posted: the handle may be reused once this completion is polled.
+        let lost_cancel = rec.hw.is_some_and(|hs| hs.cancel) && {
+            let before = self.fifo.len();
+            self.fifo
+                .retain(|&(_, _, k)| k != OpKind::Del { id, cancel: true });
+            before != self.fifo.len()
+        };
         let incomplete = c.status == WcStatus::TmRndvIncomplete;
         if incomplete {
             self.c.rndv_incomplete += 1;
@@ -997,6 +1006,12 @@ impl<R, M> Driver<R, M> {
             sw_rndv: if incomplete { wire.rvh } else { None },
             data_pending: !incomplete && c.wc_flags & wc_flags::TM_DATA_VALID == 0,
         }));
+        if lost_cancel {
+            self.c.tm_err_races += 1;
+            out.push(Event::CancelFailed {
+                handle: OffHandle(id),
+            });
+        }
     }
 
     fn sw_arrival(&mut self, wire: WireMsg<Carried<M>>, out: &mut Vec<Event<R, M>>) {
