@@ -107,6 +107,12 @@ pub struct Config {
     pub direct_write: bool,
     /// Reorder window per peer, in messages (libfabric `FI_EFA_RECVWIN_SIZE` 16384).
     pub reorder_window: u32,
+    /// Budget of bytes buffered for unexpected and out-of-order messages (eager and medium
+    /// data, LONGCTS_RTM first segments, runts). A message that would exceed it is dropped
+    /// and counted in `Stats::rx_reorder_rejected`.
+    pub max_unexpected_bytes: usize,
+    /// Budget of unexpected and out-of-order messages.
+    pub max_unexpected_msgs: usize,
     /// The first `msg_id` used towards, and expected from, every peer (0 in libfabric;
     /// settable to test wraparound).
     pub initial_msg_id: u32,
@@ -135,6 +141,8 @@ impl Default for Config {
             direct_read: true,
             direct_write: true,
             reorder_window: 16384,
+            max_unexpected_bytes: 256 << 20,
+            max_unexpected_msgs: 1 << 20,
             initial_msg_id: 0,
             features: Features::default(),
             device_version: 0xEFA1,

@@ -301,7 +301,9 @@ impl Endpoint {
                 cfg.reorder_window
                     .clamp(1, tagmatch_engine::MAX_REORDER_WINDOW),
             )
-            .initial_seq(cfg.initial_msg_id);
+            .initial_seq(cfg.initial_msg_id)
+            .max_bytes(cfg.max_unexpected_bytes)
+            .max_messages(cfg.max_unexpected_msgs);
         Endpoint {
             cfg,
             addr,
