@@ -43,6 +43,8 @@ struct Peer {
     handshake_sent: bool,
     handshake: Option<PeerHandshake>,
     handshake_triggered: bool,
+    /// A REQ went to the peer: its answer will include a handshake.
+    req_sent: bool,
     next_msg_id: u32,
     msgs: HashMap<u32, Slot>,
     waiting: Vec<u32>,
@@ -353,6 +355,7 @@ impl Endpoint {
             handshake_sent: false,
             handshake: None,
             handshake_triggered: false,
+            req_sent: false,
             next_msg_id: self.cfg.initial_msg_id,
             msgs: HashMap::new(),
             waiting: Vec::new(),
@@ -682,6 +685,9 @@ impl Endpoint {
     }
 
     fn push_send(&mut self, peer: PeerId, bytes: Vec<u8>, owner: PktOwner) {
+        if bytes.first().is_some_and(|&t| t >= 64) {
+            self.peers[peer.0 as usize].req_sent = true;
+        }
         let token = self.token();
         let dest = self.peers[peer.0 as usize].addr;
         self.stats.tx_packets += 1;
@@ -781,7 +787,9 @@ impl Endpoint {
     /// a zero-length EAGER_RTW, which every v4 peer handles and answers with a handshake.
     fn trigger_handshake(&mut self, peer: PeerId) {
         let p = &mut self.peers[peer.0 as usize];
-        if p.handshake.is_some() || p.handshake_triggered {
+        // libfabric `efa_rdm_ep_trigger_handshake`: nothing to do once a REQ has been sent
+        // (the peer answers it with a handshake).
+        if p.handshake.is_some() || p.handshake_triggered || p.req_sent {
             return;
         }
         p.handshake_triggered = true;
@@ -1831,9 +1839,11 @@ impl Endpoint {
                 return;
             }
         }
-        // efa-rdm-protocol-v4 §2.2: "an endpoint will send a HANDSHAKE packet upon receiving
-        // 1st REQ packet from a peer".
-        if pkt.pkt_type().is_req() && !self.peers[peer.0 as usize].handshake_sent {
+        // efa-rdm-protocol-v4 §2.1: "Upon receiving the 1st packet from a peer, an endpoint
+        // must send back a handshake packet". libfabric does this for any packet type
+        // (`efa_rdm_ep_post_handshake_or_queue` on every receive), so a HANDSHAKE is answered
+        // by one too and both sides learn each other's features after one exchange.
+        if !self.peers[peer.0 as usize].handshake_sent {
             self.send_handshake(peer);
         }
         use PacketType as T;

@@ -14,8 +14,11 @@ fn eager_tagged_first_message_then_handshake() {
         .unwrap();
     fab.drive();
     assert_eq!(fab.ep(a).protocol_of(s), Some(Protocol::Eager));
-    assert_eq!(fab.types(a, b), vec![T::EagerTagRtm]);
-    assert_eq!(fab.types(b, a), vec![T::Handshake]);
+    // b answers the first packet with its handshake, and a answers that with its own.
+    assert_eq!(
+        fab.sequence(),
+        vec![(a, T::EagerTagRtm), (b, T::Handshake), (a, T::Handshake)]
+    );
     // Before the handshake: raw address, no connid.
     assert_ne!(fab.log[0].flags & flags::REQ_OPT_RAW_ADDR_HDR, 0);
     assert_eq!(fab.log[0].flags & flags::CONNID_HDR, 0);

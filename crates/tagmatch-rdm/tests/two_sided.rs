@@ -295,7 +295,10 @@ fn dc_to_a_peer_without_the_feature_is_an_error() {
     let s = fab.ep(a).tsend(ab, 1, vec![1; 10], dc).unwrap();
     fab.drive();
     // The handshake is provoked with a zero-length EAGER_RTW (libfabric's trigger).
-    assert_eq!(fab.sequence(), vec![(a, T::EagerRtw), (b, T::Handshake)]);
+    assert_eq!(
+        fab.sequence(),
+        vec![(a, T::EagerRtw), (b, T::Handshake), (a, T::Handshake)]
+    );
     let c = fab.completions(a);
     assert_eq!(
         done(&c, s).result,
