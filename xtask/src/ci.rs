@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use crate::cmd::Cmd;
 use crate::fuzz::{self, FuzzConfig};
+use crate::vm;
 use crate::Result;
 
 /// What a stage reports when it did not fail.
@@ -70,6 +71,23 @@ pub fn stages() -> Vec<Stage> {
             run: |ctx| cargo_stage(ctx, &["test", "--workspace"], &[]),
         },
         Stage {
+            name: "verbs",
+            about: "clippy + tests of tagmatch-verbs-sys --features verbs (installs libibverbs-dev libclang-dev)",
+            run: verbs_stage,
+        },
+        Stage {
+            name: "vm-test",
+            about: "cargo xtask vm-test: the verbs tests on Soft-RoCE in a QEMU TCG guest",
+            run: |ctx| {
+                vm::run(&vm::VmConfig {
+                    root: ctx.root.clone(),
+                    timeout: std::time::Duration::from_secs(vm::resolve_timeout(None)?),
+                    test_args: Vec::new(),
+                })?;
+                Ok(Outcome::Ok)
+            },
+        },
+        Stage {
             name: "doc",
             about: "RUSTDOCFLAGS=\"-D warnings\" cargo doc --workspace --no-deps",
             run: |ctx| {
@@ -92,6 +110,25 @@ pub fn stages() -> Vec<Stage> {
             run: |ctx| fuzz::run(&ctx.fuzz),
         },
     ]
+}
+
+/// The `verbs` feature needs system headers and libclang, so the default `clippy`/`test`
+/// stages leave it out; this stage installs them and lints and host-tests the bindings (the
+/// device tests skip on a host without RDMA; `vm-test` runs them for real).
+fn verbs_stage(ctx: &Ctx) -> Result<Outcome> {
+    crate::apt::ensure_apt(vm::BUILD_PACKAGES)?;
+    let package = ["-p", "tagmatch-verbs-sys", "--features", "verbs"];
+    cargo_stage(
+        ctx,
+        &[
+            &["clippy"],
+            &package[..],
+            &["--all-targets", "--", "-D", "warnings"],
+        ]
+        .concat(),
+        &[],
+    )?;
+    cargo_stage(ctx, &[&["test"], &package[..]].concat(), &[])
 }
 
 fn cargo_stage(ctx: &Ctx, args: &[&str], env: &[(&str, &str)]) -> Result<Outcome> {

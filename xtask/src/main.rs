@@ -3,6 +3,7 @@
 //! * `cargo xtask ci` — the whole test suite as CI runs it (`.ci/run`).
 //! * `cargo xtask fuzz` — only the fuzz smoke stage.
 //! * `cargo xtask apt` — install Debian packages via `apt::ensure_apt`.
+//! * `cargo xtask vm-test` — the verbs tests on Soft-RoCE inside a QEMU guest (`vm`).
 //!
 //! Std-only on purpose: a fresh CI clone compiles this crate before anything else.
 
@@ -10,6 +11,7 @@ mod apt;
 mod ci;
 mod cmd;
 mod fuzz;
+mod vm;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -28,11 +30,20 @@ COMMANDS:
               fmt     cargo fmt --all -- --check
               clippy  cargo clippy --workspace --all-targets -- -D warnings
               test    cargo test --workspace
+              verbs   cargo clippy/test -p tagmatch-verbs-sys --features verbs
+                      (installs libibverbs-dev libclang-dev first)
+              vm-test cargo xtask vm-test (below)
               doc     RUSTDOCFLAGS=\"-D warnings\" cargo doc --workspace --no-deps
               fuzz    cargo +nightly fuzz run <target> -- -max_total_time=<secs>
                       for every target in fuzz/ (skipped if fuzz/ does not exist)
             Stops at the first failing stage and prints a summary.
     fuzz    Run only the fuzz smoke stage.
+    vm-test Build the verbs tests (tagmatch-verbs-sys --features verbs), boot Debian's
+            kernel in QEMU (TCG, no KVM needed), create a Soft-RoCE device (rdma_rxe)
+            inside and run the tests there with TAGMATCH_REQUIRE_RDMA_DEVICE=1.
+            Installs what it needs (qemu-system-x86 busybox-static libibverbs-dev
+            ibverbs-utils libclang-dev iproute2 kmod); the kernel package is only
+            downloaded and unpacked into <target>/vm/, never installed.
     apt     Install Debian packages that are missing (apt-get update once, then
             apt-get install -y --no-install-recommends), as root or via sudo.
     help    Print this help.
@@ -48,6 +59,11 @@ FUZZ USAGE:
     cargo xtask fuzz [--seconds <N>] [--fuzz-dir <DIR>] [TARGET...]
             TARGETs default to every target `cargo fuzz list` reports.
 
+VM-TEST USAGE:
+    cargo xtask vm-test [--timeout <SECS>] [-- <TEST ARGS>...]
+            --timeout   kill the VM after this long [env: TAGMATCH_VM_TIMEOUT; default: 300]
+            TEST ARGS   passed to every test binary inside the guest (e.g. a test name)
+
 APT USAGE:
     cargo xtask apt <PACKAGE>...
 
@@ -56,6 +72,8 @@ EXAMPLES:
     cargo xtask ci --only fmt --only clippy
     cargo xtask ci --skip fuzz
     cargo xtask fuzz --seconds 10 my_target
+    cargo xtask vm-test
+    cargo xtask vm-test -- mr_bounds
 ";
 
 fn main() -> ExitCode {
@@ -82,6 +100,7 @@ fn run(args: Vec<String>) -> Result<()> {
         "ci" => cmd_ci(args),
         "fuzz" => cmd_fuzz(args),
         "apt" => cmd_apt(args),
+        "vm-test" => cmd_vm_test(args),
         other => Err(format!("unknown command `{other}` (see `cargo xtask --help`)").into()),
     }
 }
@@ -151,6 +170,28 @@ fn cmd_fuzz(mut args: Args) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+fn cmd_vm_test(mut args: Args) -> Result<()> {
+    let mut timeout = None;
+    let mut test_args = Vec::new();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--timeout" => timeout = Some(args.value("--timeout")?),
+            "-h" | "--help" => {
+                print!("{HELP}");
+                return Ok(());
+            }
+            "--" => test_args.extend(args.by_ref_rest()),
+            other => return Err(unexpected("vm-test", other)),
+        }
+    }
+    let cfg = vm::VmConfig {
+        root: workspace_root(),
+        timeout: std::time::Duration::from_secs(vm::resolve_timeout(timeout.as_deref())?),
+        test_args,
+    };
+    vm::run(&cfg)
 }
 
 fn cmd_apt(mut args: Args) -> Result<()> {
@@ -233,6 +274,15 @@ impl Args {
         Some(arg)
     }
 
+    /// Every remaining argument, unparsed (what follows `--`).
+    fn by_ref_rest(&mut self) -> Vec<String> {
+        self.pending
+            .take()
+            .into_iter()
+            .chain(self.args.by_ref())
+            .collect()
+    }
+
     /// The value of `flag`, from `--flag=value` or the following argument.
     fn value(&mut self, flag: &str) -> Result<String> {
         self.pending
@@ -278,7 +328,10 @@ mod tests {
     #[test]
     fn stage_names_are_unique_and_in_order() {
         let names: Vec<&str> = ci::stages().iter().map(|s| s.name).collect();
-        assert_eq!(names, ["fmt", "clippy", "test", "doc", "fuzz"]);
+        assert_eq!(
+            names,
+            ["fmt", "clippy", "test", "verbs", "vm-test", "doc", "fuzz"]
+        );
     }
 
     #[test]

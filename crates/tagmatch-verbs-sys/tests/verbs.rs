@@ -12,6 +12,7 @@ mod common;
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::process::{Command, Stdio};
+use std::sync::mpsc;
 
 use common::*;
 use tagmatch_verbs_sys::*;
@@ -513,6 +514,20 @@ fn tm_offload_tagged_receive_and_cancel() {
 
 const PEER_ENV: &str = "TAGMATCH_VERBS_PEER";
 
+/// The spawned peer process; killed if the test fails before waiting for it.
+struct Peer {
+    child: std::process::Child,
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// Eager and rendezvous tagged messages between two processes: this test re-runs its own
 /// binary as the peer (`peer_process`), exchanging QP details over the child's stdio.
 #[test]
@@ -521,7 +536,7 @@ fn two_process_eager_and_rendezvous() {
         return;
     };
     let exe = std::env::current_exe().expect("current_exe");
-    let mut child = Command::new(exe)
+    let child = Command::new(exe)
         .args([
             "--exact",
             "peer_process",
@@ -536,16 +551,29 @@ fn two_process_eager_and_rendezvous() {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("spawn peer process");
-    let mut to_child = child.stdin.take().unwrap();
-    let mut from_child = BufReader::new(child.stdout.take().unwrap());
-    let mut expect_line = |prefix: &str| -> String {
-        let mut line = String::new();
+    let mut peer = Peer { child };
+    let mut to_child = peer.child.stdin.take().unwrap();
+    // The peer's stdout is read on a thread so every wait for it is bounded by TIMEOUT.
+    let from_child = BufReader::new(peer.child.stdout.take().unwrap());
+    let (tx, rx) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in from_child.lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let expect_line = |marker: &str| -> String {
         loop {
-            line.clear();
-            let n = from_child.read_line(&mut line).expect("read peer stdout");
-            assert!(n > 0, "peer exited before printing {prefix}");
-            if let Some(rest) = line.trim_end().strip_prefix(prefix) {
-                return rest.trim().to_owned();
+            match rx.recv_timeout(TIMEOUT) {
+                // libtest may print "test peer_process ... " on the same line first.
+                Ok(line) => {
+                    if let Some((_, rest)) = line.split_once(marker) {
+                        return rest.trim().to_owned();
+                    }
+                }
+                Err(e) => panic!("waiting for {marker} from the peer process: {e}"),
             }
         }
     };
@@ -583,7 +611,7 @@ fn two_process_eager_and_rendezvous() {
     );
     expect_line("PEER-DONE");
     drop(to_child);
-    let status = child.wait().expect("wait for peer");
+    let status = peer.child.wait().expect("wait for peer");
     assert!(status.success(), "peer process failed: {status}");
     say(&format!(
         "{}: two processes: eager 1000 B + rendezvous {RNDV} B (RDMA read + FIN) ok",
