@@ -1,0 +1,175 @@
+//! Memory regions: application and operation buffers, registration, iov scatter/gather.
+
+use super::*;
+
+impl Endpoint {
+    /// Hands `bytes` to the endpoint as an RMA target or source and asks the device to
+    /// register it ([`Transmit::Register`]). Its key is known after
+    /// [`Endpoint::on_register_done`].
+    pub fn register_memory(&mut self, bytes: Vec<u8>) -> MemHandle {
+        let len = bytes.len() as u64;
+        let idx = self.mem.insert(Region {
+            bytes,
+            reg: RegState::Pending,
+            owner: Owner::App,
+        });
+        self.out.push_back(Transmit::Register {
+            mem: MemHandle(idx as u32),
+            len,
+        });
+        MemHandle(idx as u32)
+    }
+
+    /// The registration of a region: `None` while pending, `Some(Err(()))` if it failed.
+    pub fn mem_key(&self, mem: MemHandle) -> Option<Result<MrKey, ()>> {
+        match self.mem.get(mem.0 as usize)?.reg {
+            RegState::Ok(k) => Some(Ok(k)),
+            RegState::Failed => Some(Err(())),
+            _ => None,
+        }
+    }
+
+    /// The bytes of a region (the device reads RDMA sources from here).
+    pub fn memory(&self, mem: MemHandle) -> Option<&[u8]> {
+        self.mem.get(mem.0 as usize).map(|r| &r.bytes[..])
+    }
+
+    /// The bytes of a region, mutably (the device writes RDMA destinations here).
+    pub fn memory_mut(&mut self, mem: MemHandle) -> Option<&mut [u8]> {
+        self.mem.get_mut(mem.0 as usize).map(|r| &mut r.bytes[..])
+    }
+
+    /// Takes an application region back (deregistering it).
+    pub fn release_memory(&mut self, mem: MemHandle) -> Option<Vec<u8>> {
+        match self.mem.get(mem.0 as usize) {
+            Some(r) if r.owner == Owner::App => {}
+            _ => return None,
+        }
+        Some(self.free_region(mem.0 as usize))
+    }
+
+    /// The region registered under `key` and the address of its first byte.
+    pub fn mem_by_key(&self, key: u64) -> Option<(MemHandle, u64)> {
+        let idx = *self.mr_by_key.get(&key)?;
+        match self.mem.get(idx)?.reg {
+            RegState::Ok(k) => Some((MemHandle(idx as u32), k.addr)),
+            _ => None,
+        }
+    }
+
+    pub(super) fn new_region(&mut self, bytes: Vec<u8>, owner: Owner) -> usize {
+        self.mem.insert(Region {
+            bytes,
+            reg: RegState::None,
+            owner,
+        })
+    }
+
+    pub(super) fn free_region(&mut self, idx: usize) -> Vec<u8> {
+        let Some(r) = self.mem.try_remove(idx) else {
+            return Vec::new();
+        };
+        if let RegState::Ok(k) = r.reg {
+            self.mr_by_key.remove(&k.key);
+            self.out.push_back(Transmit::Deregister { key: k.key });
+        }
+        r.bytes
+    }
+
+    pub(super) fn register_region(&mut self, idx: usize) {
+        if let Some(r) = self.mem.get_mut(idx) {
+            r.reg = RegState::Pending;
+            let len = r.bytes.len() as u64;
+            self.out.push_back(Transmit::Register {
+                mem: MemHandle(idx as u32),
+                len,
+            });
+        }
+    }
+
+    /// The device finished a registration.
+    pub fn on_register_done(&mut self, mem: MemHandle, result: Result<MrKey, ()>) {
+        let idx = mem.0 as usize;
+        let Some(r) = self.mem.get_mut(idx) else {
+            // The region is gone: release the key at once.
+            self.stats.unknown_tokens += 1;
+            if let Ok(k) = result {
+                self.out.push_back(Transmit::Deregister { key: k.key });
+            }
+            return;
+        };
+        if r.reg != RegState::Pending {
+            self.stats.unknown_tokens += 1;
+            return;
+        }
+        let owner = r.owner;
+        match result {
+            Ok(k) => {
+                r.reg = RegState::Ok(k);
+                self.mr_by_key.insert(k.key, idx);
+            }
+            Err(()) => r.reg = RegState::Failed,
+        }
+        match owner {
+            Owner::App => {}
+            Owner::Tx(id) => self.tx_registered(id, result),
+            Owner::Rx(id) => self.rx_registered(id, result),
+        }
+    }
+
+    /// Resolves a remote-access iov entry against the registered regions: region index and
+    /// offset, if the whole range lies in one region.
+    pub(super) fn resolve(&self, addr: u64, len: u64, key: u64) -> Option<(usize, usize)> {
+        let idx = *self.mr_by_key.get(&key)?;
+        let r = self.mem.get(idx)?;
+        let RegState::Ok(k) = r.reg else { return None };
+        let off = addr.checked_sub(k.addr)?;
+        let end = off.checked_add(len)?;
+        (end <= r.bytes.len() as u64).then_some((idx, off as usize))
+    }
+
+    /// Writes `data` at message offset `off` of the buffer list `iov`.
+    pub(super) fn scatter(&mut self, iov: &[RmaIov], mut off: u64, mut data: &[u8]) -> bool {
+        for e in iov {
+            if data.is_empty() {
+                break;
+            }
+            if off >= e.len() {
+                off -= e.len();
+                continue;
+            }
+            let n = (e.len() - off).min(data.len() as u64);
+            let Some(addr) = e.addr().checked_add(off) else {
+                return false;
+            };
+            let Some((idx, o)) = self.resolve(addr, n, e.key()) else {
+                return false;
+            };
+            self.mem[idx].bytes[o..o + n as usize].copy_from_slice(&data[..n as usize]);
+            data = &data[n as usize..];
+            off = 0;
+        }
+        data.is_empty()
+    }
+
+    /// Reads `len` bytes at message offset `off` of the buffer list `iov`.
+    pub(super) fn gather(&self, iov: &[RmaIov], mut off: u64, len: u64) -> Option<Vec<u8>> {
+        let mut v = Vec::with_capacity(len.min(1 << 24) as usize);
+        let mut left = len;
+        for e in iov {
+            if left == 0 {
+                break;
+            }
+            if off >= e.len() {
+                off -= e.len();
+                continue;
+            }
+            let n = (e.len() - off).min(left);
+            let (idx, o) = self.resolve(e.addr().checked_add(off)?, n, e.key())?;
+            v.extend_from_slice(&self.mem[idx].bytes[o..o + n as usize]);
+            left -= n;
+            off = 0;
+        }
+        (left == 0).then_some(v)
+    }
+}

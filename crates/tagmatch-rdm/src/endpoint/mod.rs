@@ -1,0 +1,481 @@
+//! The endpoint state machine.
+
+mod memory;
+mod one_sided;
+mod output;
+mod receive;
+mod responder;
+mod two_sided;
+
+use std::collections::{HashMap, VecDeque};
+
+use slab::Slab;
+use tagmatch_engine::{Arrived, Engine, Envelope, Posted, RecvHandle, RecvSpec, Source, TagSel};
+use tagmatch_wire::efa::{
+    extra, flags, ExtraInfo, Field, HandshakeExt, Packet, PacketType, RawAddr, RawAddrHdr, Repr,
+    RmaIov, RMA_IOV_LEN,
+};
+
+use crate::atomic::{self, AtomicOp, Datatype};
+use crate::config::Config;
+use crate::genslab::GenSlab;
+use crate::types::*;
+
+/// Communicator ids used with the matching engine: untagged and tagged messages match
+/// separately (`fi_recv` never takes an `fi_tsend`), and RTAs only use the reorder buffer.
+const COMM_MSG: u32 = 0;
+const COMM_TAG: u32 = 1;
+const COMM_RTA: u32 = 2;
+
+/// READRSP / CTSDATA / ATOMRSP header sizes (wire-layouts §A.5).
+const READRSP_HDR: usize = 24;
+const CTSDATA_HDR: usize = 24;
+const CTSDATA_CONNID: usize = 8;
+const ATOMRSP_HDR: usize = 24;
+
+/// What a peer told us in its HANDSHAKE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PeerHandshake {
+    /// All `extra_info` bits, including those this endpoint does not know.
+    pub extra_info: ExtraInfo,
+    /// HOST_ID header.
+    pub host_id: Option<u64>,
+    /// DEVICE_VERSION header.
+    pub device_version: Option<u32>,
+}
+
+#[derive(Debug)]
+struct Peer {
+    addr: RawAddr,
+    handshake_sent: bool,
+    handshake: Option<PeerHandshake>,
+    handshake_triggered: bool,
+    /// A REQ went to the peer: its answer will include a handshake.
+    req_sent: bool,
+    next_msg_id: u32,
+    msgs: HashMap<u32, Slot>,
+    waiting: Vec<u32>,
+}
+
+impl Peer {
+    fn has(&self, bit: usize) -> bool {
+        self.handshake.is_some_and(|h| h.extra_info.has(bit))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    Pending(usize),
+    Matched(u32),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RegState {
+    None,
+    Pending,
+    Ok(MrKey),
+    Failed,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Owner {
+    App,
+    Tx(u32),
+    Rx(u32),
+}
+
+#[derive(Debug)]
+struct Region {
+    bytes: Vec<u8>,
+    reg: RegState,
+    owner: Owner,
+}
+
+/// The receive-side subprotocol of an inbound message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RxProto {
+    Eager,
+    Medium,
+    LongCts,
+    LongRead,
+    RuntRead,
+}
+
+/// Atomic request details of an RTA.
+#[derive(Debug, Clone)]
+struct Rta {
+    ty: PacketType,
+    datatype: u32,
+    op: u32,
+    iov: Vec<RmaIov>,
+    /// FETCH/COMPARE: requester's recv_id; DC_WRITE: sender's send_id.
+    id: u32,
+    buf: Vec<u8>,
+    compare: Option<Vec<u8>>,
+}
+
+/// A message (or RTA) received but not yet matched.
+#[derive(Debug)]
+struct Inbound {
+    peer: PeerId,
+    msg_id: u32,
+    proto: RxProto,
+    tag: u64,
+    msg_len: u64,
+    cq_data: Option<u64>,
+    send_id: u32,
+    credit_request: u32,
+    dc: bool,
+    data: Vec<u8>,
+    received: u64,
+    read_iov: Vec<RmaIov>,
+    runt_len: u64,
+    rta: Option<Rta>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RxKind {
+    /// A posted receive.
+    Recv,
+    /// The responder of an emulated long-CTS or long-read write.
+    WriteTarget,
+    /// The requester of an emulated read.
+    ReadReq,
+    /// The requester of a fetch/compare atomic.
+    AtomicResp(OpKind),
+    /// The requester of a direct read.
+    DirectRead,
+}
+
+#[derive(Debug)]
+struct RxOp {
+    op: OpId,
+    kind: RxKind,
+    peer: Option<PeerId>,
+    posted: Option<RecvHandle>,
+    mem: Option<usize>,
+    buf_len: u64,
+    iov: Vec<RmaIov>,
+    proto: RxProto,
+    matched: bool,
+    tag: u64,
+    msg_len: u64,
+    received: u64,
+    requested: u64,
+    window_left: u64,
+    send_id: u32,
+    msg_id: u32,
+    /// The sender's `credit_request` (packets it would like per CTS).
+    credits: u32,
+    dc: bool,
+    cq_data: Option<u64>,
+    read_iov: Vec<RmaIov>,
+    runt_len: u64,
+    read_started: bool,
+    reads_issued: bool,
+    rdma_left: u32,
+    rdma_failed: bool,
+    error: Option<OpError>,
+    /// Emulated-read fallback of a direct read.
+    remote: Option<RemoteAddr>,
+}
+
+impl RxOp {
+    fn new(op: OpId, kind: RxKind) -> RxOp {
+        RxOp {
+            op,
+            kind,
+            peer: None,
+            posted: None,
+            mem: None,
+            buf_len: 0,
+            iov: Vec::new(),
+            proto: RxProto::Eager,
+            matched: false,
+            tag: 0,
+            msg_len: 0,
+            received: 0,
+            requested: 0,
+            window_left: 0,
+            send_id: 0,
+            msg_id: 0,
+            credits: 0,
+            dc: false,
+            cq_data: None,
+            read_iov: Vec::new(),
+            runt_len: 0,
+            read_started: false,
+            reads_issued: false,
+            rdma_left: 0,
+            rdma_failed: false,
+            error: None,
+            remote: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TxKind {
+    Send {
+        tagged: bool,
+    },
+    Write,
+    /// The responder side of an emulated read: no application completion.
+    ReadResponder,
+    AtomicWrite,
+}
+
+#[derive(Debug)]
+struct TxOp {
+    op: OpId,
+    kind: TxKind,
+    peer: PeerId,
+    proto: Protocol,
+    mem: usize,
+    len: u64,
+    tag: u64,
+    cq_data: Option<u64>,
+    dc: bool,
+    msg_id: u32,
+    remote: Vec<RmaIov>,
+    next_offset: u64,
+    window_end: u64,
+    peer_recv_id: u32,
+    inflight: u32,
+    started: bool,
+    all_queued: bool,
+    await_receipt: bool,
+    await_eor: bool,
+    rdma_left: u32,
+    error: Option<OpError>,
+    /// Runt bytes sent before the RDMA read (runting read).
+    runt_len: u64,
+    /// Atomic request (write atomic).
+    atomic: Option<(Datatype, AtomicOp)>,
+}
+
+#[derive(Debug)]
+struct PendingSend {
+    peer: PeerId,
+    bytes: Vec<u8>,
+    owner: PktOwner,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PktOwner {
+    None,
+    Handshake,
+    Tx(u32),
+    Rx(u32),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RdmaOwner {
+    Tx(u32),
+    Rx(u32),
+}
+
+/// A sans-IO EFA RDM protocol v4 endpoint. See the crate documentation.
+#[derive(Debug)]
+pub struct Endpoint {
+    cfg: Config,
+    addr: RawAddr,
+    peers: Vec<Peer>,
+    engine: Engine<u32, u32>,
+    tx: GenSlab<TxOp>,
+    rx: GenSlab<RxOp>,
+    inbound: Slab<Inbound>,
+    mem: Slab<Region>,
+    mr_by_key: HashMap<u64, usize>,
+    out: VecDeque<Transmit>,
+    sends: HashMap<u64, PendingSend>,
+    rdmas: HashMap<u64, RdmaOwner>,
+    next_token: u64,
+    completions: VecDeque<Completion>,
+    posted_ops: HashMap<OpId, u32>,
+    stats: Stats,
+    next_op: u64,
+    protocols: HashMap<OpId, Protocol>,
+    protocol_order: VecDeque<OpId>,
+}
+
+/// How many operations [`Endpoint::protocol_of`] remembers.
+pub const PROTOCOL_MEMORY: usize = 4096;
+
+impl Endpoint {
+    /// Creates an endpoint whose own raw address is `addr` (its `qkey` is the connid).
+    pub fn new(cfg: Config, addr: RawAddr) -> Endpoint {
+        let ecfg = tagmatch_engine::Config::default()
+            .reorder_window(
+                cfg.reorder_window
+                    .clamp(1, tagmatch_engine::MAX_REORDER_WINDOW),
+            )
+            .initial_seq(cfg.initial_msg_id)
+            .max_bytes(cfg.max_unexpected_bytes)
+            .max_messages(cfg.max_unexpected_msgs);
+        Endpoint {
+            cfg,
+            addr,
+            peers: Vec::new(),
+            engine: Engine::new(ecfg),
+            tx: GenSlab::default(),
+            rx: GenSlab::default(),
+            inbound: Slab::new(),
+            mem: Slab::new(),
+            mr_by_key: HashMap::new(),
+            out: VecDeque::new(),
+            sends: HashMap::new(),
+            rdmas: HashMap::new(),
+            next_token: 1,
+            completions: VecDeque::new(),
+            posted_ops: HashMap::new(),
+            stats: Stats::default(),
+            next_op: 1,
+            protocols: HashMap::new(),
+            protocol_order: VecDeque::new(),
+        }
+    }
+
+    /// This endpoint's raw address.
+    pub fn addr(&self) -> RawAddr {
+        self.addr
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Drop-and-count counters.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// Inserts a peer address (`fi_av_insert`); inserting the same address again returns
+    /// the same id.
+    pub fn add_peer(&mut self, addr: RawAddr) -> PeerId {
+        if let Some(i) = self.peers.iter().position(|p| same_addr(&p.addr, &addr)) {
+            return PeerId(i as u32);
+        }
+        self.peers.push(Peer {
+            addr,
+            handshake_sent: false,
+            handshake: None,
+            handshake_triggered: false,
+            req_sent: false,
+            next_msg_id: self.cfg.initial_msg_id,
+            msgs: HashMap::new(),
+            waiting: Vec::new(),
+        });
+        PeerId(self.peers.len() as u32 - 1)
+    }
+
+    /// The peer the device would report for a packet from GID `gid` and QP `qpn` (the
+    /// address handle lookup: the device knows nothing of connids).
+    pub fn lookup_peer(&self, gid: &[u8; 16], qpn: u16) -> Option<PeerId> {
+        self.peers
+            .iter()
+            .position(|p| &p.addr.gid == gid && p.addr.qpn == qpn)
+            .map(|i| PeerId(i as u32))
+    }
+
+    /// The peer's HANDSHAKE, once received.
+    pub fn peer_handshake(&self, peer: PeerId) -> Option<PeerHandshake> {
+        self.peers.get(peer.0 as usize)?.handshake
+    }
+
+    /// The next `msg_id` this endpoint will use towards `peer`.
+    pub fn next_msg_id(&self, peer: PeerId) -> Option<u32> {
+        Some(self.peers.get(peer.0 as usize)?.next_msg_id)
+    }
+
+    /// Next thing for the device to do.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.out.pop_front()
+    }
+
+    /// Next application completion.
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        self.completions.pop_front()
+    }
+
+    /// The subprotocol an operation chose (for the last [`PROTOCOL_MEMORY`] operations).
+    pub fn protocol_of(&self, op: OpId) -> Option<Protocol> {
+        self.protocols.get(&op).copied()
+    }
+
+    /// Operations in flight (sender side, receiver side, unexpected messages).
+    pub fn in_flight(&self) -> (usize, usize, usize) {
+        (self.tx.len(), self.rx.len(), self.inbound.len())
+    }
+
+    /// Remembers the protocol of the last [`PROTOCOL_MEMORY`] operations.
+    fn note_protocol(&mut self, op: OpId, proto: Protocol) {
+        if self.protocols.insert(op, proto).is_none() {
+            self.protocol_order.push_back(op);
+            if self.protocol_order.len() > PROTOCOL_MEMORY {
+                if let Some(old) = self.protocol_order.pop_front() {
+                    self.protocols.remove(&old);
+                }
+            }
+        }
+    }
+
+    fn new_op(&mut self) -> OpId {
+        let op = OpId(self.next_op);
+        self.next_op += 1;
+        op
+    }
+
+    fn token(&mut self) -> u64 {
+        let t = self.next_token;
+        self.next_token += 1;
+        t
+    }
+}
+
+fn same_addr(a: &RawAddr, b: &RawAddr) -> bool {
+    a.gid == b.gid && a.qpn == b.qpn && a.qkey == b.qkey
+}
+
+const EAGER: [PacketType; 4] = [
+    PacketType::EagerMsgRtm,
+    PacketType::EagerTagRtm,
+    PacketType::DcEagerMsgRtm,
+    PacketType::DcEagerTagRtm,
+];
+const MEDIUM: [PacketType; 4] = [
+    PacketType::MediumMsgRtm,
+    PacketType::MediumTagRtm,
+    PacketType::DcMediumMsgRtm,
+    PacketType::DcMediumTagRtm,
+];
+const LONGCTS: [PacketType; 4] = [
+    PacketType::LongctsMsgRtm,
+    PacketType::LongctsTagRtm,
+    PacketType::DcLongctsMsgRtm,
+    PacketType::DcLongctsTagRtm,
+];
+
+fn pick(tagged: bool, dc: bool, family: [PacketType; 4]) -> PacketType {
+    family[tagged as usize + 2 * dc as usize]
+}
+
+fn check_atomic(args: &AtomicArgs, compare: bool) -> Result<(), CallError> {
+    use atomic::AtomicError as E;
+    if !args.op.valid_for(args.datatype) {
+        return Err(E::OpNotValidForType.into());
+    }
+    let n = args.operand.len();
+    if n == 0 || n % args.datatype.size() != 0 {
+        return Err(E::Length.into());
+    }
+    if compare != args.op.is_compare() {
+        return Err(E::Op(args.op as u32).into());
+    }
+    match &args.compare {
+        Some(c) if c.len() != n => Err(E::Length.into()),
+        None if compare => Err(E::Length.into()),
+        _ => Ok(()),
+    }
+}

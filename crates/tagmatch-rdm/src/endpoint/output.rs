@@ -1,0 +1,204 @@
+//! Building and emitting packets: REQ optional headers, connid, handshake, device send completions.
+
+use super::*;
+
+impl Endpoint {
+    /// efa-rdm-protocol-v4 §2.2: "After the endpoint received the HANDSHAKE packet from the
+    /// peer, it will stop including its raw address in the header (see section 4.3 for an
+    /// exception)"; §4.3: "The easiest way to do so is to keep including the raw address
+    /// header"; wire-layouts §A.6: "Raw address and connid are mutually exclusive … The
+    /// connid header is sent only once the peer's handshake has arrived".
+    pub(super) fn req_opts(&self, peer: PeerId) -> (Option<RawAddrHdr>, Option<u32>) {
+        let p = &self.peers[peer.0 as usize];
+        let raw = p.handshake.is_none() || p.has(extra::REQUEST_CONSTANT_HEADER_LENGTH);
+        if raw {
+            (Some(RawAddrHdr::new(self.addr)), None)
+        } else if p.has(extra::REQUEST_CONNID_HEADER) {
+            (None, Some(self.addr.qkey))
+        } else {
+            (None, None)
+        }
+    }
+
+    pub(super) fn req_hdr_len(
+        &self,
+        peer: PeerId,
+        ty: PacketType,
+        cq: bool,
+        n_iov: usize,
+    ) -> usize {
+        let (raw, connid) = self.req_opts(peer);
+        ty.layout().size as usize
+            + n_iov * RMA_IOV_LEN
+            + raw.map_or(0, |r| r.wire_len())
+            + if cq { 8 } else { 0 }
+            + if connid.is_some() { 4 } else { 0 }
+    }
+
+    pub(super) fn req(&self, peer: PeerId, ty: PacketType) -> Repr<'static> {
+        let (raw, connid) = self.req_opts(peer);
+        let mut r = Repr::new(ty);
+        r.raw_addr = raw;
+        r.connid = connid;
+        r
+    }
+
+    /// A non-REQ packet. wire-layouts §A.5: CTS, READRSP, EOR, ATOMRSP, RECEIPT and
+    /// READ_NACK are "always sent with CONNID_HDR"; CTSDATA "only after the peer's
+    /// handshake has been received".
+    pub(super) fn ctrl(&self, peer: PeerId, ty: PacketType) -> Repr<'static> {
+        let mut r = Repr::new(ty);
+        r.connid = match ty {
+            PacketType::CtsData => self.peers[peer.0 as usize]
+                .handshake
+                .is_some()
+                .then_some(self.addr.qkey),
+            _ => Some(self.addr.qkey),
+        };
+        r
+    }
+
+    pub(super) fn ctsdata_payload(&self, peer: PeerId) -> usize {
+        let connid = self.peers[peer.0 as usize].handshake.is_some();
+        self.cfg
+            .mtu
+            .saturating_sub(CTSDATA_HDR + if connid { CTSDATA_CONNID } else { 0 })
+            .max(1)
+    }
+
+    pub(super) fn emit(&mut self, peer: PeerId, repr: &Repr<'_>, owner: PktOwner) {
+        let mut bytes = vec![0u8; repr.buffer_len()];
+        match repr.emit(&mut bytes) {
+            Ok(_) => {}
+            Err(e) => {
+                tracing::error!(?e, ty = %repr.pkt_type, "cannot emit packet");
+                return;
+            }
+        }
+        if bytes.len() > self.cfg.mtu {
+            // Only an ATOMRSP echoing a peer's larger operand can get here; the device will
+            // refuse it and the requester's operation fails.
+            tracing::warn!(ty = %repr.pkt_type, len = bytes.len(), "packet exceeds the MTU");
+            self.stats.tx_oversize += 1;
+        }
+        if let PktOwner::Tx(id) = owner {
+            if let Some(t) = self.tx.get_mut(id) {
+                t.inflight += 1;
+            }
+        }
+        self.push_send(peer, bytes, owner);
+    }
+
+    pub(super) fn push_send(&mut self, peer: PeerId, bytes: Vec<u8>, owner: PktOwner) {
+        if bytes.first().is_some_and(|&t| t >= 64) {
+            self.peers[peer.0 as usize].req_sent = true;
+        }
+        let token = self.token();
+        let dest = self.peers[peer.0 as usize].addr;
+        self.stats.tx_packets += 1;
+        self.sends.insert(
+            token,
+            PendingSend {
+                peer,
+                bytes: bytes.clone(),
+                owner,
+            },
+        );
+        self.out.push_back(Transmit::Send {
+            token: SendToken(token),
+            peer,
+            dest,
+            bytes,
+        });
+    }
+
+    /// The device finished (or refused) a packet.
+    pub fn on_send_done(&mut self, token: SendToken, outcome: SendOutcome) {
+        let Some(p) = self.sends.remove(&token.0) else {
+            self.stats.unknown_tokens += 1;
+            return;
+        };
+        match outcome {
+            SendOutcome::Again => {
+                // efa-rdm-protocol-v4 §3.2 (medium): "it is possible … for some packets to be
+                // sent successfully and others to not be sent due to temporarily being out
+                // of resources. Implementation needs to be able to handle this case."
+                self.stats.tx_again += 1;
+                self.stats.tx_packets -= 1;
+                self.push_send(p.peer, p.bytes, p.owner);
+            }
+            SendOutcome::Ok => {
+                if let PktOwner::Tx(id) = p.owner {
+                    if let Some(t) = self.tx.get_mut(id) {
+                        t.inflight = t.inflight.saturating_sub(1);
+                    }
+                    self.tx_check(id);
+                }
+            }
+            SendOutcome::Error => match p.owner {
+                // efa-rdm-protocol-v4 §2.3: "it is normal that a HANDSHAKE packet encounters
+                // a send error" — the application never waits for it.
+                PktOwner::Handshake => {
+                    self.stats.handshake_send_errors += 1;
+                    // Send it again with the next packet from the peer.
+                    if let Some(peer) = self.peers.get_mut(p.peer.0 as usize) {
+                        peer.handshake_sent = false;
+                    }
+                }
+                PktOwner::None => {}
+                PktOwner::Tx(id) => {
+                    if let Some(t) = self.tx.get_mut(id) {
+                        t.inflight = t.inflight.saturating_sub(1);
+                        t.error.get_or_insert(OpError::SendFailed);
+                        t.await_eor = false;
+                        t.await_receipt = false;
+                        t.all_queued = true;
+                        t.rdma_left = 0;
+                    }
+                    self.tx_check(id);
+                }
+                PktOwner::Rx(id) => {
+                    if let Some(r) = self.rx.get_mut(id) {
+                        r.error.get_or_insert(OpError::SendFailed);
+                    }
+                    self.rx_fail(id);
+                }
+            },
+        }
+    }
+
+    pub(super) fn send_handshake(&mut self, peer: PeerId) {
+        // efa-rdm-protocol-v4 §2.1: "Upon receiving the 1st packet from a peer, an endpoint
+        // must send back a handshake packet"; wire-layouts §A.5: "HEAD always sends CONNID,
+        // DEVICE_VERSION and HMEM_P2P, plus HOST_ID when it is nonzero" and "Always send
+        // [DEVICE_VERSION]".
+        let mut r = Repr::new(PacketType::Handshake);
+        let mut ei = ExtraInfo::with_words(1);
+        ei.set_word(0, self.cfg.features.word());
+        r.handshake = HandshakeExt {
+            extra_info: ei,
+            host_id: (self.cfg.host_id != 0).then_some(self.cfg.host_id),
+            device_version: Some(self.cfg.device_version),
+            user_recv_qp: None,
+            hmem_p2p: self.cfg.send_hmem_p2p.then_some(0),
+        };
+        r.connid = Some(self.addr.qkey);
+        self.stats.handshakes_sent += 1;
+        self.peers[peer.0 as usize].handshake_sent = true;
+        self.emit(peer, &r, PktOwner::Handshake);
+    }
+
+    /// Makes the peer send its HANDSHAKE: like libfabric's `efa_rdm_ep_trigger_handshake`,
+    /// a zero-length EAGER_RTW, which every v4 peer handles and answers with a handshake.
+    pub(super) fn trigger_handshake(&mut self, peer: PeerId) {
+        let p = &mut self.peers[peer.0 as usize];
+        // libfabric `efa_rdm_ep_trigger_handshake`: nothing to do once a REQ has been sent
+        // (the peer answers it with a handshake).
+        if p.handshake.is_some() || p.handshake_triggered || p.req_sent {
+            return;
+        }
+        p.handshake_triggered = true;
+        let r = self.req(peer, PacketType::EagerRtw);
+        self.emit(peer, &r, PktOwner::None);
+    }
+}

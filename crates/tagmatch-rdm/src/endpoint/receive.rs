@@ -1,0 +1,939 @@
+//! The receive path: dispatch, reordering, matching, CTS flow control, RDMA reads.
+
+use super::*;
+
+impl Endpoint {
+    /// Processes one received packet. `src` is the peer the device reported (its address
+    /// handle), `None` when the sender is not in the device's address book; then only a
+    /// REQ carrying the raw-address header can be processed. Every malformed or
+    /// unexpected packet is dropped and counted in [`Stats`]; nothing here panics.
+    pub fn handle_packet(&mut self, src: Option<PeerId>, bytes: &[u8]) {
+        self.stats.rx_packets += 1;
+        let pkt = match Packet::new_checked(bytes) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::debug!(%e, "dropping unparsable packet");
+                self.stats.rx_parse_errors += 1;
+                return;
+            }
+        };
+        let peer = match src.filter(|p| (p.0 as usize) < self.peers.len()) {
+            Some(p) => p,
+            None => match pkt.raw_addr() {
+                // efa-rdm-protocol-v4 §2.2: "the peer can get the endpoint's raw address
+                // from REQ packet header, then insert the raw address to its address book."
+                Some(r) => self.add_peer(r.addr),
+                None => {
+                    self.stats.rx_unknown_sender += 1;
+                    return;
+                }
+            },
+        };
+        // efa-rdm-protocol-v4 §4.4: "it is possible for an endpoint to receive packets from a
+        // destroyed QP, which was used by a previous process that used the same QPN" — a
+        // connid that is not the peer's means another endpoint: drop it.
+        if let Some(c) = pkt.sender_connid() {
+            if c != self.peers[peer.0 as usize].addr.qkey {
+                tracing::debug!(peer = peer.0, connid = c, "connid mismatch, dropping");
+                self.stats.rx_connid_mismatch += 1;
+                return;
+            }
+        }
+        // efa-rdm-protocol-v4 §2.1: "Upon receiving the 1st packet from a peer, an endpoint
+        // must send back a handshake packet". libfabric does this for any packet type
+        // (`efa_rdm_ep_post_handshake_or_queue` on every receive), so a HANDSHAKE is answered
+        // by one too and both sides learn each other's features after one exchange.
+        if !self.peers[peer.0 as usize].handshake_sent {
+            self.send_handshake(peer);
+        }
+        use PacketType as T;
+        match pkt.pkt_type() {
+            T::Handshake => self.on_handshake(peer, &pkt),
+            T::Cts => self.on_cts(peer, &pkt),
+            T::CtsData => self.on_ctsdata(peer, &pkt),
+            T::ReadRsp => self.on_readrsp(peer, &pkt),
+            T::Eor => self.on_eor(peer, &pkt),
+            T::AtomRsp => self.on_atomrsp(peer, &pkt),
+            T::Receipt => self.on_receipt(peer, &pkt),
+            T::ReadNack => self.on_read_nack(peer, &pkt),
+            T::PeerError => self.stats.rx_invalid += 1,
+            T::EagerRtw | T::DcEagerRtw => self.on_eager_rtw(peer, &pkt),
+            T::LongctsRtw | T::DcLongctsRtw | T::LongreadRtw => self.on_long_rtw(peer, &pkt),
+            T::ShortRtr | T::LongctsRtr => self.on_rtr(peer, &pkt),
+            _ => self.on_sequenced(peer, &pkt),
+        }
+    }
+
+    pub(super) fn on_handshake(&mut self, peer: PeerId, pkt: &Packet<&[u8]>) {
+        let hs = PeerHandshake {
+            extra_info: pkt.extra_info().unwrap_or_default(),
+            host_id: pkt.host_id(),
+            device_version: pkt.device_version(),
+        };
+        let p = &mut self.peers[peer.0 as usize];
+        p.handshake = Some(hs);
+        let waiting = std::mem::take(&mut p.waiting);
+        for id in waiting {
+            self.tx_start(id);
+        }
+    }
+
+    pub(super) fn find_tx(&mut self, peer: PeerId, send_id: Option<u32>) -> Option<u32> {
+        let id = send_id?;
+        match self.tx.get(id) {
+            Some(t) if t.peer == peer => Some(id),
+            _ => {
+                self.stats.rx_unknown_op += 1;
+                None
+            }
+        }
+    }
+
+    pub(super) fn find_rx(&mut self, peer: PeerId, recv_id: Option<u32>) -> Option<u32> {
+        let id = recv_id?;
+        match self.rx.get(id) {
+            Some(r) if r.peer == Some(peer) && r.matched => Some(id),
+            _ => {
+                self.stats.rx_unknown_op += 1;
+                None
+            }
+        }
+    }
+
+    pub(super) fn on_cts(&mut self, peer: PeerId, pkt: &Packet<&[u8]>) {
+        let Some(id) = self.find_tx(peer, pkt.send_id()) else {
+            return;
+        };
+        let len = pkt.get(Field::RecvLength).unwrap_or(0);
+        // efa-rdm-protocol-v4 §3.2: "the receiver must allow the sender to send at least 1
+        // CTSDATA packet" — a zero window would loop forever.
+        if len == 0 {
+            self.stats.rx_invalid += 1;
+            return;
+        }
+        let t = &mut self.tx[id];
+        if !matches!(
+            t.proto,
+            Protocol::LongCts | Protocol::LongCtsWrite | Protocol::LongCtsRead
+        ) {
+            self.stats.rx_invalid += 1;
+            return;
+        }
+        t.peer_recv_id = pkt.recv_id().unwrap_or(0);
+        t.window_end = t.next_offset.saturating_add(len);
+        self.tx_pump(id);
+    }
+
+    pub(super) fn on_ctsdata(&mut self, peer: PeerId, pkt: &Packet<&[u8]>) {
+        let Some(id) = self.find_rx(peer, pkt.recv_id()) else {
+            return;
+        };
+        let off = pkt.get(Field::SegOffset).unwrap_or(0);
+        let seg = pkt.get(Field::SegLength).unwrap_or(0);
+        let data = pkt.payload();
+        if seg != data.len() as u64 {
+            self.stats.rx_invalid += 1;
+            return;
+        }
+        if !self.rx_place(id, off, data) {
+            return;
+        }
+        let r = &mut self.rx[id];
+        r.window_left = r.window_left.saturating_sub(seg);
+        self.rx_progress(id);
+    }
+
+    pub(super) fn on_readrsp(&mut self, peer: PeerId, pkt: &Packet<&[u8]>) {
+        let Some(id) = self.find_rx(peer, pkt.recv_id()) else {
+            return;
+        };
+        if self.rx[id].kind != RxKind::ReadReq {
+            self.stats.rx_invalid += 1;
+            return;
+        }
+        let seg = pkt.get(Field::SegLength).unwrap_or(0);
+        let data = pkt.payload();
+        if seg != data.len() as u64 {
+            self.stats.rx_invalid += 1;
+            return;
+        }
+        if !self.rx_place(id, 0, data) {
+            return;
+        }
+        let r = &mut self.rx[id];
+        r.send_id = pkt.send_id().unwrap_or(0);
+        r.window_left = r.window_left.saturating_sub(seg);
+        self.rx_progress(id);
+    }
+
+    pub(super) fn on_atomrsp(&mut self, peer: PeerId, pkt: &Packet<&[u8]>) {
+        let Some(id) = self.find_rx(peer, pkt.recv_id()) else {
+            return;
+        };
+        if !matches!(self.rx[id].kind, RxKind::AtomicResp(_)) {
+            self.stats.rx_invalid += 1;
+            return;
+        }
+        let data = pkt.payload();
+        if pkt.get(Field::SegLength) != Some(data.len() as u64) {
+            self.stats.rx_invalid += 1;
+            return;
+        }
+        if !self.rx_place(id, 0, data) {
+            return;
+        }
+        self.rx_progress(id);
+    }
+
+    pub(super) fn on_eor(&mut self, peer: PeerId, pkt: &Packet<&[u8]>) {
+        let Some(id) = self.find_tx(peer, pkt.send_id()) else {
+            return;
+        };
+        let t = &mut self.tx[id];
+        if !t.await_eor {
+            self.stats.rx_invalid += 1;
+            return;
+        }
+        t.await_eor = false;
+        self.tx_check(id);
+    }
+
+    pub(super) fn on_receipt(&mut self, peer: PeerId, pkt: &Packet<&[u8]>) {
+        let Some(id) = self.find_tx(peer, pkt.get(Field::TxId).map(|v| v as u32)) else {
+            return;
+        };
+        let t = &mut self.tx[id];
+        if !t.dc {
+            self.stats.rx_invalid += 1;
+            return;
+        }
+        // efa-rdm-protocol-v4 §4.2: "the sender/responder will not write a completion until
+        // it receives the RECEIPT packet."
+        t.await_receipt = false;
+        self.tx_check(id);
+    }
+
+    pub(super) fn on_read_nack(&mut self, peer: PeerId, pkt: &Packet<&[u8]>) {
+        let Some(id) = self.find_tx(peer, pkt.send_id()) else {
+            return;
+        };
+        let t = &mut self.tx[id];
+        if !t.await_eor {
+            self.stats.rx_invalid += 1;
+            return;
+        }
+        // efa-rdm-protocol-v4 §4.7: "The sender then switches to the long CTS protocol and
+        // sends a LONGCTS_RTM packet".
+        self.stats.read_nacks += 1;
+        t.await_eor = false;
+        t.all_queued = false;
+        t.peer_recv_id = pkt.recv_id().unwrap_or(0);
+        t.next_offset = t.runt_len;
+        self.send_longcts_rtm(id, true);
+    }
+
+    /// RTM and RTA packets: in `msg_id` order through the engine's reorder buffer.
+    pub(super) fn on_sequenced(&mut self, peer: PeerId, pkt: &Packet<&[u8]>) {
+        use PacketType as T;
+        let ty = pkt.pkt_type();
+        let Some(msg_id) = pkt.msg_id() else {
+            self.stats.rx_invalid += 1;
+            return;
+        };
+        let proto = match ty {
+            T::EagerMsgRtm | T::EagerTagRtm | T::DcEagerMsgRtm | T::DcEagerTagRtm => RxProto::Eager,
+            T::MediumMsgRtm | T::MediumTagRtm | T::DcMediumMsgRtm | T::DcMediumTagRtm => {
+                RxProto::Medium
+            }
+            T::LongctsMsgRtm | T::LongctsTagRtm | T::DcLongctsMsgRtm | T::DcLongctsTagRtm => {
+                RxProto::LongCts
+            }
+            T::LongreadMsgRtm | T::LongreadTagRtm => RxProto::LongRead,
+            T::RuntreadMsgRtm | T::RuntreadTagRtm => RxProto::RuntRead,
+            T::WriteRta | T::FetchRta | T::CompareRta | T::DcWriteRta => RxProto::Eager,
+            _ => {
+                self.stats.rx_invalid += 1;
+                return;
+            }
+        };
+        let is_rta = matches!(
+            ty,
+            T::WriteRta | T::FetchRta | T::CompareRta | T::DcWriteRta
+        );
+        let nack = pkt.flags() & flags::REQ_READ_NACK != 0 && proto == RxProto::LongCts;
+        let slot = self.peers[peer.0 as usize].msgs.get(&msg_id).copied();
+        if nack {
+            // wire-layouts §A.3: for the READ_NACK resend "the receiver skips reorder".
+            match slot {
+                Some(Slot::Matched(id)) if self.rx.get(id).is_some_and(|r| r.rdma_failed) => {
+                    let r = &mut self.rx[id];
+                    r.dc = matches!(ty, T::DcLongctsMsgRtm | T::DcLongctsTagRtm);
+                    r.credits = pkt.get(Field::CreditRequest).unwrap_or(0) as u32;
+                    r.proto = RxProto::LongCts;
+                    r.requested = r.received;
+                    r.window_left = 0;
+                    self.rx_progress(id);
+                }
+                _ => self.stats.rx_unknown_op += 1,
+            }
+            return;
+        }
+        match slot {
+            Some(Slot::Pending(ib)) => {
+                self.inbound_segment(ib, proto, pkt);
+                return;
+            }
+            Some(Slot::Matched(id)) => {
+                self.rx_segment(id, proto, pkt);
+                return;
+            }
+            None => {}
+        }
+        let Some(ib) = self.new_inbound(peer, msg_id, proto, pkt) else {
+            self.stats.rx_invalid += 1;
+            return;
+        };
+        self.peers[peer.0 as usize]
+            .msgs
+            .insert(msg_id, Slot::Pending(ib));
+        let tagged = ty.is_tagged();
+        let ibm = &self.inbound[ib];
+        let env = Envelope {
+            comm: if is_rta {
+                COMM_RTA
+            } else if tagged {
+                COMM_TAG
+            } else {
+                COMM_MSG
+            },
+            src: peer.0,
+            tag: if is_rta { ib as u64 } else { ibm.tag },
+        };
+        // The engine's budget counts what is buffered here, not the message length (long
+        // protocols leave the data at the sender until matched).
+        let len = ibm.data.len();
+        let mut arrived = Vec::new();
+        match self
+            .engine
+            .deliver(env, msg_id, len, ib as u32, |a| arrived.push(a))
+        {
+            Ok(_) => {}
+            Err(rej) => {
+                tracing::debug!(reason = %rej.reason, msg_id, "reorder buffer refused");
+                self.stats.rx_reorder_rejected += 1;
+                self.peers[peer.0 as usize].msgs.remove(&msg_id);
+                self.inbound.try_remove(ib);
+                return;
+            }
+        }
+        for a in arrived {
+            match a {
+                Arrived::Matched(m) => self.on_match(m.recv, m.msg as usize),
+                Arrived::Unexpected(env) if env.comm == COMM_RTA => {
+                    let spec = RecvSpec::exact(COMM_RTA, env.src, env.tag);
+                    if let Some(c) = self.engine.mprobe(&spec) {
+                        if let Ok(m) = self.engine.mrecv(c.handle) {
+                            self.process_rta(m.msg as usize);
+                        }
+                    }
+                }
+                Arrived::Unexpected(_) => {}
+            }
+        }
+    }
+
+    pub(super) fn new_inbound(
+        &mut self,
+        peer: PeerId,
+        msg_id: u32,
+        proto: RxProto,
+        pkt: &Packet<&[u8]>,
+    ) -> Option<usize> {
+        use PacketType as T;
+        let ty = pkt.pkt_type();
+        let mut ib = Inbound {
+            peer,
+            msg_id,
+            proto,
+            tag: pkt.tag().unwrap_or(0),
+            msg_len: pkt.get(Field::MsgLength).unwrap_or(0),
+            cq_data: pkt.cq_data(),
+            send_id: pkt.send_id().unwrap_or(0),
+            credit_request: pkt.get(Field::CreditRequest).unwrap_or(0) as u32,
+            dc: matches!(
+                ty,
+                T::DcEagerMsgRtm
+                    | T::DcEagerTagRtm
+                    | T::DcMediumMsgRtm
+                    | T::DcMediumTagRtm
+                    | T::DcLongctsMsgRtm
+                    | T::DcLongctsTagRtm
+                    | T::DcWriteRta
+            ),
+            data: Vec::new(),
+            received: 0,
+            read_iov: Vec::new(),
+            runt_len: 0,
+            rta: None,
+        };
+        match ty {
+            T::WriteRta | T::FetchRta | T::CompareRta | T::DcWriteRta => {
+                let (buf, compare) = if ty == T::CompareRta {
+                    let (a, b) = pkt.compare_operands()?;
+                    (a.to_vec(), Some(b.to_vec()))
+                } else {
+                    (pkt.payload().to_vec(), None)
+                };
+                let id = match ty {
+                    T::DcWriteRta => pkt.send_id(),
+                    T::FetchRta | T::CompareRta => pkt.recv_id(),
+                    _ => Some(0),
+                }
+                .unwrap_or(0);
+                ib.send_id = id;
+                ib.rta = Some(Rta {
+                    ty,
+                    datatype: pkt.get(Field::AtomicDatatype).unwrap_or(0) as u32,
+                    op: pkt.get(Field::AtomicOp).unwrap_or(0) as u32,
+                    iov: pkt.rma_iov().to_vec(),
+                    id,
+                    buf,
+                    compare,
+                });
+                return Some(self.inbound.insert(ib));
+            }
+            _ => {}
+        }
+        match proto {
+            RxProto::Eager => {
+                ib.data = pkt.payload().to_vec();
+                ib.msg_len = ib.data.len() as u64;
+                ib.received = ib.msg_len;
+            }
+            RxProto::Medium => {
+                // The medium buffer is at most max_medium_size on our senders; bound what a
+                // peer can make us allocate.
+                if ib.msg_len > (self.cfg.max_medium_size.max(1 << 20)) {
+                    return None;
+                }
+                ib.data = vec![0; ib.msg_len as usize];
+            }
+            RxProto::LongCts => {
+                ib.data = pkt.payload().to_vec();
+                if ib.data.len() as u64 > ib.msg_len {
+                    return None;
+                }
+                ib.received = ib.data.len() as u64;
+            }
+            RxProto::LongRead | RxProto::RuntRead => {
+                ib.read_iov = pkt.read_iov().ok()?.to_vec();
+                let total: u64 = ib
+                    .read_iov
+                    .iter()
+                    .map(|e| e.len())
+                    .fold(0, u64::saturating_add);
+                if total < ib.msg_len {
+                    return None;
+                }
+                if proto == RxProto::RuntRead {
+                    ib.runt_len = pkt.get(Field::RuntLength).unwrap_or(0);
+                    if ib.runt_len > ib.msg_len || ib.runt_len > (1 << 24) {
+                        return None;
+                    }
+                    ib.data = vec![0; ib.runt_len as usize];
+                }
+            }
+        }
+        let idx = self.inbound.insert(ib);
+        if matches!(proto, RxProto::Medium | RxProto::RuntRead) {
+            self.inbound_segment(idx, proto, pkt);
+        }
+        Some(idx)
+    }
+
+    /// `(offset, data)` of a medium or runt segment, validated against the message.
+    pub(super) fn segment_of<'p>(
+        proto: RxProto,
+        msg_len: u64,
+        runt_len: u64,
+        pkt: &'p Packet<&[u8]>,
+    ) -> Option<(u64, &'p [u8])> {
+        let off = pkt.get(Field::SegOffset)?;
+        let data = match proto {
+            RxProto::Medium if pkt.get(Field::MsgLength) == Some(msg_len) => pkt.payload(),
+            RxProto::RuntRead if pkt.get(Field::RuntLength) == Some(runt_len) => pkt.data().ok()?,
+            _ => return None,
+        };
+        let limit = if proto == RxProto::RuntRead {
+            runt_len
+        } else {
+            msg_len
+        };
+        (off.checked_add(data.len() as u64)? <= limit).then_some((off, data))
+    }
+
+    pub(super) fn inbound_segment(&mut self, idx: usize, proto: RxProto, pkt: &Packet<&[u8]>) {
+        let Some(ib) = self.inbound.get_mut(idx) else {
+            return;
+        };
+        if ib.proto != proto {
+            self.stats.rx_invalid += 1;
+            return;
+        }
+        let Some((off, data)) = Self::segment_of(proto, ib.msg_len, ib.runt_len, pkt) else {
+            self.stats.rx_invalid += 1;
+            return;
+        };
+        ib.data[off as usize..off as usize + data.len()].copy_from_slice(data);
+        ib.received += data.len() as u64;
+    }
+
+    pub(super) fn rx_segment(&mut self, id: u32, proto: RxProto, pkt: &Packet<&[u8]>) {
+        let Some(r) = self.rx.get(id) else {
+            self.stats.rx_unknown_op += 1;
+            return;
+        };
+        if r.proto != proto {
+            self.stats.rx_invalid += 1;
+            return;
+        }
+        let Some((off, data)) = Self::segment_of(proto, r.msg_len, r.runt_len, pkt) else {
+            self.stats.rx_invalid += 1;
+            return;
+        };
+        if self.rx_place(id, off, data) {
+            self.rx_progress(id);
+        }
+    }
+
+    /// Copies message bytes at `off` into the receive buffer (truncating) or the write
+    /// target. Returns false (and counts) when the range is invalid.
+    pub(super) fn rx_place(&mut self, id: u32, off: u64, data: &[u8]) -> bool {
+        let Some(r) = self.rx.get(id) else {
+            return false;
+        };
+        let Some(end) = off.checked_add(data.len() as u64) else {
+            self.stats.rx_invalid += 1;
+            return false;
+        };
+        if end > r.msg_len || r.received.saturating_add(data.len() as u64) > r.msg_len {
+            self.stats.rx_invalid += 1;
+            return false;
+        }
+        if r.kind == RxKind::WriteTarget {
+            let iov = r.iov.clone();
+            if !self.scatter(&iov, off, data) {
+                self.stats.rx_invalid += 1;
+                if let Some(r) = self.rx.get_mut(id) {
+                    r.error.get_or_insert(OpError::RdmaFailed);
+                }
+            }
+        } else if let Some(m) = r.mem {
+            let buf = &mut self.mem[m].bytes;
+            if (off as usize) < buf.len() {
+                let n = (buf.len() - off as usize).min(data.len());
+                buf[off as usize..off as usize + n].copy_from_slice(&data[..n]);
+            }
+        }
+        self.rx[id].received += data.len() as u64;
+        true
+    }
+
+    /// A posted receive `rx` and an inbound message `ib` met.
+    pub(super) fn on_match(&mut self, id: u32, ib_idx: usize) {
+        let Some(ib) = self.inbound.try_remove(ib_idx) else {
+            return;
+        };
+        let Some(r) = self.rx.get_mut(id) else { return };
+        self.posted_ops.remove(&r.op);
+        r.posted = None;
+        r.matched = true;
+        r.peer = Some(ib.peer);
+        r.proto = ib.proto;
+        r.tag = ib.tag;
+        r.msg_len = ib.msg_len;
+        r.cq_data = ib.cq_data;
+        r.send_id = ib.send_id;
+        r.msg_id = ib.msg_id;
+        r.credits = ib.credit_request;
+        r.dc = ib.dc;
+        r.read_iov = ib.read_iov;
+        r.runt_len = ib.runt_len;
+        self.peers[ib.peer.0 as usize]
+            .msgs
+            .insert(ib.msg_id, Slot::Matched(id));
+        // Buffered bytes: the eager payload, the medium/runt segments so far (at their
+        // offsets, zeros elsewhere), or the LONGCTS_RTM payload at offset 0.
+        if let Some(m) = self.rx[id].mem {
+            let buf = &mut self.mem[m].bytes;
+            let n = buf.len().min(ib.data.len());
+            buf[..n].copy_from_slice(&ib.data[..n]);
+        }
+        let r = &mut self.rx[id];
+        r.received = ib.received;
+        r.requested = ib.received;
+        self.rx_progress(id);
+    }
+
+    /// CTS window for `left` bytes still to come.
+    pub(super) fn cts_window(&self, peer: PeerId, left: u64, credits: u32) -> u64 {
+        let credits = credits.clamp(1, self.cfg.rx_window_packets.max(1)) as u64;
+        left.min(credits.saturating_mul(self.ctsdata_payload(peer) as u64))
+            .max(1)
+    }
+
+    /// Moves a receive-side op forward: CTS, RDMA read, completion.
+    pub(super) fn rx_progress(&mut self, id: u32) {
+        let Some(r) = self.rx.get(id) else { return };
+        let peer = r.peer.unwrap_or(PeerId(0));
+        match r.proto {
+            RxProto::Eager | RxProto::Medium => {
+                if r.received >= r.msg_len {
+                    self.rx_finish(id);
+                }
+            }
+            RxProto::LongCts => {
+                if r.received >= r.msg_len {
+                    self.rx_finish(id);
+                } else if r.window_left == 0 && r.requested < r.msg_len {
+                    // efa-rdm-protocol-v4 §3.2: "After receiving all the CTSDATA packets it
+                    // was expecting, the receiver will recalculate how many bytes it can
+                    // handle and send another CTS packet to the sender."
+                    let left = r.msg_len - r.requested;
+                    // efa-rdm-protocol-v4 §3.2: "The receiver will try to honor the request,
+                    // but it is not obligated to. However, the receiver must allow the sender
+                    // to send at least 1 CTSDATA packet".
+                    let credits = if r.kind == RxKind::ReadReq {
+                        self.cfg.rx_window_packets
+                    } else {
+                        r.credits
+                    };
+                    let window = self.cts_window(peer, left, credits);
+                    let (send_id, read) = (r.send_id, r.kind == RxKind::ReadReq);
+                    let r = &mut self.rx[id];
+                    r.requested += window;
+                    r.window_left = window;
+                    let mut cts = self
+                        .ctrl(peer, PacketType::Cts)
+                        .with(Field::SendId, send_id as u64)
+                        .with(Field::RecvId, id as u64)
+                        .with(Field::RecvLength, window);
+                    if read {
+                        // efa-rdm-protocol-v4 §3.2: "This flag indicates the CTS packet is
+                        // used by the long-CTS emulated read protocol."
+                        cts.flags |= flags::CTS_READ_REQ;
+                    }
+                    self.emit(peer, &cts, PktOwner::Rx(id));
+                }
+            }
+            RxProto::LongRead | RxProto::RuntRead => {
+                if r.rdma_failed {
+                    return;
+                }
+                if !r.read_started && r.received >= r.runt_len {
+                    let r = &mut self.rx[id];
+                    r.read_started = true;
+                    if r.kind == RxKind::WriteTarget {
+                        self.rx_start_reads(id);
+                    } else if let Some(m) = r.mem {
+                        if r.buf_len == 0 || r.msg_len == r.runt_len {
+                            self.rx_start_reads(id);
+                        } else {
+                            self.register_region(m);
+                        }
+                    }
+                } else if r.reads_issued && r.rdma_left == 0 {
+                    // efa-rdm-protocol-v4 §4.1: "After all reads are finished, the receiver
+                    // will send an EOR packet to the requester".
+                    let eor = self
+                        .ctrl(peer, PacketType::Eor)
+                        .with(Field::SendId, r.send_id as u64)
+                        .with(Field::RecvId, id as u64);
+                    self.emit(peer, &eor, PktOwner::None);
+                    self.rx_finish(id);
+                }
+            }
+        }
+    }
+
+    pub(super) fn rx_registered(&mut self, id: u32, result: Result<MrKey, ()>) {
+        let Some(r) = self.rx.get(id) else { return };
+        match (r.kind, result) {
+            (RxKind::DirectRead, Ok(_)) => {
+                let peer = r.peer.unwrap_or(PeerId(0));
+                let remote = r.remote.unwrap_or(RemoteAddr { addr: 0, key: 0 });
+                let (len, m) = (r.msg_len, r.mem.unwrap_or(0));
+                let dest = self.peers[peer.0 as usize].addr;
+                let mut off = 0;
+                let mut n_ops = 0;
+                while off < len {
+                    let n = self.cfg.max_rdma_size.max(1).min(len - off);
+                    let token = self.token();
+                    self.rdmas.insert(token, RdmaOwner::Rx(id));
+                    self.out.push_back(Transmit::RdmaRead {
+                        token: RdmaToken(token),
+                        peer,
+                        dest,
+                        local: MemHandle(m as u32),
+                        offset: off,
+                        remote: RemoteAddr {
+                            addr: remote.addr.wrapping_add(off),
+                            key: remote.key,
+                        },
+                        len: n,
+                    });
+                    off += n;
+                    n_ops += 1;
+                }
+                self.rx[id].rdma_left = n_ops;
+            }
+            (RxKind::DirectRead, Err(())) => {
+                // Fall back to the emulated read.
+                self.start_emulated_read(id);
+            }
+            (_, Ok(_)) => self.rx_start_reads(id),
+            (_, Err(())) => self.rx_read_failed(id),
+        }
+    }
+
+    /// Issues the RDMA reads of a long-read or runting-read message.
+    pub(super) fn rx_start_reads(&mut self, id: u32) {
+        let Some(r) = self.rx.get(id) else { return };
+        let peer = r.peer.unwrap_or(PeerId(0));
+        let dest = self.peers[peer.0 as usize].addr;
+        // Destination pieces: (region, offset, len) covering message bytes
+        // [runt_len, min(msg_len, buf_len)) (or the whole message for write targets).
+        let mut dst: Vec<(usize, u64, u64)> = Vec::new();
+        let start = r.runt_len;
+        if r.kind == RxKind::WriteTarget {
+            let mut moff = 0u64;
+            for e in &r.iov {
+                let (lo, hi) = (moff, moff.saturating_add(e.len()));
+                moff = hi;
+                let (a, b) = (lo.max(start), hi.min(r.msg_len));
+                if a >= b {
+                    continue;
+                }
+                match self.resolve(e.addr().wrapping_add(a - lo), b - a, e.key()) {
+                    Some((idx, o)) => dst.push((idx, o as u64, b - a)),
+                    None => {
+                        self.stats.rx_invalid += 1;
+                        self.rx_read_failed(id);
+                        return;
+                    }
+                }
+            }
+        } else if let Some(m) = r.mem {
+            let end = r.msg_len.min(r.buf_len);
+            if end > start {
+                dst.push((m, start, end - start));
+            }
+        }
+        // Source: read_iov from message offset `start`.
+        let mut reads = Vec::new();
+        let mut src_off = start;
+        for (idx, mut o, mut n) in dst {
+            while n > 0 {
+                // Locate src_off in read_iov.
+                let mut acc = 0u64;
+                let mut found = None;
+                for e in &r.read_iov {
+                    if src_off < acc + e.len() {
+                        found = Some((*e, src_off - acc));
+                        break;
+                    }
+                    acc += e.len();
+                }
+                let Some((e, eo)) = found else {
+                    self.stats.rx_invalid += 1;
+                    self.rx_read_failed(id);
+                    return;
+                };
+                let k = n.min(e.len() - eo).min(self.cfg.max_rdma_size.max(1));
+                reads.push((
+                    idx,
+                    o,
+                    RemoteAddr {
+                        addr: e.addr().wrapping_add(eo),
+                        key: e.key(),
+                    },
+                    k,
+                ));
+                o += k;
+                n -= k;
+                src_off += k;
+            }
+        }
+        let n_reads = reads.len() as u32;
+        for (idx, o, remote, k) in reads {
+            let token = self.token();
+            self.rdmas.insert(token, RdmaOwner::Rx(id));
+            self.out.push_back(Transmit::RdmaRead {
+                token: RdmaToken(token),
+                peer,
+                dest,
+                local: MemHandle(idx as u32),
+                offset: o,
+                remote,
+                len: k,
+            });
+        }
+        let r = &mut self.rx[id];
+        r.rdma_left = n_reads;
+        r.reads_issued = true;
+        self.rx_progress(id);
+    }
+
+    /// Registration or RDMA read failed on the receiver of a long-read/runting-read.
+    pub(super) fn rx_read_failed(&mut self, id: u32) {
+        let Some(r) = self.rx.get_mut(id) else { return };
+        if r.rdma_failed {
+            return;
+        }
+        r.rdma_failed = true;
+        let peer = r.peer.unwrap_or(PeerId(0));
+        let (kind, send_id) = (r.kind, r.send_id);
+        if kind == RxKind::DirectRead {
+            r.rdma_failed = false;
+            r.rdma_left = 0;
+            self.start_emulated_read(id);
+            return;
+        }
+        if self.cfg.features.read_nack && self.peers[peer.0 as usize].has(extra::FEATURE_READ_NACK)
+        {
+            // efa-rdm-protocol-v4 §4.7: "After all RTM packets have been processed, the
+            // receiver sends a READ_NACK packet to the sender".
+            self.stats.read_nacks += 1;
+            let nack = self
+                .ctrl(peer, PacketType::ReadNack)
+                .with(Field::SendId, send_id as u64)
+                .with(Field::RecvId, id as u64);
+            self.emit(peer, &nack, PktOwner::Rx(id));
+            if kind == RxKind::WriteTarget {
+                // The sender resends a LONGCTS_RTW (REQ_READ_NACK), which has no msg_id to
+                // find this op by: it starts a fresh write target.
+                self.rx.remove(id);
+            }
+        } else {
+            if let Some(r) = self.rx.get_mut(id) {
+                r.error.get_or_insert(OpError::RdmaFailed);
+            }
+            self.rx_fail(id);
+        }
+    }
+
+    /// The device finished an RDMA read or write.
+    pub fn on_rdma_done(&mut self, token: RdmaToken, ok: bool) {
+        let Some(owner) = self.rdmas.remove(&token.0) else {
+            self.stats.unknown_tokens += 1;
+            return;
+        };
+        match owner {
+            RdmaOwner::Tx(id) => {
+                if let Some(t) = self.tx.get_mut(id) {
+                    t.rdma_left = t.rdma_left.saturating_sub(1);
+                    if !ok {
+                        if t.proto == Protocol::DirectWrite {
+                            // Retry as an emulated write.
+                            t.started = false;
+                            t.all_queued = false;
+                            self.start_write_emulated(id);
+                            return;
+                        }
+                        t.error.get_or_insert(OpError::RdmaFailed);
+                    }
+                }
+                self.tx_check(id);
+            }
+            RdmaOwner::Rx(id) => {
+                let Some(r) = self.rx.get_mut(id) else { return };
+                r.rdma_left = r.rdma_left.saturating_sub(1);
+                if !ok {
+                    if r.rdma_left == 0 {
+                        self.rx_read_failed(id);
+                    } else {
+                        r.rdma_failed = true;
+                    }
+                    return;
+                }
+                if r.rdma_failed {
+                    if r.rdma_left == 0 {
+                        r.rdma_failed = false;
+                        self.rx_read_failed(id);
+                    }
+                    return;
+                }
+                if r.kind == RxKind::DirectRead {
+                    if r.rdma_left == 0 {
+                        self.rx_finish(id);
+                    }
+                } else {
+                    self.rx_progress(id);
+                }
+            }
+        }
+    }
+
+    pub(super) fn rx_fail(&mut self, id: u32) {
+        self.rx_finish(id);
+    }
+
+    /// Completes a receive-side op: application completion, RECEIPT for DC.
+    pub(super) fn rx_finish(&mut self, id: u32) {
+        let Some(r) = self.rx.remove(id) else { return };
+        if let Some(peer) = r.peer {
+            let p = &mut self.peers[peer.0 as usize];
+            if r.kind == RxKind::Recv && p.msgs.get(&r.msg_id) == Some(&Slot::Matched(id)) {
+                p.msgs.remove(&r.msg_id);
+            }
+            if r.dc && r.error.is_none() {
+                // efa-rdm-protocol-v4 §4.2: "after data is delivered to the application
+                // buffer, the receiver/responder will send a RECEIPT packet back".
+                let receipt = self
+                    .ctrl(peer, PacketType::Receipt)
+                    .with(Field::TxId, r.send_id as u64)
+                    .with(Field::MsgId, r.msg_id as u64);
+                self.emit(peer, &receipt, PktOwner::None);
+            }
+        }
+        let data = r.mem.map(|m| self.free_region(m)).unwrap_or_default();
+        let mut result = r.error.map_or(Ok(()), Err);
+        let kind = match r.kind {
+            RxKind::Recv => OpKind::Recv,
+            RxKind::ReadReq | RxKind::DirectRead => OpKind::Read,
+            RxKind::AtomicResp(k) => k,
+            RxKind::WriteTarget => {
+                if let (Some(cq), None) = (r.cq_data, r.error) {
+                    let op = self.new_op();
+                    self.completions.push_back(Completion {
+                        op,
+                        kind: OpKind::RemoteWrite,
+                        result: Ok(()),
+                        data: Vec::new(),
+                        len: r.msg_len,
+                        tag: 0,
+                        src: r.peer,
+                        cq_data: Some(cq),
+                    });
+                }
+                return;
+            }
+        };
+        if result.is_ok() && r.kind == RxKind::Recv && r.msg_len > r.buf_len {
+            result = Err(OpError::Truncated {
+                msg_len: r.msg_len,
+                buf_len: r.buf_len,
+            });
+        }
+        self.completions.push_back(Completion {
+            op: r.op,
+            kind,
+            result,
+            data,
+            len: r.msg_len,
+            tag: r.tag,
+            src: r.peer,
+            cq_data: r.cq_data,
+        });
+    }
+}

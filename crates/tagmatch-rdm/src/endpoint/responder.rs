@@ -1,0 +1,205 @@
+//! The responder side of emulated writes, reads and atomics.
+
+use super::*;
+
+impl Endpoint {
+    pub(super) fn on_eager_rtw(&mut self, peer: PeerId, pkt: &Packet<&[u8]>) {
+        let iov = pkt.rma_iov().to_vec();
+        let data = pkt.payload();
+        let want: u64 = iov.iter().map(|e| e.len()).fold(0, u64::saturating_add);
+        if want != data.len() as u64 || !self.scatter(&iov, 0, data) {
+            self.stats.rx_invalid += 1;
+            return;
+        }
+        if let Some(cq) = pkt.cq_data() {
+            let op = self.new_op();
+            self.completions.push_back(Completion {
+                op,
+                kind: OpKind::RemoteWrite,
+                result: Ok(()),
+                data: Vec::new(),
+                len: data.len() as u64,
+                tag: 0,
+                src: Some(peer),
+                cq_data: Some(cq),
+            });
+        }
+        if pkt.pkt_type() == PacketType::DcEagerRtw {
+            let receipt = self
+                .ctrl(peer, PacketType::Receipt)
+                .with(Field::TxId, pkt.send_id().unwrap_or(0) as u64);
+            self.emit(peer, &receipt, PktOwner::None);
+        }
+    }
+
+    pub(super) fn on_long_rtw(&mut self, peer: PeerId, pkt: &Packet<&[u8]>) {
+        let ty = pkt.pkt_type();
+        let iov = pkt.rma_iov().to_vec();
+        let msg_len = pkt.get(Field::MsgLength).unwrap_or(0);
+        let want: u64 = iov.iter().map(|e| e.len()).fold(0, u64::saturating_add);
+        if want < msg_len {
+            self.stats.rx_invalid += 1;
+            return;
+        }
+        let op = self.new_op();
+        let mut r = RxOp::new(op, RxKind::WriteTarget);
+        r.peer = Some(peer);
+        r.matched = true;
+        r.iov = iov;
+        r.msg_len = msg_len;
+        r.send_id = pkt.send_id().unwrap_or(0);
+        r.credits = pkt.get(Field::CreditRequest).unwrap_or(0) as u32;
+        r.cq_data = pkt.cq_data();
+        r.dc = ty == PacketType::DcLongctsRtw;
+        if ty == PacketType::LongreadRtw {
+            r.proto = RxProto::LongRead;
+            match pkt.read_iov() {
+                Ok(v) => r.read_iov = v.to_vec(),
+                Err(_) => {
+                    self.stats.rx_invalid += 1;
+                    return;
+                }
+            }
+            let total: u64 = r
+                .read_iov
+                .iter()
+                .map(|e| e.len())
+                .fold(0, u64::saturating_add);
+            if total < msg_len {
+                self.stats.rx_invalid += 1;
+                return;
+            }
+        } else {
+            r.proto = RxProto::LongCts;
+        }
+        let Some(id) = self.rx.insert(r) else {
+            self.stats.rx_invalid += 1;
+            return;
+        };
+        if ty != PacketType::LongreadRtw {
+            let data = pkt.payload();
+            if !self.rx_place(id, 0, data) {
+                self.rx.remove(id);
+                return;
+            }
+            let r = &mut self.rx[id];
+            r.requested = r.received;
+        }
+        self.rx_progress(id);
+    }
+
+    pub(super) fn on_rtr(&mut self, peer: PeerId, pkt: &Packet<&[u8]>) {
+        let iov = pkt.rma_iov().to_vec();
+        let len = pkt.get(Field::MsgLength).unwrap_or(0);
+        let recv_id = pkt.recv_id().unwrap_or(0);
+        let window = pkt.get(Field::RecvLength).unwrap_or(0);
+        if len > (1 << 32) || (window == 0 && len > 0) {
+            self.stats.rx_invalid += 1;
+            return;
+        }
+        let Some(data) = self.gather(&iov, 0, len) else {
+            self.stats.rx_invalid += 1;
+            return;
+        };
+        let op = self.new_op();
+        let mem = self.new_region(data, Owner::App);
+        let t = TxOp {
+            op,
+            kind: TxKind::ReadResponder,
+            peer,
+            proto: Protocol::LongCtsRead,
+            mem,
+            len,
+            tag: 0,
+            cq_data: None,
+            dc: false,
+            msg_id: 0,
+            remote: Vec::new(),
+            next_offset: 0,
+            window_end: window,
+            peer_recv_id: recv_id,
+            inflight: 0,
+            started: true,
+            all_queued: false,
+            await_receipt: false,
+            await_eor: false,
+            rdma_left: 0,
+            error: None,
+            runt_len: 0,
+            atomic: None,
+        };
+        let Some(id) = self.tx.insert(t) else {
+            self.free_region(mem);
+            self.stats.rx_invalid += 1;
+            return;
+        };
+        self.mem[mem].owner = Owner::Tx(id);
+        // The READRSP carries the first segment and tells the requester our id, which its
+        // later CTS packets name.
+        let n = (self.cfg.mtu.saturating_sub(READRSP_HDR) as u64)
+            .min(len)
+            .min(window);
+        let first = self.mem[mem].bytes[..n as usize].to_vec();
+        let r = self
+            .ctrl(peer, PacketType::ReadRsp)
+            .with(Field::RecvId, recv_id as u64)
+            .with(Field::SendId, id as u64)
+            .with(Field::SegLength, n);
+        let r = Repr {
+            payload: &first,
+            ..r
+        };
+        self.emit(peer, &r, PktOwner::Tx(id));
+        self.tx[id].next_offset = n;
+        self.tx_pump(id);
+    }
+
+    pub(super) fn process_rta(&mut self, ib_idx: usize) {
+        let Some(ib) = self.inbound.try_remove(ib_idx) else {
+            return;
+        };
+        let peer = ib.peer;
+        self.peers[peer.0 as usize].msgs.remove(&ib.msg_id);
+        let Some(rta) = ib.rta else { return };
+        let result = (|| {
+            let dt = Datatype::from_wire(rta.datatype)
+                .ok_or(atomic::AtomicError::Datatype(rta.datatype))?;
+            let op = AtomicOp::from_wire(rta.op).ok_or(atomic::AtomicError::Op(rta.op))?;
+            let n = rta.buf.len() as u64;
+            let mut target = self
+                .gather(&rta.iov, 0, n)
+                .ok_or(atomic::AtomicError::Length)?;
+            let old = atomic::apply(dt, op, &mut target, &rta.buf, rta.compare.as_deref())?;
+            if !self.scatter(&rta.iov, 0, &target) {
+                return Err(atomic::AtomicError::Length);
+            }
+            Ok(old)
+        })();
+        let old = match result {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::debug!(?e, "atomic refused");
+                self.stats.rx_invalid += 1;
+                return;
+            }
+        };
+        match rta.ty {
+            PacketType::FetchRta | PacketType::CompareRta => {
+                let r = self
+                    .ctrl(peer, PacketType::AtomRsp)
+                    .with(Field::RecvId, rta.id as u64)
+                    .with(Field::SegLength, old.len() as u64);
+                let r = Repr { payload: &old, ..r };
+                self.emit(peer, &r, PktOwner::None);
+            }
+            PacketType::DcWriteRta => {
+                let r = self
+                    .ctrl(peer, PacketType::Receipt)
+                    .with(Field::TxId, rta.id as u64)
+                    .with(Field::MsgId, ib.msg_id as u64);
+                self.emit(peer, &r, PktOwner::None);
+            }
+            _ => {}
+        }
+    }
+}

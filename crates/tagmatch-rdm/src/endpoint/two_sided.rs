@@ -1,0 +1,632 @@
+//! Two-sided operations and the sender side of every message subprotocol.
+
+use super::*;
+
+impl Endpoint {
+    pub(super) fn check_peer(&self, peer: PeerId) -> Result<(), CallError> {
+        if (peer.0 as usize) < self.peers.len() {
+            Ok(())
+        } else {
+            Err(CallError::UnknownPeer)
+        }
+    }
+
+    /// Tagged send (`fi_tsend`).
+    pub fn tsend(
+        &mut self,
+        peer: PeerId,
+        tag: u64,
+        data: Vec<u8>,
+        opts: SendOpts,
+    ) -> Result<OpId, CallError> {
+        self.send_inner(peer, Some(tag), data, opts)
+    }
+
+    /// Untagged send (`fi_send`).
+    pub fn send(&mut self, peer: PeerId, data: Vec<u8>, opts: SendOpts) -> Result<OpId, CallError> {
+        self.send_inner(peer, None, data, opts)
+    }
+
+    pub(super) fn send_inner(
+        &mut self,
+        peer: PeerId,
+        tag: Option<u64>,
+        data: Vec<u8>,
+        opts: SendOpts,
+    ) -> Result<OpId, CallError> {
+        self.check_peer(peer)?;
+        let op = self.new_op();
+        let len = data.len() as u64;
+        let mem = self.new_region(data, Owner::App);
+        let t = TxOp {
+            op,
+            kind: TxKind::Send {
+                tagged: tag.is_some(),
+            },
+            peer,
+            proto: Protocol::Eager,
+            mem,
+            len,
+            tag: tag.unwrap_or(0),
+            cq_data: opts.cq_data,
+            dc: opts.delivery_complete,
+            msg_id: 0,
+            remote: Vec::new(),
+            next_offset: 0,
+            window_end: 0,
+            peer_recv_id: 0,
+            inflight: 0,
+            started: false,
+            all_queued: false,
+            await_receipt: false,
+            await_eor: false,
+            rdma_left: 0,
+            error: None,
+            runt_len: 0,
+            atomic: None,
+        };
+        let Some(id) = self.tx.insert(t) else {
+            self.free_region(mem);
+            return Err(CallError::TooManyOps);
+        };
+        self.mem[mem].owner = Owner::Tx(id);
+        self.tx_begin(id);
+        Ok(op)
+    }
+
+    /// Starts a TX op now, or after the peer's handshake when it needs the peer's features.
+    pub(super) fn tx_begin(&mut self, id: u32) {
+        let Some(t) = self.tx.get(id) else { return };
+        let peer = t.peer;
+        let p = &self.peers[peer.0 as usize];
+        // Operations queued behind a handshake keep later ones behind them, so that
+        // `msg_id`s follow the application's send order.
+        let needs_handshake = t.kind != TxKind::ReadResponder
+            && ((t.dc && p.handshake.is_none()) || !p.waiting.is_empty());
+        if needs_handshake {
+            // efa-rdm-protocol-v4 §2.1: the DC decision needs the peer's features, so wait
+            // for its handshake (and provoke one).
+            self.peers[peer.0 as usize].waiting.push(id);
+            self.trigger_handshake(peer);
+            return;
+        }
+        self.tx_start(id);
+    }
+
+    pub(super) fn tx_start(&mut self, id: u32) {
+        let Some(t) = self.tx.get(id) else { return };
+        if t.started {
+            return;
+        }
+        let peer = t.peer;
+        if t.dc && !self.peers[peer.0 as usize].has(extra::FEATURE_DELIVERY_COMPLETE) {
+            // efa-rdm-protocol-v4 §2.1 (b): "if application requires delivery complete, but
+            // the peer does not support it … the requester need to return an error to the
+            // application (section 4.2)".
+            if let Some(t) = self.tx.get_mut(id) {
+                t.started = true;
+                t.error = Some(OpError::DeliveryCompleteUnsupported);
+                t.all_queued = true;
+            }
+            self.tx_check(id);
+            return;
+        }
+        match t.kind {
+            TxKind::Send { .. } => self.start_msg(id),
+            TxKind::Write => self.start_write(id),
+            TxKind::AtomicWrite => self.start_atomic_write(id),
+            TxKind::ReadResponder => {}
+        }
+    }
+
+    pub(super) fn can_read(&self, peer: PeerId) -> bool {
+        self.cfg.features.rdma_read && self.peers[peer.0 as usize].has(extra::FEATURE_RDMA_READ)
+    }
+
+    pub(super) fn start_msg(&mut self, id: u32) {
+        let t = &self.tx[id];
+        let (peer, len, dc, cq) = (t.peer, t.len, t.dc, t.cq_data.is_some());
+        let tagged = matches!(t.kind, TxKind::Send { tagged: true });
+        let eager_ty = pick(tagged, dc, EAGER);
+        let eager_max = self
+            .cfg
+            .mtu
+            .saturating_sub(self.req_hdr_len(peer, eager_ty, cq, 0)) as u64;
+        let p = &mut self.peers[peer.0 as usize];
+        let msg_id = p.next_msg_id;
+        p.next_msg_id = p.next_msg_id.wrapping_add(1);
+        let read_ok = self.can_read(peer) && len >= self.cfg.min_read_msg_size;
+        let proto = if len <= eager_max {
+            Protocol::Eager
+        } else if len <= self.cfg.max_medium_size {
+            Protocol::Medium
+        } else if read_ok
+            && self.cfg.runt_size > 0
+            && self.cfg.features.runt
+            && self.peers[peer.0 as usize].has(extra::FEATURE_RUNT)
+            && len > self.cfg.runt_size
+        {
+            Protocol::RuntRead
+        } else if read_ok {
+            Protocol::LongRead
+        } else {
+            Protocol::LongCts
+        };
+        let t = &mut self.tx[id];
+        t.started = true;
+        t.msg_id = msg_id;
+        t.proto = proto;
+        let op = t.op;
+        self.note_protocol(op, proto);
+        tracing::debug!(?op, ?proto, len, "send");
+        match proto {
+            Protocol::Eager => {
+                let data = self.mem[self.tx[id].mem].bytes.clone();
+                let r = self.msg_req(id, eager_ty).with(Field::MsgId, msg_id as u64);
+                let r = Repr {
+                    payload: &data,
+                    ..r
+                };
+                self.emit(peer, &r, PktOwner::Tx(id));
+                self.tx_queued_all(id);
+            }
+            Protocol::Medium => {
+                let ty = pick(tagged, dc, MEDIUM);
+                let per = self
+                    .cfg
+                    .mtu
+                    .saturating_sub(self.req_hdr_len(peer, ty, cq, 0))
+                    .max(1);
+                let data = std::mem::take(&mut self.mem[self.tx[id].mem].bytes);
+                for (i, chunk) in data.chunks(per).enumerate() {
+                    let r = self
+                        .msg_req(id, ty)
+                        .with(Field::MsgId, msg_id as u64)
+                        .with(Field::MsgLength, len)
+                        .with(Field::SegOffset, (i * per) as u64);
+                    let r = Repr {
+                        payload: chunk,
+                        ..r
+                    };
+                    self.emit(peer, &r, PktOwner::Tx(id));
+                }
+                let m = self.tx[id].mem;
+                self.mem[m].bytes = data;
+                self.tx_queued_all(id);
+            }
+            Protocol::LongCts => self.send_longcts_rtm(id, false),
+            Protocol::LongRead | Protocol::RuntRead => {
+                let m = self.tx[id].mem;
+                self.register_region(m);
+            }
+            _ => {}
+        }
+    }
+
+    /// A REQ of `ty` for TX op `id` with the fields every RTM of that op carries.
+    pub(super) fn msg_req(&self, id: u32, ty: PacketType) -> Repr<'static> {
+        let t = &self.tx[id];
+        let mut r = self.req(t.peer, ty);
+        r.cq_data = t.cq_data;
+        if ty.layout().has(Field::Tag) {
+            r = r.with(Field::Tag, t.tag);
+        }
+        if ty.layout().has(Field::SendId) {
+            r = r.with(Field::SendId, id as u64);
+        }
+        r
+    }
+
+    pub(super) fn tx_queued_all(&mut self, id: u32) {
+        if let Some(t) = self.tx.get_mut(id) {
+            t.all_queued = true;
+            t.await_receipt = t.dc;
+        }
+    }
+
+    /// LONGCTS_RTM (or, after a READ_NACK, the header-only fallback REQ).
+    pub(super) fn send_longcts_rtm(&mut self, id: u32, nack: bool) {
+        let t = &self.tx[id];
+        let (peer, len, dc, cq) = (t.peer, t.len, t.dc, t.cq_data.is_some());
+        let tagged = matches!(t.kind, TxKind::Send { tagged: true });
+        let ty = match t.kind {
+            TxKind::Write => {
+                if dc {
+                    PacketType::DcLongctsRtw
+                } else {
+                    PacketType::LongctsRtw
+                }
+            }
+            _ => pick(tagged, dc, LONGCTS),
+        };
+        let n_iov = t.remote.len();
+        let hdr = self.req_hdr_len(peer, ty, cq, n_iov);
+        let room = self.cfg.mtu.saturating_sub(hdr) as u64;
+        let mut r = self
+            .msg_req(id, ty)
+            .with(Field::MsgLength, len)
+            .with(Field::CreditRequest, self.cfg.tx_min_credits as u64);
+        if ty.layout().has(Field::MsgId) {
+            r = r.with(Field::MsgId, t.msg_id as u64);
+        }
+        let remote = t.remote.clone();
+        r.rma_iov = &remote;
+        // efa-rdm-protocol-v4 §4.7: "The LONGCTS_RTM packet sent in the nack protocol does
+        // not contain any application data"; wire-layouts §A.3 REQ_READ_NACK.
+        let (start, n) = if nack {
+            r.flags |= flags::REQ_READ_NACK;
+            (t.next_offset, 0)
+        } else {
+            (0, room.min(len))
+        };
+        let data = self.mem[t.mem].bytes[start as usize..(start + n) as usize].to_vec();
+        let r = Repr {
+            payload: &data,
+            ..r
+        };
+        self.emit(peer, &r, PktOwner::Tx(id));
+        if let Some(t) = self.tx.get_mut(id) {
+            t.next_offset = start + n;
+            t.window_end = t.next_offset;
+            t.proto = match t.kind {
+                TxKind::Write => Protocol::LongCtsWrite,
+                _ => Protocol::LongCts,
+            };
+        }
+        self.tx_check(id);
+    }
+
+    pub(super) fn tx_registered(&mut self, id: u32, result: Result<MrKey, ()>) {
+        let Some(t) = self.tx.get(id) else { return };
+        let (peer, proto) = (t.peer, t.proto);
+        let key = match result {
+            Ok(k) => k,
+            Err(()) => {
+                // The send buffer could not be registered: libfabric falls back to long-CTS
+                // (and to emulated protocols for direct RMA).
+                match proto {
+                    Protocol::DirectWrite => {
+                        self.tx[id].started = false;
+                        self.start_write_emulated(id);
+                    }
+                    _ => self.send_longcts_rtm(id, false),
+                }
+                return;
+            }
+        };
+        match proto {
+            Protocol::LongRead | Protocol::RuntRead => {
+                let t = &self.tx[id];
+                let (len, dc, cq) = (t.len, t.dc, t.cq_data.is_some());
+                let tagged = matches!(t.kind, TxKind::Send { tagged: true });
+                let read_iov = [RmaIov::new(key.addr, len, key.key)];
+                let iov_bytes = RmaIov::slice_as_bytes(&read_iov).to_vec();
+                let _ = dc;
+                if proto == Protocol::LongRead {
+                    // efa-rdm-protocol-v4 §4.1: "The `read_iov` is used as the application
+                    // data in the LONGREAD_RTM packet."
+                    let ty = if tagged {
+                        PacketType::LongreadTagRtm
+                    } else {
+                        PacketType::LongreadMsgRtm
+                    };
+                    let r = self
+                        .msg_req(id, ty)
+                        .with(Field::MsgId, t.msg_id as u64)
+                        .with(Field::MsgLength, len)
+                        .with(Field::ReadIovCount, 1);
+                    let r = Repr {
+                        payload: &iov_bytes,
+                        ..r
+                    };
+                    self.emit(peer, &r, PktOwner::Tx(id));
+                } else {
+                    // efa-rdm-protocol-v4 §4.5: "the LONGREAD_RTM packet was replaced by
+                    // multiple RUNTREAD_RTM packets, with each RUNTREAD_RTM carry some
+                    // application data"; the payload is read_iov[] then the runt data.
+                    let ty = if tagged {
+                        PacketType::RuntreadTagRtm
+                    } else {
+                        PacketType::RuntreadMsgRtm
+                    };
+                    let runt = self.cfg.runt_size.min(len);
+                    let per = self
+                        .cfg
+                        .mtu
+                        .saturating_sub(self.req_hdr_len(peer, ty, cq, 0) + RMA_IOV_LEN)
+                        .max(1) as u64;
+                    let msg_id = t.msg_id;
+                    let mut off = 0u64;
+                    while off < runt {
+                        let n = per.min(runt - off);
+                        let mut payload = iov_bytes.clone();
+                        payload.extend_from_slice(
+                            &self.mem[self.tx[id].mem].bytes[off as usize..(off + n) as usize],
+                        );
+                        let r = self
+                            .msg_req(id, ty)
+                            .with(Field::MsgId, msg_id as u64)
+                            .with(Field::MsgLength, len)
+                            .with(Field::ReadIovCount, 1)
+                            .with(Field::SegOffset, off)
+                            .with(Field::RuntLength, runt);
+                        let r = Repr {
+                            payload: &payload,
+                            ..r
+                        };
+                        self.emit(peer, &r, PktOwner::Tx(id));
+                        off += n;
+                    }
+                    self.tx[id].runt_len = runt;
+                    self.tx[id].next_offset = runt;
+                }
+                let t = &mut self.tx[id];
+                t.await_eor = true;
+                t.all_queued = true;
+            }
+            Protocol::LongReadWrite => {
+                let t = &self.tx[id];
+                let read_iov = [RmaIov::new(key.addr, t.len, key.key)];
+                let iov_bytes = RmaIov::slice_as_bytes(&read_iov).to_vec();
+                let remote = t.remote.clone();
+                let mut r = self
+                    .msg_req(id, PacketType::LongreadRtw)
+                    .with(Field::MsgLength, t.len)
+                    .with(Field::ReadIovCount, 1);
+                r.rma_iov = &remote;
+                let r = Repr {
+                    payload: &iov_bytes,
+                    ..r
+                };
+                self.emit(peer, &r, PktOwner::Tx(id));
+                let t = &mut self.tx[id];
+                t.await_eor = true;
+                t.all_queued = true;
+            }
+            Protocol::DirectWrite => {
+                let t = &self.tx[id];
+                let dest = self.peers[peer.0 as usize].addr;
+                let (mem, len) = (t.mem, t.len);
+                let remote = t.remote.first().copied().unwrap_or_default();
+                let token = self.token();
+                self.rdmas.insert(token, RdmaOwner::Tx(id));
+                // efa-rdm-protocol-v4 §4.6: "The workflow is just for the writer to keep
+                // using RDMA write on the responder."
+                self.out.push_back(Transmit::RdmaWrite {
+                    token: RdmaToken(token),
+                    peer,
+                    dest,
+                    local: MemHandle(mem as u32),
+                    offset: 0,
+                    remote: RemoteAddr {
+                        addr: remote.addr(),
+                        key: remote.key(),
+                    },
+                    len,
+                });
+                let t = &mut self.tx[id];
+                t.rdma_left = 1;
+                t.all_queued = true;
+            }
+            _ => {}
+        }
+        self.tx_check(id);
+    }
+
+    /// Queues CTSDATA packets up to the window the receiver granted.
+    pub(super) fn tx_pump(&mut self, id: u32) {
+        let Some(t) = self.tx.get(id) else { return };
+        let peer = t.peer;
+        let per = self.ctsdata_payload(peer) as u64;
+        loop {
+            let t = &self.tx[id];
+            let end = t.window_end.min(t.len);
+            if t.next_offset >= end {
+                break;
+            }
+            let off = t.next_offset;
+            let n = per.min(end - off);
+            let data = self.mem[t.mem].bytes[off as usize..(off + n) as usize].to_vec();
+            let r = self
+                .ctrl(peer, PacketType::CtsData)
+                .with(Field::RecvId, t.peer_recv_id as u64)
+                .with(Field::SegLength, n)
+                .with(Field::SegOffset, off);
+            let r = Repr {
+                payload: &data,
+                ..r
+            };
+            self.emit(peer, &r, PktOwner::Tx(id));
+            self.tx[id].next_offset = off + n;
+        }
+        let t = &mut self.tx[id];
+        if t.next_offset >= t.len {
+            t.all_queued = true;
+            t.await_receipt = t.dc;
+        }
+        self.tx_check(id);
+    }
+
+    /// Completes a TX op when nothing is outstanding.
+    pub(super) fn tx_check(&mut self, id: u32) {
+        let Some(t) = self.tx.get(id) else { return };
+        if !t.all_queued || t.inflight > 0 || t.await_receipt || t.await_eor || t.rdma_left > 0 {
+            return;
+        }
+        let Some(t) = self.tx.remove(id) else { return };
+        self.free_region(t.mem);
+        let kind = match t.kind {
+            TxKind::Send { .. } => OpKind::Send,
+            TxKind::Write => OpKind::Write,
+            TxKind::AtomicWrite => OpKind::AtomicWrite,
+            TxKind::ReadResponder => return,
+        };
+        self.completions.push_back(Completion {
+            op: t.op,
+            kind,
+            result: t.error.map_or(Ok(()), Err),
+            data: Vec::new(),
+            len: t.len,
+            tag: t.tag,
+            src: None,
+            cq_data: None,
+        });
+    }
+
+    /// Tagged receive (`fi_trecv`): matches tags `t` with `t & !ignore == tag & !ignore`,
+    /// from `src` or any peer, into a buffer of `len` bytes.
+    pub fn trecv(
+        &mut self,
+        src: Option<PeerId>,
+        tag: u64,
+        ignore: u64,
+        len: usize,
+    ) -> Result<OpId, CallError> {
+        self.recv_inner(COMM_TAG, src, Self::tag_sel(tag, ignore), len)
+    }
+
+    /// Untagged receive (`fi_recv`) into a buffer of `len` bytes.
+    pub fn recv(&mut self, src: Option<PeerId>, len: usize) -> Result<OpId, CallError> {
+        self.recv_inner(COMM_MSG, src, TagSel::Any, len)
+    }
+
+    pub(super) fn recv_inner(
+        &mut self,
+        comm: u32,
+        src: Option<PeerId>,
+        tag: TagSel,
+        len: usize,
+    ) -> Result<OpId, CallError> {
+        if let Some(p) = src {
+            self.check_peer(p)?;
+        }
+        let op = self.new_op();
+        let mem = self.new_region(vec![0; len], Owner::App);
+        let mut r = RxOp::new(op, RxKind::Recv);
+        r.mem = Some(mem);
+        r.buf_len = len as u64;
+        let Some(id) = self.rx.insert(r) else {
+            self.free_region(mem);
+            return Err(CallError::TooManyOps);
+        };
+        self.mem[mem].owner = Owner::Rx(id);
+        match self.engine.post(Self::spec(comm, src, tag), id) {
+            Ok(Posted::Matched(m)) => self.on_match(id, m.msg as usize),
+            Ok(Posted::Pending(h)) => {
+                self.rx[id].posted = Some(h);
+                self.posted_ops.insert(op, id);
+            }
+            Err(_) => {
+                self.rx.remove(id);
+                self.free_region(mem);
+                return Err(CallError::TooManyReceives);
+            }
+        }
+        Ok(op)
+    }
+
+    pub(super) fn spec(comm: u32, src: Option<PeerId>, tag: TagSel) -> RecvSpec {
+        RecvSpec {
+            comm,
+            src: src.map_or(Source::Any, |p| Source::Rank(p.0)),
+            tag,
+        }
+    }
+
+    pub(super) fn tag_sel(tag: u64, ignore: u64) -> TagSel {
+        match !ignore {
+            u64::MAX => TagSel::Exact(tag),
+            0 => TagSel::Any,
+            mask => TagSel::Masked { want: tag, mask },
+        }
+    }
+
+    pub(super) fn probe_info(&self, env: &Envelope, ib: u32) -> Option<ProbeInfo> {
+        let ib = self.inbound.get(ib as usize)?;
+        Some(ProbeInfo {
+            src: PeerId(env.src),
+            tag: ib.tag,
+            len: ib.msg_len,
+            cq_data: ib.cq_data,
+        })
+    }
+
+    /// Peeks at the earliest unexpected tagged message matching (`fi_trecv` with
+    /// `FI_PEEK`); it stays queued.
+    pub fn tprobe(&mut self, src: Option<PeerId>, tag: u64, ignore: u64) -> Option<ProbeInfo> {
+        let spec = Self::spec(COMM_TAG, src, Self::tag_sel(tag, ignore));
+        let (env, ib) = self.engine.probe(&spec).map(|p| (p.env, *p.msg))?;
+        self.probe_info(&env, ib)
+    }
+
+    /// Peeks at the earliest unexpected untagged message (`fi_recv` with `FI_PEEK`).
+    pub fn probe(&mut self, src: Option<PeerId>) -> Option<ProbeInfo> {
+        let spec = Self::spec(COMM_MSG, src, TagSel::Any);
+        let (env, ib) = self.engine.probe(&spec).map(|p| (p.env, *p.msg))?;
+        self.probe_info(&env, ib)
+    }
+
+    /// Claims the earliest unexpected tagged message matching (`FI_PEEK | FI_CLAIM`): no
+    /// receive can take it any more; [`Endpoint::mrecv`] receives it.
+    pub fn tmprobe(
+        &mut self,
+        src: Option<PeerId>,
+        tag: u64,
+        ignore: u64,
+    ) -> Option<(Claim, ProbeInfo)> {
+        let spec = Self::spec(COMM_TAG, src, Self::tag_sel(tag, ignore));
+        self.claim(&spec)
+    }
+
+    /// Claims the earliest unexpected untagged message.
+    pub fn mprobe(&mut self, src: Option<PeerId>) -> Option<(Claim, ProbeInfo)> {
+        let spec = Self::spec(COMM_MSG, src, TagSel::Any);
+        self.claim(&spec)
+    }
+
+    pub(super) fn claim(&mut self, spec: &RecvSpec) -> Option<(Claim, ProbeInfo)> {
+        let c = self.engine.mprobe(spec)?;
+        let ib = *self.engine.claimed(c.handle).ok()?;
+        let info = self.probe_info(&c.env, ib)?;
+        Some((Claim(c.handle), info))
+    }
+
+    /// Receives a claimed message into a buffer of `len` bytes (`FI_CLAIM`).
+    pub fn mrecv(&mut self, claim: Claim, len: usize) -> Result<OpId, CallError> {
+        let m = self
+            .engine
+            .mrecv(claim.0)
+            .map_err(|_| CallError::UnknownOp)?;
+        let op = self.new_op();
+        let mem = self.new_region(vec![0; len], Owner::App);
+        let mut r = RxOp::new(op, RxKind::Recv);
+        r.mem = Some(mem);
+        r.buf_len = len as u64;
+        let Some(id) = self.rx.insert(r) else {
+            // The claimed message can go nowhere else: drop it with its data.
+            self.free_region(mem);
+            self.inbound.try_remove(m.msg as usize);
+            return Err(CallError::TooManyOps);
+        };
+        self.mem[mem].owner = Owner::Rx(id);
+        self.on_match(id, m.msg as usize);
+        Ok(op)
+    }
+
+    /// Cancels a posted receive that has not matched yet; it completes with
+    /// [`OpError::Canceled`].
+    pub fn cancel(&mut self, op: OpId) -> Result<(), CallError> {
+        let id = self.posted_ops.remove(&op).ok_or(CallError::UnknownOp)?;
+        let h = self
+            .rx
+            .get(id)
+            .and_then(|r| r.posted)
+            .ok_or(CallError::UnknownOp)?;
+        self.engine.cancel(h).map_err(|_| CallError::UnknownOp)?;
+        if let Some(r) = self.rx.get_mut(id) {
+            r.error = Some(OpError::Canceled);
+        }
+        self.rx_finish(id);
+        Ok(())
+    }
+}
