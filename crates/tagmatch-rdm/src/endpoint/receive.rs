@@ -124,6 +124,8 @@ impl Endpoint {
         self.tx_pump(id);
     }
 
+    /// efa-rdm-protocol-v4 §3.2: "The sender should include `recv_id` in the CTSDATA
+    /// packet."
     pub(super) fn on_ctsdata(&mut self, peer: PeerId, pkt: &Packet<&[u8]>) {
         let Some(id) = self.find_rx(peer, pkt.recv_id()) else {
             return;
@@ -185,6 +187,8 @@ impl Endpoint {
         self.rx_progress(id);
     }
 
+    /// efa-rdm-protocol-v4 §4.1: "After all reads are finished, the receiver will send an
+    /// EOR packet to the requester to notify it that the work has completed."
     pub(super) fn on_eor(&mut self, peer: PeerId, pkt: &Packet<&[u8]>) {
         let Some(id) = self.find_tx(peer, pkt.send_id()) else {
             return;

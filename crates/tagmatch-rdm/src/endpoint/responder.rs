@@ -3,6 +3,8 @@
 use super::*;
 
 impl Endpoint {
+    /// efa-rdm-protocol-v4 §3.3: "The emulated eager write protocol is similar to the eager
+    /// message protocol, except an EAGER_RTW is used to initiate the communication."
     pub(super) fn on_eager_rtw(&mut self, peer: PeerId, pkt: &Packet<&[u8]>) {
         let iov = pkt.rma_iov().to_vec();
         let data = pkt.payload();
@@ -32,6 +34,8 @@ impl Endpoint {
         }
     }
 
+    /// efa-rdm-protocol-v4 §3.3: "The workflow of the emulated long-CTS write generally
+    /// follows the long-CTS message subprotocol"; §4.1 for LONGREAD_RTW.
     pub(super) fn on_long_rtw(&mut self, peer: PeerId, pkt: &Packet<&[u8]>) {
         let ty = pkt.pkt_type();
         let iov = pkt.rma_iov().to_vec();
@@ -88,6 +92,9 @@ impl Endpoint {
         self.rx_progress(id);
     }
 
+    /// efa-rdm-protocol-v4 §3.3: "in an emulated read communication, the responder is the
+    /// sender and the requester is the receiver"; wire-layouts §D.6: READRSP carries
+    /// `recv_id`@8, `send_id`@12.
     pub(super) fn on_rtr(&mut self, peer: PeerId, pkt: &Packet<&[u8]>) {
         let iov = pkt.rma_iov().to_vec();
         let len = pkt.get(Field::MsgLength).unwrap_or(0);
@@ -154,6 +161,9 @@ impl Endpoint {
         self.tx_pump(id);
     }
 
+    /// efa-rdm-protocol-v4 §3.3: "The field `msg_id` … is used to implement ordered atomic
+    /// operations" — RTAs reach here in `msg_id` order; FETCH/COMPARE are answered with an
+    /// ATOMRSP carrying the old value.
     pub(super) fn process_rta(&mut self, ib_idx: usize) {
         let Some(ib) = self.inbound.try_remove(ib_idx) else {
             return;

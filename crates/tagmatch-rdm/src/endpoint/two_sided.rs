@@ -171,6 +171,9 @@ impl Endpoint {
                 self.tx_queued_all(id);
             }
             Protocol::Medium => {
+                // efa-rdm-protocol-v4 §3.2: "the sender split application data into multiple
+                // MEDIUM_RTM … packets which the sender will attempt to send all at once";
+                // wire-layouts §D.5: the field @8 is the total `msg_length`.
                 let ty = pick(tagged, dc, MEDIUM);
                 let per = self
                     .cfg
@@ -414,6 +417,10 @@ impl Endpoint {
     }
 
     /// Queues CTSDATA packets up to the window the receiver granted.
+    ///
+    /// efa-rdm-protocol-v4 §3.2: "Upon receiving the CTS packet, the sender will send
+    /// multiple CTSDATA packets according to the information in the CTS packet";
+    /// wire-layouts §D.13: `seg_offset` is the offset in the message.
     pub(super) fn tx_pump(&mut self, id: u32) {
         let Some(t) = self.tx.get(id) else { return };
         let peer = t.peer;
