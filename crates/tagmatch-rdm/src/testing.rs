@@ -518,3 +518,62 @@ impl Fabric {
         self.steps - start
     }
 }
+
+/// Two connected endpoints on a [`Fabric`]: the common case of the tests.
+///
+/// ```
+/// use tagmatch_rdm::testing::Pair;
+/// use tagmatch_rdm::{Config, SendOpts};
+/// let mut p = Pair::new(Config::default(), Config::default(), 1);
+/// let r = p.b().trecv(None, 5, 0, 4).unwrap();
+/// p.a().tsend(p.a_to_b, 5, vec![1, 2, 3, 4], SendOpts::default()).unwrap();
+/// p.drive();
+/// let c = p.fab.completions(p.nb);
+/// assert_eq!((c[0].op, &c[0].data[..]), (r, &[1, 2, 3, 4][..]));
+/// ```
+#[derive(Debug)]
+pub struct Pair {
+    /// The fabric.
+    pub fab: Fabric,
+    /// Node index of `a`.
+    pub na: usize,
+    /// Node index of `b`.
+    pub nb: usize,
+    /// `b` in `a`'s address vector.
+    pub a_to_b: PeerId,
+    /// `a` in `b`'s address vector.
+    pub b_to_a: PeerId,
+}
+
+impl Pair {
+    /// Two endpoints that know each other's address, on a fabric reordering with `seed`.
+    pub fn new(a: Config, b: Config, seed: u64) -> Pair {
+        let mut fab = Fabric::new(seed);
+        let na = fab.add(a);
+        let nb = fab.add(b);
+        let a_to_b = fab.connect(na, nb);
+        let b_to_a = fab.connect(nb, na);
+        Pair {
+            fab,
+            na,
+            nb,
+            a_to_b,
+            b_to_a,
+        }
+    }
+
+    /// Endpoint `a`.
+    pub fn a(&mut self) -> &mut Endpoint {
+        self.fab.ep(self.na)
+    }
+
+    /// Endpoint `b`.
+    pub fn b(&mut self) -> &mut Endpoint {
+        self.fab.ep(self.nb)
+    }
+
+    /// Runs the fabric until nothing is left to do.
+    pub fn drive(&mut self) -> u64 {
+        self.fab.drive()
+    }
+}
