@@ -526,7 +526,8 @@ impl Fabric {
 /// use tagmatch_rdm::{Config, SendOpts};
 /// let mut p = Pair::new(Config::default(), Config::default(), 1);
 /// let r = p.b().trecv(None, 5, 0, 4).unwrap();
-/// p.a().tsend(p.a_to_b, 5, vec![1, 2, 3, 4], SendOpts::default()).unwrap();
+/// let to_b = p.a_to_b;
+/// p.a().tsend(to_b, 5, vec![1, 2, 3, 4], SendOpts::default()).unwrap();
 /// p.drive();
 /// let c = p.fab.completions(p.nb);
 /// assert_eq!((c[0].op, &c[0].data[..]), (r, &[1, 2, 3, 4][..]));
