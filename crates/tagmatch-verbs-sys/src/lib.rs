@@ -7,15 +7,16 @@
 //! With `--features verbs`, `build.rs` runs bindgen over Debian's `libibverbs-dev` headers
 //! (`<infiniband/verbs.h>`, `<infiniband/tm_types.h>`) and, through bindgen's
 //! `wrap_static_fns`, compiles a C wrapper for every `static inline` verb. So the verbs that
-//! other Rust crates cannot reach — [`ibv_create_srq_ex`] with `IBV_SRQT_TM`,
-//! [`ibv_post_srq_ops`], [`ibv_create_cq_ex`], [`ibv_wc_read_tm_info`], as well as the hot
-//! [`ibv_post_send`], [`ibv_post_recv`] and [`ibv_poll_cq`] — are plain `extern "C"`
+//! other Rust crates cannot reach — `ibv_create_srq_ex` with `IBV_SRQT_TM`,
+//! `ibv_post_srq_ops`, `ibv_create_cq_ex`, `ibv_wc_read_tm_info`, as well as the hot
+//! `ibv_post_send`, `ibv_post_recv` and `ibv_poll_cq` — are plain `extern "C"`
 //! functions that run the header's own inline code (no hand-ported dispatch logic). Build
 //! needs: `libibverbs-dev` and `libclang-dev`.
 //!
 //! The crate deliberately declares no `links = "ibverbs"` key (the published `ibverbs-sys`
-//! owns it). The bindings carry bindgen's layout assertions, and [`layout`] adds the
-//! ABI facts the tag-matching transport relies on (struct sizes and offsets, enum values).
+//! owns it). The bindings carry bindgen's layout assertions, and the `layout` module adds
+//! compile-time checks of the ABI facts the tag-matching transport relies on (struct sizes
+//! and offsets, enum values).
 //!
 //! This is a `-sys` crate: every function is `unsafe` and mirrors the C API one to one; the
 //! safe layer belongs to the transport crate.
