@@ -21,6 +21,8 @@ use tagmatch_engine::workload::{Params, Prepared, Workload};
 
 use crate::{input, Error};
 
+mod hw;
+
 /// Arguments of `tagmatch bench`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -56,6 +58,10 @@ pub struct MatchArgs {
     /// Print one JSON object instead of a text line.
     #[arg(long)]
     pub json: bool,
+    /// Run through the offload driver and a TM-SRQ model with H hardware tags and add
+    /// the offload counters.
+    #[arg(long, value_name = "H")]
+    pub hw_tags: Option<u32>,
 }
 
 /// Measured figures.
@@ -165,9 +171,15 @@ pub fn run(args: Args) -> Result<(), Error> {
     let mut p = Params::new(a.depth);
     p.wildcard_fraction = a.wildcard_fraction;
     p.peers = a.peers;
-    let f = measure(w, &p, Duration::from_millis(100), 5);
+    let (f, hw) = match a.hw_tags {
+        None => (measure(w, &p, Duration::from_millis(100), 5), None),
+        Some(h) => {
+            let (f, run) = hw::measure(w, &p, h, Duration::from_millis(100), 5);
+            (f, Some((h, run.driver().counters())))
+        }
+    };
     let text = if a.json {
-        serde_json::json!({
+        let mut j = serde_json::json!({
             "workload": w.name(),
             "depth": a.depth,
             "ops": f.ops,
@@ -176,8 +188,12 @@ pub fn run(args: Args) -> Result<(), Error> {
             "p99_ns": round2(f.p99_ns),
             "bytes_per_posted": f.bytes_per_posted.map(round2),
             "bytes_per_unexpected": f.bytes_per_unexpected.map(round2),
-        })
-        .to_string()
+        });
+        if let Some((h, c)) = &hw {
+            j["hw_tags"] = (*h).into();
+            j["offload"] = crate::replay::offload_json(c);
+        }
+        j.to_string()
     } else {
         let bytes = |b: Option<f64>| b.map_or("-".to_string(), |b| format!("{b:.1}"));
         format!(
@@ -190,7 +206,12 @@ pub fn run(args: Args) -> Result<(), Error> {
             f.p99_ns,
             bytes(f.bytes_per_posted),
             bytes(f.bytes_per_unexpected)
-        )
+        ) + &hw.map_or(String::new(), |(h, c)| {
+            format!(
+                " hw_tags={h} offloaded={} matched_hw={} matched_sw={} blocked_sw_pending={} blocked_tags_full={} syncs={}",
+                c.offloaded, c.matched_hw, c.matched_sw, c.blocked_sw_pending, c.blocked_tags_full, c.syncs
+            )
+        })
     };
     input::print_line(&text).map_err(fail)
 }
