@@ -32,6 +32,9 @@ use tagmatch_engine::{
 
 use crate::Error;
 
+mod hw;
+pub use hw::offload_json;
+
 /// Arguments of `tagmatch replay`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -41,6 +44,13 @@ pub struct Args {
     /// Print the engine counters as JSON on stderr at the end.
     #[arg(long)]
     pub stats: bool,
+    /// Run through the offload driver and a TM-SRQ model with N hardware tags (0: the
+    /// driver in software only); the output is the software run's.
+    #[arg(long, value_name = "N")]
+    pub hw_tags: Option<u32>,
+    /// Seed of the model's random operation-completion timing (with --hw-tags).
+    #[arg(long, value_name = "S", default_value_t = 0)]
+    pub seed: u64,
 }
 
 /// The operations a trace line may start with.
@@ -251,6 +261,7 @@ impl Replay {
                 out.push(format!("cancel {rid} {}", if ok { "ok" } else { "failed" }));
             }
             other => return Err(format!("unknown operation {other:?} ({OPS})")),
+        }
         Ok(())
     }
 }
@@ -308,20 +319,23 @@ pub fn run(args: Args) -> Result<(), Error> {
     let fail = |e: String| Error::new("replay", e);
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
+    let run_on = |input: &mut dyn Read, out: &mut std::io::BufWriter<_>| match args.hw_tags {
+        Some(n) => hw::replay(input, out, n, args.seed),
+        None => replay(input, out).map(|e| counters_json(&e)),
+    };
     let result = if args.trace.as_os_str() == "-" {
-        replay(std::io::stdin().lock(), &mut out)
+        run_on(&mut std::io::stdin().lock(), &mut out)
     } else {
-        let f = std::fs::File::open(&args.trace)
+        let mut f = std::fs::File::open(&args.trace)
             .map_err(|e| fail(format!("reading {}: {e}", args.trace.display())))?;
-        replay(f, &mut out)
+        run_on(&mut f, &mut out)
     };
     out.flush()
         .map_err(|e| fail(format!("writing stdout: {e}")))?;
-    let engine = result.map_err(fail)?;
+    let stats = result.map_err(fail)?;
     if args.stats {
         let mut err = std::io::stderr().lock();
-        writeln!(err, "{}", counters_json(&engine))
-            .map_err(|e| fail(format!("writing stderr: {e}")))?;
+        writeln!(err, "{stats}").map_err(|e| fail(format!("writing stderr: {e}")))?;
     }
     Ok(())
 }
