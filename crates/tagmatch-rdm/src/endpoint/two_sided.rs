@@ -300,11 +300,14 @@ impl Endpoint {
         match proto {
             Protocol::LongRead | Protocol::RuntRead => {
                 let t = &self.tx[id];
-                let (len, dc, cq) = (t.len, t.dc, t.cq_data.is_some());
+                let (len, cq) = (t.len, t.cq_data.is_some());
                 let tagged = matches!(t.kind, TxKind::Send { tagged: true });
+                // efa-rdm-protocol-v4 §4.1: "the sender needs to make sure that the send
+                // buffer is registered with the EFA device and fills in the registration key
+                // in `read_iov`". Long-read is inherently delivery complete: the sender
+                // completes on EOR, after the receiver's reads.
                 let read_iov = [RmaIov::new(key.addr, len, key.key)];
                 let iov_bytes = RmaIov::slice_as_bytes(&read_iov).to_vec();
-                let _ = dc;
                 if proto == Protocol::LongRead {
                     // efa-rdm-protocol-v4 §4.1: "The `read_iov` is used as the application
                     // data in the LONGREAD_RTM packet."
