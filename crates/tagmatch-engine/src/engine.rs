@@ -899,6 +899,8 @@ impl<R, M> Engine<R, M> {
         msg: M,
         mut sink: impl FnMut(Arrived<R, M>),
     ) -> Result<usize, Rejected<M>> {
+        // matching-notes §1.0: "Non-overtaking: two sends from one source that match the
+        // same receive are matched in send order. ... There is no ordering across sources."
         // matching-notes §1.3 (ob1 frags_cant_match) and §1.6 (EFA): out-of-order arrivals
         // wait in a bounded per-peer buffer; "messages received out of this window will
         // result in an error".

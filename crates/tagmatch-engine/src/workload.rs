@@ -181,6 +181,8 @@ impl Prepared {
             }
         };
         match w {
+            // bench-workloads: "post N receives, receive i = (src 0, tag i) | N messages
+            // arrive, tags N-1 … 0 (reverse posting order), each matching one receive".
             Workload::PostedExact => {
                 for i in 0..n {
                     post(&mut e, RecvSpec::exact(COMM, 0, i as u64), i as u32);
@@ -191,6 +193,8 @@ impl Prepared {
                         .map(|i| Op::Arrive(Envelope::new(COMM, 0, i as u64), i as u32)),
                 );
             }
+            // bench-workloads: "N messages arrive, message i = (src 0, tag i) | post N exact
+            // receives for tags N-1 … 0".
             Workload::UnexpectedExact => {
                 for i in 0..n {
                     let _ = e.arrive(Envelope::new(COMM, 0, i as u64), 0, i as u32);
@@ -201,6 +205,8 @@ impl Prepared {
                         .map(|i| Op::Post(RecvSpec::exact(COMM, 0, i as u64), i as u32)),
                 );
             }
+            // bench-workloads: "N messages arrive, message i = (src i, tag i) | post N receives
+            // (ANY_SOURCE, tag i) [or (src i, ANY_TAG)] for i = N-1 … 0".
             Workload::UnexpectedAnySource | Workload::UnexpectedAnyTag => {
                 for i in 0..n {
                     let _ = e.arrive(Envelope::new(COMM, i as u32, i as u64), 0, i as u32);
@@ -215,6 +221,11 @@ impl Prepared {
                     Op::Post(spec, i as u32)
                 }));
             }
+            // bench-workloads: "a fraction F are wildcards, half ANY_SOURCE, half ANY_TAG, in
+            // random positions; the rest exact (src i mod P, tag i) | N messages arrive, each
+            // matching a distinct receive, in reverse posting order". Wildcards get a unique
+            // tag (ANY_SOURCE) or a source no other receive names (ANY_TAG), so that each
+            // message has exactly one matching receive.
             Workload::WildcardMix => {
                 let peers = p.peers.unwrap_or(1).max(1);
                 let f = p.wildcard_fraction.clamp(0.0, 1.0);
@@ -252,6 +263,8 @@ impl Prepared {
                         .map(|(i, env)| Op::Arrive(*env, i as u32)),
                 );
             }
+            // bench-workloads: "P = N peers, 4 receives posted per peer, exact | 4·P messages
+            // arrive round-robin over peers".
             Workload::ManyPeers => {
                 let peers = p.peers.unwrap_or(n).max(1);
                 for s in 0..peers {
@@ -269,6 +282,8 @@ impl Prepared {
                     );
                 }
             }
+            // bench-workloads: "post N exact receives | cancel N/2 of them in random order,
+            // then N/2 messages match the rest".
             Workload::CancelMix => {
                 let mut hs: Vec<(usize, RecvHandle)> = (0..n)
                     .filter_map(|i| {
