@@ -46,12 +46,16 @@ mod verbs {
             .wrap_static_fns_path(&wrappers_c)
             .parse_callbacks(Box::new(bindgen::CargoCallbacks::new()));
 
-        let bindings = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
-            builder.generate()
-        })) {
+        // bindgen panics when it cannot load libclang at all: catch that (with the default
+        // hook's backtrace silenced) to print which Debian package is missing instead.
+        let default_hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let generated =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || builder.generate()));
+        std::panic::set_hook(default_hook);
+        let bindings = match generated {
             Ok(Ok(bindings)) => bindings,
             Ok(Err(err)) => fail_generate(&err.to_string()),
-            // bindgen panics when it cannot load libclang at all.
             Err(panic) => {
                 let msg = panic
                     .downcast_ref::<String>()
