@@ -812,7 +812,6 @@ impl<R, M> Engine<R, M> {
         msg: M,
         check_budget: bool,
     ) -> Result<Arrived<R, M>, Rejected<M>> {
-        let fits = !check_budget || self.fits(len);
         let h = hash_key(&env);
         self.ix[K_EXACT].reserve_one();
         let (p, u) = (&self.posted, &self.unexp);
@@ -839,7 +838,7 @@ impl<R, M> Engine<R, M> {
                     len,
                 }));
             }
-            _ if !fits => {
+            _ if check_budget && !self.fits(len) => {
                 self.c.misses += 1;
                 self.c.rejected_backpressure += 1;
                 return Err(Rejected {
