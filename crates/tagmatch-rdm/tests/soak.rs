@@ -348,6 +348,8 @@ fn soak(messages: usize, seed: u64) {
             (0, 0, 0),
             "node {dst} has leftovers"
         );
+        // Only the two application regions remain; every device operation was answered.
+        assert_eq!(fab.ep(dst).resources(), (2, 0, 0), "node {dst} leaks");
         let s = fab.nodes[dst].ep.stats();
         assert_eq!(
             s.rx_parse_errors

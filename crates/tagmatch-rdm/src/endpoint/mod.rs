@@ -404,6 +404,12 @@ impl Endpoint {
         self.protocols.get(&op).copied()
     }
 
+    /// Memory regions held (application regions plus operation buffers) and device
+    /// operations not yet answered (sends, RDMA operations): for leak checks.
+    pub fn resources(&self) -> (usize, usize, usize) {
+        (self.mem.len(), self.sends.len(), self.rdmas.len())
+    }
+
     /// Operations in flight (sender side, receiver side, unexpected messages).
     pub fn in_flight(&self) -> (usize, usize, usize) {
         (self.tx.len(), self.rx.len(), self.inbound.len())
