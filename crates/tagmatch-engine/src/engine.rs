@@ -258,8 +258,11 @@ impl<R, M> Engine<R, M> {
     }
 
     /// Pre-allocates room for `posted` receives and `unexpected` messages with distinct
-    /// keys, so that a run up to that depth allocates nothing.
+    /// keys, so that a run up to that depth allocates nothing. The counts are capped at
+    /// [`Config::max_posted`] and [`Config::max_messages`].
     pub fn reserve(&mut self, posted: usize, unexpected: usize) {
+        let posted = posted.min(self.cfg.max_posted);
+        let unexpected = unexpected.min(self.cfg.max_messages);
         self.posted.reserve(posted);
         self.unexp.reserve(unexpected);
         for (k, n) in [

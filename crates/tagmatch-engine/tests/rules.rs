@@ -505,3 +505,15 @@ fn steady_state_does_not_grow_any_container() {
         (0, 0, 0)
     );
 }
+
+#[test]
+fn reserve_is_capped_by_the_limits_and_then_allocation_free() {
+    let mut e: Engine<u32, u32> =
+        Engine::new(Config::default().max_posted(1000).max_messages(1000));
+    e.reserve(usize::MAX, usize::MAX); // capped: must not panic on capacity overflow
+    let before = e.heap_bytes();
+    for i in 0..1000u64 {
+        pending(e.post(RecvSpec::exact(0, 0, i), 0));
+    }
+    assert_eq!(e.heap_bytes(), before);
+}
