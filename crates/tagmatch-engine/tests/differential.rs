@@ -628,3 +628,27 @@ fn wide_key_space_matches_model() {
         "the run must build deep queues"
     );
 }
+
+/// Degenerate configurations (window 0, zero budgets, zero posted limit, sequence numbers
+/// at the wrap) still agree with the model and never panic.
+#[test]
+fn extreme_configurations_match_model() {
+    fn prop(case: Case, pick: u8) -> TestResult {
+        let case = Case {
+            window: [0, 1, 100_000][pick as usize % 3],
+            max_bytes: [0, 1, 64][(pick as usize / 3) % 3],
+            max_messages: [0, 1, 2][(pick as usize / 9) % 3],
+            max_posted: [0, 1, 1 << 20][(pick as usize / 27) % 3],
+            initial_seq: u32::MAX,
+            ..case
+        };
+        match run(&case) {
+            Ok(_) => TestResult::passed(),
+            Err(e) => TestResult::error(e),
+        }
+    }
+    QuickCheck::new()
+        .tests(300)
+        .rng(Gen::new(80))
+        .quickcheck(prop as fn(Case, u8) -> TestResult);
+}
