@@ -85,11 +85,12 @@
 //! fails ([`Event::CancelFailed`]). UCX reports every REMOVE completion as a successful
 //! cancel without checking the status (wire-layouts §C.2); this driver never does.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 
 use tagmatch_wire::tm::Rvh;
 
+use crate::hash::FastMap;
 use crate::tm_srq::{
     ops_flags, wc_flags, ArriveError, Cqe, OpsWr, PostOpError, TmCaps, TmOp, TmSrq, WcOpcode,
     WcStatus, WireMsg,
@@ -458,19 +459,19 @@ enum OpKind {
 #[derive(Debug, Default)]
 struct CommSw {
     total: u32,
-    exact: HashMap<(u32, u64), u32>,
-    src_anytag: HashMap<u32, u32>,
-    anysrc_tag: HashMap<u64, u32>,
+    exact: FastMap<(u32, u64), u32>,
+    src_anytag: FastMap<u32, u32>,
+    anysrc_tag: FastMap<u64, u32>,
     anysrc_anytag: u32,
-    by_src: HashMap<u32, u32>,
+    by_src: FastMap<u32, u32>,
     anysrc: u32,
-    by_tag: HashMap<u64, u32>,
+    by_tag: FastMap<u64, u32>,
     anytag: u32,
-    masked: HashMap<u64, RecvSpec>,
-    all: HashMap<u64, RecvSpec>,
+    masked: FastMap<u64, RecvSpec>,
+    all: FastMap<u64, RecvSpec>,
 }
 
-fn bump<K: std::hash::Hash + Eq>(m: &mut HashMap<K, u32>, k: K, up: bool) {
+fn bump<K: std::hash::Hash + Eq>(m: &mut FastMap<K, u32>, k: K, up: bool) {
     if up {
         *m.entry(k).or_insert(0) += 1;
     } else if let Some(v) = m.get_mut(&k) {
@@ -481,7 +482,7 @@ fn bump<K: std::hash::Hash + Eq>(m: &mut HashMap<K, u32>, k: K, up: bool) {
     }
 }
 
-fn get<K: std::hash::Hash + Eq>(m: &HashMap<K, u32>, k: &K) -> bool {
+fn get<K: std::hash::Hash + Eq>(m: &FastMap<K, u32>, k: &K) -> bool {
     m.get(k).is_some_and(|&v| v > 0)
 }
 
@@ -559,14 +560,14 @@ struct Unexp<M> {
 pub struct Driver<R, M> {
     cfg: DriverConfig,
     engine: Engine<u64, Unexp<M>>,
-    recvs: HashMap<u64, Rec<R>>,
+    recvs: FastMap<u64, Rec<R>>,
     next_id: u64,
     hw: Option<TmSrq<Carried<M>>>,
-    sw: HashMap<u32, CommSw>,
+    sw: FastMap<u32, CommSw>,
     /// Operations decided but not yet posted (no free operation slot), with their
     /// stamped count.
     fifo: VecDeque<(TmOp, u32, OpKind)>,
-    ops: HashMap<u64, OpKind>,
+    ops: FastMap<u64, OpKind>,
     next_wr: u64,
     sw_unexp: u32,
     last_reported: u32,
@@ -592,12 +593,12 @@ impl<R, M> Driver<R, M> {
         Driver {
             cfg,
             engine: Engine::new(cfg.engine),
-            recvs: HashMap::new(),
+            recvs: FastMap::default(),
             next_id: 0,
             hw,
-            sw: HashMap::new(),
+            sw: FastMap::default(),
             fifo: VecDeque::new(),
-            ops: HashMap::new(),
+            ops: FastMap::default(),
             next_wr: 0,
             sw_unexp: 0,
             last_reported: 0,

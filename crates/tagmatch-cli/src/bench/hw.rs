@@ -9,7 +9,6 @@
 //! include the model's cost; `bytes_per_*` are the software engine's heap bytes after
 //! set-up. The JSON adds `hw_tags` and the offload counters of one run (`offload`).
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use tagmatch_engine::offload::{Driver, DriverConfig, Event, OffHandle, PostOutcome};
@@ -156,7 +155,8 @@ fn plan(w: Workload, p: &Params) -> (Vec<Op>, Vec<Op>) {
 /// A workload after its set-up, on the driver.
 pub struct HwPrepared {
     d: Driver<u32, u32>,
-    handles: HashMap<u32, OffHandle>,
+    /// Pending receives by receive id.
+    handles: Vec<Option<OffHandle>>,
     ops: Vec<Op>,
     ev: Vec<Event<u32, u32>>,
     matches: usize,
@@ -181,7 +181,7 @@ impl HwPrepared {
         });
         let mut h = HwPrepared {
             d,
-            handles: HashMap::new(),
+            handles: Vec::new(),
             ops: Vec::new(),
             ev: Vec::new(),
             matches: 0,
@@ -206,7 +206,11 @@ impl HwPrepared {
             Op::Post(spec, rid) => match self.d.post(spec, u32::MAX, rid) {
                 Ok(PostOutcome::Matched(_)) => self.matches += 1,
                 Ok(PostOutcome::Pending(h)) => {
-                    self.handles.insert(rid, h);
+                    let i = rid as usize;
+                    if self.handles.len() <= i {
+                        self.handles.resize(i + 1, None);
+                    }
+                    self.handles[i] = Some(h);
                 }
                 Err(_) => {}
             },
@@ -215,7 +219,7 @@ impl HwPrepared {
                 let _ = self.d.wire(w);
             }
             Op::Cancel(rid) => {
-                if let Some(h) = self.handles.remove(&rid) {
+                if let Some(h) = self.handles.get_mut(rid as usize).and_then(Option::take) {
                     let _ = self.d.cancel(h);
                 }
             }
@@ -224,7 +228,9 @@ impl HwPrepared {
         self.d.settle(&mut self.ev);
         for e in self.ev.drain(..) {
             if let Event::Matched(m) = e {
-                self.handles.remove(&m.recv);
+                if let Some(h) = self.handles.get_mut(m.recv as usize) {
+                    *h = None;
+                }
                 self.matches += 1;
             }
         }
