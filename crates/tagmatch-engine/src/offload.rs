@@ -574,6 +574,7 @@ pub struct Driver<R, M> {
     sync_wanted: bool,
     plain: VecDeque<WireMsg<Carried<M>>>,
     c: OffloadCounters,
+    ignore_prefix_rule: bool,
 }
 
 const SIGNALED_SYNC: u32 = ops_flags::SIGNALED | ops_flags::TM_SYNC;
@@ -605,7 +606,15 @@ impl<R, M> Driver<R, M> {
             sync_wanted: false,
             plain: VecDeque::new(),
             c: OffloadCounters::default(),
+            ignore_prefix_rule: false,
         }
+    }
+
+    /// Fault injection for negative tests: with `true` the driver offloads receives
+    /// without the prefix rule (an earlier software-resident receive of an intersecting
+    /// class no longer blocks), which breaks posting order.
+    pub fn set_ignore_prefix_rule(&mut self, on: bool) {
+        self.ignore_prefix_rule = on;
     }
 
     /// The configuration.
@@ -749,7 +758,7 @@ impl<R, M> Driver<R, M> {
         let (tag, mask) = self.cfg.layout.entry(spec).ok_or(Block::Encoding)?;
         // rdma-core-tag-matching: "HW will hold a bounded prefix of Receive tags": no
         // software-resident (hence earlier) receive may match what this one matches.
-        if self.sw.get(&spec.comm).is_some_and(|c| c.intersects(spec)) {
+        if !self.ignore_prefix_rule && self.sw.get(&spec.comm).is_some_and(|c| c.intersects(spec)) {
             return Err(Block::SwPending);
         }
         if !self.fifo.is_empty() {

@@ -456,6 +456,8 @@ enum AppOp {
 struct Bounds<'a> {
     tags: u32,
     max_ops: u32,
+    /// Fault injected into each fresh driver (negative controls).
+    fault: fn(&mut Driver<u32, u32>),
     app: &'a [AppOp],
     wire: &'a [Envelope],
 }
@@ -463,6 +465,7 @@ struct Bounds<'a> {
 /// Rebuilds the state reached by `path` (the model is not `Clone`: the engine is not).
 fn replay(b: &Bounds<'_>, path: &[Step]) -> Result<(Harness, usize, usize), String> {
     let mut h = Harness::new(b.tags, b.max_ops, TagLayout::default());
+    (b.fault)(&mut h.d);
     let (mut a, mut w) = (0, 0);
     for s in path {
         match s {
@@ -508,15 +511,12 @@ fn digest(h: &Harness, a: usize, w: usize) -> u128 {
 }
 
 /// Explores every interleaving; returns (states, complete schedules checked).
-fn explore(b: &Bounds<'_>) -> (usize, usize) {
+fn explore(b: &Bounds<'_>) -> Result<(usize, usize), String> {
     let mut seen = HashSet::new();
     let mut stack = vec![Vec::new()];
     let mut leaves = 0;
     while let Some(path) = stack.pop() {
-        let (h, a, w) = match replay(b, &path) {
-            Ok(x) => x,
-            Err(e) => panic!("schedule {path:?}: {e}"),
-        };
+        let (h, a, w) = replay(b, &path).map_err(|e| format!("schedule {path:?}: {e}"))?;
         if !seen.insert(digest(&h, a, w)) {
             continue;
         }
@@ -537,9 +537,7 @@ fn explore(b: &Bounds<'_>) -> (usize, usize) {
         if next.is_empty() {
             leaves += 1;
             let mut h = h;
-            if let Err(e) = h.finish() {
-                panic!("schedule {path:?}: {e}");
-            }
+            h.finish().map_err(|e| format!("schedule {path:?}: {e}"))?;
             continue;
         }
         for s in next {
@@ -548,8 +546,10 @@ fn explore(b: &Bounds<'_>) -> (usize, usize) {
             stack.push(p);
         }
     }
-    (seen.len(), leaves)
+    Ok((seen.len(), leaves))
 }
+
+fn no_fault(_: &mut Driver<u32, u32>) {}
 
 const fn ex(src: u32, tag: u64) -> RecvSpec {
     RecvSpec::exact(0, src, tag)
@@ -608,10 +608,11 @@ fn exhaustive(tags: u32, max_ops: u32) {
         let b = Bounds {
             tags,
             max_ops,
+            fault: no_fault,
             app: &app,
             wire: &wire,
         };
-        let (states, leaves) = explore(&b);
+        let (states, leaves) = explore(&b).unwrap_or_else(|e| panic!("{e}"));
         eprintln!("capacity {tags}, max_ops {max_ops}: {states} states, {leaves} end states: {app:?} x {wire:?}");
         assert!(leaves > 0 && states > 10, "{app:?}: {states} states");
         total += states;
@@ -636,82 +637,28 @@ fn exhaustive_interleavings_one_operation_slot() {
     exhaustive(2, 1);
 }
 
+/// The explorer finds a counterexample when a fault is injected, for every scenario
+/// family where that fault matters.
+fn finds_counterexample(fault: fn(&mut Driver<u32, u32>), tags: u32) {
+    let found = scenarios().iter().any(|(app, wire)| {
+        let b = Bounds {
+            tags,
+            max_ops: 2 * tags + 2,
+            fault,
+            app,
+            wire,
+        };
+        explore(&b).is_err()
+    });
+    assert!(found, "the fault went unnoticed");
+}
+
 #[test]
 fn exhaustive_finds_the_race_without_phase_counts() {
-    // Negative control for the explorer: with phase counts ignored, some interleaving of
-    // the first scenario breaks the order.
-    let app = [
-        AppOp::Post(ex(0, 1)),
-        AppOp::Post(ex(0, 1)),
-        AppOp::Post(ex(0, 1)),
-    ];
-    let wire = [Envelope::new(0, 0, 1); 3];
-    let b = Bounds {
-        tags: 2,
-        max_ops: 6,
-        app: &app,
-        wire: &wire,
-    };
-    let r = std::panic::catch_unwind(|| {
-        // Same exploration, with the fault injected after every replay.
-        let mut stack = vec![Vec::new()];
-        while let Some(path) = stack.pop() {
-            let mut h = Harness::new(2, 6, TagLayout::default());
-            h.d.hw_mut().unwrap().set_honor_phase(false);
-            let (mut a, mut w) = (0, 0);
-            let mut ok = true;
-            for s in &path {
-                let r = match s {
-                    Step::App => {
-                        a += 1;
-                        match b.app[a - 1] {
-                            AppOp::Post(spec) => h.post(spec),
-                            AppOp::Cancel(r) => h.cancel(r),
-                        }
-                    }
-                    Step::Wire => {
-                        w += 1;
-                        h.send(b.wire[w - 1], 0)
-                    }
-                    Step::Exec => {
-                        h.d.hw_mut().map(|x| x.execute_op());
-                        Ok(())
-                    }
-                    Step::Poll => h.poll_one(),
-                };
-                if r.is_err() {
-                    ok = false;
-                }
-            }
-            if !ok {
-                return Some(path);
-            }
-            let hw = h.d.hw().unwrap();
-            let mut next = Vec::new();
-            if a < 3 {
-                next.push(Step::App);
-            }
-            if w < 3 {
-                next.push(Step::Wire);
-            }
-            if hw.pending_ops() > 0 {
-                next.push(Step::Exec);
-            }
-            if hw.cq_len() > 0 {
-                next.push(Step::Poll);
-            }
-            if next.is_empty() && h.finish().is_err() {
-                return Some(path);
-            }
-            if path.len() < 12 {
-                for s in next {
-                    let mut p = path.clone();
-                    p.push(s);
-                    stack.push(p);
-                }
-            }
-        }
-        None
-    });
-    assert!(matches!(r, Ok(Some(_))), "no counterexample found: {r:?}");
+    finds_counterexample(|d| d.hw_mut().unwrap().set_honor_phase(false), 2);
+}
+
+#[test]
+fn exhaustive_finds_offloads_that_break_the_prefix_rule() {
+    finds_counterexample(|d| d.set_ignore_prefix_rule(true), 1);
 }
