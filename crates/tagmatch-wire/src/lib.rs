@@ -11,7 +11,8 @@
 //! Parsing never panics and never overflows: every input gets either a checked view or a
 //! typed [`Error`] — a [`LengthError`] naming the part that does not fit and the bytes it
 //! needs, or a [`ContentError`] naming what is invalid. Emitting writes into a caller
-//! buffer, allocation-free, padding zeroed.
+//! buffer, allocation-free, padding zeroed. The `alloc` feature adds conveniences that
+//! allocate (`Repr::to_vec`).
 //!
 //! ```
 //! use tagmatch_wire::efa::{Field, Packet, PacketType, Repr};
@@ -34,6 +35,9 @@
 #![no_std]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+
+#[cfg(feature = "alloc")]
+extern crate alloc;
 
 mod bytes;
 pub mod efa;

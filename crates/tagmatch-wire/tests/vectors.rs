@@ -492,3 +492,42 @@ fn mutable_view_rewrites_in_place() {
     assert!(p.set(Field::RmaIovCount, 2).is_err());
     assert!(p.set_connid(1).is_err());
 }
+
+#[test]
+fn type_classes() {
+    use PacketType::*;
+    let rtm: Vec<_> = PacketType::ALL
+        .iter()
+        .filter(|t| t.is_rtm())
+        .map(|t| t.id())
+        .collect();
+    assert_eq!(
+        rtm,
+        [64, 65, 66, 67, 68, 69, 128, 129, 133, 134, 135, 136, 137, 138, 145, 146]
+    );
+    let rta: Vec<_> = PacketType::ALL
+        .iter()
+        .filter(|t| t.is_rta())
+        .copied()
+        .collect();
+    assert_eq!(rta, [WriteRta, FetchRta, CompareRta, DcWriteRta]);
+    for t in PacketType::ALL {
+        assert_eq!(
+            t.has_msg_id(),
+            t.is_rtm() || t.is_rta() || *t == Receipt,
+            "{t}"
+        );
+        assert_eq!(
+            t.is_tagged(),
+            t.is_rtm() && t.name().contains("TAGRTM"),
+            "{t}"
+        );
+    }
+}
+
+#[test]
+fn to_vec_emits_exactly_buffer_len() {
+    for v in efa_vectors() {
+        assert_eq!(v.repr.to_vec().unwrap(), v.bytes, "{}", v.name);
+    }
+}

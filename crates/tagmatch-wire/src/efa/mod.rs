@@ -237,6 +237,22 @@ impl PacketType {
     pub fn is_tagged(self) -> bool {
         self.layout().has(Field::Tag)
     }
+
+    /// REQ types that start a two-sided message (RTM, including DC, LONGREAD and RUNTREAD),
+    /// the ones libfabric flags with `REQ_MSG` (wire-layouts §A.3).
+    pub fn is_rtm(self) -> bool {
+        self.default_flags() & flags::REQ_MSG != 0
+    }
+
+    /// REQ types of the emulated atomics (WRITE/FETCH/COMPARE/DC_WRITE RTA).
+    pub fn is_rta(self) -> bool {
+        self.default_flags() & flags::REQ_ATOMIC != 0
+    }
+
+    /// Types that carry a per-peer `msg_id` (RTM, RTA and RECEIPT).
+    pub fn has_msg_id(self) -> bool {
+        self.layout().has(Field::MsgId)
+    }
 }
 
 impl core::fmt::Display for PacketType {

@@ -337,6 +337,14 @@ impl<'a> Repr<'a> {
         n
     }
 
+    /// Emits into a new vector of exactly [`Repr::buffer_len`] bytes.
+    #[cfg(feature = "alloc")]
+    pub fn to_vec(&self) -> Result<alloc::vec::Vec<u8>> {
+        let mut v = alloc::vec![0u8; self.buffer_len()];
+        self.emit(&mut v)?;
+        Ok(v)
+    }
+
     /// Exact length [`Repr::emit`] writes: headers plus payload.
     pub fn buffer_len(&self) -> usize {
         self.header_len().saturating_add(self.payload.len())
