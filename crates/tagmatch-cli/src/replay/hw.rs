@@ -2,9 +2,10 @@
 //! (`tagmatch_engine::offload`) and the TM-SRQ model, printing exactly what the software
 //! replay prints.
 //!
-//! The model's list operations (ADD, DEL, SYNC) execute at random moments chosen by a
-//! generator seeded with `--seed`: after every trace line, a random number of the queued
-//! operations execute and the completions are polled. A message's fate is settled at its
+//! The model's list operations (ADD, DEL, SYNC) execute, and their completions are
+//! polled, at random moments chosen by a generator seeded with `--seed`: after every trace
+//! line, a random number of the queued operations execute and a random number of the
+//! waiting completions is polled. A message's fate is settled at its
 //! `arrive` line (its completion is polled there, as the TM-SRQ reports arrivals
 //! immediately), and a `cancel` of an offloaded receive waits for its DEL. So operations
 //! in flight race with arrivals (new tags disabled by the unexpected count, stale entries,
@@ -77,6 +78,11 @@ impl HwReplay {
     /// Polls every completion available; match events become output lines.
     fn poll(&mut self, out: &mut Vec<String>) -> Result<(), String> {
         self.d.poll(&mut self.ev);
+        self.drain_events(out)
+    }
+
+    /// Turns the driver's events into output lines.
+    fn drain_events(&mut self, out: &mut Vec<String>) -> Result<(), String> {
         for e in self.ev.drain(..) {
             match e {
                 Event::Matched(m) => {
@@ -107,7 +113,14 @@ impl HwReplay {
                 }
             }
         }
-        self.poll(out)
+        // ... and a random number of completions is polled (only list-operation
+        // completions can be waiting: arrivals are polled at their line).
+        let c = self.d.hw().map_or(0, |h| h.cq_len());
+        let j = (self.rng.next() % (c as u64 + 1)) as usize;
+        for _ in 0..j {
+            self.d.poll_one(&mut self.ev);
+        }
+        self.drain_events(out)
     }
 
     /// Runs the hardware until nothing is queued and everything is polled.
