@@ -22,6 +22,7 @@
 //!   brings `sw_cnt == hw_cnt`, every disabled entry is enabled. Disabled entries always form
 //!   a suffix of the list (see the proof in [`crate::offload`]). A message whose first
 //!   matching entry is disabled goes to software as unexpected.
+//! - Counts are compared on 16 bits, as mlx5 puts them in the WQE.
 //! - Completion flags: `TM_SYNC_REQ` on every list-operation completion executed while the
 //!   counts disagree; `TM_MATCH` / `TM_DATA_VALID` on tag-matching receive completions.
 //! - Entry lifetime (handle reuse): a handle is free again only once its entry left the
@@ -477,8 +478,15 @@ impl<P> TmSrq<P> {
         }
     }
 
+    /// wire-layouts §C.1: the WQE carries `sw_cnt = htobe16(unexpected_cnt)`, "16 bits on
+    /// the wire": the counts are compared modulo 2^16 (software must never fall 2^16
+    /// unexpected messages behind; mlx5 asks for a sync from 0x3fff on).
+    fn counts_agree(&self) -> bool {
+        self.sw_cnt as u16 == self.hw_cnt as u16
+    }
+
     fn sync_req(&self) -> u32 {
-        if self.sw_cnt != self.hw_cnt {
+        if !self.counts_agree() {
             wc_flags::TM_SYNC_REQ
         } else {
             0
@@ -495,7 +503,7 @@ impl<P> TmSrq<P> {
         if wr.flags & ops_flags::TM_SYNC != 0 {
             self.sw_cnt = wr.unexpected_cnt;
         }
-        let in_sync = self.sw_cnt == self.hw_cnt || !self.honor_phase;
+        let in_sync = self.counts_agree() || !self.honor_phase;
         let (opcode, status, slot) = match wr.op {
             TmOp::Add { .. } => {
                 let h = slot;

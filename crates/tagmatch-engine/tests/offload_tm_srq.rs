@@ -348,3 +348,20 @@ fn del_after_consume_is_tm_err_and_handles_are_not_reused_early() {
         Err(PostOpError::BadHandle)
     );
 }
+
+#[test]
+fn counts_are_compared_on_16_bits_like_the_mlx5_wqe() {
+    let mut s = srq(2, 8);
+    s.arrive(WireMsg::eager(7, 0, 8, 1)).unwrap();
+    s.poll_cq().unwrap();
+    // hw count 1; a report of 1 + 2^16 is the same 16-bit value: in sync.
+    add(&mut s, 1, 7, u64::MAX, 1 + (1 << 16));
+    let c = drain_ops(&mut s);
+    assert_eq!(c[0].wc_flags, 0);
+    assert!(s.list()[0].enabled);
+    // A report of 2 is not.
+    add(&mut s, 2, 8, u64::MAX, 2);
+    let c = drain_ops(&mut s);
+    assert_eq!(c[0].wc_flags, wc_flags::TM_SYNC_REQ);
+    assert!(!s.list()[1].enabled);
+}
