@@ -196,6 +196,8 @@ pub struct Layout {
     offsets: [u8; Field::COUNT],
     /// Bit `f` set when field `f` is 8 bytes wide.
     wide: u32,
+    /// Bit `f` set when the layout has field `f`.
+    present: u32,
 }
 
 impl Layout {
@@ -209,9 +211,11 @@ impl Layout {
     ) -> Layout {
         let mut offsets = [0u8; Field::COUNT];
         let mut wide = 0u32;
+        let mut present = 0u32;
         let mut i = 0;
         while i < fields.len() {
             offsets[fields[i].field as usize] = fields[i].offset;
+            present |= 1 << fields[i].field as u32;
             if let Width::U64 = fields[i].width {
                 wide |= 1 << fields[i].field as u32;
             }
@@ -226,7 +230,14 @@ impl Layout {
             payload,
             offsets,
             wide,
+            present,
         }
+    }
+
+    /// Bit `f` set for each field `f` the layout has.
+    #[inline]
+    pub(crate) fn present_mask(&self) -> u32 {
+        self.present
     }
 
     /// Whether the layout has `field`.

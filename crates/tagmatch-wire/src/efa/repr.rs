@@ -39,10 +39,27 @@ impl Fields {
 
 /// The HANDSHAKE `extra_info` array as a bit set (wire-layouts §A.4): `words` u64 words on
 /// the wire (`nextra_p3 - 3`), at most [`extra::MAX_WORDS`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy)]
 pub struct ExtraInfo {
     words: u8,
     bits: BitArray<[u64; extra::MAX_WORDS], Lsb0>,
+}
+
+// Compared and hashed as plain words: bitvec's bit-wise `PartialEq` costs hundreds of
+// instructions, and this type sits in every `Repr`.
+impl PartialEq for ExtraInfo {
+    fn eq(&self, other: &Self) -> bool {
+        self.words == other.words && self.bits.data == other.bits.data
+    }
+}
+
+impl Eq for ExtraInfo {}
+
+impl core::hash::Hash for ExtraInfo {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        self.words.hash(state);
+        self.bits.data.hash(state);
+    }
 }
 
 impl Default for ExtraInfo {
@@ -192,6 +209,17 @@ impl PacketType {
             }
             _ => flags::CONNID_HDR,
         }
+    }
+}
+
+impl HandshakeExt {
+    /// Whether nothing is set beyond the default (what every non-HANDSHAKE packet has).
+    pub fn is_empty(&self) -> bool {
+        self.host_id.is_none()
+            && self.device_version.is_none()
+            && self.user_recv_qp.is_none()
+            && self.hmem_p2p.is_none()
+            && self.extra_info == ExtraInfo::default()
     }
 }
 
@@ -352,6 +380,11 @@ impl<'a> Repr<'a> {
 
     /// Checks that the representation can be put on the wire.
     pub fn check(&self) -> Result<()> {
+        self.checked_header_len().map(|_| ())
+    }
+
+    /// [`Repr::check`], returning the header length.
+    fn checked_header_len(&self) -> Result<usize> {
         let ty = self.pkt_type;
         let layout = ty.layout();
         let name = ty.name();
@@ -364,21 +397,24 @@ impl<'a> Repr<'a> {
         if self.version < PROTOCOL_VERSION {
             return Err(ContentError::UnsupportedVersion(self.version).into());
         }
-        for f in Field::ALL {
-            let v = self.fields.get(f);
-            if v == 0 || f.is_derived() {
-                continue;
-            }
-            match layout.find(f) {
-                Some(at) if v > at.width.max() => {
-                    return Err(ContentError::FieldOverflow {
-                        field: f.name(),
-                        value: v,
-                    }
-                    .into());
+        // Fields the type does not have must be zero; derived counts are ignored.
+        let mut nonzero = 0u32;
+        for (i, v) in self.fields.0.iter().enumerate() {
+            nonzero |= ((*v != 0) as u32) << i;
+        }
+        let derived = (1 << Field::RmaIovCount as u32) | (1 << Field::NextraP3 as u32);
+        let stray = nonzero & !layout.present_mask() & !derived;
+        if stray != 0 {
+            return na(Field::ALL[stray.trailing_zeros() as usize % Field::COUNT].name());
+        }
+        for at in layout.fields {
+            let v = self.fields.get(at.field);
+            if v > at.width.max() && !at.field.is_derived() {
+                return Err(ContentError::FieldOverflow {
+                    field: at.field.name(),
+                    value: v,
                 }
-                Some(_) => {}
-                None => return na(f.name()),
+                .into());
             }
         }
         if !layout.rma_iov && !self.rma_iov.is_empty() {
@@ -416,33 +452,37 @@ impl<'a> Repr<'a> {
             if self.handshake.extra_info.bits_beyond_words() {
                 return na("extra_info bits beyond nextra_p3");
             }
-        } else if self.handshake != HandshakeExt::default() {
+        } else if !self.handshake.is_empty() {
             return na("handshake headers");
         }
-        if self.header_len() > u16::MAX as usize {
+        let header_len = self.header_len();
+        if header_len > u16::MAX as usize {
             return Err(ContentError::TooLong.into());
         }
-        Ok(())
+        Ok(header_len)
     }
 
     /// Writes the packet at the start of `buf` and returns the number of bytes written
     /// ([`Repr::buffer_len`]). Padding and reserved bytes are written as zero. Nothing is
     /// written if the representation is invalid or `buf` is too short.
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
-        self.check()?;
-        let total = self.buffer_len();
+        let hdr_len = self.checked_header_len()?;
+        let total = hdr_len.saturating_add(self.payload.len());
         if buf.len() < total {
             return Err(Error::len(Part::OutputBuffer, total, buf.len()));
         }
         let layout = self.pkt_type.layout();
-        let hdr_len = self.header_len();
         let (hdr, rest) = buf.split_at_mut(hdr_len);
         hdr.fill(0);
         hdr[0] = self.pkt_type.id();
         hdr[1] = self.version;
         put_le16(hdr, 2, self.wire_flags());
         for at in layout.fields {
-            let v = self.get(at.field).unwrap_or(0);
+            let v = match at.field {
+                Field::RmaIovCount => self.rma_iov.len() as u64,
+                Field::NextraP3 => self.handshake.extra_info.words() as u64 + 3,
+                f => self.fields.get(f),
+            };
             match at.width {
                 Width::U32 => put_le32(hdr, at.offset as usize, v as u32),
                 Width::U64 => put_le64(hdr, at.offset as usize, v),
