@@ -156,6 +156,31 @@ impl Harness {
         }
     }
 
+    fn probe(&mut self, spec: RecvSpec) -> Res {
+        let a = self.d.probe(&spec).map(|p| *p.2);
+        let b = self.r.probe(&spec).map(|p| *p.msg);
+        if a != b {
+            return Err(format!("probe {spec:?}: driver {a:?}, engine {b:?}"));
+        }
+        Ok(())
+    }
+
+    fn mprobe(&mut self, spec: RecvSpec) -> Res {
+        match (self.d.mprobe(&spec), self.r.mprobe(&spec)) {
+            (None, None) => Ok(()),
+            (Some(x), Some(y)) => {
+                let a = self.d.mrecv(x.handle).map_err(|e| format!("{e}"))?.msg;
+                let b = self.r.mrecv(y.handle).map_err(|e| format!("{e}"))?.msg;
+                if a != b {
+                    return Err(format!("mprobe {spec:?}: driver m{a}, engine m{b}"));
+                }
+                self.unexp.retain(|&m| m != a);
+                Ok(())
+            }
+            (a, b) => Err(format!("mprobe {spec:?}: driver {a:?}, engine {b:?}")),
+        }
+    }
+
     /// Applies the events the driver reported, checking each against the reference.
     fn check_events(&mut self) -> Res {
         let evs = std::mem::take(&mut self.ev);
@@ -291,6 +316,9 @@ enum Op {
     Post(RecvSpec),
     Send(Envelope, u8),
     Cancel(u32),
+    Probe(RecvSpec),
+    /// mprobe, then mrecv of the claimed message.
+    Mprobe(RecvSpec),
     Exec,
     Transfer,
     Poll,
@@ -300,7 +328,23 @@ enum Op {
 /// Communicators; 3 saturates in the 2-bit field of the test layout.
 const COMMS: [u32; 4] = [0, 0, 1, 3];
 
-fn gen_spec(g: &mut Gen) -> RecvSpec {
+fn gen_spec(g: &mut Gen, heavy: bool) -> RecvSpec {
+    if heavy {
+        // Encodable, few classes: most receives can go to hardware.
+        let src = match u8::arbitrary(g) % 4 {
+            0 => Source::Any,
+            n => Source::Rank(u32::from(n - 1)),
+        };
+        let tag = match u8::arbitrary(g) % 4 {
+            0 => TagSel::Any,
+            n => TagSel::Exact(u64::from(n - 1)),
+        };
+        return RecvSpec {
+            comm: u32::arbitrary(g) % 2,
+            src,
+            tag,
+        };
+    }
     let comm = COMMS[usize::arbitrary(g) % COMMS.len()];
     let src = match u8::arbitrary(g) % 5 {
         0 => Source::Any,
@@ -318,7 +362,14 @@ fn gen_spec(g: &mut Gen) -> RecvSpec {
     RecvSpec { comm, src, tag }
 }
 
-fn gen_env(g: &mut Gen) -> Envelope {
+fn gen_env(g: &mut Gen, heavy: bool) -> Envelope {
+    if heavy {
+        return Envelope::new(
+            u32::arbitrary(g) % 2,
+            u32::arbitrary(g) % 3,
+            u64::arbitrary(g) % 3,
+        );
+    }
     Envelope::new(
         COMMS[usize::arbitrary(g) % COMMS.len()],
         u32::arbitrary(g) % 4,
@@ -336,14 +387,22 @@ struct Scenario {
 impl Arbitrary for Scenario {
     fn arbitrary(g: &mut Gen) -> Self {
         let n = usize::arbitrary(g) % 60;
+        // Half the scenarios favour hardware: encodable receives, more executions.
+        let heavy = bool::arbitrary(g);
         let ops = (0..n)
-            .map(|_| match u8::arbitrary(g) % 18 {
-                0..=3 => Op::Post(gen_spec(g)),
-                4..=6 => Op::Send(gen_env(g), [0, 0, 0, 0, 1, 2, 3][usize::arbitrary(g) % 7]),
+            .map(|_| match u8::arbitrary(g) % 21 {
+                0..=3 => Op::Post(gen_spec(g, heavy)),
+                4..=6 => Op::Send(
+                    gen_env(g, heavy),
+                    [0, 0, 0, 0, 1, 2, 3][usize::arbitrary(g) % 7],
+                ),
                 7 | 8 => Op::Cancel(u32::arbitrary(g) % 12),
-                9..=11 => Op::Exec,
-                12 => Op::Transfer,
-                13..=16 => Op::Poll,
+                9 => Op::Probe(gen_spec(g, heavy)),
+                10 => Op::Mprobe(gen_spec(g, heavy)),
+                11..=13 => Op::Exec,
+                14 if heavy => Op::Exec,
+                14 | 15 => Op::Transfer,
+                16..=19 => Op::Poll,
                 _ => Op::PollAll,
             })
             .collect();
@@ -383,6 +442,8 @@ fn run(s: &Scenario) -> Res {
             Op::Post(spec) => h.post(*spec)?,
             Op::Send(env, k) => h.send(*env, *k)?,
             Op::Cancel(r) => h.cancel(*r)?,
+            Op::Probe(spec) => h.probe(*spec)?,
+            Op::Mprobe(spec) => h.mprobe(*spec)?,
             Op::Exec => {
                 if let Some(hw) = h.d.hw_mut() {
                     hw.execute_op();
@@ -412,7 +473,7 @@ fn differential_random_timing() {
         }
     }
     QuickCheck::new()
-        .tests(5000)
+        .tests(20_000)
         .quickcheck(prop as fn(Scenario) -> TestResult);
     let cov: Vec<u64> = COVERAGE.iter().map(|c| c.load(Ordering::Relaxed)).collect();
     eprintln!("coverage (hw, sw, stale DEL, TM_ERR, SYNC, blocked sw/enc, RNDV incomplete, cancels): {cov:?}");
