@@ -10,7 +10,8 @@
 //!
 //! The 64-bit TMH tag carries the whole envelope, so that wildcards become masks (UCX
 //! never offloads ANY_SOURCE; this driver does, when the prefix rule below allows it).
-//! [`TagLayout`] is configurable; fields from the least significant bit up:
+//! [`TagLayout`] is configurable; the tag is in the low bits, then the source, then the
+//! communicator:
 //!
 //! ```text
 //!  63                                                                    0
@@ -37,7 +38,7 @@
 //!
 //! The *class* of a receive is its match set, the envelopes it matches. A pending receive
 //! is offloaded only when no **software-resident** pending receive has a class that
-//! intersects its own (`specs_intersect`: same communicator, compatible sources, tags or
+//! intersects its own ([`specs_intersect`]: same communicator, compatible sources, tags or
 //! masks that share a value); all software-resident pending receives were posted earlier,
 //! so for every envelope the offloaded receives that match it are a posting-order prefix of
 //! all pending receives that match it. ADDs are posted in posting order, so list order is
@@ -51,7 +52,8 @@
 //! disabled for new tags until SW and HW synchronize. This synchronization is achieved by
 //! reporting to HW the number of unexpected messages handled by SW". The driver counts the
 //! `RECV` (unexpected) completions it has processed and stamps every ADD, DEL and SYNC with
-//! that count *when it decides the operation* (a deferred DEL keeps its stamp). A message
+//! that count *when it decides the operation* (a DEL or SYNC deferred for want of an
+//! operation slot keeps its stamp, and no ADD is posted while one waits). A message
 //! coming from hardware as unexpected is matched in software first: the engine holds every
 //! pending receive (offloaded ones included), so it takes the earliest-posted one. When
 //! that receive is offloaded, a DEL of its (disabled) entry is queued *before* any
@@ -82,8 +84,42 @@
 //! Cancelling an offloaded receive posts a DEL and reports the outcome later: success →
 //! [`Event::Cancelled`]; `TM_ERR` ("the operation may fail if the associated tag was
 //! consumed by an incoming message") → the match was already reported and the cancel
-//! fails ([`Event::CancelFailed`]). UCX reports every REMOVE completion as a successful
-//! cancel without checking the status (wire-layouts §C.2); this driver never does.
+//! fails ([`Event::CancelFailed`]). If the match completes while the DEL still waits for
+//! an operation slot, the DEL is dropped and the cancel fails at once. If software matched
+//! the receive first (its entry was disabled), the DEL succeeds on the stale entry and the
+//! cancel fails too. UCX reports every REMOVE completion as a successful cancel without
+//! checking the status (wire-layouts §C.2); this driver never does.
+//!
+//! # Example: the m1/m2/b1/b2 race
+//!
+//! ```
+//! use tagmatch_engine::offload::{Driver, DriverConfig, Event, MatchPath, PostOutcome};
+//! use tagmatch_engine::tm_srq::TmCaps;
+//! use tagmatch_engine::{Envelope, RecvSpec};
+//!
+//! let mut d: Driver<&str, &str> = Driver::new(DriverConfig {
+//!     caps: Some(TmCaps::with_tags(16)),
+//!     ..DriverConfig::default()
+//! });
+//! let env = Envelope::new(0, 1, 7);
+//! // m1 reaches the TM-SRQ before any tag: unexpected (software has not polled it yet).
+//! let m1 = d.eager(env, 8, "m1");
+//! d.wire(m1).unwrap();
+//! // b1 is posted and its ADD executes, carrying the stale count 0: the entry is disabled.
+//! let Ok(PostOutcome::Pending(_)) = d.post(RecvSpec::exact(0, 1, 7), 64, "b1") else {
+//!     panic!()
+//! };
+//! d.hw_mut().unwrap().execute_op();
+//! // m2 must not take b1 in hardware.
+//! let m2 = d.eager(env, 8, "m2");
+//! d.wire(m2).unwrap();
+//! let mut ev = Vec::new();
+//! d.settle(&mut ev);
+//! // Software matched m1 to b1 (earliest arrival); m2 is unexpected, as in the engine.
+//! assert!(matches!(&ev[0], Event::Matched(m) if (m.recv, m.msg, m.path) == ("b1", "m1", MatchPath::SwArrival)));
+//! assert!(matches!(&ev[1], Event::Unexpected { .. }));
+//! assert_eq!(d.counters().order_violations, 0);
+//! ```
 
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
