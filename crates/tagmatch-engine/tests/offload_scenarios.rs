@@ -323,3 +323,47 @@ fn layout_saturates_and_refuses_inexact_entries() {
         .entry(&RecvSpec::masked(0, Source::Any, 4, !0u64 << 2))
         .is_none());
 }
+
+#[test]
+fn no_tag_messages_bypass_matching_and_the_count() {
+    let mut d = driver(2);
+    let mut ev = Vec::new();
+    pending(d.post(RecvSpec::new(0, None, None), 64, "any").unwrap());
+    d.settle(&mut ev);
+    let w = tagmatch_engine::tm_srq::WireMsg::no_tag(
+        4,
+        Carried {
+            env: E,
+            msg: "control",
+        },
+    );
+    d.wire(w).unwrap();
+    d.poll(&mut ev);
+    assert!(matches!(&ev[..], [Event::NoTag(m)] if m.payload.msg == "control"));
+    assert_eq!(d.sw_unexpected(), 0);
+    assert_eq!(d.hw().unwrap().hw_unexpected(), 0);
+    // The wildcard receive is still there for a tagged message.
+    let m = d.eager(E, 8, "m");
+    d.wire(m).unwrap();
+    d.poll(&mut ev);
+    assert_eq!(matches(&ev), vec![("any", "m", MatchPath::Hw)]);
+}
+
+#[test]
+fn engine_budget_hands_an_unexpected_message_back() {
+    let mut d: D = Driver::new(DriverConfig {
+        caps: Some(TmCaps::with_tags(2)),
+        engine: tagmatch_engine::Config::default().max_messages(1),
+        ..DriverConfig::default()
+    });
+    let mut ev = Vec::new();
+    for m in ["m1", "m2"] {
+        let w = d.eager(E, 8, m);
+        d.wire(w).unwrap();
+    }
+    d.poll(&mut ev);
+    assert!(matches!(ev[0], Event::Unexpected { .. }));
+    assert!(matches!(&ev[1], Event::Rejected(r) if r.msg == "m2"));
+    // The count still includes it: hardware and software agree again.
+    assert_eq!(d.sw_unexpected(), d.hw().unwrap().hw_unexpected());
+}
