@@ -1,0 +1,125 @@
+//! The device abstraction: what the RDM endpoint needs from an EFA-like device
+//! ([`RdmDevice`]), and what the RC / tag-matching SRQ path needs from a verbs device
+//! ([`RcTmDevice`]).
+//!
+//! Both are *driven*: the owner ([`crate::Node`] for the RDM path) hands work to the device,
+//! calls `progress` (which does the IO, blocking at most for the given timeout), and drains
+//! the device's events. The endpoint itself stays sans-IO.
+
+use std::io;
+use std::time::Duration;
+
+use tagmatch_engine::tm_srq::{Cqe, OpsWr, PostOpError, TmCaps, WireMsg};
+use tagmatch_rdm::{Endpoint, MemHandle, MrKey, RdmaToken, SendOutcome, SendToken, Transmit};
+use tagmatch_wire::efa::RawAddr;
+
+/// Access to the regions the local endpoint owns (application RMA targets and operation
+/// buffers). The device reads RDMA-write sources and served RDMA-read sources from here and
+/// writes RDMA-read destinations and served RDMA-write destinations here.
+pub trait MemoryAccess {
+    /// The bytes of region `mem`, if it exists.
+    fn region(&self, mem: MemHandle) -> Option<&[u8]>;
+    /// The bytes of region `mem`, mutably, if it exists.
+    fn region_mut(&mut self, mem: MemHandle) -> Option<&mut [u8]>;
+}
+
+impl MemoryAccess for Endpoint {
+    fn region(&self, mem: MemHandle) -> Option<&[u8]> {
+        self.memory(mem)
+    }
+
+    fn region_mut(&mut self, mem: MemHandle) -> Option<&mut [u8]> {
+        self.memory_mut(mem)
+    }
+}
+
+/// Something a device reports to its owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceEvent {
+    /// A packet arrived from `src` (the sender's raw address, connid in `qkey`).
+    Recv {
+        /// The sender.
+        src: RawAddr,
+        /// The EFA packet.
+        bytes: Vec<u8>,
+    },
+    /// A [`Transmit::Send`] finished ([`SendOutcome::Ok`] once the peer's device has it).
+    SendDone {
+        /// The send's token.
+        token: SendToken,
+        /// The outcome.
+        outcome: SendOutcome,
+    },
+    /// A [`Transmit::RdmaRead`] or [`Transmit::RdmaWrite`] finished.
+    RdmaDone {
+        /// The operation's token.
+        token: RdmaToken,
+        /// Whether it succeeded (a rejected key or range, a dead peer: `false`).
+        ok: bool,
+    },
+    /// A [`Transmit::Register`] finished.
+    RegisterDone {
+        /// The region.
+        mem: MemHandle,
+        /// Its key, or the failure.
+        result: Result<MrKey, ()>,
+    },
+}
+
+/// An EFA-like device for the RDM endpoint (efa-rdm-protocol-v4 §1.1): packets up to
+/// [`RdmDevice::mtu`] bytes delivered reliably in any order, RDMA read and write against
+/// registered memory, registrations with keys, and completions.
+pub trait RdmDevice {
+    /// This device's address; the endpoint's raw address (its `qkey` is the connid).
+    fn addr(&self) -> RawAddr;
+
+    /// Largest EFA packet this device carries; the endpoint's `Config::mtu`.
+    fn mtu(&self) -> usize;
+
+    /// Takes one thing the endpoint asked for. Every `Send`, `RdmaRead`, `RdmaWrite` and
+    /// `Register` is answered exactly once by an event; `Deregister` has no answer.
+    /// `mem` is the local endpoint's memory (RDMA-write sources are read at submission).
+    fn submit(&mut self, t: Transmit, mem: &mut dyn MemoryAccess);
+
+    /// Does the IO: sends what is queued, receives, serves peers' RDMA requests against
+    /// `mem`, retransmits. Blocks at most `timeout` (`None`: until something happens) when
+    /// there is nothing to do right away; never spins.
+    fn progress(&mut self, mem: &mut dyn MemoryAccess, timeout: Option<Duration>)
+        -> io::Result<()>;
+
+    /// The next event for the owner.
+    fn poll_event(&mut self) -> Option<DeviceEvent>;
+
+    /// Nothing of this device is in flight (no unacknowledged datagram, no RDMA operation,
+    /// no undelivered event): the process may exit without its peers missing anything.
+    fn is_idle(&self) -> bool;
+}
+
+/// The RC / tag-matching SRQ path (the verbs device, and its software models): a
+/// reliable-connected queue pair per peer and one tag-matching SRQ, in the vocabulary of
+/// `tagmatch_engine::tm_srq` (the executable model of that contract).
+///
+/// The verbs issue implements it over `ibv_post_srq_ops`, `ibv_post_send` and the extended
+/// CQ; the offload driver of `tagmatch-engine` sits on top.
+pub trait RcTmDevice {
+    /// Device errors (posting to a full queue, a broken connection).
+    type Error: std::fmt::Debug;
+
+    /// The SRQ's tag-matching capabilities.
+    fn caps(&self) -> TmCaps;
+
+    /// Posts one receive-queue buffer (for unexpected and untagged messages).
+    fn post_srq_recv(&mut self, wr_id: u64) -> Result<(), Self::Error>;
+
+    /// `ibv_post_srq_ops` of one work request (ADD returns the entry handle).
+    fn post_op(&mut self, wr: OpsWr) -> Result<Option<u32>, PostOpError>;
+
+    /// Sends a TM message (eager, RNDV, FIN or no-tag) on the RC QP to `peer`.
+    fn send(&mut self, peer: u32, msg: WireMsg<Vec<u8>>, wr_id: u64) -> Result<(), Self::Error>;
+
+    /// Does the IO, blocking at most `timeout` when idle.
+    fn progress(&mut self, timeout: Option<Duration>) -> io::Result<()>;
+
+    /// The next completion of the SRQ's CQ (operations, receives, sends).
+    fn poll_cq(&mut self) -> Option<Cqe<Vec<u8>>>;
+}

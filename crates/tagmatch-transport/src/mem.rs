@@ -1,0 +1,339 @@
+//! The in-memory device: many endpoints in one process, deterministic under a seed.
+//!
+//! A [`MemNetwork`] is the shared medium; [`MemNetwork::device`] makes a [`MemDevice`]
+//! attached to it. Packets and software-RDMA messages travel through per-device inboxes.
+//! Each call of [`RdmDevice::progress`] on any device advances the network's step counter;
+//! a message becomes deliverable after a seeded random delay of up to
+//! [`MemFaults::max_delay`] steps, and the deliverable messages are taken in a seeded random
+//! order ([`MemFaults::reorder`]). Faults: sends refused with `SendOutcome::Again` (partial
+//! sends, [`MemFaults::send_again`]) and failed registrations
+//! ([`MemFaults::register_fail`]). Delivery is reliable (the device model of
+//! efa-rdm-protocol-v4 §1.1). Driving the same nodes in the same order with the same seed
+//! gives the same run.
+//!
+//! RDMA is the software RDMA of [`crate::soft_rdma`] (key and bounds checks on the serving
+//! side), so the in-memory device exercises the same checks as the UDP device.
+//!
+//! `progress` never blocks: everything is in this process.
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tagmatch_rdm::{SendOutcome, Transmit};
+use tagmatch_wire::efa::RawAddr;
+
+use crate::device::{DeviceEvent, MemoryAccess, RdmDevice};
+use crate::rng::XorShift;
+use crate::soft_rdma::{same_peer, RdmaMsg, RdmaStats, SoftRdma, MAX_RDMA_HDR};
+
+/// Fault and schedule settings of a [`MemNetwork`] (rates in permille).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemFaults {
+    /// Take deliverable messages in random order (otherwise in arrival order).
+    pub reorder: bool,
+    /// Largest delivery delay, in network steps.
+    pub max_delay: u32,
+    /// A send is refused with [`SendOutcome::Again`].
+    pub send_again: u32,
+    /// A registration fails.
+    pub register_fail: u32,
+}
+
+impl Default for MemFaults {
+    /// Reordering with delays of up to 3 steps, no faults.
+    fn default() -> Self {
+        MemFaults {
+            reorder: true,
+            max_delay: 3,
+            send_again: 0,
+            register_fail: 0,
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Msg {
+    Pkt(Vec<u8>),
+    Rdma(RdmaMsg),
+}
+
+#[derive(Debug)]
+struct Inflight {
+    due: u64,
+    from: RawAddr,
+    msg: Msg,
+}
+
+#[derive(Debug)]
+struct Hub {
+    rng: XorShift,
+    step: u64,
+    faults: MemFaults,
+    addrs: Vec<RawAddr>,
+    inboxes: Vec<Vec<Inflight>>,
+    mtu: usize,
+}
+
+impl Hub {
+    fn index_of(&self, a: &RawAddr) -> Option<usize> {
+        self.addrs.iter().position(|x| same_peer(x, a))
+    }
+
+    fn push(&mut self, to: usize, from: RawAddr, msg: Msg) {
+        let due = self.step + self.rng.below(self.faults.max_delay as u64 + 1);
+        self.inboxes[to].push(Inflight { due, from, msg });
+    }
+}
+
+/// The shared medium of in-memory devices. Cloning gives another handle to the same
+/// network. See the module documentation.
+#[derive(Debug, Clone)]
+pub struct MemNetwork(Arc<Mutex<Hub>>);
+
+impl MemNetwork {
+    /// A network with the default schedule ([`MemFaults::default`]) and an MTU of 8928 (an
+    /// EFA device's).
+    pub fn new(seed: u64) -> MemNetwork {
+        MemNetwork::with_faults(seed, MemFaults::default())
+    }
+
+    /// A network with the given faults.
+    pub fn with_faults(seed: u64, faults: MemFaults) -> MemNetwork {
+        MemNetwork(Arc::new(Mutex::new(Hub {
+            rng: XorShift::new(seed),
+            step: 0,
+            faults,
+            addrs: Vec::new(),
+            inboxes: Vec::new(),
+            mtu: 8928,
+        })))
+    }
+
+    fn hub(&self) -> MutexGuard<'_, Hub> {
+        // A panic while holding the lock cannot leave the hub inconsistent in a way that
+        // matters to the other devices (every update is a push or a removal).
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the MTU of devices created from now on.
+    pub fn set_mtu(&self, mtu: usize) {
+        self.hub().mtu = mtu.max(MAX_RDMA_HDR + 64);
+    }
+
+    /// Changes the fault settings (e.g. after a warm-up).
+    pub fn set_faults(&self, faults: MemFaults) {
+        self.hub().faults = faults;
+    }
+
+    /// Attaches a new device with a fresh address (`fe80::N`, QP `N + 1`, random connid).
+    pub fn device(&self) -> MemDevice {
+        let mut hub = self.hub();
+        let n = hub.addrs.len();
+        let mut gid = [0u8; 16];
+        gid[0] = 0xfe;
+        gid[1] = 0x80;
+        gid[12..].copy_from_slice(&(n as u32).to_be_bytes());
+        let addr = RawAddr {
+            gid,
+            qpn: (n as u16).wrapping_add(1),
+            qkey: hub.rng.next_u64() as u32,
+            next: 0,
+        };
+        hub.addrs.push(addr);
+        hub.inboxes.push(Vec::new());
+        let salt = hub.rng.next_u64() as u32;
+        MemDevice {
+            net: self.clone(),
+            idx: n,
+            addr,
+            mtu: hub.mtu,
+            rdma: SoftRdma::new(salt),
+            events: VecDeque::new(),
+        }
+    }
+
+    /// Messages not yet delivered, over all devices.
+    pub fn in_flight(&self) -> usize {
+        self.hub().inboxes.iter().map(Vec::len).sum()
+    }
+}
+
+/// One device of a [`MemNetwork`].
+#[derive(Debug)]
+pub struct MemDevice {
+    net: MemNetwork,
+    idx: usize,
+    addr: RawAddr,
+    mtu: usize,
+    rdma: SoftRdma,
+    events: VecDeque<DeviceEvent>,
+}
+
+impl MemDevice {
+    /// Software-RDMA counters (served and rejected requests).
+    pub fn rdma_stats(&self) -> RdmaStats {
+        self.rdma.stats
+    }
+
+    fn chunk(&self) -> usize {
+        self.mtu - MAX_RDMA_HDR
+    }
+
+    fn send_rdma(&mut self, to: &RawAddr, msgs: Vec<RdmaMsg>) -> bool {
+        let mut hub = self.net.hub();
+        let Some(t) = hub.index_of(to) else {
+            return false;
+        };
+        for m in msgs {
+            hub.push(t, self.addr, Msg::Rdma(m));
+        }
+        true
+    }
+}
+
+impl RdmDevice for MemDevice {
+    fn addr(&self) -> RawAddr {
+        self.addr
+    }
+
+    fn mtu(&self) -> usize {
+        self.mtu
+    }
+
+    fn submit(&mut self, t: Transmit, mem: &mut dyn MemoryAccess) {
+        match t {
+            Transmit::Send {
+                token, dest, bytes, ..
+            } => {
+                let mut hub = self.net.hub();
+                let again = hub.faults.send_again;
+                let outcome = match hub.index_of(&dest) {
+                    None => SendOutcome::Error,
+                    Some(_) if bytes.len() > self.mtu => SendOutcome::Error,
+                    Some(_) if hub.rng.chance(again) => SendOutcome::Again,
+                    Some(to) => {
+                        hub.push(to, self.addr, Msg::Pkt(bytes));
+                        SendOutcome::Ok
+                    }
+                };
+                self.events
+                    .push_back(DeviceEvent::SendDone { token, outcome });
+            }
+            Transmit::RdmaRead {
+                token,
+                dest,
+                local,
+                offset,
+                remote,
+                len,
+                ..
+            } => {
+                let req = self
+                    .rdma
+                    .start_read(token, dest, local, offset, remote, len);
+                if !self.send_rdma(&dest, vec![req]) {
+                    for token in self.rdma.fail_peer(&dest) {
+                        self.events
+                            .push_back(DeviceEvent::RdmaDone { token, ok: false });
+                    }
+                }
+            }
+            Transmit::RdmaWrite {
+                token,
+                dest,
+                local,
+                offset,
+                remote,
+                len,
+                ..
+            } => {
+                let chunk = self.chunk();
+                match self
+                    .rdma
+                    .start_write(token, dest, local, offset, remote, len, mem, chunk)
+                {
+                    Some(msgs) => {
+                        if !self.send_rdma(&dest, msgs) {
+                            for token in self.rdma.fail_peer(&dest) {
+                                self.events
+                                    .push_back(DeviceEvent::RdmaDone { token, ok: false });
+                            }
+                        }
+                    }
+                    None => self
+                        .events
+                        .push_back(DeviceEvent::RdmaDone { token, ok: false }),
+                }
+            }
+            Transmit::Register { mem: h, len } => {
+                let fail = {
+                    let mut hub = self.net.hub();
+                    let rate = hub.faults.register_fail;
+                    hub.rng.chance(rate)
+                };
+                let result = if fail {
+                    Err(())
+                } else {
+                    Ok(self.rdma.register(h, len))
+                };
+                self.events
+                    .push_back(DeviceEvent::RegisterDone { mem: h, result });
+            }
+            Transmit::Deregister { key } => {
+                self.rdma.deregister(key);
+            }
+        }
+    }
+
+    fn progress(
+        &mut self,
+        mem: &mut dyn MemoryAccess,
+        _timeout: Option<Duration>,
+    ) -> io::Result<()> {
+        let due: Vec<Inflight> = {
+            let mut hub = self.net.hub();
+            hub.step += 1;
+            let step = hub.step;
+            let inbox = std::mem::take(&mut hub.inboxes[self.idx]);
+            let (mut due, later): (Vec<_>, Vec<_>) = inbox.into_iter().partition(|m| m.due <= step);
+            hub.inboxes[self.idx] = later;
+            if hub.faults.reorder {
+                for i in (1..due.len()).rev() {
+                    let j = hub.rng.below(i as u64 + 1) as usize;
+                    due.swap(i, j);
+                }
+            }
+            due
+        };
+        let chunk = self.chunk();
+        for m in due {
+            match m.msg {
+                Msg::Pkt(bytes) => self
+                    .events
+                    .push_back(DeviceEvent::Recv { src: m.from, bytes }),
+                Msg::Rdma(r) if r.is_request() => {
+                    let resp = self.rdma.serve(r, mem, chunk);
+                    self.send_rdma(&m.from, resp);
+                }
+                Msg::Rdma(r) => {
+                    if let Some((token, ok)) = self.rdma.on_response(&m.from, r, mem) {
+                        self.events.push_back(DeviceEvent::RdmaDone { token, ok });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn poll_event(&mut self) -> Option<DeviceEvent> {
+        self.events.pop_front()
+    }
+
+    fn is_idle(&self) -> bool {
+        self.events.is_empty()
+            && self.rdma.pending() == 0
+            && self.net.hub().inboxes[self.idx].is_empty()
+    }
+}

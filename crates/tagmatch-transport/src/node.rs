@@ -1,0 +1,204 @@
+//! [`Node`]: one `tagmatch_rdm::Endpoint` coupled with one device.
+//!
+//! The node moves the endpoint's [`Transmit`](tagmatch_rdm::Transmit)s to the device and
+//! the device's [`DeviceEvent`]s to the endpoint, and collects the endpoint's completions.
+//! Operations are submitted through [`Node::endpoint_mut`]; [`Node::progress`] does the IO
+//! and returns how many completions are ready; [`Node::poll_completion`] takes them.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tagmatch_rdm::{Config, SendOpts};
+//! use tagmatch_transport::{mem::MemNetwork, Node};
+//!
+//! let net = MemNetwork::new(1);
+//! let mut a = Node::new(Config::default(), net.device());
+//! let mut b = Node::new(Config::default(), net.device());
+//! let b_from_a = a.endpoint_mut().add_peer(b.addr());
+//! b.endpoint_mut().recv(None, 16).unwrap();
+//! a.endpoint_mut().send(b_from_a, b"hi".to_vec(), SendOpts::default()).unwrap();
+//! let mut got = None;
+//! for _ in 0..100 {
+//!     a.progress(Some(Duration::ZERO)).unwrap();
+//!     b.progress(Some(Duration::ZERO)).unwrap();
+//!     if let Some(c) = b.poll_completion() {
+//!         got = Some(c);
+//!         break;
+//!     }
+//! }
+//! assert_eq!(&got.unwrap().data[..2], b"hi");
+//! ```
+
+use std::collections::VecDeque;
+use std::io;
+use std::time::{Duration, Instant};
+
+use tagmatch_rdm::{Completion, Config, Endpoint, MemHandle, MrKey, OpId};
+use tagmatch_wire::efa::RawAddr;
+
+use crate::device::{DeviceEvent, RdmDevice};
+
+/// An endpoint and its device. See the module documentation.
+#[derive(Debug)]
+pub struct Node<D: RdmDevice> {
+    ep: Endpoint,
+    dev: D,
+    completions: VecDeque<Completion>,
+}
+
+impl<D: RdmDevice> Node<D> {
+    /// An endpoint with configuration `cfg` on `dev`; the endpoint's MTU is the device's and
+    /// its raw address is the device's.
+    pub fn new(mut cfg: Config, dev: D) -> Node<D> {
+        cfg.mtu = dev.mtu();
+        Node {
+            ep: Endpoint::new(cfg, dev.addr()),
+            dev,
+            completions: VecDeque::new(),
+        }
+    }
+
+    /// The raw address (the device's).
+    pub fn addr(&self) -> RawAddr {
+        self.dev.addr()
+    }
+
+    /// The endpoint.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.ep
+    }
+
+    /// The endpoint, to submit operations.
+    pub fn endpoint_mut(&mut self) -> &mut Endpoint {
+        &mut self.ep
+    }
+
+    /// The device.
+    pub fn device(&self) -> &D {
+        &self.dev
+    }
+
+    /// The device, mutably.
+    pub fn device_mut(&mut self) -> &mut D {
+        &mut self.dev
+    }
+
+    /// Moves work between endpoint and device until neither has any; returns how much was
+    /// moved.
+    fn pump(&mut self) -> usize {
+        let mut total = 0;
+        loop {
+            let mut n = 0;
+            while let Some(t) = self.ep.poll_transmit() {
+                self.dev.submit(t, &mut self.ep);
+                n += 1;
+            }
+            while let Some(ev) = self.dev.poll_event() {
+                n += 1;
+                match ev {
+                    DeviceEvent::Recv { src, bytes } => {
+                        let peer = self.ep.lookup_peer(&src.gid, src.qpn);
+                        self.ep.handle_packet(peer, &bytes);
+                    }
+                    DeviceEvent::SendDone { token, outcome } => {
+                        self.ep.on_send_done(token, outcome)
+                    }
+                    DeviceEvent::RdmaDone { token, ok } => self.ep.on_rdma_done(token, ok),
+                    DeviceEvent::RegisterDone { mem, result } => {
+                        self.ep.on_register_done(mem, result)
+                    }
+                }
+            }
+            while let Some(c) = self.ep.poll_completion() {
+                self.completions.push_back(c);
+            }
+            if n == 0 {
+                return total;
+            }
+            total += n;
+        }
+    }
+
+    /// Does the IO once: hands queued work to the device, lets it send and receive (blocking
+    /// at most `timeout`, `None` for no limit, only when there is nothing to do at once),
+    /// and feeds what it reports to the endpoint. Returns the completions ready for
+    /// [`Node::poll_completion`].
+    pub fn progress(&mut self, timeout: Option<Duration>) -> io::Result<usize> {
+        let moved = self.pump();
+        let t = if moved > 0 || !self.completions.is_empty() {
+            Some(Duration::ZERO)
+        } else {
+            timeout
+        };
+        self.dev.progress(&mut self.ep, t)?;
+        self.pump();
+        Ok(self.completions.len())
+    }
+
+    /// The next completion.
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        self.completions.pop_front()
+    }
+
+    /// Progresses until `op` completes (other completions stay queued) or `limit` passes.
+    pub fn wait(&mut self, op: OpId, limit: Duration) -> io::Result<Completion> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(i) = self.completions.iter().position(|c| c.op == op) {
+                if let Some(c) = self.completions.remove(i) {
+                    return Ok(c);
+                }
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("operation {op:?} did not complete"),
+                ));
+            }
+            self.progress(Some((deadline - now).min(Duration::from_millis(50))))?;
+        }
+    }
+
+    /// Registers `bytes` as an RMA target and progresses until its key is known.
+    pub fn register(&mut self, bytes: Vec<u8>, limit: Duration) -> io::Result<(MemHandle, MrKey)> {
+        let h = self.ep.register_memory(bytes);
+        let deadline = Instant::now() + limit;
+        loop {
+            match self.ep.mem_key(h) {
+                Some(Ok(k)) => return Ok((h, k)),
+                Some(Err(())) => {
+                    return Err(io::Error::other("memory registration failed"));
+                }
+                None => {}
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "registration"));
+            }
+            self.progress(Some((deadline - now).min(Duration::from_millis(50))))?;
+        }
+    }
+
+    /// Whether nothing is queued or in flight (the device is idle and the endpoint has
+    /// nothing to transmit).
+    pub fn is_idle(&self) -> bool {
+        self.dev.is_idle()
+    }
+
+    /// Progresses until the device is idle (every datagram acknowledged) or `limit` passes;
+    /// returns whether it became idle. Call before exiting so that peers get everything.
+    pub fn flush(&mut self, limit: Duration) -> io::Result<bool> {
+        let deadline = Instant::now() + limit;
+        loop {
+            self.pump();
+            if self.dev.is_idle() {
+                return Ok(true);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(false);
+            }
+            self.progress(Some((deadline - now).min(Duration::from_millis(20))))?;
+        }
+    }
+}

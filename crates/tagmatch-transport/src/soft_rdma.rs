@@ -1,0 +1,682 @@
+//! Software RDMA: registrations with keys and bounds, and RDMA read/write carried as
+//! request/response messages between two devices (shared by the in-memory and the UDP
+//! device).
+//!
+//! A read or write names `(key, addr, len)` of a region the peer registered. The serving
+//! device checks the key (registered, not deregistered) and that `[addr, addr + len)` lies
+//! inside the region; anything else is rejected and counted ([`RdmaStats`]) and the data
+//! is left untouched. The whole request range is checked on every chunk, so a request is
+//! either applied entirely or not at all (unless the region is deregistered while a write
+//! is in flight, when the chunks after that are rejected).
+//!
+//! Message bodies (little-endian; the UDP frame header's `kind` says which):
+//!
+//! | kind | body |
+//! |---|---|
+//! | `READ_REQ` (2) | `id` u64, `key` u64, `addr` u64, `len` u64 |
+//! | `READ_DATA` (3) | `id` u64, `offset` u64 (from `addr`), data |
+//! | `READ_RESP` (4) | `id` u64, `status` u32 (sent after the last `READ_DATA`) |
+//! | `WRITE` (5) | `id` u64, `key` u64, `addr` u64, `len` u64 (whole request), `offset` u64 (of this chunk), data |
+//! | `WRITE_ACK` (6) | `id` u64, `len` u64 (bytes of the chunk), `status` u32 |
+//!
+//! `status`: 0 ok, 1 unknown key, 2 out of the region's bounds, 3 the region is gone.
+
+use std::collections::HashMap;
+
+use tagmatch_rdm::{MemHandle, MrKey, RdmaToken, RemoteAddr};
+use tagmatch_wire::efa::RawAddr;
+
+use crate::device::MemoryAccess;
+
+/// Frame kind of [`RdmaMsg::ReadReq`].
+pub const KIND_READ_REQ: u8 = 2;
+/// Frame kind of [`RdmaMsg::ReadData`].
+pub const KIND_READ_DATA: u8 = 3;
+/// Frame kind of [`RdmaMsg::ReadResp`].
+pub const KIND_READ_RESP: u8 = 4;
+/// Frame kind of [`RdmaMsg::Write`].
+pub const KIND_WRITE: u8 = 5;
+/// Frame kind of [`RdmaMsg::WriteAck`].
+pub const KIND_WRITE_ACK: u8 = 6;
+
+/// Bytes of the largest RDMA message header (`WRITE`); data chunks are the datagram
+/// payload minus this.
+pub const MAX_RDMA_HDR: usize = 40;
+
+/// Status of a served request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RdmaStatus {
+    /// Served.
+    Ok,
+    /// No registration with that key (never registered, or deregistered).
+    BadKey,
+    /// The range is not inside the registered region.
+    OutOfBounds,
+    /// The registered region no longer exists in the endpoint.
+    NoMemory,
+}
+
+impl RdmaStatus {
+    fn code(self) -> u32 {
+        match self {
+            RdmaStatus::Ok => 0,
+            RdmaStatus::BadKey => 1,
+            RdmaStatus::OutOfBounds => 2,
+            RdmaStatus::NoMemory => 3,
+        }
+    }
+
+    fn from_code(c: u32) -> RdmaStatus {
+        match c {
+            0 => RdmaStatus::Ok,
+            1 => RdmaStatus::BadKey,
+            2 => RdmaStatus::OutOfBounds,
+            _ => RdmaStatus::NoMemory,
+        }
+    }
+}
+
+/// A software-RDMA message. See the module documentation for the bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RdmaMsg {
+    /// Read `len` bytes at `addr` of the region `key`.
+    ReadReq {
+        /// Requester's operation id.
+        id: u64,
+        /// Remote key.
+        key: u64,
+        /// Remote address.
+        addr: u64,
+        /// Length.
+        len: u64,
+    },
+    /// Bytes of a read at `offset` from the request's `addr`.
+    ReadData {
+        /// Requester's operation id.
+        id: u64,
+        /// Offset in the request.
+        offset: u64,
+        /// The bytes.
+        data: Vec<u8>,
+    },
+    /// End (or refusal) of a read.
+    ReadResp {
+        /// Requester's operation id.
+        id: u64,
+        /// Outcome.
+        status: RdmaStatus,
+    },
+    /// One chunk of a write of `len` bytes at `addr` of the region `key`.
+    Write {
+        /// Requester's operation id.
+        id: u64,
+        /// Remote key.
+        key: u64,
+        /// Remote address of the whole request.
+        addr: u64,
+        /// Length of the whole request.
+        len: u64,
+        /// Offset of this chunk in the request.
+        offset: u64,
+        /// The chunk.
+        data: Vec<u8>,
+    },
+    /// Answer to one write chunk.
+    WriteAck {
+        /// Requester's operation id.
+        id: u64,
+        /// Bytes of the chunk.
+        len: u64,
+        /// Outcome.
+        status: RdmaStatus,
+    },
+}
+
+struct Rd<'a>(&'a [u8]);
+
+impl Rd<'_> {
+    fn u64(&mut self) -> Option<u64> {
+        let (h, t) = self.0.split_first_chunk::<8>()?;
+        self.0 = t;
+        Some(u64::from_le_bytes(*h))
+    }
+    fn u32(&mut self) -> Option<u32> {
+        let (h, t) = self.0.split_first_chunk::<4>()?;
+        self.0 = t;
+        Some(u32::from_le_bytes(*h))
+    }
+}
+
+impl RdmaMsg {
+    /// The frame kind.
+    pub fn kind(&self) -> u8 {
+        match self {
+            RdmaMsg::ReadReq { .. } => KIND_READ_REQ,
+            RdmaMsg::ReadData { .. } => KIND_READ_DATA,
+            RdmaMsg::ReadResp { .. } => KIND_READ_RESP,
+            RdmaMsg::Write { .. } => KIND_WRITE,
+            RdmaMsg::WriteAck { .. } => KIND_WRITE_ACK,
+        }
+    }
+
+    /// Whether this is a request (served by the peer) rather than a response.
+    pub fn is_request(&self) -> bool {
+        matches!(self, RdmaMsg::ReadReq { .. } | RdmaMsg::Write { .. })
+    }
+
+    /// Appends the body bytes to `out`.
+    pub fn emit(&self, out: &mut Vec<u8>) {
+        let mut put = |v: u64| out.extend_from_slice(&v.to_le_bytes());
+        match self {
+            RdmaMsg::ReadReq { id, key, addr, len } => {
+                put(*id);
+                put(*key);
+                put(*addr);
+                put(*len);
+            }
+            RdmaMsg::ReadData { id, offset, data } => {
+                put(*id);
+                put(*offset);
+                out.extend_from_slice(data);
+            }
+            RdmaMsg::ReadResp { id, status } => {
+                put(*id);
+                out.extend_from_slice(&status.code().to_le_bytes());
+            }
+            RdmaMsg::Write {
+                id,
+                key,
+                addr,
+                len,
+                offset,
+                data,
+            } => {
+                put(*id);
+                put(*key);
+                put(*addr);
+                put(*len);
+                put(*offset);
+                out.extend_from_slice(data);
+            }
+            RdmaMsg::WriteAck { id, len, status } => {
+                put(*id);
+                put(*len);
+                out.extend_from_slice(&status.code().to_le_bytes());
+            }
+        }
+    }
+
+    /// Parses a body of frame kind `kind`; `None` if it is not an RDMA kind or too short.
+    /// Fixed-size bodies must have exactly their size.
+    pub fn parse(kind: u8, body: &[u8]) -> Option<RdmaMsg> {
+        let mut r = Rd(body);
+        let msg = match kind {
+            KIND_READ_REQ => RdmaMsg::ReadReq {
+                id: r.u64()?,
+                key: r.u64()?,
+                addr: r.u64()?,
+                len: r.u64()?,
+            },
+            KIND_READ_DATA => {
+                let (id, offset) = (r.u64()?, r.u64()?);
+                let data = std::mem::take(&mut r.0).to_vec();
+                RdmaMsg::ReadData { id, offset, data }
+            }
+            KIND_READ_RESP => RdmaMsg::ReadResp {
+                id: r.u64()?,
+                status: RdmaStatus::from_code(r.u32()?),
+            },
+            KIND_WRITE => {
+                let (id, key, addr, len, offset) =
+                    (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+                let data = std::mem::take(&mut r.0).to_vec();
+                RdmaMsg::Write {
+                    id,
+                    key,
+                    addr,
+                    len,
+                    offset,
+                    data,
+                }
+            }
+            KIND_WRITE_ACK => RdmaMsg::WriteAck {
+                id: r.u64()?,
+                len: r.u64()?,
+                status: RdmaStatus::from_code(r.u32()?),
+            },
+            _ => return None,
+        };
+        r.0.is_empty().then_some(msg)
+    }
+}
+
+/// Software-RDMA counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RdmaStats {
+    /// Registrations made.
+    pub registered: u64,
+    /// Registrations released.
+    pub deregistered: u64,
+    /// Peer read requests served.
+    pub served_reads: u64,
+    /// Peer write chunks applied.
+    pub served_writes: u64,
+    /// Peer requests (read requests or write chunks) rejected: unknown or deregistered key.
+    pub rejected_key: u64,
+    /// Peer requests rejected: range outside the registered region.
+    pub rejected_bounds: u64,
+    /// Peer requests rejected: the region is gone from the endpoint.
+    pub rejected_memory: u64,
+    /// Local RDMA operations that failed (rejected by the peer, dead peer, bad local range).
+    pub failed_ops: u64,
+    /// Responses that named no pending operation or were inconsistent (dropped).
+    pub stray_responses: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Reg {
+    mem: MemHandle,
+    addr: u64,
+    len: u64,
+}
+
+#[derive(Debug)]
+struct Pending {
+    token: RdmaToken,
+    peer: RawAddr,
+    read: bool,
+    local: MemHandle,
+    offset: u64,
+    len: u64,
+    /// Bytes received (reads) or acknowledged (writes).
+    done: u64,
+    /// Reads: the responder's final status.
+    resp: Option<RdmaStatus>,
+    failed: bool,
+}
+
+/// Registrations and pending operations of one device. See the module documentation.
+#[derive(Debug)]
+pub struct SoftRdma {
+    regs: HashMap<u64, Reg>,
+    next_key: u64,
+    key_salt: u64,
+    next_addr: u64,
+    ops: HashMap<u64, Pending>,
+    next_id: u64,
+    /// Counters.
+    pub stats: RdmaStats,
+}
+
+impl SoftRdma {
+    /// A table whose keys carry `salt` in their upper half (so keys of different devices,
+    /// or of a restarted process, differ).
+    pub fn new(salt: u32) -> SoftRdma {
+        SoftRdma {
+            regs: HashMap::new(),
+            next_key: 1,
+            key_salt: (salt as u64) << 32,
+            next_addr: 1 << 40,
+            ops: HashMap::new(),
+            next_id: 1,
+            stats: RdmaStats::default(),
+        }
+    }
+
+    /// Registers region `mem` of `len` bytes: a fresh key and a fresh address range.
+    pub fn register(&mut self, mem: MemHandle, len: u64) -> MrKey {
+        let key = self.key_salt | (self.next_key & 0xffff_ffff);
+        self.next_key += 1;
+        let addr = self.next_addr;
+        // Leave a gap of at least one page so that an off-by-one range never lands in the
+        // next region.
+        self.next_addr = self
+            .next_addr
+            .saturating_add(len.saturating_add(8191) & !4095);
+        self.regs.insert(key, Reg { mem, addr, len });
+        self.stats.registered += 1;
+        MrKey { addr, key }
+    }
+
+    /// Releases a key; later requests naming it are rejected.
+    pub fn deregister(&mut self, key: u64) -> bool {
+        let had = self.regs.remove(&key).is_some();
+        if had {
+            self.stats.deregistered += 1;
+        }
+        had
+    }
+
+    /// Registrations alive.
+    pub fn registrations(&self) -> usize {
+        self.regs.len()
+    }
+
+    /// Operations in flight.
+    pub fn pending(&self) -> usize {
+        self.ops.len()
+    }
+
+    fn new_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    /// Starts an RDMA read from `peer`; returns the request to send.
+    pub fn start_read(
+        &mut self,
+        token: RdmaToken,
+        peer: RawAddr,
+        local: MemHandle,
+        offset: u64,
+        remote: RemoteAddr,
+        len: u64,
+    ) -> RdmaMsg {
+        let id = self.new_id();
+        self.ops.insert(
+            id,
+            Pending {
+                token,
+                peer,
+                read: true,
+                local,
+                offset,
+                len,
+                done: 0,
+                resp: None,
+                failed: false,
+            },
+        );
+        RdmaMsg::ReadReq {
+            id,
+            key: remote.key,
+            addr: remote.addr,
+            len,
+        }
+    }
+
+    /// Starts an RDMA write to `peer`: the chunks to send (at most `chunk` data bytes each,
+    /// at least one message even for zero bytes), or `None` if the local range is invalid
+    /// (the operation fails at once).
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_write(
+        &mut self,
+        token: RdmaToken,
+        peer: RawAddr,
+        local: MemHandle,
+        offset: u64,
+        remote: RemoteAddr,
+        len: u64,
+        mem: &dyn MemoryAccess,
+        chunk: usize,
+    ) -> Option<Vec<RdmaMsg>> {
+        let src = local_range(mem.region(local)?, offset, len)?;
+        let id = self.new_id();
+        self.ops.insert(
+            id,
+            Pending {
+                token,
+                peer,
+                read: false,
+                local,
+                offset,
+                len,
+                done: 0,
+                resp: None,
+                failed: false,
+            },
+        );
+        let chunk = chunk.max(1);
+        let mut out = Vec::with_capacity(src.len() / chunk + 1);
+        let mut off = 0usize;
+        loop {
+            let end = (off + chunk).min(src.len());
+            out.push(RdmaMsg::Write {
+                id,
+                key: remote.key,
+                addr: remote.addr,
+                len,
+                offset: off as u64,
+                data: src[off..end].to_vec(),
+            });
+            off = end;
+            if off >= src.len() {
+                break;
+            }
+        }
+        Some(out)
+    }
+
+    fn check(
+        &mut self,
+        key: u64,
+        addr: u64,
+        len: u64,
+        mem: &dyn MemoryAccess,
+    ) -> Result<(MemHandle, usize), RdmaStatus> {
+        let status = match self.regs.get(&key) {
+            None => RdmaStatus::BadKey,
+            Some(r) => match addr.checked_sub(r.addr).and_then(|o| {
+                let end = o.checked_add(len)?;
+                (end <= r.len).then_some(o)
+            }) {
+                None => RdmaStatus::OutOfBounds,
+                Some(o) => match mem.region(r.mem) {
+                    Some(b) if (b.len() as u64) >= r.len => {
+                        return Ok((r.mem, o as usize));
+                    }
+                    _ => RdmaStatus::NoMemory,
+                },
+            },
+        };
+        match status {
+            RdmaStatus::BadKey => self.stats.rejected_key += 1,
+            RdmaStatus::OutOfBounds => self.stats.rejected_bounds += 1,
+            _ => self.stats.rejected_memory += 1,
+        }
+        Err(status)
+    }
+
+    /// Serves a peer's request against the local memory; returns the responses to send
+    /// back (reads: data chunks of at most `chunk` bytes, then the status).
+    pub fn serve(
+        &mut self,
+        msg: RdmaMsg,
+        mem: &mut dyn MemoryAccess,
+        chunk: usize,
+    ) -> Vec<RdmaMsg> {
+        match msg {
+            RdmaMsg::ReadReq { id, key, addr, len } => {
+                let (h, off) = match self.check(key, addr, len, mem) {
+                    Ok(x) => x,
+                    Err(status) => return vec![RdmaMsg::ReadResp { id, status }],
+                };
+                self.stats.served_reads += 1;
+                let Some(src) = mem.region(h).and_then(|b| local_range(b, off as u64, len)) else {
+                    return vec![RdmaMsg::ReadResp {
+                        id,
+                        status: RdmaStatus::NoMemory,
+                    }];
+                };
+                let chunk = chunk.max(1);
+                let mut out = Vec::with_capacity(src.len() / chunk + 2);
+                for (i, c) in src.chunks(chunk).enumerate() {
+                    out.push(RdmaMsg::ReadData {
+                        id,
+                        offset: (i * chunk) as u64,
+                        data: c.to_vec(),
+                    });
+                }
+                out.push(RdmaMsg::ReadResp {
+                    id,
+                    status: RdmaStatus::Ok,
+                });
+                out
+            }
+            RdmaMsg::Write {
+                id,
+                key,
+                addr,
+                len,
+                offset,
+                data,
+            } => {
+                let clen = data.len() as u64;
+                let ack = |status| {
+                    vec![RdmaMsg::WriteAck {
+                        id,
+                        len: clen,
+                        status,
+                    }]
+                };
+                let inside = offset.checked_add(clen).is_some_and(|e| e <= len);
+                if !inside {
+                    self.stats.rejected_bounds += 1;
+                    return ack(RdmaStatus::OutOfBounds);
+                }
+                let (h, off) = match self.check(key, addr, len, mem) {
+                    Ok(x) => x,
+                    Err(s) => return ack(s),
+                };
+                let dst = mem.region_mut(h).and_then(|b| {
+                    let s = off.checked_add(offset as usize)?;
+                    b.get_mut(s..s.checked_add(data.len())?)
+                });
+                match dst {
+                    Some(d) => {
+                        d.copy_from_slice(&data);
+                        self.stats.served_writes += 1;
+                        ack(RdmaStatus::Ok)
+                    }
+                    None => {
+                        self.stats.rejected_memory += 1;
+                        ack(RdmaStatus::NoMemory)
+                    }
+                }
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Applies a response from `peer`; returns the finished operation, if any.
+    pub fn on_response(
+        &mut self,
+        peer: &RawAddr,
+        msg: RdmaMsg,
+        mem: &mut dyn MemoryAccess,
+    ) -> Option<(RdmaToken, bool)> {
+        let id = match &msg {
+            RdmaMsg::ReadData { id, .. }
+            | RdmaMsg::ReadResp { id, .. }
+            | RdmaMsg::WriteAck { id, .. } => *id,
+            _ => return None,
+        };
+        let Some(p) = self.ops.get_mut(&id) else {
+            self.stats.stray_responses += 1;
+            return None;
+        };
+        if !same_peer(&p.peer, peer) {
+            self.stats.stray_responses += 1;
+            return None;
+        }
+        match msg {
+            RdmaMsg::ReadData { offset, data, .. } if p.read => {
+                let end = offset.checked_add(data.len() as u64);
+                if end.is_none_or(|e| e > p.len) {
+                    self.stats.stray_responses += 1;
+                    return None;
+                }
+                let dst = mem.region_mut(p.local).and_then(|b| {
+                    let s = usize::try_from(p.offset.checked_add(offset)?).ok()?;
+                    b.get_mut(s..s.checked_add(data.len())?)
+                });
+                match dst {
+                    Some(d) => {
+                        d.copy_from_slice(&data);
+                        p.done += data.len() as u64;
+                    }
+                    None => p.failed = true,
+                }
+            }
+            RdmaMsg::ReadResp { status, .. } if p.read => {
+                p.resp = Some(status);
+                if status != RdmaStatus::Ok {
+                    p.failed = true;
+                }
+            }
+            RdmaMsg::WriteAck { len, status, .. } if !p.read => {
+                if status != RdmaStatus::Ok {
+                    p.failed = true;
+                }
+                p.done = p.done.saturating_add(len);
+            }
+            _ => {
+                self.stats.stray_responses += 1;
+                return None;
+            }
+        }
+        let finished = if p.read {
+            p.failed || (p.resp == Some(RdmaStatus::Ok) && p.done >= p.len)
+        } else {
+            // Every chunk is answered once; a failure waits for the rest so that no late
+            // ack finds a reused id.
+            p.done >= p.len && (p.len > 0 || p.done == 0)
+        };
+        if !finished {
+            return None;
+        }
+        let p = self.ops.remove(&id)?;
+        if p.failed {
+            self.stats.failed_ops += 1;
+        }
+        Some((p.token, !p.failed))
+    }
+
+    /// Fails every operation towards `peer` (its device stopped answering).
+    pub fn fail_peer(&mut self, peer: &RawAddr) -> Vec<RdmaToken> {
+        let ids: Vec<u64> = self
+            .ops
+            .iter()
+            .filter(|(_, p)| same_peer(&p.peer, peer))
+            .map(|(id, _)| *id)
+            .collect();
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(p) = self.ops.remove(&id) {
+                self.stats.failed_ops += 1;
+                out.push(p.token);
+            }
+        }
+        out
+    }
+}
+
+fn local_range(b: &[u8], offset: u64, len: u64) -> Option<&[u8]> {
+    let s = usize::try_from(offset).ok()?;
+    let l = usize::try_from(len).ok()?;
+    b.get(s..s.checked_add(l)?)
+}
+
+/// Same device: GID, QP and connid.
+pub fn same_peer(a: &RawAddr, b: &RawAddr) -> bool {
+    a.gid == b.gid && a.qpn == b.qpn && a.qkey == b.qkey
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    quickcheck::quickcheck! {
+        fn parse_arbitrary_never_panics(kind: u8, body: Vec<u8>) -> bool {
+            if let Some(m) = RdmaMsg::parse(kind, &body) {
+                let mut again = Vec::new();
+                m.emit(&mut again);
+                // Status codes above 3 collapse to NoMemory; everything else round-trips.
+                RdmaMsg::parse(kind, &again) == Some(m)
+            } else {
+                true
+            }
+        }
+    }
+}

@@ -1,0 +1,746 @@
+//! The UDP device: EFA SRD semantics over UDP sockets.
+//!
+//! - **Reliable, unordered, MTU-bounded.** Every frame but a pure acknowledgement carries a
+//!   per-connection sequence number; the receiver acknowledges cumulatively plus a 64-bit
+//!   selective-ack bitmap, piggybacked on every frame it sends (or in a pure ACK frame at
+//!   the end of a `progress` that received something). Unacknowledged frames are sent again
+//!   after a retransmission timeout (RTT-estimated, doubled on every retry, bounded); a
+//!   frame still unacknowledged after [`UdpConfig::peer_timeout`] fails the connection
+//!   (its sends complete with `SendOutcome::Error`, its RDMA operations fail). Duplicates
+//!   (retransmissions, duplicated datagrams) are suppressed by the receive window; frames
+//!   are handed up in arrival order, which may differ from the send order (SRD does not
+//!   order either). A send completes (`SendOutcome::Ok`) when the peer acknowledges it; a
+//!   send beyond [`UdpConfig::max_queued`] queued frames is refused with
+//!   `SendOutcome::Again`, which the endpoint retries (the "partial send").
+//! - **Datagrams** fit a path MTU of [`UdpConfig::path_mtu`] (default 1500, up to 9000):
+//!   `path_mtu − 48` bytes (IPv6 + UDP headers, so IPv4 fits too); the EFA packet MTU is that
+//!   minus the 32-byte frame header ([`UdpDevice::mtu`]).
+//! - **Software RDMA** ([`crate::soft_rdma`]): a read or write names `(key, addr, len)` of a
+//!   region the peer registered; the serving device checks key and bounds and rejects (and
+//!   counts) anything else, leaving the data untouched. Registrations get fresh keys whose
+//!   upper 32 bits are random per device.
+//! - **Non-blocking socket, batched syscalls** (`sendmmsg`/`recvmmsg` on Linux), `poll` with a
+//!   timeout computed from the next retransmission deadline: no busy-spin when idle.
+//! - **Address**: the socket address and a random connid ([`crate::UdpAddr`],
+//!   `udp://127.0.0.1:4000/0x1a2b3c4d`), which is also the endpoint's raw address.
+//!
+//! # Wire format
+//!
+//! Each UDP datagram is one frame: a 32-byte header, then the body. Little-endian.
+//!
+//! | Offset | Size | Field | Meaning |
+//! |---|---|---|---|
+//! | 0 | 2 | magic | `"TM"` (`54 4D`) |
+//! | 2 | 1 | version | 1 |
+//! | 3 | 1 | kind | 0 ACK (no body, `seq` 0), 1 PKT (body: one EFA packet), 2–6 software RDMA (bodies in [`crate::soft_rdma`]) |
+//! | 4 | 4 | src_connid | sender's connid |
+//! | 8 | 4 | dst_connid | receiver's connid as the sender knows it; frames for another connid are dropped (a restarted peer) |
+//! | 12 | 4 | seq | sequence number of this frame on the connection, from 1; 0 only for ACK |
+//! | 16 | 4 | ack | every seq ≤ `ack` of the other direction was received |
+//! | 20 | 8 | sack | bit *i*: seq `ack + 2 + i` was received too |
+//! | 28 | 2 | body_len | bytes after the header; must equal the datagram length − 32 |
+//! | 30 | 2 | reserved | 0 |
+//! | 32 | body_len | body | |
+//!
+//! A connection is identified by the peer's socket address and connid; it carries at most
+//! 2³² − 1 frames in each direction (then it is failed like a dead peer). Datagrams that do
+//! not parse are counted and dropped; nothing panics on network input.
+
+pub mod frame;
+pub mod shim;
+pub mod sock;
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::io;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use tagmatch_rdm::{SendOutcome, SendToken, Transmit};
+use tagmatch_wire::efa::RawAddr;
+
+use crate::addr::UdpAddr;
+use crate::device::{DeviceEvent, MemoryAccess, RdmDevice};
+use crate::rng::{entropy, XorShift};
+use crate::soft_rdma::{RdmaMsg, RdmaStats, SoftRdma, MAX_RDMA_HDR};
+use frame::{Header, HDR_LEN, KIND_ACK, KIND_PKT};
+use shim::{Shim, ShimConfig, ShimStats};
+use sock::{Sock, SockStats};
+
+/// IPv6 + UDP header bytes subtracted from the path MTU.
+pub const IP_UDP_OVERHEAD: usize = 48;
+/// Smallest accepted path MTU.
+pub const MIN_PATH_MTU: usize = 576;
+/// Largest accepted path MTU.
+pub const MAX_PATH_MTU: usize = 9000;
+/// How far beyond the cumulative ack a received sequence number may be.
+pub const RECV_WINDOW: u32 = 1 << 16;
+
+/// UDP device settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdpConfig {
+    /// Address to bind: a concrete IP (it becomes the printed address); port 0 picks one.
+    pub bind: SocketAddr,
+    /// Path MTU (576..=9000; default 1500).
+    pub path_mtu: usize,
+    /// The connid; `None` draws a random one.
+    pub connid: Option<u32>,
+    /// Unacknowledged frames per connection (the send window).
+    pub max_inflight: usize,
+    /// Frames queued per connection (window + waiting) before a send gets `Again`.
+    pub max_queued: usize,
+    /// Retransmission timeout before the first RTT sample.
+    pub initial_rto: Duration,
+    /// Smallest retransmission timeout.
+    pub min_rto: Duration,
+    /// Largest retransmission timeout (after backoff).
+    pub max_rto: Duration,
+    /// A frame unacknowledged this long fails its connection.
+    pub peer_timeout: Duration,
+    /// Datagrams per `sendmmsg`/`recvmmsg` call.
+    pub batch: usize,
+    /// Socket-layer fault injection (tests).
+    pub shim: Option<ShimConfig>,
+}
+
+impl UdpConfig {
+    /// Defaults, bound to `bind`.
+    pub fn new(bind: SocketAddr) -> UdpConfig {
+        UdpConfig {
+            bind,
+            path_mtu: 1500,
+            connid: None,
+            max_inflight: 256,
+            max_queued: 8192,
+            initial_rto: Duration::from_millis(50),
+            min_rto: Duration::from_millis(25),
+            max_rto: Duration::from_millis(1000),
+            peer_timeout: Duration::from_secs(10),
+            batch: 32,
+            shim: None,
+        }
+    }
+}
+
+/// UDP device counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct UdpStats {
+    /// Socket counters (datagrams, syscalls).
+    pub sock: SockStats,
+    /// Software-RDMA counters (served and rejected requests).
+    pub rdma: RdmaStats,
+    /// Fault-shim counters.
+    pub shim: ShimStats,
+    /// Sequenced frames sent for the first time.
+    pub frames_sent: u64,
+    /// Frames sent again after a timeout.
+    pub retransmits: u64,
+    /// Pure ACK frames sent.
+    pub acks_sent: u64,
+    /// Sequenced frames received and handed up.
+    pub frames_received: u64,
+    /// Received frames already seen (suppressed).
+    pub duplicates: u64,
+    /// Datagrams that are not frames.
+    pub bad_frames: u64,
+    /// Frames for another connid.
+    pub wrong_connid: u64,
+    /// Frames too far ahead of the receive window (dropped, retransmitted later).
+    pub beyond_window: u64,
+    /// Frame bodies that did not parse (RDMA messages).
+    pub bad_bodies: u64,
+    /// Sends refused with `Again` (queue full).
+    pub send_again: u64,
+    /// Connections failed (peer timeout).
+    pub peers_failed: u64,
+}
+
+#[derive(Debug)]
+struct TxFrame {
+    kind: u8,
+    body: Vec<u8>,
+    token: Option<SendToken>,
+    first_sent: Instant,
+    last_sent: Instant,
+    deadline: Instant,
+    retries: u32,
+}
+
+#[derive(Debug)]
+struct Conn {
+    peer: RawAddr,
+    sock: SocketAddr,
+    next_seq: u64,
+    unacked: BTreeMap<u64, TxFrame>,
+    waiting: VecDeque<TxFrame>,
+    srtt: Option<Duration>,
+    rttvar: Duration,
+    cum: u32,
+    ooo: HashSet<u32>,
+    ack_needed: bool,
+}
+
+impl Conn {
+    fn new(peer: RawAddr, sock: SocketAddr) -> Conn {
+        Conn {
+            peer,
+            sock,
+            next_seq: 1,
+            unacked: BTreeMap::new(),
+            waiting: VecDeque::new(),
+            srtt: None,
+            rttvar: Duration::ZERO,
+            cum: 0,
+            ooo: HashSet::new(),
+            ack_needed: false,
+        }
+    }
+
+    fn sack(&self) -> u64 {
+        if self.ooo.is_empty() {
+            return 0;
+        }
+        let mut s = 0u64;
+        for i in 0..64u32 {
+            if let Some(q) = self.cum.checked_add(2 + i) {
+                if self.ooo.contains(&q) {
+                    s |= 1 << i;
+                }
+            }
+        }
+        s
+    }
+
+    fn rto(&self, cfg: &UdpConfig) -> Duration {
+        match self.srtt {
+            None => cfg.initial_rto,
+            Some(s) => (s + 4 * self.rttvar).clamp(cfg.min_rto, cfg.max_rto),
+        }
+    }
+
+    fn idle(&self) -> bool {
+        self.unacked.is_empty() && self.waiting.is_empty() && !self.ack_needed
+    }
+}
+
+type ConnKey = (SocketAddr, u32);
+
+/// The UDP device. See the module documentation.
+#[derive(Debug)]
+pub struct UdpDevice {
+    cfg: UdpConfig,
+    sock: Sock,
+    addr: UdpAddr,
+    conns: HashMap<ConnKey, Conn>,
+    txq: VecDeque<(SocketAddr, Vec<u8>)>,
+    rxq: Vec<(SocketAddr, Vec<u8>)>,
+    shim: Option<Shim>,
+    rdma: SoftRdma,
+    events: VecDeque<DeviceEvent>,
+    stats: UdpStats,
+}
+
+impl UdpDevice {
+    /// Binds a device.
+    pub fn bind(cfg: UdpConfig) -> io::Result<UdpDevice> {
+        let mut cfg = cfg;
+        cfg.path_mtu = cfg.path_mtu.clamp(MIN_PATH_MTU, MAX_PATH_MTU);
+        cfg.max_inflight = cfg.max_inflight.clamp(1, (RECV_WINDOW / 2) as usize);
+        cfg.max_queued = cfg.max_queued.max(cfg.max_inflight);
+        if cfg.bind.ip().is_unspecified() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "bind a concrete IP: it is the device's printed address",
+            ));
+        }
+        let sock = Sock::bind(cfg.bind, cfg.batch)?;
+        let local = sock.local_addr()?;
+        let mut rng = XorShift::new(entropy() ^ local.port() as u64);
+        let connid = cfg.connid.unwrap_or_else(|| (rng.next_u64() as u32).max(1));
+        Ok(UdpDevice {
+            sock,
+            addr: UdpAddr {
+                sock: local,
+                connid,
+            },
+            conns: HashMap::new(),
+            txq: VecDeque::new(),
+            rxq: Vec::new(),
+            shim: cfg.shim.map(Shim::new),
+            rdma: SoftRdma::new(rng.next_u64() as u32),
+            events: VecDeque::new(),
+            stats: UdpStats::default(),
+            cfg,
+        })
+    }
+
+    /// The printable address (`udp://IP:PORT/CONNID`).
+    pub fn udp_addr(&self) -> UdpAddr {
+        self.addr
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> UdpStats {
+        let mut s = self.stats;
+        s.sock = self.sock.stats;
+        s.rdma = self.rdma.stats;
+        if let Some(sh) = &self.shim {
+            s.shim = sh.stats;
+        }
+        s
+    }
+
+    /// The configuration in force (after clamping).
+    pub fn config(&self) -> &UdpConfig {
+        &self.cfg
+    }
+
+    fn datagram_max(&self) -> usize {
+        self.cfg.path_mtu - IP_UDP_OVERHEAD
+    }
+
+    fn rdma_chunk(&self) -> usize {
+        self.datagram_max() - HDR_LEN - MAX_RDMA_HDR
+    }
+
+    fn conn_mut(&mut self, peer: &RawAddr) -> &mut Conn {
+        let u = UdpAddr::from_raw(peer);
+        self.conns
+            .entry((u.sock, u.connid))
+            .or_insert_with(|| Conn::new(*peer, u.sock))
+    }
+
+    /// Queues a datagram through the shim.
+    fn out(&mut self, to: SocketAddr, d: Vec<u8>) {
+        match &mut self.shim {
+            Some(s) => s.push((to, d), &mut self.txq),
+            None => self.txq.push_back((to, d)),
+        }
+    }
+
+    /// Queues a reliable frame; `false` if the connection's queue is full.
+    fn enqueue(
+        &mut self,
+        peer: &RawAddr,
+        kind: u8,
+        body: Vec<u8>,
+        token: Option<SendToken>,
+        bounded: bool,
+    ) -> bool {
+        let max_queued = self.cfg.max_queued;
+        let now = Instant::now();
+        let c = self.conn_mut(peer);
+        if bounded && c.unacked.len() + c.waiting.len() >= max_queued {
+            return false;
+        }
+        c.waiting.push_back(TxFrame {
+            kind,
+            body,
+            token,
+            first_sent: now,
+            last_sent: now,
+            deadline: now,
+            retries: 0,
+        });
+        true
+    }
+
+    /// Moves waiting frames of every connection into its window and onto the wire.
+    fn fill_windows(&mut self) {
+        let now = Instant::now();
+        let keys: Vec<ConnKey> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| !c.waiting.is_empty() && c.unacked.len() < self.cfg.max_inflight)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in keys {
+            let mut dgs = Vec::new();
+            if let Some(c) = self.conns.get_mut(&k) {
+                let rto = c.rto(&self.cfg);
+                while c.unacked.len() < self.cfg.max_inflight && c.next_seq <= u32::MAX as u64 {
+                    let Some(mut f) = c.waiting.pop_front() else {
+                        break;
+                    };
+                    let seq = c.next_seq;
+                    c.next_seq += 1;
+                    f.first_sent = now;
+                    f.last_sent = now;
+                    f.deadline = now + rto;
+                    let h = Header {
+                        kind: f.kind,
+                        src_connid: self.addr.connid,
+                        dst_connid: c.peer.qkey,
+                        seq: seq as u32,
+                        ack: c.cum,
+                        sack: c.sack(),
+                    };
+                    c.ack_needed = false;
+                    dgs.push((c.sock, h.datagram(&f.body)));
+                    c.unacked.insert(seq, f);
+                }
+                self.stats.frames_sent += dgs.len() as u64;
+            }
+            for (to, d) in dgs {
+                self.out(to, d);
+            }
+        }
+    }
+
+    /// Retransmits due frames, fails connections whose peer stopped answering; returns the
+    /// next deadline.
+    fn timers(&mut self, now: Instant) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        let mut dead = Vec::new();
+        let mut dgs = Vec::new();
+        let (cfg, my_connid) = (self.cfg, self.addr.connid);
+        for (k, c) in self.conns.iter_mut() {
+            let rto = c.rto(&cfg);
+            let (cum, sack) = (c.cum, c.sack());
+            let mut resent = false;
+            for (&seq, f) in c.unacked.iter_mut() {
+                if now.duration_since(f.first_sent) >= cfg.peer_timeout {
+                    dead.push(*k);
+                    break;
+                }
+                if f.deadline <= now {
+                    f.retries += 1;
+                    f.last_sent = now;
+                    let backoff = rto
+                        .saturating_mul(1u32 << f.retries.min(16))
+                        .min(cfg.max_rto);
+                    f.deadline = now + backoff;
+                    let h = Header {
+                        kind: f.kind,
+                        src_connid: my_connid,
+                        dst_connid: c.peer.qkey,
+                        seq: seq as u32,
+                        ack: cum,
+                        sack,
+                    };
+                    dgs.push((c.sock, h.datagram(&f.body)));
+                    resent = true;
+                }
+                next = Some(next.map_or(f.deadline, |n| n.min(f.deadline)));
+            }
+            if resent {
+                c.ack_needed = false;
+            }
+            if c.next_seq > u32::MAX as u64 && !c.waiting.is_empty() {
+                dead.push(*k);
+            }
+        }
+        self.stats.retransmits += dgs.len() as u64;
+        for (to, d) in dgs {
+            self.out(to, d);
+        }
+        for k in dead {
+            self.fail_conn(k);
+        }
+        next
+    }
+
+    fn fail_conn(&mut self, k: ConnKey) {
+        let Some(c) = self.conns.remove(&k) else {
+            return;
+        };
+        self.stats.peers_failed += 1;
+        tracing::debug!(peer = %UdpAddr::from_raw(&c.peer), "UDP peer failed");
+        for f in c.unacked.into_values().chain(c.waiting) {
+            if let Some(token) = f.token {
+                self.events.push_back(DeviceEvent::SendDone {
+                    token,
+                    outcome: SendOutcome::Error,
+                });
+            }
+        }
+        for token in self.rdma.fail_peer(&c.peer) {
+            self.events
+                .push_back(DeviceEvent::RdmaDone { token, ok: false });
+        }
+    }
+
+    fn on_ack(&mut self, k: ConnKey, ack: u32, sack: u64, now: Instant) {
+        let Some(c) = self.conns.get_mut(&k) else {
+            return;
+        };
+        let mut acked = Vec::new();
+        while let Some((&s, _)) = c.unacked.first_key_value() {
+            if s > ack as u64 {
+                break;
+            }
+            if let Some(f) = c.unacked.remove(&s) {
+                acked.push(f);
+            }
+        }
+        if sack != 0 {
+            for i in 0..64u64 {
+                if sack & (1 << i) != 0 {
+                    if let Some(f) = c.unacked.remove(&(ack as u64 + 2 + i)) {
+                        acked.push(f);
+                    }
+                }
+            }
+        }
+        for f in acked {
+            if f.retries == 0 {
+                // Karn: RTT samples from frames sent once only.
+                let r = now.duration_since(f.last_sent);
+                match c.srtt {
+                    None => {
+                        c.srtt = Some(r);
+                        c.rttvar = r / 2;
+                    }
+                    Some(s) => {
+                        let d = s.abs_diff(r);
+                        c.rttvar = (c.rttvar * 3 + d) / 4;
+                        c.srtt = Some((s * 7 + r) / 8);
+                    }
+                }
+            }
+            if let Some(token) = f.token {
+                self.events.push_back(DeviceEvent::SendDone {
+                    token,
+                    outcome: SendOutcome::Ok,
+                });
+            }
+        }
+    }
+
+    fn on_datagram(
+        &mut self,
+        from: SocketAddr,
+        d: &[u8],
+        mem: &mut dyn MemoryAccess,
+        now: Instant,
+    ) {
+        let (h, body) = match Header::parse(d) {
+            Ok(x) => x,
+            Err(_) => {
+                self.stats.bad_frames += 1;
+                return;
+            }
+        };
+        if h.dst_connid != self.addr.connid {
+            self.stats.wrong_connid += 1;
+            return;
+        }
+        let k = (from, h.src_connid);
+        if h.kind == KIND_ACK {
+            // A pure ACK creates no connection.
+            self.on_ack(k, h.ack, h.sack, now);
+            return;
+        }
+        let peer = UdpAddr {
+            sock: from,
+            connid: h.src_connid,
+        }
+        .to_raw();
+        self.conns.entry(k).or_insert_with(|| Conn::new(peer, from));
+        self.on_ack(k, h.ack, h.sack, now);
+        let Some(c) = self.conns.get_mut(&k) else {
+            return;
+        };
+        c.ack_needed = true;
+        let seq = h.seq;
+        if seq <= c.cum || c.ooo.contains(&seq) {
+            self.stats.duplicates += 1;
+            return;
+        }
+        if seq - c.cum > RECV_WINDOW {
+            self.stats.beyond_window += 1;
+            return;
+        }
+        if seq == c.cum + 1 {
+            c.cum = seq;
+            while let Some(n) = c.cum.checked_add(1) {
+                if !c.ooo.remove(&n) {
+                    break;
+                }
+                c.cum = n;
+            }
+        } else {
+            c.ooo.insert(seq);
+        }
+        self.stats.frames_received += 1;
+        if h.kind == KIND_PKT {
+            self.events.push_back(DeviceEvent::Recv {
+                src: peer,
+                bytes: body.to_vec(),
+            });
+            return;
+        }
+        let Some(msg) = RdmaMsg::parse(h.kind, body) else {
+            self.stats.bad_bodies += 1;
+            return;
+        };
+        if msg.is_request() {
+            let chunk = self.rdma_chunk();
+            for r in self.rdma.serve(msg, mem, chunk) {
+                let mut b = Vec::new();
+                r.emit(&mut b);
+                self.enqueue(&peer, r.kind(), b, None, false);
+            }
+        } else if let Some((token, ok)) = self.rdma.on_response(&peer, msg, mem) {
+            self.events.push_back(DeviceEvent::RdmaDone { token, ok });
+        }
+    }
+
+    /// Sends pure ACKs where a received frame has not been acknowledged by a data frame.
+    fn acks(&mut self) {
+        let mut dgs = Vec::new();
+        for c in self.conns.values_mut() {
+            if c.ack_needed {
+                c.ack_needed = false;
+                let h = Header {
+                    kind: KIND_ACK,
+                    src_connid: self.addr.connid,
+                    dst_connid: c.peer.qkey,
+                    seq: 0,
+                    ack: c.cum,
+                    sack: c.sack(),
+                };
+                dgs.push((c.sock, h.datagram(&[])));
+            }
+        }
+        self.stats.acks_sent += dgs.len() as u64;
+        for (to, d) in dgs {
+            self.out(to, d);
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if let Some(s) = &mut self.shim {
+            s.release(&mut self.txq);
+        }
+        self.sock.send_all(&mut self.txq, self.cfg.batch)
+    }
+}
+
+impl RdmDevice for UdpDevice {
+    fn addr(&self) -> RawAddr {
+        self.addr.to_raw()
+    }
+
+    fn mtu(&self) -> usize {
+        self.datagram_max() - HDR_LEN
+    }
+
+    fn submit(&mut self, t: Transmit, mem: &mut dyn MemoryAccess) {
+        match t {
+            Transmit::Send {
+                token, dest, bytes, ..
+            } => {
+                if bytes.len() > self.mtu() {
+                    self.events.push_back(DeviceEvent::SendDone {
+                        token,
+                        outcome: SendOutcome::Error,
+                    });
+                } else if !self.enqueue(&dest, KIND_PKT, bytes, Some(token), true) {
+                    self.stats.send_again += 1;
+                    self.events.push_back(DeviceEvent::SendDone {
+                        token,
+                        outcome: SendOutcome::Again,
+                    });
+                }
+            }
+            Transmit::RdmaRead {
+                token,
+                dest,
+                local,
+                offset,
+                remote,
+                len,
+                ..
+            } => {
+                let req = self
+                    .rdma
+                    .start_read(token, dest, local, offset, remote, len);
+                let mut b = Vec::new();
+                req.emit(&mut b);
+                self.enqueue(&dest, req.kind(), b, None, false);
+            }
+            Transmit::RdmaWrite {
+                token,
+                dest,
+                local,
+                offset,
+                remote,
+                len,
+                ..
+            } => {
+                let chunk = self.rdma_chunk();
+                match self
+                    .rdma
+                    .start_write(token, dest, local, offset, remote, len, mem, chunk)
+                {
+                    Some(msgs) => {
+                        for m in msgs {
+                            let mut b = Vec::new();
+                            m.emit(&mut b);
+                            self.enqueue(&dest, m.kind(), b, None, false);
+                        }
+                    }
+                    None => self
+                        .events
+                        .push_back(DeviceEvent::RdmaDone { token, ok: false }),
+                }
+            }
+            Transmit::Register { mem: h, len } => {
+                let key = self.rdma.register(h, len);
+                self.events.push_back(DeviceEvent::RegisterDone {
+                    mem: h,
+                    result: Ok(key),
+                });
+            }
+            Transmit::Deregister { key } => {
+                self.rdma.deregister(key);
+            }
+        }
+        self.fill_windows();
+    }
+
+    fn progress(
+        &mut self,
+        mem: &mut dyn MemoryAccess,
+        timeout: Option<Duration>,
+    ) -> io::Result<()> {
+        let now = Instant::now();
+        self.fill_windows();
+        let next = self.timers(now);
+        self.flush()?;
+        let busy = !self.events.is_empty() || self.shim.as_ref().is_some_and(|s| s.held() > 0);
+        let wait = if busy {
+            Some(Duration::ZERO)
+        } else {
+            let until_timer = next.map(|n| n.saturating_duration_since(now));
+            match (timeout, until_timer) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
+        };
+        self.sock.wait(!self.txq.is_empty(), wait)?;
+        let mut rx = std::mem::take(&mut self.rxq);
+        self.sock.recv_all(&mut rx, 16)?;
+        let now = Instant::now();
+        for (from, d) in rx.drain(..) {
+            self.on_datagram(from, &d, mem, now);
+        }
+        self.rxq = rx;
+        self.fill_windows();
+        self.timers(now);
+        self.acks();
+        self.flush()
+    }
+
+    fn poll_event(&mut self) -> Option<DeviceEvent> {
+        self.events.pop_front()
+    }
+
+    fn is_idle(&self) -> bool {
+        self.events.is_empty()
+            && self.txq.is_empty()
+            && self.rdma.pending() == 0
+            && self.shim.as_ref().is_none_or(|s| s.held() == 0)
+            && self.conns.values().all(Conn::idle)
+    }
+}
