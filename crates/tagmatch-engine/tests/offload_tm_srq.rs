@@ -365,3 +365,44 @@ fn counts_are_compared_on_16_bits_like_the_mlx5_wqe() {
     assert_eq!(c[0].wc_flags, wc_flags::TM_SYNC_REQ);
     assert!(!s.list()[1].enabled);
 }
+
+#[test]
+fn arrivals_from_wire_bytes() {
+    use tagmatch_wire::tm::{TmRepr, Tmh};
+    // A RNDV request as bytes on the wire (big-endian TMH + RVH + 8 bytes of data).
+    let rvh = Rvh {
+        va: 0x1122_3344_5566_7788,
+        rkey: 0x99,
+        len: 4096,
+    };
+    let repr = TmRepr {
+        tmh: Tmh {
+            opcode: TmOpcode::Rndv,
+            reserved: [0; 3],
+            app_ctx: 0xabcd,
+            tag: 0x0102_0304_0506_0708,
+        },
+        rvh: Some(rvh),
+        payload: &[7; 8],
+    };
+    let mut bytes = vec![0; repr.buffer_len()];
+    repr.emit(&mut bytes).unwrap();
+    let parsed = TmRepr::parse_bytes(&bytes).unwrap();
+    let msg = WireMsg::from_repr(&parsed, 5u32);
+    assert_eq!(msg.wire_len(), 40);
+    let mut s = srq(2, 4);
+    add(&mut s, 1, 0x0102_0304_0000_0000, !0xffff_ffffu64, 0);
+    drain_ops(&mut s);
+    s.arrive(msg).unwrap();
+    let c = s.poll_cq().unwrap();
+    assert_eq!(c.wr_id, 1);
+    assert_eq!(
+        c.tm_info,
+        Some(TmInfo {
+            tag: 0x0102_0304_0506_0708,
+            priv_: 0xabcd
+        })
+    );
+    assert!(s.complete_transfer());
+    assert_eq!(s.fins()[0].1, rvh);
+}
