@@ -234,6 +234,12 @@ impl Layout {
         }
     }
 
+    /// Offset of `field`, or 0 when the layout has no such field.
+    #[inline(always)]
+    pub(crate) fn offset(&self, field: Field) -> usize {
+        self.offsets[field as usize] as usize
+    }
+
     /// Bit `f` set for each field `f` the layout has.
     #[inline]
     pub(crate) fn present_mask(&self) -> u32 {
