@@ -787,6 +787,17 @@ impl<P> TmSrq<P> {
             .collect()
     }
 
+    /// The lemma the driver's proof rests on: no enabled entry follows a disabled one in
+    /// list order (disabled entries are those appended since the counts last agreed).
+    pub fn disabled_entries_form_a_suffix(&self) -> bool {
+        !self
+            .list
+            .iter()
+            .map(|&h| self.slots[h as usize].enabled)
+            .skip_while(|&enabled| enabled)
+            .any(|enabled| enabled)
+    }
+
     /// Handles not free (in the list, queued, or draining).
     pub fn tags_in_use(&self) -> usize {
         self.slots

@@ -241,8 +241,22 @@ impl Harness {
                 other => return Err(format!("unexpected event {other:?}")),
             }
         }
+        self.invariants()
+    }
+
+    fn invariants(&self) -> Res {
         if self.d.counters().order_violations != 0 {
             return Err("driver saw an order violation".into());
+        }
+        if self
+            .d
+            .hw()
+            .is_some_and(|h| !h.disabled_entries_form_a_suffix())
+        {
+            return Err(format!(
+                "disabled entries are not a suffix: {:?}",
+                self.d.hw().map(|h| h.list())
+            ));
         }
         Ok(())
     }
@@ -460,6 +474,7 @@ fn run(s: &Scenario) -> Res {
                 h.check_events()?;
             }
         }
+        h.invariants()?;
     }
     h.finish()
 }
@@ -546,6 +561,7 @@ fn replay(b: &Bounds<'_>, path: &[Step]) -> Result<(Harness, usize, usize), Stri
             }
             Step::Poll => h.poll_one()?,
         }
+        h.invariants()?;
     }
     Ok((h, a, w))
 }

@@ -364,6 +364,7 @@ fn counts_are_compared_on_16_bits_like_the_mlx5_wqe() {
     let c = drain_ops(&mut s);
     assert_eq!(c[0].wc_flags, wc_flags::TM_SYNC_REQ);
     assert!(!s.list()[1].enabled);
+    assert!(s.disabled_entries_form_a_suffix());
 }
 
 #[test]
