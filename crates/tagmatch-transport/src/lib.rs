@@ -23,6 +23,8 @@ pub mod node;
 pub mod rng;
 pub mod soft_rdma;
 pub mod udp;
+#[cfg(feature = "verbs")]
+pub mod verbs;
 
 pub use addr::UdpAddr;
 pub use device::{DeviceEvent, MemoryAccess, RcTmDevice, RdmDevice};
