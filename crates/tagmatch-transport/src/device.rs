@@ -93,6 +93,12 @@ pub trait RdmDevice {
     /// Nothing of this device is in flight (no unacknowledged datagram, no RDMA operation,
     /// no undelivered event): the process may exit without its peers missing anything.
     fn is_idle(&self) -> bool;
+
+    /// Datagrams (or messages) received so far, acknowledgements and duplicates included;
+    /// [`crate::Node::linger`] waits until it stops moving.
+    fn rx_count(&self) -> u64 {
+        0
+    }
 }
 
 /// The RC / tag-matching SRQ path (the verbs device, and its software models): a

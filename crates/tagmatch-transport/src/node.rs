@@ -185,6 +185,34 @@ impl<D: RdmDevice> Node<D> {
         self.dev.is_idle()
     }
 
+    /// Flushes (see [`Node::flush`]), then keeps progressing until nothing was received for
+    /// `quiet` (or `limit` passes), so that a peer whose last acknowledgement from us was lost
+    /// gets it again when it retransmits (TCP's TIME-WAIT). Call before a node stops being
+    /// progressed for a while or exits.
+    pub fn linger(&mut self, quiet: Duration, limit: Duration) -> io::Result<bool> {
+        let deadline = Instant::now() + limit;
+        let idle = self.flush(limit)?;
+        let mut seen = self.dev.rx_count();
+        let mut since = Instant::now();
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(false);
+            }
+            if now.duration_since(since) >= quiet {
+                return Ok(idle && self.dev.is_idle());
+            }
+            self.progress(Some(
+                (quiet - now.duration_since(since)).min(deadline - now),
+            ))?;
+            let n = self.dev.rx_count();
+            if n != seen {
+                seen = n;
+                since = Instant::now();
+            }
+        }
+    }
+
     /// Progresses until the device is idle (every datagram acknowledged) or `limit` passes;
     /// returns whether it became idle. Call before exiting so that peers get everything.
     pub fn flush(&mut self, limit: Duration) -> io::Result<bool> {

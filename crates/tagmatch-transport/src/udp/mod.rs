@@ -72,6 +72,12 @@ pub const IP_UDP_OVERHEAD: usize = 48;
 pub const MIN_PATH_MTU: usize = 576;
 /// Largest accepted path MTU.
 pub const MAX_PATH_MTU: usize = 9000;
+/// Most frames of one connection sent again when their retransmission timer fires at
+/// once (the rest wait for the ACKs of these, or one more RTO).
+pub const RTO_BURST: usize = 16;
+/// Transmissions a later-sent, acknowledged frame must be ahead of an unacknowledged one
+/// for the latter to count as lost (TCP's duplicate-ACK threshold).
+pub const REORDER_THRESHOLD: u64 = 3;
 /// How far beyond the cumulative ack a received sequence number may be.
 pub const RECV_WINDOW: u32 = 1 << 16;
 
@@ -134,6 +140,8 @@ pub struct UdpStats {
     pub frames_sent: u64,
     /// Frames sent again after a timeout.
     pub retransmits: u64,
+    /// Frames sent again because a later-sent frame was acknowledged first.
+    pub fast_retransmits: u64,
     /// Pure ACK frames sent.
     pub acks_sent: u64,
     /// Sequenced frames received and handed up.
@@ -163,6 +171,8 @@ struct TxFrame {
     last_sent: Instant,
     deadline: Instant,
     retries: u32,
+    /// Transmission order on the connection (of the latest copy).
+    order: u64,
 }
 
 #[derive(Debug)]
@@ -177,6 +187,7 @@ struct Conn {
     cum: u32,
     ooo: HashSet<u32>,
     ack_needed: bool,
+    tx_order: u64,
 }
 
 impl Conn {
@@ -192,6 +203,7 @@ impl Conn {
             cum: 0,
             ooo: HashSet::new(),
             ack_needed: false,
+            tx_order: 0,
         }
     }
 
@@ -340,6 +352,7 @@ impl UdpDevice {
             last_sent: now,
             deadline: now,
             retries: 0,
+            order: 0,
         });
         true
     }
@@ -366,6 +379,8 @@ impl UdpDevice {
                     f.first_sent = now;
                     f.last_sent = now;
                     f.deadline = now + rto;
+                    c.tx_order += 1;
+                    f.order = c.tx_order;
                     let h = Header {
                         kind: f.kind,
                         src_connid: self.addr.connid,
@@ -396,33 +411,41 @@ impl UdpDevice {
         for (k, c) in self.conns.iter_mut() {
             let rto = c.rto(&cfg);
             let (cum, sack) = (c.cum, c.sack());
-            let mut resent = false;
+            let mut resent = 0usize;
             for (&seq, f) in c.unacked.iter_mut() {
                 if now.duration_since(f.first_sent) >= cfg.peer_timeout {
                     dead.push(*k);
                     break;
                 }
                 if f.deadline <= now {
-                    f.retries += 1;
-                    f.last_sent = now;
-                    let backoff = rto
-                        .saturating_mul(1u32 << f.retries.min(16))
-                        .min(cfg.max_rto);
-                    f.deadline = now + backoff;
-                    let h = Header {
-                        kind: f.kind,
-                        src_connid: my_connid,
-                        dst_connid: c.peer.qkey,
-                        seq: seq as u32,
-                        ack: cum,
-                        sack,
-                    };
-                    dgs.push((c.sock, h.datagram(&f.body)));
-                    resent = true;
+                    if resent >= RTO_BURST {
+                        // Only the oldest due frames go again (their ACK tells what else
+                        // is missing, see `on_ack`); the others wait one more RTO.
+                        f.deadline = now + rto;
+                    } else {
+                        f.retries += 1;
+                        f.last_sent = now;
+                        c.tx_order += 1;
+                        f.order = c.tx_order;
+                        let backoff = rto
+                            .saturating_mul(1u32 << f.retries.min(16))
+                            .min(cfg.max_rto);
+                        f.deadline = now + backoff;
+                        let h = Header {
+                            kind: f.kind,
+                            src_connid: my_connid,
+                            dst_connid: c.peer.qkey,
+                            seq: seq as u32,
+                            ack: cum,
+                            sack,
+                        };
+                        dgs.push((c.sock, h.datagram(&f.body)));
+                        resent += 1;
+                    }
                 }
                 next = Some(next.map_or(f.deadline, |n| n.min(f.deadline)));
             }
-            if resent {
+            if resent > 0 {
                 c.ack_needed = false;
             }
             if c.next_seq > u32::MAX as u64 && !c.waiting.is_empty() {
@@ -481,8 +504,12 @@ impl UdpDevice {
                 }
             }
         }
+        let mut latest: Option<u64> = None;
         for f in acked {
             if f.retries == 0 {
+                // Only frames sent once say which copy was acknowledged (an ACK of a
+                // retransmitted frame may be for the first copy).
+                latest = Some(latest.map_or(f.order, |l| l.max(f.order)));
                 // Karn: RTT samples from frames sent once only.
                 let r = now.duration_since(f.last_sent);
                 match c.srtt {
@@ -503,6 +530,41 @@ impl UdpDevice {
                     outcome: SendOutcome::Ok,
                 });
             }
+        }
+        // Loss detection by transmission order (RACK-like): a frame sent more than
+        // REORDER_THRESHOLD transmissions before a frame that is now acknowledged, still
+        // unacknowledged and not sent again within the last quarter RTT, is lost.
+        let Some(latest) = latest else {
+            return;
+        };
+        let reo = c.srtt.map_or(Duration::ZERO, |s| s / 4);
+        let rto = c.rto(&self.cfg);
+        let (cum, sack, peer_connid, to) = (c.cum, c.sack(), c.peer.qkey, c.sock);
+        let mut dgs = Vec::new();
+        for (&seq, f) in c.unacked.iter_mut() {
+            if f.order + REORDER_THRESHOLD < latest && now.duration_since(f.last_sent) >= reo {
+                f.retries += 1;
+                f.last_sent = now;
+                f.deadline = now + rto;
+                c.tx_order += 1;
+                f.order = c.tx_order;
+                let h = Header {
+                    kind: f.kind,
+                    src_connid: self.addr.connid,
+                    dst_connid: peer_connid,
+                    seq: seq as u32,
+                    ack: cum,
+                    sack,
+                };
+                dgs.push(h.datagram(&f.body));
+            }
+        }
+        if !dgs.is_empty() {
+            c.ack_needed = false;
+        }
+        self.stats.fast_retransmits += dgs.len() as u64;
+        for d in dgs {
+            self.out(to, d);
         }
     }
 
@@ -734,6 +796,10 @@ impl RdmDevice for UdpDevice {
 
     fn poll_event(&mut self) -> Option<DeviceEvent> {
         self.events.pop_front()
+    }
+
+    fn rx_count(&self) -> u64 {
+        self.sock.stats.rx_datagrams
     }
 
     fn is_idle(&self) -> bool {

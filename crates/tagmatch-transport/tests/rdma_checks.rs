@@ -1,0 +1,237 @@
+//! Software RDMA requests outside a registered region, with a wrong key, or after
+//! deregistration: rejected and counted by the serving device, the data untouched. Driven at
+//! the device level (both devices), with a plain map as the endpoint memory.
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use tagmatch_rdm::{MemHandle, MrKey, RdmaToken, RemoteAddr, Transmit};
+use tagmatch_transport::mem::MemNetwork;
+use tagmatch_transport::soft_rdma::RdmaStats;
+use tagmatch_transport::udp::{UdpConfig, UdpDevice};
+use tagmatch_transport::{DeviceEvent, MemoryAccess, RdmDevice};
+
+#[derive(Default)]
+struct Mem(HashMap<MemHandle, Vec<u8>>);
+
+impl MemoryAccess for Mem {
+    fn region(&self, mem: MemHandle) -> Option<&[u8]> {
+        self.0.get(&mem).map(|v| &v[..])
+    }
+    fn region_mut(&mut self, mem: MemHandle) -> Option<&mut [u8]> {
+        self.0.get_mut(&mem).map(|v| &mut v[..])
+    }
+}
+
+struct Pair<D> {
+    a: D,
+    b: D,
+    ma: Mem,
+    mb: Mem,
+    next: u64,
+}
+
+impl<D: RdmDevice> Pair<D> {
+    fn step(&mut self) -> Vec<DeviceEvent> {
+        self.a
+            .progress(&mut self.ma, Some(Duration::from_millis(1)))
+            .expect("progress");
+        self.b
+            .progress(&mut self.mb, Some(Duration::from_millis(1)))
+            .expect("progress");
+        let mut ev = Vec::new();
+        while let Some(e) = self.a.poll_event() {
+            ev.push(e);
+        }
+        if let Some(e) = self.b.poll_event() {
+            panic!("b reports {e:?}");
+        }
+        ev
+    }
+
+    fn register_b(&mut self, h: MemHandle, bytes: Vec<u8>) -> MrKey {
+        let len = bytes.len() as u64;
+        self.mb.0.insert(h, bytes);
+        self.b
+            .submit(Transmit::Register { mem: h, len }, &mut self.mb);
+        match self.b.poll_event() {
+            Some(DeviceEvent::RegisterDone { result: Ok(k), .. }) => k,
+            other => panic!("registration: {other:?}"),
+        }
+    }
+
+    /// Runs one RDMA operation from a to b; returns its outcome.
+    fn rdma(&mut self, read: bool, remote: RemoteAddr, len: u64) -> bool {
+        self.next += 1;
+        let token = RdmaToken(self.next);
+        let local = MemHandle(1);
+        let (peer, dest) = (tagmatch_rdm::PeerId(0), self.b.addr());
+        let t = if read {
+            Transmit::RdmaRead {
+                token,
+                peer,
+                dest,
+                local,
+                offset: 8,
+                remote,
+                len,
+            }
+        } else {
+            Transmit::RdmaWrite {
+                token,
+                peer,
+                dest,
+                local,
+                offset: 8,
+                remote,
+                len,
+            }
+        };
+        self.a.submit(t, &mut self.ma);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Some(e) = self.step().into_iter().next() {
+                match e {
+                    DeviceEvent::RdmaDone { token: t, ok } if t == token => return ok,
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+        }
+        panic!("RDMA operation did not complete");
+    }
+}
+
+fn run<D: RdmDevice>(a: D, b: D, stats_b: impl Fn(&D) -> RdmaStats) {
+    let mut p = Pair {
+        a,
+        b,
+        ma: Mem::default(),
+        mb: Mem::default(),
+        next: 0,
+    };
+    let local: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
+    p.ma.0.insert(MemHandle(1), local);
+    let target: Vec<u8> = (0..1000u32).map(|i| (i * 13 + 1) as u8).collect();
+    let k = p.register_b(MemHandle(5), target.clone());
+    // A neighbour region right after, to catch writes that spill over.
+    let k2 = p.register_b(MemHandle(6), vec![0xaa; 1000]);
+    let at = |off: u64| RemoteAddr {
+        addr: k.addr.wrapping_add(off),
+        key: k.key,
+    };
+    let before = stats_b(&p.b);
+
+    // Inside: works.
+    assert!(p.rdma(true, at(100), 50));
+    assert_eq!(p.ma.0[&MemHandle(1)][8..58], target[100..150]);
+    assert_eq!(stats_b(&p.b).served_reads, before.served_reads + 1);
+    // Whole region, both directions; zero bytes at the very end.
+    assert!(p.rdma(true, at(0), 1000));
+    assert!(p.rdma(true, at(1000), 0));
+
+    let untouched = |p: &Pair<D>| {
+        assert!(p.mb.0[&MemHandle(5)] == target, "target untouched");
+        assert!(
+            p.mb.0[&MemHandle(6)] == vec![0xaa; 1000],
+            "neighbour untouched"
+        );
+    };
+    let s0 = stats_b(&p.b);
+    // Outside the region: past the end, straddling the end, before the start, overflow.
+    for (read, off, len) in [
+        (false, 990, 20),
+        (true, 990, 20),
+        (false, 1000, 1),
+        (true, 1001, 0),
+        (false, u64::MAX, 2),
+        (true, u64::MAX - 4, 10),
+    ] {
+        assert!(!p.rdma(read, at(off), len), "{read} {off} {len}");
+        untouched(&p);
+    }
+    // Before the start: the address below the region.
+    assert!(!p.rdma(
+        false,
+        RemoteAddr {
+            addr: k.addr - 1,
+            key: k.key
+        },
+        4
+    ));
+    untouched(&p);
+    let s1 = stats_b(&p.b);
+    assert_eq!(s1.rejected_bounds, s0.rejected_bounds + 7);
+    // A write bigger than one datagram that does not fit: every chunk rejected.
+    assert!(!p.rdma(false, at(0), 3000));
+    untouched(&p);
+    assert!(stats_b(&p.b).rejected_bounds > s1.rejected_bounds);
+
+    // Wrong keys: another key's region range with this key, a key never issued.
+    let s2 = stats_b(&p.b);
+    assert!(!p.rdma(
+        false,
+        RemoteAddr {
+            addr: k.addr,
+            key: k.key ^ 0x10_0000
+        },
+        10
+    ));
+    assert!(!p.rdma(
+        true,
+        RemoteAddr {
+            addr: k.addr,
+            key: 0
+        },
+        10
+    ));
+    assert!(
+        !p.rdma(
+            false,
+            RemoteAddr {
+                addr: k2.addr,
+                key: k.key
+            },
+            10
+        ),
+        "key of one region, address of another"
+    );
+    untouched(&p);
+    let s3 = stats_b(&p.b);
+    assert_eq!(s3.rejected_key, s2.rejected_key + 2);
+    assert_eq!(s3.rejected_bounds, s2.rejected_bounds + 1);
+
+    // A valid write changes exactly its range.
+    let src = p.ma.0[&MemHandle(1)][8..13].to_vec();
+    assert!(p.rdma(false, at(10), 5));
+    let mut expect = target.clone();
+    expect[10..15].copy_from_slice(&src);
+    assert!(
+        p.mb.0[&MemHandle(5)] == expect,
+        "exactly the written range changed"
+    );
+
+    // After deregistration: rejected, data untouched.
+    p.b.submit(Transmit::Deregister { key: k.key }, &mut p.mb);
+    let s4 = stats_b(&p.b);
+    assert!(!p.rdma(false, at(0), 10));
+    assert!(!p.rdma(true, at(0), 10));
+    assert!(
+        p.mb.0[&MemHandle(5)] == expect,
+        "deregistered region untouched"
+    );
+    assert_eq!(stats_b(&p.b).rejected_key, s4.rejected_key + 2);
+    // A local range outside the local region fails at once, nothing sent.
+    assert!(!p.rdma(false, at(0), 5000));
+}
+
+#[test]
+fn udp_device_rejects_and_counts() {
+    let bind =
+        || UdpDevice::bind(UdpConfig::new("127.0.0.1:0".parse().expect("addr"))).expect("bind");
+    run(bind(), bind(), |d| d.stats().rdma);
+}
+
+#[test]
+fn mem_device_rejects_and_counts() {
+    let net = MemNetwork::new(3);
+    run(net.device(), net.device(), |d| d.rdma_stats());
+}
