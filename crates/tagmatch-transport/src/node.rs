@@ -124,7 +124,7 @@ impl<D: RdmDevice> Node<D> {
     /// [`Node::poll_completion`].
     pub fn progress(&mut self, timeout: Option<Duration>) -> io::Result<usize> {
         let moved = self.pump();
-        let t = if moved > 0 || !self.completions.is_empty() {
+        let t = if moved > 0 {
             Some(Duration::ZERO)
         } else {
             timeout

@@ -12,7 +12,8 @@ use tagmatch_rdm::{
     AtomicArgs, AtomicOp, Completion, Config, Datatype, OpKind, PeerId, Protocol, RemoteAddr,
     SendOpts,
 };
-use tagmatch_transport::{Node, RdmDevice};
+use tagmatch_transport::udp::{UdpConfig, UdpDevice};
+use tagmatch_transport::{Node, RdmDevice, UdpAddr};
 use tagmatch_wire::efa::RawAddr;
 
 /// Role selection of a re-executed test binary.
@@ -21,6 +22,66 @@ pub const ROLE_ENV: &str = "TAGMATCH_TRANSPORT_ROLE";
 pub const BIND_ENV: &str = "TAGMATCH_TRANSPORT_BIND";
 /// The responder's address, for a requester child.
 pub const PEER_ENV: &str = "TAGMATCH_TRANSPORT_PEER";
+/// Path MTU of a child's UDP devices (default 1500).
+pub const MTU_ENV: &str = "TAGMATCH_TRANSPORT_PATH_MTU";
+
+/// A UDP node bound to `bind` with path MTU `mtu`.
+pub fn udp_node(bind: &str, mtu: usize, cfg: Config) -> Node<UdpDevice> {
+    let mut u = UdpConfig::new(bind.parse().expect("bind address"));
+    u.path_mtu = mtu;
+    Node::new(cfg, UdpDevice::bind(u).expect("bind"))
+}
+
+/// The body of every test binary's `child_entry` test: nothing unless re-executed with a
+/// role in the environment.
+pub fn child_main() {
+    let Ok(role) = std::env::var(ROLE_ENV) else {
+        return;
+    };
+    let bind = std::env::var(BIND_ENV).unwrap_or_else(|_| "127.0.0.1:0".into());
+    let mtu = std::env::var(MTU_ENV)
+        .ok()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(1500);
+    match role.as_str() {
+        "responder" => {
+            let mut n = udp_node(&bind, mtu, config());
+            println!("\nADDR {}", n.device().udp_addr());
+            let summary = responder(&mut n, 2).expect("responder");
+            println!("RESPONDER {summary} {:?}", n.device().stats());
+        }
+        "requester" => {
+            let peer: UdpAddr = std::env::var(PEER_ENV)
+                .expect("peer")
+                .parse()
+                .expect("peer address");
+            let mut a = udp_node(&bind, mtu, config());
+            let mut b = udp_node(&bind, mtu, config_emulated());
+            let t = Instant::now();
+            let log = requester(&mut a, &mut b, peer.to_raw()).expect("requester");
+            println!(
+                "REQUESTER ok {} operations in {:?} (EFA MTU {}): {}",
+                log.len(),
+                t.elapsed(),
+                a.device().mtu(),
+                log.join(" ")
+            );
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+/// Kills a child on drop (every path out of a test).
+pub struct ChildGuard(pub Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
 
 pub const TAG_HELLO: u64 = 1;
 pub const TAG_KEY: u64 = 2;
@@ -330,11 +391,12 @@ fn done<D: RdmDevice>(r: &mut Req<'_, D>) -> Result<(), String> {
         SendOpts::default(),
         Protocol::Eager,
     )?;
-    if !r
+    // Stay until the responder has our last acknowledgements (it retransmits otherwise).
+    let idle = r
         .node
-        .flush(Duration::from_secs(10))
-        .map_err(|e| e.to_string())?
-    {
+        .linger(Duration::from_millis(300), Duration::from_secs(10))
+        .map_err(|e| e.to_string())?;
+    if !idle {
         return err("requester could not flush");
     }
     Ok(())
