@@ -1,0 +1,234 @@
+//! [`Builder`]: transport, protocol thresholds, memory budget.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tagmatch_rdm::Config;
+use tagmatch_transport::mem::{MemFaults, MemNetwork};
+use tagmatch_transport::udp::{UdpConfig, UdpDevice, MAX_PATH_MTU, MIN_PATH_MTU};
+
+use crate::endpoint::{Device, Endpoint};
+use crate::Error;
+
+/// The in-process fabric: endpoints built on the same fabric reach each other without
+/// sockets (packets and software RDMA go through shared in-memory queues). Cloning gives
+/// another handle to the same fabric; endpoints may live in different threads.
+#[derive(Debug, Clone)]
+pub struct MemFabric {
+    net: MemNetwork,
+}
+
+impl MemFabric {
+    /// A fabric that delivers in order and at once (the fast path for in-process use).
+    pub fn new() -> MemFabric {
+        MemFabric::with_faults(
+            0,
+            MemFaults {
+                reorder: false,
+                max_delay: 0,
+                send_again: 0,
+                register_fail: 0,
+            },
+        )
+    }
+
+    /// A fabric that reorders, delays and injects faults deterministically under `seed`
+    /// (for testing an application against an unordered, EFA-like device).
+    pub fn with_faults(seed: u64, faults: MemFaults) -> MemFabric {
+        MemFabric {
+            net: MemNetwork::with_faults(seed, faults),
+        }
+    }
+
+    /// The underlying network.
+    pub fn network(&self) -> &MemNetwork {
+        &self.net
+    }
+}
+
+impl Default for MemFabric {
+    fn default() -> Self {
+        MemFabric::new()
+    }
+}
+
+/// Which transport an endpoint uses.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Transport {
+    /// In-process, on a [`MemFabric`].
+    Mem(MemFabric),
+    /// UDP (EFA SRD semantics with software RDMA) bound to this address; port 0 picks one.
+    Udp(SocketAddr),
+    /// An ibverbs device (ConnectX, EFA) by name. Placeholder: building fails with
+    /// [`Error::VerbsNotBuilt`].
+    #[cfg(feature = "verbs")]
+    Verbs(String),
+}
+
+/// Builds an [`Endpoint`]: `Endpoint::builder().mem(&fabric).build()`.
+///
+/// ```
+/// use tagmatch::{Endpoint, Error};
+/// let e = Endpoint::builder().udp("127.0.0.1:0".parse().unwrap()).path_mtu(100).build();
+/// assert!(matches!(e, Err(Error::Config { setting: "path_mtu", .. })));
+/// assert!(matches!(Endpoint::builder().build(), Err(Error::NoTransport)));
+/// ```
+#[derive(Debug, Clone)]
+pub struct Builder {
+    transport: Option<Transport>,
+    cfg: Config,
+    udp_mtu: Option<usize>,
+    udp: Option<UdpConfig>,
+    wait_limit: Duration,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder {
+            transport: None,
+            cfg: Config::default(),
+            udp_mtu: None,
+            udp: None,
+            wait_limit: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Builder {
+    /// Chooses the transport.
+    pub fn transport(mut self, t: Transport) -> Self {
+        self.transport = Some(t);
+        self
+    }
+
+    /// In-process transport on `fabric`.
+    pub fn mem(self, fabric: &MemFabric) -> Self {
+        self.transport(Transport::Mem(fabric.clone()))
+    }
+
+    /// UDP transport bound to `bind` (a concrete IP; port 0 picks a free port).
+    pub fn udp(self, bind: SocketAddr) -> Self {
+        self.transport(Transport::Udp(bind))
+    }
+
+    /// The ibverbs transport on device `name` (`mlx5_0`, `rdmap0s6`). Not implemented yet:
+    /// [`Builder::build`] returns [`Error::VerbsNotBuilt`].
+    #[cfg(feature = "verbs")]
+    pub fn verbs(self, name: &str) -> Self {
+        self.transport(Transport::Verbs(name.to_owned()))
+    }
+
+    /// Largest message sent with the medium protocol (larger ones use long-CTS or
+    /// long-read). Default 64 KiB.
+    pub fn max_medium_size(mut self, bytes: u64) -> Self {
+        self.cfg.max_medium_size = bytes;
+        self
+    }
+
+    /// Smallest message sent with long-read when both sides can RDMA-read. Default 1 MiB.
+    pub fn min_read_msg_size(mut self, bytes: u64) -> Self {
+        self.cfg.min_read_msg_size = bytes;
+        self
+    }
+
+    /// Smallest emulated write sent with long-read write. Default 64 KiB.
+    pub fn min_read_write_size(mut self, bytes: u64) -> Self {
+        self.cfg.min_read_write_size = bytes;
+        self
+    }
+
+    /// Memory budget for unexpected and out-of-order messages (bytes, messages): beyond it
+    /// messages are refused and counted, never buffered without bound.
+    pub fn memory_budget(mut self, bytes: usize, messages: usize) -> Self {
+        self.cfg.max_unexpected_bytes = bytes;
+        self.cfg.max_unexpected_msgs = messages;
+        self
+    }
+
+    /// Path MTU of the UDP transport (576..=9000, default 1500).
+    pub fn path_mtu(mut self, mtu: usize) -> Self {
+        self.udp_mtu = Some(mtu);
+        self
+    }
+
+    /// Every RDM endpoint setting at once (thresholds, features, windows).
+    pub fn rdm_config(mut self, cfg: Config) -> Self {
+        self.cfg = cfg;
+        self
+    }
+
+    /// Every UDP device setting at once (its `bind` is replaced by the transport's).
+    pub fn udp_config(mut self, cfg: UdpConfig) -> Self {
+        self.udp = Some(cfg);
+        self
+    }
+
+    /// How long [`Endpoint::wait`] waits before [`Error::Timeout`]. Default 30 s.
+    pub fn wait_limit(mut self, limit: Duration) -> Self {
+        self.wait_limit = limit;
+        self
+    }
+
+    fn check(&self) -> Result<(), Error> {
+        let cfg = &self.cfg;
+        if cfg.max_medium_size > cfg.max_rdma_size {
+            return Err(Error::Config {
+                setting: "max_medium_size",
+                reason: format!(
+                    "{} is larger than max_rdma_size {}",
+                    cfg.max_medium_size, cfg.max_rdma_size
+                ),
+            });
+        }
+        if cfg.max_unexpected_msgs == 0 {
+            return Err(Error::Config {
+                setting: "memory_budget",
+                reason: "0 messages: nothing unexpected could ever be received".into(),
+            });
+        }
+        if let Some(m) = self.udp_mtu {
+            if !(MIN_PATH_MTU..=MAX_PATH_MTU).contains(&m) {
+                return Err(Error::Config {
+                    setting: "path_mtu",
+                    reason: format!("{m} is outside {MIN_PATH_MTU}..={MAX_PATH_MTU}"),
+                });
+            }
+        }
+        if self.wait_limit.is_zero() {
+            return Err(Error::Config {
+                setting: "wait_limit",
+                reason: "zero".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Creates the endpoint (binds the socket for UDP).
+    pub fn build(self) -> Result<Endpoint, Error> {
+        self.check()?;
+        let transport = self.transport.clone().ok_or(Error::NoTransport)?;
+        let dev = match transport {
+            Transport::Mem(f) => Device::Mem(f.net.device()),
+            Transport::Udp(bind) => {
+                if bind.ip().is_unspecified() {
+                    return Err(Error::Config {
+                        setting: "udp bind address",
+                        reason: format!("{bind}: bind a concrete IP, it is the printed address"),
+                    });
+                }
+                let mut ucfg = self.udp.unwrap_or_else(|| UdpConfig::new(bind));
+                ucfg.bind = bind;
+                if let Some(m) = self.udp_mtu {
+                    ucfg.path_mtu = m;
+                }
+                Device::Udp(Box::new(
+                    UdpDevice::bind(ucfg).map_err(Error::io("udp bind"))?,
+                ))
+            }
+            #[cfg(feature = "verbs")]
+            Transport::Verbs(device) => return Err(Error::VerbsNotBuilt { device }),
+        };
+        Ok(Endpoint::from_parts(self.cfg, dev, self.wait_limit))
+    }
+}

@@ -1,0 +1,872 @@
+//! [`Endpoint`]: operations, requests, completions.
+
+use std::collections::VecDeque;
+use std::io;
+use std::time::{Duration, Instant};
+
+use tagmatch_rdm::{
+    AtomicArgs, AtomicOp, Claim, Config, Datatype, MemHandle, OpError, OpId, OpKind, PeerId,
+    Protocol, RemoteAddr, SendOpts, Transmit,
+};
+use tagmatch_transport::device::{DeviceEvent, MemoryAccess, RdmDevice};
+use tagmatch_transport::mem::MemDevice;
+use tagmatch_transport::udp::UdpDevice;
+use tagmatch_transport::Node;
+use tagmatch_wire::efa::RawAddr;
+use tracing::{debug, trace};
+
+use crate::stats::{Counters, DeviceStats, Stats};
+use crate::{Address, Builder, Error, Result};
+
+/// The device under an endpoint (one per endpoint: the size difference does not matter).
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub(crate) enum Device {
+    Mem(MemDevice),
+    Udp(Box<UdpDevice>),
+}
+
+impl RdmDevice for Device {
+    fn addr(&self) -> RawAddr {
+        match self {
+            Device::Mem(d) => d.addr(),
+            Device::Udp(d) => d.addr(),
+        }
+    }
+
+    fn mtu(&self) -> usize {
+        match self {
+            Device::Mem(d) => d.mtu(),
+            Device::Udp(d) => d.mtu(),
+        }
+    }
+
+    fn submit(&mut self, t: Transmit, mem: &mut dyn MemoryAccess) {
+        match self {
+            Device::Mem(d) => d.submit(t, mem),
+            Device::Udp(d) => d.submit(t, mem),
+        }
+    }
+
+    fn progress(
+        &mut self,
+        mem: &mut dyn MemoryAccess,
+        timeout: Option<Duration>,
+    ) -> io::Result<()> {
+        match self {
+            Device::Mem(d) => d.progress(mem, timeout),
+            Device::Udp(d) => d.progress(mem, timeout),
+        }
+    }
+
+    fn poll_event(&mut self) -> Option<DeviceEvent> {
+        match self {
+            Device::Mem(d) => d.poll_event(),
+            Device::Udp(d) => d.poll_event(),
+        }
+    }
+
+    fn is_idle(&self) -> bool {
+        match self {
+            Device::Mem(d) => d.is_idle(),
+            Device::Udp(d) => d.is_idle(),
+        }
+    }
+}
+
+/// A peer in the endpoint's address vector (`fi_addr_t`, `ucp_ep_h`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Peer(pub(crate) PeerId);
+
+impl Peer {
+    /// Index in the address vector.
+    pub fn index(&self) -> u32 {
+        self.0 .0
+    }
+}
+
+/// A submitted operation; its [`Completion`] names it. `Copy`, cheap, and only meaningful
+/// for the endpoint that returned it.
+#[must_use = "a request completes later: wait for it or poll its completion"]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Request(pub(crate) OpId);
+
+impl Request {
+    /// The request's number (unique per endpoint).
+    pub fn id(&self) -> u64 {
+        self.0 .0
+    }
+}
+
+/// Which senders a receive or probe accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// Any peer (`MPI_ANY_SOURCE`, `FI_ADDR_UNSPEC`).
+    Any,
+    /// One peer.
+    Peer(Peer),
+}
+
+/// Any sender.
+pub const ANY_SOURCE: Source = Source::Any;
+
+impl From<Peer> for Source {
+    fn from(p: Peer) -> Source {
+        Source::Peer(p)
+    }
+}
+
+impl Source {
+    fn peer_id(self) -> Option<PeerId> {
+        match self {
+            Source::Any => None,
+            Source::Peer(p) => Some(p.0),
+        }
+    }
+}
+
+/// Which tags a receive or probe accepts: a tag and the bits of it that must match
+/// (`ucp_tag_recv_nbx`'s `tag_mask`; libfabric's `ignore` is its complement).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TagMatch {
+    /// The wanted tag.
+    pub tag: u64,
+    /// Bits that must equal `tag`'s (all ones: exact; zero: any tag).
+    pub mask: u64,
+}
+
+/// Any tag.
+pub const ANY_TAG: TagMatch = TagMatch { tag: 0, mask: 0 };
+
+impl TagMatch {
+    /// Exactly `tag`.
+    pub const fn exact(tag: u64) -> TagMatch {
+        TagMatch {
+            tag,
+            mask: u64::MAX,
+        }
+    }
+
+    /// Tags `t` with `t & mask == tag & mask` (UCX convention).
+    pub const fn masked(tag: u64, mask: u64) -> TagMatch {
+        TagMatch { tag, mask }
+    }
+
+    /// Tags `t` with `t & !ignore == tag & !ignore` (libfabric convention).
+    pub const fn ignoring(tag: u64, ignore: u64) -> TagMatch {
+        TagMatch { tag, mask: !ignore }
+    }
+
+    /// Whether `t` is accepted.
+    pub const fn matches(&self, t: u64) -> bool {
+        t & self.mask == self.tag & self.mask
+    }
+
+    fn ignore(&self) -> u64 {
+        !self.mask
+    }
+}
+
+impl From<u64> for TagMatch {
+    fn from(tag: u64) -> TagMatch {
+        TagMatch::exact(tag)
+    }
+}
+
+/// Options of a send or write: remote CQ data (`fi_senddata`) and delivery complete.
+pub type SendOptions = SendOpts;
+
+/// A finished operation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Completion {
+    /// The request (for [`OpKind::RemoteWrite`] on the target, a fresh one).
+    pub request: Request,
+    /// What it was.
+    pub kind: OpKind,
+    /// Success, or the error (a truncated receive still carries the first bytes).
+    pub status: std::result::Result<(), OpError>,
+    /// Received, read or fetched bytes (empty for sends and writes): owned by the caller;
+    /// a receive's are cut to the message length.
+    pub data: Vec<u8>,
+    /// Message length (receives: the sender's length, even when truncated).
+    pub len: u64,
+    /// Tag of a tagged receive.
+    pub tag: u64,
+    /// Sender of a receive or of a remote write.
+    pub source: Option<Peer>,
+    /// Remote CQ data.
+    pub cq_data: Option<u64>,
+    /// The subprotocol the operation used, when known.
+    pub protocol: Option<Protocol>,
+}
+
+impl Completion {
+    /// `Ok(self)` on success, [`Error::Failed`] otherwise.
+    pub fn into_result(self) -> Result<Completion> {
+        match self.status {
+            Ok(()) => Ok(self),
+            Err(error) => Err(Error::Failed {
+                request: self.request,
+                kind: self.kind,
+                error,
+            }),
+        }
+    }
+
+    /// The first 8 bytes of `data` as a little-endian `u64` (fetched atomics).
+    pub fn data_u64(&self) -> Option<u64> {
+        let b: [u8; 8] = self.data.get(..8)?.try_into().ok()?;
+        Some(u64::from_le_bytes(b))
+    }
+}
+
+/// What a probe found: an unexpected message still queued (or claimed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbeInfo {
+    /// Sender.
+    pub source: Peer,
+    /// Tag (0 for untagged messages).
+    pub tag: u64,
+    /// Message length.
+    pub len: u64,
+    /// Remote CQ data.
+    pub cq_data: Option<u64>,
+}
+
+impl From<tagmatch_rdm::ProbeInfo> for ProbeInfo {
+    fn from(p: tagmatch_rdm::ProbeInfo) -> Self {
+        ProbeInfo {
+            source: Peer(p.src),
+            tag: p.tag,
+            len: p.len,
+            cq_data: p.cq_data,
+        }
+    }
+}
+
+/// A message claimed by [`Endpoint::tmprobe`] / [`Endpoint::mprobe`]: no receive can take
+/// it any more; [`Endpoint::mrecv`] receives it (once: it is not `Clone`).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Message {
+    claim: Claim,
+    /// What was probed.
+    pub info: ProbeInfo,
+}
+
+/// Where peers address a registered region: send it to them (e.g. in a message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RemoteKey {
+    /// Remote virtual address of the region's first byte.
+    pub addr: u64,
+    /// Remote key.
+    pub key: u64,
+    /// Region length.
+    pub len: u64,
+}
+
+impl RemoteKey {
+    /// The remote address `offset` bytes into the region.
+    pub fn at(&self, offset: u64) -> RemoteAddr {
+        RemoteAddr {
+            addr: self.addr.wrapping_add(offset),
+            key: self.key,
+        }
+    }
+
+    /// 24 bytes (addr, key, len; little-endian) to put in a message.
+    pub fn to_bytes(&self) -> [u8; 24] {
+        let mut b = [0u8; 24];
+        b[..8].copy_from_slice(&self.addr.to_le_bytes());
+        b[8..16].copy_from_slice(&self.key.to_le_bytes());
+        b[16..].copy_from_slice(&self.len.to_le_bytes());
+        b
+    }
+
+    /// Parses [`RemoteKey::to_bytes`]; `None` unless `b` is 24 bytes.
+    pub fn from_bytes(b: &[u8]) -> Option<RemoteKey> {
+        if b.len() != 24 {
+            return None;
+        }
+        let w = |i: usize| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&b[i..i + 8]);
+            u64::from_le_bytes(a)
+        };
+        Some(RemoteKey {
+            addr: w(0),
+            key: w(8),
+            len: w(16),
+        })
+    }
+}
+
+/// A region registered with [`Endpoint::register`]: it stays registered (and its key
+/// valid) for any number of RMA operations until [`Endpoint::deregister`].
+#[derive(Debug, PartialEq, Eq)]
+pub struct MemoryRegion {
+    handle: MemHandle,
+    key: RemoteKey,
+}
+
+impl MemoryRegion {
+    /// What peers need to RDMA into or out of it.
+    pub fn remote_key(&self) -> RemoteKey {
+        self.key
+    }
+
+    /// Its length.
+    pub fn len(&self) -> usize {
+        self.key.len as usize
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.key.len == 0
+    }
+}
+
+/// A communication endpoint: one RDM protocol endpoint on one device. See the crate
+/// documentation for an example.
+#[derive(Debug)]
+pub struct Endpoint {
+    node: Node<Device>,
+    ready: VecDeque<Completion>,
+    counters: Counters,
+    wait_limit: Duration,
+}
+
+impl Endpoint {
+    /// A builder.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    pub(crate) fn from_parts(cfg: Config, dev: Device, wait_limit: Duration) -> Endpoint {
+        Endpoint {
+            node: Node::new(cfg, dev),
+            ready: VecDeque::new(),
+            counters: Counters::default(),
+            wait_limit,
+        }
+    }
+
+    /// This endpoint's address, to hand to peers.
+    pub fn address(&self) -> Address {
+        match self.node.device() {
+            Device::Mem(d) => Address::Mem(d.addr()),
+            Device::Udp(d) => Address::Udp(d.udp_addr()),
+        }
+    }
+
+    /// The transport's name (`"mem"`, `"udp"`).
+    pub fn transport(&self) -> &'static str {
+        match self.node.device() {
+            Device::Mem(_) => "mem",
+            Device::Udp(_) => "udp",
+        }
+    }
+
+    /// The largest packet the device carries.
+    pub fn mtu(&self) -> usize {
+        self.node.device().mtu()
+    }
+
+    /// Inserts a peer (`fi_av_insert`): the same address gives the same peer. Nothing is
+    /// sent until the first operation (the handshake travels with it).
+    pub fn insert_peer(&mut self, addr: &Address) -> Result<Peer> {
+        if addr.transport() != self.transport() {
+            return Err(Error::WrongTransport {
+                address: addr.to_string(),
+                endpoint: self.transport(),
+            });
+        }
+        let p = self.node.endpoint_mut().add_peer(addr.raw());
+        trace!(peer = p.0, %addr, "insert_peer");
+        Ok(Peer(p))
+    }
+
+    /// Parses `addr` and inserts it ([`Endpoint::insert_peer`]); `ucp_ep_create`.
+    pub fn connect(&mut self, addr: &str) -> Result<Peer> {
+        let a: Address = addr.parse()?;
+        self.insert_peer(&a)
+    }
+
+    fn req(
+        &mut self,
+        r: std::result::Result<OpId, tagmatch_rdm::CallError>,
+        peer: Option<Peer>,
+    ) -> Result<Request> {
+        match r {
+            Ok(op) => {
+                self.counters.submitted += 1;
+                Ok(Request(op))
+            }
+            Err(e) => {
+                self.counters.call_errors += 1;
+                Err(Error::call(e, peer, None))
+            }
+        }
+    }
+
+    /// Tagged send (`ucp_tag_send_nbx`, `fi_tsend`). The buffer moves into the endpoint
+    /// (no copy on the way to the device).
+    pub fn tsend(&mut self, peer: Peer, tag: u64, data: impl Into<Vec<u8>>) -> Result<Request> {
+        self.tsend_with(peer, tag, data, SendOptions::default())
+    }
+
+    /// Tagged send with remote CQ data and/or delivery complete.
+    pub fn tsend_with(
+        &mut self,
+        peer: Peer,
+        tag: u64,
+        data: impl Into<Vec<u8>>,
+        opts: SendOptions,
+    ) -> Result<Request> {
+        let data = data.into();
+        trace!(peer = peer.index(), tag, len = data.len(), "tsend");
+        let r = self.node.endpoint_mut().tsend(peer.0, tag, data, opts);
+        self.req(r, Some(peer))
+    }
+
+    /// Untagged send (`fi_send`).
+    pub fn send(&mut self, peer: Peer, data: impl Into<Vec<u8>>) -> Result<Request> {
+        self.send_with(peer, data, SendOptions::default())
+    }
+
+    /// Untagged send with options.
+    pub fn send_with(
+        &mut self,
+        peer: Peer,
+        data: impl Into<Vec<u8>>,
+        opts: SendOptions,
+    ) -> Result<Request> {
+        let data = data.into();
+        trace!(peer = peer.index(), len = data.len(), "send");
+        let r = self.node.endpoint_mut().send(peer.0, data, opts);
+        self.req(r, Some(peer))
+    }
+
+    /// Tagged receive of up to `len` bytes (`ucp_tag_recv_nbx`, `fi_trecv`) from `source`
+    /// ([`ANY_SOURCE`] or a peer) with tags accepted by `tag` ([`ANY_TAG`], an exact `u64`,
+    /// or a [`TagMatch`]).
+    pub fn trecv(
+        &mut self,
+        source: impl Into<Source>,
+        tag: impl Into<TagMatch>,
+        len: usize,
+    ) -> Result<Request> {
+        let (source, tag) = (source.into(), tag.into());
+        trace!(?source, tag = tag.tag, mask = tag.mask, len, "trecv");
+        let r = self
+            .node
+            .endpoint_mut()
+            .trecv(source.peer_id(), tag.tag, tag.ignore(), len);
+        self.req(r, source.peer_id().map(Peer))
+    }
+
+    /// Untagged receive of up to `len` bytes (`fi_recv`).
+    pub fn recv(&mut self, source: impl Into<Source>, len: usize) -> Result<Request> {
+        let source = source.into();
+        let r = self.node.endpoint_mut().recv(source.peer_id(), len);
+        self.req(r, source.peer_id().map(Peer))
+    }
+
+    /// Peeks at the earliest unexpected tagged message accepted (`ucp_tag_probe_nb` with
+    /// `remove = 0`, `FI_PEEK`). Call [`Endpoint::progress`] first to take in arrivals.
+    pub fn tprobe(
+        &mut self,
+        source: impl Into<Source>,
+        tag: impl Into<TagMatch>,
+    ) -> Option<ProbeInfo> {
+        let (source, tag) = (source.into(), tag.into());
+        self.counters.probes += 1;
+        self.node
+            .endpoint_mut()
+            .tprobe(source.peer_id(), tag.tag, tag.ignore())
+            .map(ProbeInfo::from)
+    }
+
+    /// Peeks at the earliest unexpected untagged message.
+    pub fn probe(&mut self, source: impl Into<Source>) -> Option<ProbeInfo> {
+        self.counters.probes += 1;
+        self.node
+            .endpoint_mut()
+            .probe(source.into().peer_id())
+            .map(ProbeInfo::from)
+    }
+
+    /// Claims the earliest unexpected tagged message accepted (`MPI_Mprobe`,
+    /// `ucp_tag_probe_nb` with `remove = 1`, `FI_CLAIM`).
+    pub fn tmprobe(
+        &mut self,
+        source: impl Into<Source>,
+        tag: impl Into<TagMatch>,
+    ) -> Option<Message> {
+        let (source, tag) = (source.into(), tag.into());
+        self.counters.probes += 1;
+        let (claim, info) =
+            self.node
+                .endpoint_mut()
+                .tmprobe(source.peer_id(), tag.tag, tag.ignore())?;
+        Some(Message {
+            claim,
+            info: info.into(),
+        })
+    }
+
+    /// Claims the earliest unexpected untagged message.
+    pub fn mprobe(&mut self, source: impl Into<Source>) -> Option<Message> {
+        self.counters.probes += 1;
+        let (claim, info) = self.node.endpoint_mut().mprobe(source.into().peer_id())?;
+        Some(Message {
+            claim,
+            info: info.into(),
+        })
+    }
+
+    /// Receives a claimed message into a buffer of `len` bytes (`ucp_tag_msg_recv_nbx`).
+    pub fn mrecv(&mut self, msg: Message, len: usize) -> Result<Request> {
+        let r = self.node.endpoint_mut().mrecv(msg.claim, len);
+        match r {
+            Ok(op) => {
+                self.counters.submitted += 1;
+                Ok(Request(op))
+            }
+            Err(tagmatch_rdm::CallError::UnknownOp) => Err(Error::StaleMessage),
+            Err(e) => Err(Error::call(e, None, None)),
+        }
+    }
+
+    /// Cancels a posted receive that has not matched yet; it completes with
+    /// [`OpError::Canceled`]. Anything else (matched, finished, a send) is
+    /// [`Error::UnknownRequest`].
+    pub fn cancel(&mut self, req: Request) -> Result<()> {
+        self.node
+            .endpoint_mut()
+            .cancel(req.0)
+            .map_err(|e| Error::call(e, None, Some(req)))?;
+        self.counters.cancels += 1;
+        Ok(())
+    }
+
+    /// Registers `bytes` as an RMA target or source and waits for its key. The region
+    /// stays registered for any number of operations until [`Endpoint::deregister`].
+    pub fn register(&mut self, bytes: Vec<u8>) -> Result<MemoryRegion> {
+        let len = bytes.len() as u64;
+        let (handle, k) =
+            self.node
+                .register(bytes, self.wait_limit)
+                .map_err(|e| match e.kind() {
+                    io::ErrorKind::TimedOut | io::ErrorKind::Other => Error::RegistrationFailed,
+                    _ => Error::Io {
+                        context: "register",
+                        source: e,
+                    },
+                })?;
+        self.counters.registrations += 1;
+        Ok(MemoryRegion {
+            handle,
+            key: RemoteKey {
+                addr: k.addr,
+                key: k.key,
+                len,
+            },
+        })
+    }
+
+    /// The bytes of a registered region (peers' writes land here).
+    pub fn region(&self, mr: &MemoryRegion) -> Result<&[u8]> {
+        self.node
+            .endpoint()
+            .memory(mr.handle)
+            .ok_or(Error::UnknownRegion)
+    }
+
+    /// The bytes of a registered region, mutably (what peers' reads see).
+    pub fn region_mut(&mut self, mr: &MemoryRegion) -> Result<&mut [u8]> {
+        self.node
+            .endpoint_mut()
+            .memory_mut(mr.handle)
+            .ok_or(Error::UnknownRegion)
+    }
+
+    /// Deregisters a region and hands its bytes back.
+    pub fn deregister(&mut self, mr: MemoryRegion) -> Result<Vec<u8>> {
+        self.node
+            .endpoint_mut()
+            .release_memory(mr.handle)
+            .ok_or(Error::UnknownRegion)
+    }
+
+    /// RMA write of `data` to the peer's `remote` (`fi_write`, `ucp_put_nbx`).
+    pub fn write(
+        &mut self,
+        peer: Peer,
+        data: impl Into<Vec<u8>>,
+        remote: RemoteAddr,
+    ) -> Result<Request> {
+        self.write_with(peer, data, remote, SendOptions::default())
+    }
+
+    /// RMA write with remote CQ data (`fi_writedata`) and/or delivery complete.
+    pub fn write_with(
+        &mut self,
+        peer: Peer,
+        data: impl Into<Vec<u8>>,
+        remote: RemoteAddr,
+        opts: SendOptions,
+    ) -> Result<Request> {
+        let data = data.into();
+        trace!(peer = peer.index(), len = data.len(), "write");
+        let r = self.node.endpoint_mut().write(peer.0, data, remote, opts);
+        self.req(r, Some(peer))
+    }
+
+    /// RMA read of `len` bytes from the peer's `remote` (`fi_read`, `ucp_get_nbx`); the
+    /// completion's `data` holds them.
+    pub fn read(&mut self, peer: Peer, len: usize, remote: RemoteAddr) -> Result<Request> {
+        trace!(peer = peer.index(), len, "read");
+        let r = self.node.endpoint_mut().read(peer.0, len, remote);
+        self.req(r, Some(peer))
+    }
+
+    fn atomic_len_check(&self, args: &AtomicArgs) -> usize {
+        args.operand.len()
+    }
+
+    /// Atomic without result (`fi_atomic`).
+    pub fn atomic(&mut self, peer: Peer, args: AtomicArgs, remote: RemoteAddr) -> Result<Request> {
+        let n = self.atomic_len_check(&args);
+        let r = self
+            .node
+            .endpoint_mut()
+            .atomic_write(peer.0, args, remote, SendOptions::default());
+        self.atomic_req(r, peer, n)
+    }
+
+    /// Fetching atomic (`fi_fetch_atomic`): the completion's `data` is the old value.
+    pub fn fetch_atomic(
+        &mut self,
+        peer: Peer,
+        args: AtomicArgs,
+        remote: RemoteAddr,
+    ) -> Result<Request> {
+        let n = self.atomic_len_check(&args);
+        let r = self.node.endpoint_mut().atomic_fetch(peer.0, args, remote);
+        self.atomic_req(r, peer, n)
+    }
+
+    /// Compare atomic (`fi_compare_atomic`): the completion's `data` is the old value.
+    pub fn compare_atomic(
+        &mut self,
+        peer: Peer,
+        args: AtomicArgs,
+        remote: RemoteAddr,
+    ) -> Result<Request> {
+        let n = self.atomic_len_check(&args);
+        let r = self
+            .node
+            .endpoint_mut()
+            .atomic_compare(peer.0, args, remote);
+        self.atomic_req(r, peer, n)
+    }
+
+    fn atomic_req(
+        &mut self,
+        r: std::result::Result<OpId, tagmatch_rdm::CallError>,
+        peer: Peer,
+        n: usize,
+    ) -> Result<Request> {
+        match r {
+            Err(tagmatch_rdm::CallError::AtomicTooLarge) => {
+                self.counters.call_errors += 1;
+                Err(Error::AtomicTooLarge { len: n })
+            }
+            r => self.req(r, Some(peer)),
+        }
+    }
+
+    /// Atomic fetch-and-add of a `u64` at `remote`; the completion's
+    /// [`Completion::data_u64`] is the old value.
+    pub fn fetch_add_u64(&mut self, peer: Peer, remote: RemoteAddr, add: u64) -> Result<Request> {
+        self.fetch_atomic(
+            peer,
+            AtomicArgs {
+                datatype: Datatype::U64,
+                op: AtomicOp::Sum,
+                operand: add.to_le_bytes().to_vec(),
+                compare: None,
+            },
+            remote,
+        )
+    }
+
+    /// Atomic compare-and-swap of a `u64` at `remote`: stores `new` if it holds
+    /// `expected`; the completion's [`Completion::data_u64`] is the old value.
+    pub fn compare_swap_u64(
+        &mut self,
+        peer: Peer,
+        remote: RemoteAddr,
+        expected: u64,
+        new: u64,
+    ) -> Result<Request> {
+        self.compare_atomic(
+            peer,
+            AtomicArgs {
+                datatype: Datatype::U64,
+                op: AtomicOp::Cswap,
+                operand: new.to_le_bytes().to_vec(),
+                compare: Some(expected.to_le_bytes().to_vec()),
+            },
+            remote,
+        )
+    }
+
+    fn convert(&mut self, mut c: tagmatch_rdm::Completion) -> Completion {
+        if c.kind == OpKind::Recv && (c.data.len() as u64) > c.len {
+            // The receive buffer is handed back at the message's length (no copy).
+            c.data.truncate(c.len as usize);
+        }
+        let protocol = self.node.endpoint().protocol_of(c.op);
+        self.counters.note(&c, protocol);
+        if let Some(p) = protocol {
+            debug!(op = c.op.0, kind = ?c.kind, protocol = ?p, len = c.len, ok = c.result.is_ok(), "complete");
+        } else {
+            trace!(op = c.op.0, kind = ?c.kind, len = c.len, ok = c.result.is_ok(), "complete");
+        }
+        Completion {
+            request: Request(c.op),
+            kind: c.kind,
+            status: c.result,
+            data: c.data,
+            len: c.len,
+            tag: c.tag,
+            source: c.src.map(Peer),
+            cq_data: c.cq_data,
+            protocol,
+        }
+    }
+
+    fn take_node(&mut self) {
+        while let Some(c) = self.node.poll_completion() {
+            let c = self.convert(c);
+            self.ready.push_back(c);
+        }
+    }
+
+    /// Does the IO without blocking; returns how many completions are ready.
+    pub fn progress(&mut self) -> Result<usize> {
+        self.progress_timeout(Duration::ZERO)
+    }
+
+    /// Does the IO, blocking at most `timeout` when nothing is ready at once (UDP waits in
+    /// `poll(2)`; the in-process transport never blocks).
+    pub fn progress_timeout(&mut self, timeout: Duration) -> Result<usize> {
+        self.counters.progress_calls += 1;
+        self.node
+            .progress(Some(timeout))
+            .map_err(Error::io("progress"))?;
+        self.take_node();
+        Ok(self.ready.len())
+    }
+
+    /// The next completion, in completion order.
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        if self.ready.is_empty() {
+            self.take_node();
+        }
+        self.ready.pop_front()
+    }
+
+    /// Takes `req`'s completion if it is ready (others stay queued).
+    pub fn take_completion(&mut self, req: Request) -> Option<Completion> {
+        self.take_node();
+        let i = self.ready.iter().position(|c| c.request == req)?;
+        self.ready.remove(i)
+    }
+
+    /// Progresses until `req` completes (others stay queued for
+    /// [`Endpoint::poll_completion`]); a failed operation is [`Error::Failed`], no
+    /// completion within the builder's wait limit is [`Error::Timeout`].
+    pub fn wait(&mut self, req: Request) -> Result<Completion> {
+        self.wait_with(req, &mut [])
+    }
+
+    /// [`Endpoint::wait`] with a limit.
+    pub fn wait_for(&mut self, req: Request, limit: Duration) -> Result<Completion> {
+        self.wait_inner(req, &mut [], limit)
+    }
+
+    /// [`Endpoint::wait`] that also progresses `others`: for several in-process endpoints
+    /// driven by one thread (the in-process transport delivers only when the receiving
+    /// endpoint progresses).
+    pub fn wait_with(&mut self, req: Request, others: &mut [&mut Endpoint]) -> Result<Completion> {
+        let limit = self.wait_limit;
+        self.wait_inner(req, others, limit)
+    }
+
+    fn wait_inner(
+        &mut self,
+        req: Request,
+        others: &mut [&mut Endpoint],
+        limit: Duration,
+    ) -> Result<Completion> {
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            if let Some(c) = self.take_completion(req) {
+                return c.into_result();
+            }
+            // Spin briefly (lowest latency), then let the device block in poll(2).
+            let slice = if spins < 64 || !others.is_empty() {
+                Duration::ZERO
+            } else {
+                Duration::from_millis(5)
+            };
+            spins = spins.saturating_add(1);
+            self.progress_timeout(slice)?;
+            for o in others.iter_mut() {
+                o.progress()?;
+            }
+            if let Some(c) = self.take_completion(req) {
+                return c.into_result();
+            }
+            if spins % 1024 == 0 && start.elapsed() >= limit {
+                return Err(Error::Timeout {
+                    request: req,
+                    limit_ms: limit.as_millis(),
+                });
+            }
+        }
+    }
+
+    /// Progresses until every datagram has been acknowledged (UDP) or `limit` passes;
+    /// returns whether it got there. Call before exiting so peers get everything.
+    pub fn flush(&mut self, limit: Duration) -> Result<bool> {
+        let r = self.node.flush(limit).map_err(Error::io("flush"))?;
+        self.take_node();
+        Ok(r)
+    }
+
+    /// Counters of every layer: facade, RDM protocol, device.
+    pub fn stats(&self) -> Stats {
+        let ep = self.node.endpoint();
+        let (tx, rx, unexpected) = ep.in_flight();
+        let (regions, sends, rdmas) = ep.resources();
+        Stats {
+            facade: self.counters.clone(),
+            rdm: ep.stats(),
+            tx_in_flight: tx,
+            rx_in_flight: rx,
+            unexpected,
+            regions,
+            device_sends_pending: sends,
+            device_rdma_pending: rdmas,
+            ready_completions: self.ready.len(),
+            device: match self.node.device() {
+                Device::Mem(d) => DeviceStats::Mem(d.rdma_stats()),
+                Device::Udp(d) => DeviceStats::Udp(d.stats()),
+            },
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! The facade's error type: every failure names what was wrong.
+
+use std::fmt;
+use std::io;
+
+use tagmatch_rdm::atomic::AtomicError;
+use tagmatch_rdm::{CallError, OpError, OpKind};
+
+use crate::{Peer, Request};
+
+/// Everything that can go wrong in the facade. Bad input never panics: it comes back as
+/// one of these, naming the argument or the state that was wrong.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// A builder setting is out of range.
+    Config {
+        /// The setting (`"udp path_mtu"`, `"max_medium_size"`, …).
+        setting: &'static str,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// The builder was not told which transport to use.
+    NoTransport,
+    /// The `verbs` feature is a placeholder: no ibverbs device is implemented yet.
+    VerbsNotBuilt {
+        /// The device name asked for.
+        device: String,
+    },
+    /// An address string did not parse.
+    InvalidAddress {
+        /// The string.
+        input: String,
+        /// Why.
+        reason: String,
+    },
+    /// An address of one transport was handed to an endpoint of another.
+    WrongTransport {
+        /// The address.
+        address: String,
+        /// The endpoint's transport.
+        endpoint: &'static str,
+    },
+    /// No such peer in this endpoint's address vector.
+    UnknownPeer(Peer),
+    /// No such request, or it can no longer be cancelled / waited for.
+    UnknownRequest(Request),
+    /// A claimed message (from `mprobe`) is no longer valid.
+    StaleMessage,
+    /// No such memory region (deregistered, or from another endpoint).
+    UnknownRegion,
+    /// Too many operations in flight.
+    TooManyOps,
+    /// The matching engine's receive limit is reached.
+    TooManyReceives,
+    /// Invalid atomic arguments.
+    Atomic(AtomicError),
+    /// An atomic operand does not fit in one packet.
+    AtomicTooLarge {
+        /// Operand bytes.
+        len: usize,
+    },
+    /// A memory registration failed.
+    RegistrationFailed,
+    /// The request did not complete within the wait limit.
+    Timeout {
+        /// The request.
+        request: Request,
+        /// The limit, in milliseconds.
+        limit_ms: u128,
+    },
+    /// The operation completed with an error.
+    Failed {
+        /// The request.
+        request: Request,
+        /// What it was.
+        kind: OpKind,
+        /// The error.
+        error: OpError,
+    },
+    /// The device's IO failed.
+    Io {
+        /// What the facade was doing.
+        context: &'static str,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Config { setting, reason } => write!(f, "invalid {setting}: {reason}"),
+            Error::NoTransport => write!(
+                f,
+                "no transport chosen: call Builder::mem, Builder::udp or Builder::transport"
+            ),
+            Error::VerbsNotBuilt { device } => write!(
+                f,
+                "verbs transport (device {device:?}) is not implemented yet in this build: \
+                 use the udp or mem transport"
+            ),
+            Error::InvalidAddress { input, reason } => {
+                write!(f, "invalid address {input:?}: {reason}")
+            }
+            Error::WrongTransport { address, endpoint } => {
+                write!(f, "address {address} is not a {endpoint} address")
+            }
+            Error::UnknownPeer(p) => write!(f, "unknown peer {}", p.0 .0),
+            Error::UnknownRequest(r) => write!(f, "unknown or finished request {}", r.id()),
+            Error::StaleMessage => write!(f, "claimed message is no longer valid"),
+            Error::UnknownRegion => write!(f, "unknown memory region"),
+            Error::TooManyOps => write!(f, "too many operations in flight"),
+            Error::TooManyReceives => write!(f, "too many posted receives"),
+            Error::Atomic(e) => write!(f, "invalid atomic arguments: {e:?}"),
+            Error::AtomicTooLarge { len } => {
+                write!(
+                    f,
+                    "atomic operand of {len} bytes does not fit in one packet"
+                )
+            }
+            Error::RegistrationFailed => write!(f, "memory registration failed"),
+            Error::Timeout { request, limit_ms } => write!(
+                f,
+                "request {} did not complete within {limit_ms} ms",
+                request.id()
+            ),
+            Error::Failed {
+                request,
+                kind,
+                error,
+            } => write!(f, "{kind:?} request {} failed: {error:?}", request.id()),
+            Error::Io { context, source } => write!(f, "{context}: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl Error {
+    pub(crate) fn io(context: &'static str) -> impl FnOnce(io::Error) -> Error {
+        move |source| Error::Io { context, source }
+    }
+
+    /// Maps an RDM call error; `peer`/`request` name the arguments of the call.
+    pub(crate) fn call(e: CallError, peer: Option<Peer>, request: Option<Request>) -> Error {
+        match e {
+            CallError::UnknownPeer => match peer {
+                Some(p) => Error::UnknownPeer(p),
+                None => Error::UnknownPeer(Peer(tagmatch_rdm::PeerId(u32::MAX))),
+            },
+            CallError::UnknownOp => match request {
+                Some(r) => Error::UnknownRequest(r),
+                None => Error::StaleMessage,
+            },
+            CallError::UnknownMem => Error::UnknownRegion,
+            CallError::TooManyOps => Error::TooManyOps,
+            CallError::TooManyReceives => Error::TooManyReceives,
+            CallError::Atomic(a) => Error::Atomic(a),
+            CallError::AtomicTooLarge => Error::AtomicTooLarge { len: 0 },
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! `tagmatch`: tagged messaging, RMA and atomics over the EFA RDM protocol v4, with the
+//! habits of UCX's `ucp_tag_*` and libfabric's `fi_tagged`.
+//!
+//! An [`Endpoint`] is built on a transport ([`Builder::mem`] in-process, [`Builder::udp`]
+//! over UDP with EFA SRD semantics and software RDMA, `verbs` reserved for ibverbs
+//! devices), hands out its [`Address`], and inserts peers ([`Endpoint::insert_peer`]).
+//! Every operation returns a [`Request`]; completions are polled
+//! ([`Endpoint::progress`] + [`Endpoint::poll_completion`]), waited on
+//! ([`Endpoint::wait`]) or, with the `async` feature, awaited ([`Endpoint::completion`]).
+//!
+//! | operation | UCX | libfabric | here |
+//! |---|---|---|---|
+//! | tagged send / receive | `ucp_tag_send_nbx` / `ucp_tag_recv_nbx` | `fi_tsend` / `fi_trecv` | [`Endpoint::tsend`] / [`Endpoint::trecv`] |
+//! | untagged | `ucp_am_*` / `ucp_stream_*` | `fi_send` / `fi_recv` | [`Endpoint::send`] / [`Endpoint::recv`] |
+//! | wildcards | `tag_mask`, no ANY_SOURCE | `ignore`, `FI_ADDR_UNSPEC` | [`TagMatch`], [`ANY_TAG`], [`ANY_SOURCE`] |
+//! | probe / mprobe | `ucp_tag_probe_nb`, `ucp_tag_msg_recv_nbx` | `FI_PEEK`, `FI_CLAIM` | [`Endpoint::tprobe`], [`Endpoint::tmprobe`], [`Endpoint::mrecv`] |
+//! | cancel | `ucp_request_cancel` | `fi_cancel` | [`Endpoint::cancel`] |
+//! | RMA | `ucp_put_nbx` / `ucp_get_nbx` | `fi_write` / `fi_read` | [`Endpoint::write`] / [`Endpoint::read`] |
+//! | atomics | `ucp_atomic_op_nbx` | `fi_atomic` family | [`Endpoint::fetch_add_u64`], [`Endpoint::compare_swap_u64`], [`Endpoint::atomic`] |
+//! | CQ data, delivery complete | — | `FI_REMOTE_CQ_DATA`, `FI_DELIVERY_COMPLETE` | [`SendOptions`] |
+//! | memory | `ucp_mem_map` | `fi_mr_reg` | [`Endpoint::register`] |
+//!
+//! # Example: a tagged round trip in one process
+//!
+//! ```
+//! use tagmatch::{Endpoint, MemFabric, ANY_SOURCE, ANY_TAG};
+//!
+//! # fn main() -> Result<(), tagmatch::Error> {
+//! let fabric = MemFabric::new();
+//! let mut a = Endpoint::builder().mem(&fabric).build()?;
+//! let mut b = Endpoint::builder().mem(&fabric).build()?;
+//! let b_at_a = a.insert_peer(&b.address())?;
+//!
+//! let recv = b.trecv(ANY_SOURCE, ANY_TAG, 64)?;
+//! let send = a.tsend(b_at_a, 42, b"hello".to_vec())?;
+//! // One thread drives both endpoints: wait on one, progress the other.
+//! let got = b.wait_with(recv, &mut [&mut a])?;
+//! assert_eq!((got.tag, &got.data[..]), (42, &b"hello"[..]));
+//! a.wait_with(send, &mut [&mut b])?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Example: awaiting (feature `async`)
+//!
+//! ```
+//! # #[cfg(feature = "async")] {
+//! use std::future::Future;
+//! use std::sync::Arc;
+//! use std::task::{Context, Poll, Wake, Waker};
+//! use tagmatch::{Endpoint, MemFabric};
+//!
+//! struct Noop;
+//! impl Wake for Noop { fn wake(self: Arc<Self>) {} }
+//!
+//! let fabric = MemFabric::new();
+//! let mut a = Endpoint::builder().mem(&fabric).build().unwrap();
+//! let mut b = Endpoint::builder().mem(&fabric).build().unwrap();
+//! let peer = a.insert_peer(&b.address()).unwrap();
+//! let r = b.recv(tagmatch::ANY_SOURCE, 8).unwrap();
+//! let s = a.send(peer, vec![7u8; 8]).unwrap();
+//! a.wait_with(s, &mut [&mut b]).unwrap();
+//! // Any executor works; here a hand-written poll loop.
+//! let waker = Waker::from(Arc::new(Noop));
+//! let mut cx = Context::from_waker(&waker);
+//! let mut fut = Box::pin(b.completion(r));
+//! let c = loop {
+//!     if let Poll::Ready(c) = fut.as_mut().poll(&mut cx) { break c.unwrap() }
+//! };
+//! assert_eq!(c.data, vec![7u8; 8]);
+//! # }
+//! ```
+//!
+//! # Buffers
+//!
+//! Send buffers move into the endpoint (`Vec<u8>`, no copy on the way to the device) and
+//! received, read and fetched bytes come back owned in [`Completion::data`]. RMA targets
+//! are registered once ([`Endpoint::register`]) and stay registered for any number of
+//! operations; their [`RemoteKey`] travels to peers in a message.
+//!
+//! # Observability
+//!
+//! [`Endpoint::stats`] gathers counters of the facade, the protocol endpoint (packets,
+//! drops by reason, handshakes, READ_NACKs, queue depths) and the device (datagrams,
+//! retransmissions, duplicates, software RDMA). `tracing` events: `trace` per operation
+//! and completion, `debug` for each completion's subprotocol; with no subscriber or the
+//! level off they cost one relaxed load.
+#![forbid(unsafe_code)]
+
+mod address;
+mod builder;
+mod endpoint;
+mod error;
+#[cfg(feature = "async")]
+mod future;
+mod stats;
+
+pub use address::Address;
+pub use builder::{Builder, MemFabric, Transport};
+pub use endpoint::{
+    Completion, Endpoint, MemoryRegion, Message, Peer, ProbeInfo, RemoteKey, Request, SendOptions,
+    Source, TagMatch, ANY_SOURCE, ANY_TAG,
+};
+pub use error::{Error, Result};
+#[cfg(feature = "async")]
+pub use future::CompletionFuture;
+pub use stats::{Counters, DeviceStats, Stats};
+pub use tagmatch_rdm::{AtomicArgs, AtomicOp, Datatype, OpError, OpKind, Protocol, RemoteAddr};
+pub use tagmatch_transport::mem::MemFaults;

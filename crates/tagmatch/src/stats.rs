@@ -1,0 +1,152 @@
+//! [`Stats`]: counters of every layer.
+
+use std::fmt;
+
+use tagmatch_rdm::{OpKind, Protocol};
+use tagmatch_transport::soft_rdma::RdmaStats;
+use tagmatch_transport::udp::UdpStats;
+
+/// Facade counters: what the application asked for and what completed how.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Operations submitted (sends, receives, RMA, atomics).
+    pub submitted: u64,
+    /// Operation calls refused (bad peer, limits, bad atomic arguments).
+    pub call_errors: u64,
+    /// Completions delivered.
+    pub completed: u64,
+    /// Completions with an error.
+    pub failed: u64,
+    /// Receives cancelled.
+    pub cancels: u64,
+    /// Probes and mprobes.
+    pub probes: u64,
+    /// Memory regions registered through the facade.
+    pub registrations: u64,
+    /// `progress` calls.
+    pub progress_calls: u64,
+    /// Bytes moved by completed operations (sent, received, written, read).
+    pub bytes: u64,
+    /// Completions per subprotocol, in [`Counters::PROTOCOLS`] order.
+    pub protocols: [u64; 13],
+}
+
+impl Counters {
+    /// The subprotocols counted in [`Counters::protocols`].
+    pub const PROTOCOLS: [Protocol; 13] = [
+        Protocol::Eager,
+        Protocol::Medium,
+        Protocol::LongCts,
+        Protocol::LongRead,
+        Protocol::RuntRead,
+        Protocol::EagerWrite,
+        Protocol::LongCtsWrite,
+        Protocol::LongReadWrite,
+        Protocol::ShortRead,
+        Protocol::LongCtsRead,
+        Protocol::DirectRead,
+        Protocol::DirectWrite,
+        Protocol::Atomic,
+    ];
+
+    /// Completions that used `p`.
+    pub fn protocol(&self, p: Protocol) -> u64 {
+        Self::PROTOCOLS
+            .iter()
+            .position(|q| *q == p)
+            .map_or(0, |i| self.protocols[i])
+    }
+
+    pub(crate) fn note(&mut self, c: &tagmatch_rdm::Completion, p: Option<Protocol>) {
+        self.completed += 1;
+        if c.result.is_err() {
+            self.failed += 1;
+        }
+        if c.kind != OpKind::RemoteWrite {
+            self.bytes += c.len;
+        }
+        if let Some(i) = p.and_then(|p| Self::PROTOCOLS.iter().position(|q| *q == p)) {
+            self.protocols[i] += 1;
+        }
+    }
+}
+
+/// Device counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceStats {
+    /// In-process device: software-RDMA requests served and rejected.
+    Mem(RdmaStats),
+    /// UDP device: datagrams, syscalls, retransmissions, drops by reason.
+    Udp(UdpStats),
+}
+
+/// Counters of every layer, from [`crate::Endpoint::stats`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stats {
+    /// Facade counters.
+    pub facade: Counters,
+    /// RDM protocol counters: packets, drops by reason (parse errors, connid mismatch,
+    /// unknown sender or operation, invalid, reorder/budget rejections), handshakes,
+    /// READ_NACK fallbacks.
+    pub rdm: tagmatch_rdm::Stats,
+    /// Sender-side operations in flight.
+    pub tx_in_flight: usize,
+    /// Receiver-side operations in flight (posted receives included).
+    pub rx_in_flight: usize,
+    /// Unexpected messages queued.
+    pub unexpected: usize,
+    /// Memory regions held by the protocol endpoint.
+    pub regions: usize,
+    /// Packets handed to the device and not yet answered.
+    pub device_sends_pending: usize,
+    /// RDMA operations handed to the device and not yet answered.
+    pub device_rdma_pending: usize,
+    /// Completions waiting for `poll_completion`.
+    pub ready_completions: usize,
+    /// Device counters.
+    pub device: DeviceStats,
+}
+
+impl fmt::Display for Stats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.facade;
+        writeln!(
+            f,
+            "facade: submitted {} completed {} failed {} call_errors {} cancels {} probes {} bytes {}",
+            c.submitted, c.completed, c.failed, c.call_errors, c.cancels, c.probes, c.bytes
+        )?;
+        let used: Vec<String> = Counters::PROTOCOLS
+            .iter()
+            .zip(c.protocols)
+            .filter(|(_, n)| *n > 0)
+            .map(|(p, n)| format!("{p:?} {n}"))
+            .collect();
+        writeln!(f, "protocols: {}", used.join(", "))?;
+        writeln!(
+            f,
+            "queues: tx {} rx {} unexpected {} regions {} ready {}",
+            self.tx_in_flight,
+            self.rx_in_flight,
+            self.unexpected,
+            self.regions,
+            self.ready_completions
+        )?;
+        let r = &self.rdm;
+        writeln!(
+            f,
+            "rdm: rx {} tx {} tx_again {} handshakes {} read_nacks {} drops: parse {} connid {} unknown_sender {} unknown_op {} invalid {} reorder/budget {}",
+            r.rx_packets, r.tx_packets, r.tx_again, r.handshakes_sent, r.read_nacks,
+            r.rx_parse_errors, r.rx_connid_mismatch, r.rx_unknown_sender, r.rx_unknown_op,
+            r.rx_invalid, r.rx_reorder_rejected
+        )?;
+        match &self.device {
+            DeviceStats::Mem(d) => write!(f, "device mem: {d:?}"),
+            DeviceStats::Udp(u) => write!(
+                f,
+                "device udp: frames sent {} received {} retransmits {} fast_retransmits {} duplicates {} bad_frames {} wrong_connid {} beyond_window {} send_again {}",
+                u.frames_sent, u.frames_received, u.retransmits, u.fast_retransmits,
+                u.duplicates, u.bad_frames, u.wrong_connid, u.beyond_window, u.send_again
+            ),
+        }
+    }
+}
