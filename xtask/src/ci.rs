@@ -71,6 +71,11 @@ pub fn stages() -> Vec<Stage> {
             run: |ctx| cargo_stage(ctx, &["test", "--workspace"], &[]),
         },
         Stage {
+            name: "netns",
+            about: "cargo xtask netns: tagmatch-transport across two network namespaces (root)",
+            run: |ctx| crate::netns::run(&ctx.root),
+        },
+        Stage {
             name: "verbs",
             about: "clippy + tests of tagmatch-verbs-sys --features verbs (installs libibverbs-dev libclang-dev)",
             run: verbs_stage,

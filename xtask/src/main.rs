@@ -11,6 +11,7 @@ mod apt;
 mod ci;
 mod cmd;
 mod fuzz;
+mod netns;
 mod vm;
 
 use std::path::{Path, PathBuf};
@@ -30,6 +31,7 @@ COMMANDS:
               fmt     cargo fmt --all -- --check
               clippy  cargo clippy --workspace --all-targets -- -D warnings
               test    cargo test --workspace
+              netns   cargo xtask netns (below)
               verbs   cargo clippy/test -p tagmatch-verbs-sys --features verbs
                       (installs libibverbs-dev libclang-dev first)
               vm-test cargo xtask vm-test (below)
@@ -38,6 +40,8 @@ COMMANDS:
                       for every target in fuzz/ (skipped if fuzz/ does not exist)
             Stops at the first failing stage and prints a summary.
     fuzz    Run only the fuzz smoke stage.
+    netns   The multi-host test of tagmatch-transport in two network namespaces
+            (veth pair) with TAGMATCH_NETNS_REQUIRED=1; needs root (skipped otherwise).
     vm-test Build the verbs tests (tagmatch-verbs-sys --features verbs), boot Debian's
             kernel in QEMU (TCG, no KVM needed), create a Soft-RoCE device (rdma_rxe)
             inside and run the tests there with TAGMATCH_REQUIRE_RDMA_DEVICE=1.
@@ -101,6 +105,13 @@ fn run(args: Vec<String>) -> Result<()> {
         "fuzz" => cmd_fuzz(args),
         "apt" => cmd_apt(args),
         "vm-test" => cmd_vm_test(args),
+        "netns" => match netns::run(&workspace_root())? {
+            ci::Outcome::Ok => Ok(()),
+            ci::Outcome::Skipped(why) => {
+                println!("xtask netns: skipped: {why}");
+                Ok(())
+            }
+        },
         other => Err(format!("unknown command `{other}` (see `cargo xtask --help`)").into()),
     }
 }
