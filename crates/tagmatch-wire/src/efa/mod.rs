@@ -229,6 +229,7 @@ impl PacketType {
     }
 
     /// The type's layout row.
+    #[inline]
     pub fn layout(self) -> &'static Layout {
         layout::of(self)
     }
