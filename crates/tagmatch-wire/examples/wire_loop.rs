@@ -19,8 +19,11 @@ use std::process::ExitCode;
 
 use tagmatch_wire::efa::{Field, Packet, PacketType, Repr};
 
+/// What the receive path reads: msg_id, tag, connid, payload length.
+type Fields = (Option<u32>, Option<u64>, Option<u32>, usize);
+
 #[inline(never)]
-fn view(d: &[u8]) -> Option<(Option<u32>, Option<u64>, Option<u32>, usize)> {
+fn view(d: &[u8]) -> Option<Fields> {
     let p = Packet::new_checked(d).ok()?;
     Some((p.msg_id(), p.tag(), p.connid(), p.payload().len()))
 }
