@@ -28,11 +28,11 @@
 //! assert_eq!(&got.unwrap().data[..2], b"hi");
 //! ```
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::time::{Duration, Instant};
 
-use tagmatch_rdm::{Completion, Config, Endpoint, MemHandle, MrKey, OpId};
+use tagmatch_rdm::{Completion, Config, Endpoint, MemHandle, MrKey, OpId, PeerId};
 use tagmatch_wire::efa::RawAddr;
 
 use crate::device::{DeviceEvent, RdmDevice};
@@ -43,6 +43,8 @@ pub struct Node<D: RdmDevice> {
     ep: Endpoint,
     dev: D,
     completions: VecDeque<Completion>,
+    /// Peers inserted through [`Node::add_peer`], by their whole address (connid included).
+    exact: HashMap<([u8; 16], u16, u32), PeerId>,
 }
 
 impl<D: RdmDevice> Node<D> {
@@ -54,7 +56,19 @@ impl<D: RdmDevice> Node<D> {
             ep: Endpoint::new(cfg, dev.addr()),
             dev,
             completions: VecDeque::new(),
+            exact: HashMap::new(),
         }
+    }
+
+    /// Inserts a peer address (`fi_av_insert`). Prefer this to
+    /// `endpoint_mut().add_peer`: packets are then attributed by the whole address, connid
+    /// included, so a peer restarted on the same IP and port (a new connid) inserted again
+    /// gets its own id, while the endpoint's own lookup (GID and QP only, as an EFA device's)
+    /// would keep answering with the first entry.
+    pub fn add_peer(&mut self, addr: RawAddr) -> PeerId {
+        let p = self.ep.add_peer(addr);
+        self.exact.insert((addr.gid, addr.qpn, addr.qkey), p);
+        p
     }
 
     /// The raw address (the device's).
@@ -96,7 +110,10 @@ impl<D: RdmDevice> Node<D> {
                 n += 1;
                 match ev {
                     DeviceEvent::Recv { src, bytes } => {
-                        let peer = self.ep.lookup_peer(&src.gid, src.qpn);
+                        let peer = match self.exact.get(&(src.gid, src.qpn, src.qkey)) {
+                            Some(p) => Some(*p),
+                            None => self.ep.lookup_peer(&src.gid, src.qpn),
+                        };
                         self.ep.handle_packet(peer, &bytes);
                     }
                     DeviceEvent::SendDone { token, outcome } => {

@@ -104,6 +104,9 @@ pub struct UdpConfig {
     pub peer_timeout: Duration,
     /// Datagrams per `sendmmsg`/`recvmmsg` call.
     pub batch: usize,
+    /// Most connections (peer socket address and connid); frames that would open one more
+    /// are dropped and counted, so spoofed sources cannot grow the table without bound.
+    pub max_conns: usize,
     /// Socket-layer fault injection (tests).
     pub shim: Option<ShimConfig>,
 }
@@ -122,6 +125,7 @@ impl UdpConfig {
             max_rto: Duration::from_millis(1000),
             peer_timeout: Duration::from_secs(10),
             batch: 32,
+            max_conns: 4096,
             shim: None,
         }
     }
@@ -160,6 +164,8 @@ pub struct UdpStats {
     pub send_again: u64,
     /// Connections failed (peer timeout).
     pub peers_failed: u64,
+    /// Frames dropped because they would open a connection beyond `max_conns`.
+    pub conn_limit: u64,
 }
 
 #[derive(Debug)]
@@ -597,7 +603,13 @@ impl UdpDevice {
             connid: h.src_connid,
         }
         .to_raw();
-        self.conns.entry(k).or_insert_with(|| Conn::new(peer, from));
+        if !self.conns.contains_key(&k) {
+            if self.conns.len() >= self.cfg.max_conns {
+                self.stats.conn_limit += 1;
+                return;
+            }
+            self.conns.insert(k, Conn::new(peer, from));
+        }
         self.on_ack(k, h.ack, h.sack, now);
         let Some(c) = self.conns.get_mut(&k) else {
             return;

@@ -1,0 +1,168 @@
+//! Hostile network input never panics the UDP device and is counted; a peer that stops
+//! answering fails its operations after the peer timeout; a restarted peer (new connid on the
+//! same port) is a new connection.
+use std::net::UdpSocket;
+use std::time::{Duration, Instant};
+
+use tagmatch_rdm::{Config, OpError, OpKind, SendOpts};
+use tagmatch_transport::rng::XorShift;
+use tagmatch_transport::udp::frame::{Header, KIND_MAX, KIND_PKT};
+use tagmatch_transport::udp::{UdpConfig, UdpDevice};
+use tagmatch_transport::{Node, RdmDevice, UdpAddr};
+
+fn node() -> Node<UdpDevice> {
+    let u = UdpConfig::new("127.0.0.1:0".parse().expect("addr"));
+    Node::new(Config::default(), UdpDevice::bind(u).expect("bind"))
+}
+
+/// a sends b one message; both progress until it arrives intact.
+fn exchange(a: &mut Node<UdpDevice>, b: &mut Node<UdpDevice>, len: usize) {
+    let ab = a.add_peer(b.addr());
+    let data: Vec<u8> = (0..len).map(|i| i as u8).collect();
+    let r = b.endpoint_mut().recv(None, len).expect("recv");
+    let s = a
+        .endpoint_mut()
+        .send(ab, data.clone(), SendOpts::default())
+        .expect("send");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (mut got_r, mut got_s) = (false, false);
+    while !(got_r && got_s) && Instant::now() < deadline {
+        a.progress(Some(Duration::from_millis(1)))
+            .expect("progress");
+        b.progress(Some(Duration::from_millis(1)))
+            .expect("progress");
+        while let Some(c) = a.poll_completion() {
+            assert_eq!((c.op, c.result), (s, Ok(())));
+            got_s = true;
+        }
+        while let Some(c) = b.poll_completion() {
+            assert_eq!((c.op, c.result), (r, Ok(())));
+            assert!(c.data == data);
+            got_r = true;
+        }
+    }
+    assert!(got_r && got_s, "exchange completed");
+}
+
+#[test]
+fn arbitrary_and_mutated_datagrams_are_dropped_and_counted() {
+    let mut a = node();
+    let mut b = node();
+    let raw = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let dest = b.device().udp_addr();
+    let mut rng = XorShift::new(4);
+    let mut sent = 0u64;
+    let valid = Header {
+        kind: KIND_PKT,
+        src_connid: 77,
+        dst_connid: dest.connid,
+        seq: 1,
+        ack: 0,
+        sack: 0,
+    }
+    .datagram(&[0x04, 0x00, 0x00, 0x00, 1, 2, 3]);
+    for i in 0..3000u32 {
+        let d: Vec<u8> = match i % 3 {
+            // Random bytes.
+            0 => (0..rng.below(200)).map(|_| rng.next_u64() as u8).collect(),
+            // A valid frame with some bytes flipped (any kind, any seq, any connid).
+            1 => {
+                let mut d = valid.clone();
+                for _ in 0..1 + rng.below(4) {
+                    let at = rng.below(d.len() as u64) as usize;
+                    d[at] ^= 1 << rng.below(8);
+                }
+                d
+            }
+            // Structurally valid frames with random kinds, sequence numbers, acks and
+            // bodies (garbage EFA packets and RDMA messages).
+            _ => {
+                let h = Header {
+                    kind: rng.below(KIND_MAX as u64 + 1) as u8,
+                    src_connid: rng.below(4) as u32,
+                    dst_connid: dest.connid,
+                    seq: rng.next_u64() as u32 | 1,
+                    ack: rng.next_u64() as u32,
+                    sack: rng.next_u64(),
+                };
+                let body: Vec<u8> = (0..rng.below(120)).map(|_| rng.next_u64() as u8).collect();
+                h.datagram(&body)
+            }
+        };
+        if raw.send_to(&d, dest.sock).is_ok() {
+            sent += 1;
+        }
+        if i % 64 == 0 {
+            b.progress(Some(Duration::ZERO)).expect("progress");
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while b.device().stats().sock.rx_datagrams < sent && Instant::now() < deadline {
+        b.progress(Some(Duration::from_millis(5)))
+            .expect("progress");
+    }
+    let st = b.device().stats();
+    println!("{st:?}\n{:?}", b.endpoint().stats());
+    assert!(st.bad_frames > 500, "random bytes are not frames");
+    assert!(st.wrong_connid > 0, "frames for another connid are dropped");
+    let es = b.endpoint().stats();
+    assert!(
+        es.rx_parse_errors + es.rx_unknown_sender + es.rx_invalid > 0,
+        "garbage packets reached the endpoint and were dropped"
+    );
+    // Still fully working, in both directions.
+    exchange(&mut a, &mut b, 50_000);
+    exchange(&mut b, &mut a, 3_000);
+}
+
+#[test]
+fn dead_peer_fails_sends_after_the_peer_timeout() {
+    let mut u = UdpConfig::new("127.0.0.1:0".parse().expect("addr"));
+    u.peer_timeout = Duration::from_millis(300);
+    u.initial_rto = Duration::from_millis(20);
+    let mut a = Node::new(Config::default(), UdpDevice::bind(u).expect("bind"));
+    // A socket that never answers.
+    let silent = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let peer = UdpAddr {
+        sock: silent.local_addr().expect("addr"),
+        connid: 5,
+    };
+    let p = a.endpoint_mut().add_peer(peer.to_raw());
+    let s = a
+        .endpoint_mut()
+        .send(p, vec![1; 100], SendOpts::default())
+        .expect("send");
+    let c = a.wait(s, Duration::from_secs(20)).expect("completes");
+    assert_eq!((c.kind, c.result), (OpKind::Send, Err(OpError::SendFailed)));
+    let st = a.device().stats();
+    assert!(st.peers_failed >= 1 && st.retransmits >= 1, "{st:?}");
+    assert!(
+        a.flush(Duration::from_secs(5)).expect("flush"),
+        "nothing left in flight"
+    );
+}
+
+#[test]
+fn restarted_peer_on_the_same_port_is_a_new_connection() {
+    let mut a = node();
+    let mut b = node();
+    exchange(&mut a, &mut b, 2_000);
+    let addr = b.device().udp_addr();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(a.is_idle() && b.is_idle()) && Instant::now() < deadline {
+        a.progress(Some(Duration::from_millis(1)))
+            .expect("progress");
+        b.progress(Some(Duration::from_millis(1)))
+            .expect("progress");
+    }
+    assert!(a.is_idle() && b.is_idle());
+    drop(b);
+    // Same port, new connid: frames for the old connid are dropped, the new one works.
+    let mut u = UdpConfig::new(addr.sock);
+    u.connid = Some(addr.connid ^ 0x5555);
+    let mut b2 = Node::new(Config::default(), UdpDevice::bind(u).expect("rebind"));
+    exchange(&mut a, &mut b2, 2_000);
+    exchange(&mut b2, &mut a, 2_000);
+    assert_ne!(b2.device().udp_addr(), addr);
+    let _ = b2.device().mtu();
+}
