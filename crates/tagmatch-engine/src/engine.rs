@@ -32,16 +32,34 @@ fn proj(k: usize, e: &Envelope) -> Envelope {
     }
 }
 
-/// Hash of a projected key (multiply, then the MurmurHash3 fmix64 finaliser).
-#[inline]
-fn hash_key(e: &Envelope) -> u64 {
-    let mut h =
-        e.tag.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ ((u64::from(e.comm) << 32) | u64::from(e.src));
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h
+/// Folded 64×64→128-bit multiply (the mixing step of wyhash / foldhash).
+#[inline(always)]
+fn fold(a: u64, b: u64) -> u64 {
+    let p = u128::from(a) * u128::from(b);
+    (p as u64) ^ ((p >> 64) as u64)
 }
+
+/// Hash of a projected key of index `k`, blocked for locality: the key's "sequential"
+/// field (the tag, or the source for (comm, src), or the communicator for (comm)) gives
+/// the low 3 bits directly and only its upper bits are mixed, so 8 consecutive tags of
+/// one (comm, src) land in 8 consecutive buckets: one 64-byte line of the index (see
+/// `Index`), instead of 8 random lines. Keys differing elsewhere are mixed by a folded
+/// multiply. Every index is its own table, so kinds need no domain separation.
+#[inline(always)]
+fn hash_key(k: usize, e: &Envelope) -> u64 {
+    const S0: u64 = 0x243F_6A88_85A3_08D3;
+    const S1: u64 = 0x1319_8A2E_0370_7344;
+    let (a, q) = match k {
+        K_EXACT => ((u64::from(e.comm) << 32) | u64::from(e.src), e.tag),
+        K_SRC => (u64::from(e.comm), u64::from(e.src)),
+        K_TAG => (u64::from(e.comm), e.tag),
+        _ => (0, u64::from(e.comm)),
+    };
+    fold(a ^ S0, (q >> BLOCK_BITS) ^ S1).wrapping_add(q & ((1 << BLOCK_BITS) - 1))
+}
+
+/// log2 of the number of consecutive keys kept in consecutive buckets.
+const BLOCK_BITS: u32 = 2;
 
 /// The envelope-shaped key of an index value (a posted receive or an unexpected message).
 #[inline]
@@ -65,7 +83,6 @@ struct PNode<R> {
     link: Link,
     kind: u8,
     src_any: bool,
-    head: bool,
     recv: R,
 }
 
@@ -115,26 +132,38 @@ impl<R> Linked for PNode<R> {
     fn link_mut(&mut self, _k: usize) -> &mut Link {
         &mut self.link
     }
-    #[inline]
-    fn is_head(&self, _k: usize) -> bool {
-        self.head
-    }
-    #[inline]
-    fn set_head(&mut self, _k: usize, head: bool) {
-        self.head = head;
-    }
 }
 
-/// An unexpected (or claimed) message. `len` is `u32` to keep the node at 56 bytes;
-/// larger payloads are refused as unexpected (see [`Engine::arrive`]).
+/// An unexpected (or claimed) message. `len` is `u32` and the head marks live in the
+/// links (see `list`), so the node is 52 bytes + `M` (56 for a `u32` payload, a 64-byte
+/// slab slot); larger payloads are refused as unexpected (see [`Engine::arrive`]). A
+/// claimed message is on no list; its `links[K_EXACT].next` is [`CLAIMED`].
 #[derive(Debug)]
 struct UNode<M> {
     env: Envelope,
     links: [Link; 4],
     len: u32,
-    heads: u8,
-    claimed: bool,
     msg: M,
+}
+
+/// `links[K_EXACT].next` of a claimed message (never a slab index: those are < 2^31).
+const CLAIMED: u32 = u32::MAX;
+
+impl<M> UNode<M> {
+    #[inline]
+    fn new(env: Envelope, len: u32, msg: M) -> Self {
+        UNode {
+            env,
+            links: [Link::default(); 4],
+            len,
+            msg,
+        }
+    }
+
+    #[inline]
+    fn is_claimed(&self) -> bool {
+        self.links[K_EXACT].next == CLAIMED
+    }
 }
 
 impl<M> Linked for UNode<M> {
@@ -145,18 +174,6 @@ impl<M> Linked for UNode<M> {
     #[inline]
     fn link_mut(&mut self, k: usize) -> &mut Link {
         &mut self.links[k]
-    }
-    #[inline]
-    fn is_head(&self, k: usize) -> bool {
-        self.heads & (1 << k) != 0
-    }
-    #[inline]
-    fn set_head(&mut self, k: usize, head: bool) {
-        if head {
-            self.heads |= 1 << k;
-        } else {
-            self.heads &= !(1 << k);
-        }
     }
 }
 
@@ -280,7 +297,7 @@ impl<R, M> Engine<R, M> {
     fn index_get(&self, k: usize, e: &Envelope) -> Option<u32> {
         let key = proj(k, e);
         let (p, u) = (&self.posted, &self.unexp);
-        self.ix[k].get(hash_key(&key), |v| proj(k, &key_of(p, u, v)) == key)
+        self.ix[k].get(hash_key(k, &key), |v| proj(k, &key_of(p, u, v)) == key)
     }
 
     /// Removes the entry at `pos` of index `k`.
@@ -296,11 +313,11 @@ impl<R, M> Engine<R, M> {
         match u {
             Unlinked::Inner => {}
             Unlinked::NewHead(h) => {
-                let pos = self.ix[k].pos_of_value(hash_key(&proj(k, e)), old);
+                let pos = self.ix[k].pos_of_value(hash_key(k, &proj(k, e)), old);
                 self.ix[k].set_at(pos, h | (old & POSTED));
             }
             Unlinked::Empty => {
-                let pos = self.ix[k].pos_of_value(hash_key(&proj(k, e)), old);
+                let pos = self.ix[k].pos_of_value(hash_key(k, &proj(k, e)), old);
                 self.index_remove_at(k, pos);
             }
         }
@@ -310,7 +327,7 @@ impl<R, M> Engine<R, M> {
     #[inline]
     fn index_push_unexp(&mut self, k: usize, e: &Envelope, idx: u32) {
         let key = proj(k, e);
-        let h = hash_key(&key);
+        let h = hash_key(k, &key);
         self.ix[k].reserve_one();
         let (p, u) = (&self.posted, &self.unexp);
         match self.ix[k].find(h, |v| proj(k, &key_of(p, u, v)) == key) {
@@ -329,7 +346,7 @@ impl<R, M> Engine<R, M> {
     #[inline]
     fn index_push_posted(&mut self, k: usize, e: &Envelope, idx: u32) {
         let key = proj(k, e);
-        let h = hash_key(&key);
+        let h = hash_key(k, &key);
         self.ix[k].reserve_one();
         let (p, u) = (&self.posted, &self.unexp);
         match self.ix[k].find(h, |v| proj(k, &key_of(p, u, v)) == key) {
@@ -471,7 +488,7 @@ impl<R, M> Engine<R, M> {
         match self.unexp.remove(idx) {
             Some(n) => {
                 self.c.bytes_held -= n.len as usize;
-                if n.claimed {
+                if n.is_claimed() {
                     self.c.claimed_depth -= 1;
                 }
                 Message {
@@ -529,14 +546,7 @@ impl<R, M> Engine<R, M> {
     }
 
     fn alloc_unexp(&mut self, env: Envelope, len: u32, msg: M) -> u32 {
-        let node = UNode {
-            env,
-            links: [Link::default(); 4],
-            len,
-            heads: 0,
-            claimed: false,
-            msg,
-        };
+        let node = UNode::new(env, len, msg);
         self.c.bytes_held += len as usize;
         self.unexp.insert(node).0
     }
@@ -635,7 +645,6 @@ impl<R, M> Engine<R, M> {
             link: Link::default(),
             kind: kind as u8,
             src_any,
-            head: false,
             recv,
         };
         let env = node.key_env();
@@ -662,7 +671,7 @@ impl<R, M> Engine<R, M> {
     ) -> Result<Posted<R, M>, PostRejected<R>> {
         let can_post = self.posted.len() < self.cfg.max_posted;
         self.c.match_attempts += 1;
-        let h = hash_key(&key);
+        let h = hash_key(k, &key);
         self.ix[k].reserve_one();
         let (p, u) = (&self.posted, &self.unexp);
         let pos = self.ix[k].find(h, |v| proj(k, &key_of(p, u, v)) == key);
@@ -692,7 +701,6 @@ impl<R, M> Engine<R, M> {
                     link: Link::default(),
                     kind: k as u8,
                     src_any: k == K_TAG || k == K_COMM,
-                    head: false,
                     recv,
                 };
                 let (idx, gen) = self.posted.insert(node);
@@ -815,7 +823,7 @@ impl<R, M> Engine<R, M> {
         msg: M,
         check_budget: bool,
     ) -> Result<Arrived<R, M>, Rejected<M>> {
-        let h = hash_key(&env);
+        let h = hash_key(K_EXACT, &env);
         self.ix[K_EXACT].reserve_one();
         let (p, u) = (&self.posted, &self.unexp);
         let pos = self.ix[K_EXACT].find(h, |v| key_of(p, u, v) == env);
@@ -852,14 +860,7 @@ impl<R, M> Engine<R, M> {
                 });
             }
             pos => {
-                let node = UNode {
-                    env,
-                    links: [Link::default(); 4],
-                    len: len.min(u32::MAX as usize) as u32,
-                    heads: 0,
-                    claimed: false,
-                    msg,
-                };
+                let node = UNode::new(env, len.min(u32::MAX as usize) as u32, msg);
                 let idx = self.unexp.insert(node).0;
                 match pos {
                     Ok(pos) => {
@@ -1050,7 +1051,7 @@ impl<R, M> Engine<R, M> {
         self.unlink_unexp(idx);
         let gen = self.unexp.gen_of(idx);
         let n = self.unexp.at_mut(idx);
-        n.claimed = true;
+        n.links[K_EXACT].next = CLAIMED;
         self.c.claimed_depth += 1;
         Some(Claimed {
             handle: MsgHandle { idx, gen },
@@ -1062,7 +1063,7 @@ impl<R, M> Engine<R, M> {
     /// The payload of a claimed message.
     pub fn claimed(&self, h: MsgHandle) -> Result<&M, EngineError> {
         match self.unexp.get_checked(h.idx, h.gen) {
-            Some(n) if n.claimed => Ok(&n.msg),
+            Some(n) if n.is_claimed() => Ok(&n.msg),
             _ => Err(EngineError::StaleHandle),
         }
     }
@@ -1070,7 +1071,7 @@ impl<R, M> Engine<R, M> {
     /// Receives a message claimed by [`Engine::mprobe`] (`MPI_Mrecv`). O(1).
     pub fn mrecv(&mut self, h: MsgHandle) -> Result<Message<M>, EngineError> {
         match self.unexp.get_checked(h.idx, h.gen) {
-            Some(n) if n.claimed => Ok(self.free_unexp(h.idx)),
+            Some(n) if n.is_claimed() => Ok(self.free_unexp(h.idx)),
             _ => Err(EngineError::StaleHandle),
         }
     }

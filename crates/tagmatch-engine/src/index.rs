@@ -38,6 +38,12 @@ impl Index {
         self.slots.len().wrapping_sub(1)
     }
 
+    /// The home bucket of a 32-bit stored hash.
+    #[inline(always)]
+    fn home(&self, h: u32, mask: usize) -> usize {
+        h as usize & mask
+    }
+
     pub(crate) fn heap_bytes(&self) -> usize {
         self.slots.capacity() * 8
     }
@@ -52,7 +58,7 @@ impl Index {
         }
         let h = hash as u32;
         let mask = self.mask();
-        let mut i = h as usize & mask;
+        let mut i = self.home(h, mask);
         loop {
             let b = self.slots[i];
             if b == EMPTY {
@@ -121,7 +127,7 @@ impl Index {
         let mask = self.mask();
         for b in old {
             if b != EMPTY {
-                let mut i = hash32(b) as usize & mask;
+                let mut i = self.home(hash32(b), mask);
                 while self.slots[i] != EMPTY {
                     i = (i + 1) & mask;
                 }
@@ -142,7 +148,7 @@ impl Index {
                 self.slots[pos] = EMPTY;
                 return;
             }
-            let home = hash32(b) as usize & mask;
+            let home = self.home(hash32(b), mask);
             // The entry at j may fill the hole at pos unless its home lies cyclically
             // within (pos, j].
             let stays = if pos <= j {

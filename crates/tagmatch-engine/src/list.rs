@@ -1,23 +1,37 @@
 //! Intrusive circular doubly-linked FIFOs threaded through slab entries.
 //!
 //! A list is named by its head index, stored in an index map; the tail is `head.prev`.
-//! Every node keeps, per list it is on, a `(prev, next)` pair of `u32` slab indices and an
-//! "is head" bit, so unlinking never needs the map unless the head changes.
+//! Every node keeps, per list it is on, a `(prev, next)` pair of `u32` slab indices. The
+//! top bit of `prev` marks the list's head (slab indices stay below 2^31), so unlinking
+//! never needs the map unless the head changes, and no separate flag byte is needed.
 
 use crate::slab::GenSlab;
 
+/// Top bit of [`Link::prev`]: this node is the head of the list.
+const HEAD: u32 = 1 << 31;
+
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Link {
-    pub(crate) prev: u32,
+    /// Previous node, with [`HEAD`] set on the head node.
+    prev: u32,
     pub(crate) next: u32,
+}
+
+impl Link {
+    #[inline(always)]
+    fn prev(self) -> u32 {
+        self.prev & !HEAD
+    }
+    #[inline(always)]
+    fn is_head(self) -> bool {
+        self.prev & HEAD != 0
+    }
 }
 
 /// A slab entry that sits on one or more lists.
 pub(crate) trait Linked {
     fn link(&self, k: usize) -> Link;
     fn link_mut(&mut self, k: usize) -> &mut Link;
-    fn is_head(&self, k: usize) -> bool;
-    fn set_head(&mut self, k: usize, head: bool);
 }
 
 /// What unlinking did to the list.
@@ -32,44 +46,42 @@ pub(crate) enum Unlinked {
 }
 
 /// Appends `new` to list `k` whose head is `head` (or starts a list).
-#[inline]
+#[inline(always)]
 pub(crate) fn push_back<T: Linked>(s: &mut GenSlab<T>, k: usize, head: Option<u32>, new: u32) {
     match head {
         Some(h) => {
-            let tail = s.at(h).link(k).prev;
+            let hl = s.at_mut(h).link_mut(k);
+            let tail = hl.prev();
+            hl.prev = new | HEAD;
             s.at_mut(tail).link_mut(k).next = new;
-            s.at_mut(h).link_mut(k).prev = new;
-            let n = s.at_mut(new);
-            *n.link_mut(k) = Link {
+            *s.at_mut(new).link_mut(k) = Link {
                 prev: tail,
                 next: h,
             };
-            n.set_head(k, false);
         }
         None => {
-            let n = s.at_mut(new);
-            *n.link_mut(k) = Link {
-                prev: new,
+            *s.at_mut(new).link_mut(k) = Link {
+                prev: new | HEAD,
                 next: new,
             };
-            n.set_head(k, true);
         }
     }
 }
 
 /// Removes `idx` from list `k`.
-#[inline]
+#[inline(always)]
 pub(crate) fn unlink<T: Linked>(s: &mut GenSlab<T>, k: usize, idx: u32) -> Unlinked {
-    let n = s.at(idx);
-    let l = n.link(k);
-    let was_head = n.is_head(k);
+    let l = s.at(idx).link(k);
     if l.next == idx {
         return Unlinked::Empty;
     }
-    s.at_mut(l.prev).link_mut(k).next = l.next;
-    s.at_mut(l.next).link_mut(k).prev = l.prev;
-    if was_head {
-        s.at_mut(l.next).set_head(k, true);
+    let prev = l.prev();
+    s.at_mut(prev).link_mut(k).next = l.next;
+    let nl = s.at_mut(l.next).link_mut(k);
+    // The successor keeps its own head mark (it is the head when `idx` was the tail)
+    // and inherits `idx`'s (it becomes the head when `idx` was).
+    nl.prev = l.prev | (nl.prev & HEAD);
+    if l.is_head() {
         Unlinked::NewHead(l.next)
     } else {
         Unlinked::Inner
