@@ -1,0 +1,1515 @@
+//! [`TaggedTransport`]: MPI-style tagged messages over RC QPs that share one SRQ.
+//!
+//! # Wire format (the same in hardware and software)
+//!
+//! Every message starts with the big-endian `struct ibv_tmh` the TM-SRQ parses; its 64-bit
+//! tag is `TagLayout::encode(comm, src = sender's rank, tag)`. Senders refuse envelopes
+//! whose fields do not fit the layout exactly, so the receiver decodes the whole envelope
+//! from the tag and no envelope header is needed.
+//!
+//! - eager (`len <= eager_limit`): `TMH(EAGER, app_ctx 0, tag) | payload`;
+//! - rendezvous: `TMH(RNDV, app_ctx = send id, tag) | RVH(va, rkey, len)`; the receiver
+//!   RDMA-reads `len` bytes and answers `TMH(FIN, same app_ctx, tag) | RVH`; the sender's
+//!   region is handed back when the FIN arrives.
+//!
+//! # Hardware or software matching
+//!
+//! With a tag-matching device (`tm_caps.max_num_tags > 0` and RC support) the SRQ is an
+//! `IBV_SRQT_TM` SRQ on an extended CQ with TM info, driven by [`HwOffload`]: receives are
+//! offloaded when the prefix rule allows (ADD with the unexpected count, DEL on cancel,
+//! SYNC on `TM_SYNC_REQ`); hardware matches complete as `TM_RECV` (read with
+//! `ibv_wc_read_tm_info`), the hardware performs matched rendezvous reads and sends the
+//! FIN; unexpected messages arrive in receive-queue buffers and are matched in software.
+//!
+//! Otherwise (Soft-RoCE, most NICs) the SRQ is a plain SRQ and every message is matched by
+//! the engine's offload driver without a TM-SRQ (`DriverConfig::caps = None`), with the same
+//! framing: eager payloads are copied from the receive-queue buffer, rendezvous data is
+//! RDMA-read by software, which then sends the FIN.
+//!
+//! # Memory
+//!
+//! Receive buffers and rendezvous sources are [`OwnedMr`]s moved into the operation and
+//! handed back in its [`Completion`], so the device never writes memory Rust can see,
+//! and nothing the device may still access is freed before its registration is gone.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{Read, Write};
+
+use tagmatch_engine::offload::{
+    CancelOutcome, Carried, Driver, DriverConfig, Event, MatchPath, OffHandle, OffMatch,
+    OffloadCounters, PostOutcome, TagLayout,
+};
+use tagmatch_engine::tm_srq::{OpsWr, PostOpError, TmOp, WcOpcode, WcStatus, WireMsg};
+use tagmatch_engine::{Config, Envelope, PostRejected, RecvSpec};
+use tagmatch_verbs_sys as sys;
+use tagmatch_wire::tm::{Rvh, TmOpcode, TmRepr, Tmh, RVH_LEN, TMH_LEN};
+
+use super::conn::ConnInfo;
+use super::device::{
+    Access, Context, Cq, OwnedMr, Pd, Qp, QpCaps, QpEndpoint, RemoteBuf, Sge, Srq, TmCapsInfo, Wc,
+};
+use super::hw::{HwCqe, HwOffload, TmBackend};
+use super::{Error, Result};
+
+/// Whether to use a tag-matching SRQ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TmPolicy {
+    /// Use it when the device reports RC tag matching (`max_num_tags > 0`).
+    Auto,
+    /// Try to create it whatever the capabilities say; fall back to software (with the
+    /// refusal as the reason) if the device refuses.
+    Attempt,
+    /// Never: software matching over a plain SRQ.
+    Software,
+}
+
+/// Transport settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TransportConfig {
+    /// This side's rank: the envelope source of its messages.
+    pub rank: u32,
+    /// Largest eager payload; larger messages go by rendezvous.
+    pub eager_limit: usize,
+    /// Receive-queue buffers kept posted to the SRQ.
+    pub srq_depth: u32,
+    /// Send buffers for eager messages, rendezvous requests and FINs.
+    pub send_slots: u32,
+    /// Send queue depth per QP (sends plus RDMA reads).
+    pub max_send_wr: u32,
+    /// Entries of each CQ.
+    pub cq_depth: u32,
+    /// Tagged buffers asked of a TM-SRQ (capped by the device's `max_num_tags`).
+    pub max_tags: u32,
+    /// Tag bit layout of the TMH tag.
+    pub layout: TagLayout,
+    /// Software engine settings.
+    pub engine: Config,
+    /// Hardware or software matching.
+    pub tm: TmPolicy,
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        TransportConfig {
+            rank: 0,
+            eager_limit: 4096,
+            srq_depth: 256,
+            send_slots: 64,
+            max_send_wr: 128,
+            cq_depth: 2048,
+            max_tags: 64,
+            layout: TagLayout::default(),
+            engine: Config::default(),
+            tm: TmPolicy::Auto,
+        }
+    }
+}
+
+/// Which matching path the transport runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// A TM-SRQ with these device capabilities.
+    Hardware {
+        /// `tm_caps` of the device.
+        caps: TmCapsInfo,
+        /// Tagged buffers of the SRQ.
+        max_num_tags: u32,
+    },
+    /// Software matching over a plain SRQ.
+    Software {
+        /// Why (capabilities, policy, or the device's refusal of the TM-SRQ).
+        reason: String,
+    },
+}
+
+/// A connected peer, by rank.
+pub type PeerId = u32;
+
+/// A posted receive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RecvId(pub u64);
+
+/// A send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SendId(pub u64);
+
+/// Why a receive completed without (all of) its data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecvError {
+    /// The message (`len` bytes) was longer than the buffer; eager data was truncated,
+    /// rendezvous data was not read (the sender still got its FIN).
+    Truncated {
+        /// The message length.
+        len: usize,
+    },
+    /// A work completion failed (for instance `IBV_WC_REM_ACCESS_ERR` when the sender's
+    /// RVH names memory outside its registration).
+    Wc {
+        /// `IBV_WC_*` status.
+        status: u32,
+        /// Its text.
+        text: String,
+    },
+}
+
+/// Something [`TaggedTransport::poll_completion`] reports.
+#[derive(Debug)]
+pub enum Completion {
+    /// A receive completed.
+    Recv {
+        /// The receive.
+        id: RecvId,
+        /// The matched envelope.
+        env: Envelope,
+        /// Bytes of the message placed in `buf`.
+        len: usize,
+        /// The receive buffer, handed back.
+        buf: OwnedMr,
+        /// Where the match was made.
+        path: MatchPath,
+        /// Success, or what went wrong.
+        result: std::result::Result<(), RecvError>,
+    },
+    /// A send completed (eager: the device has it; rendezvous: the FIN arrived).
+    Send {
+        /// The send.
+        id: SendId,
+        /// The rendezvous source, handed back.
+        buf: Option<OwnedMr>,
+        /// Success, or the failed completion's status text.
+        result: std::result::Result<(), String>,
+    },
+    /// A cancel succeeded; the buffer is handed back.
+    Cancelled {
+        /// The receive.
+        id: RecvId,
+        /// Its buffer.
+        buf: OwnedMr,
+    },
+    /// A cancel failed: the receive matched first (its `Recv` completion is reported).
+    CancelFailed {
+        /// The receive.
+        id: RecvId,
+    },
+}
+
+/// Counters of the transport (besides the offload driver's).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TransportCounters {
+    /// Eager messages sent.
+    pub eager_sent: u64,
+    /// Rendezvous requests sent.
+    pub rndv_sent: u64,
+    /// RDMA reads performed by software.
+    pub sw_reads: u64,
+    /// FINs sent by software.
+    pub fins_sent: u64,
+    /// FINs received.
+    pub fins_received: u64,
+    /// Messages that could not be parsed or decoded.
+    pub protocol_errors: u64,
+    /// Failed work completions (other than flushes).
+    pub wc_errors: u64,
+    /// Arrivals the engine could not store (budget) and dropped.
+    pub rejected: u64,
+}
+
+/// What a receive carries through the driver.
+#[derive(Debug)]
+struct RecvCtx {
+    buf: OwnedMr,
+}
+
+/// What a message carries through the driver.
+#[derive(Debug)]
+enum Incoming {
+    /// Eager payload copied out of a receive-queue buffer.
+    Eager(Vec<u8>),
+    /// A rendezvous request (the RVH travels in the driver's `sw_rndv`).
+    Rndv { tmh: Tmh },
+    /// Matched by hardware: the data is (or will be) in the receive buffer.
+    Hw,
+    /// Matched by hardware, `TM_RNDV_INCOMPLETE`: TMH and RVH are in the receive buffer.
+    HwRndvIncomplete,
+    /// A hardware completion failed.
+    HwError(u32),
+    /// FIN and NO_TAG messages.
+    Control,
+}
+
+type Wire = WireMsg<Carried<Incoming>>;
+
+fn ones(bits: u8) -> u64 {
+    if bits >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    }
+}
+
+/// The envelope of a TMH tag, when no field is saturated.
+fn decode_tag(layout: &TagLayout, tag: u64) -> Option<Envelope> {
+    let (cb, sb, tb) = (layout.comm_bits(), layout.src_bits(), layout.tag_bits());
+    let field = |shift: u8, bits: u8| tag.checked_shr(u32::from(shift)).unwrap_or(0) & ones(bits);
+    let comm = field(tb + sb, cb);
+    let src = field(tb, sb);
+    let t = tag & ones(tb);
+    let full = |v: u64, bits: u8, width: u8| bits < width && v == ones(bits);
+    if (cb > 0 && full(comm, cb, 32)) || (sb > 0 && full(src, sb, 32)) || full(t, tb, 64) {
+        return None;
+    }
+    Some(Envelope::new(
+        u32::try_from(comm).ok()?,
+        u32::try_from(src).ok()?,
+        t,
+    ))
+}
+
+/// Parses a whole message (from a receive-queue buffer) into a wire message.
+fn parse_message(layout: &TagLayout, bytes: &[u8]) -> Option<Wire> {
+    let r = TmRepr::parse_bytes(bytes).ok()?;
+    let control = |r: &TmRepr<'_>| WireMsg {
+        tmh: r.tmh,
+        rvh: r.rvh,
+        len: u32::try_from(r.payload.len()).unwrap_or(u32::MAX),
+        payload: Carried {
+            env: Envelope::new(0, 0, 0),
+            msg: Incoming::Control,
+        },
+    };
+    match r.tmh.opcode {
+        TmOpcode::Eager => {
+            let env = decode_tag(layout, r.tmh.tag)?;
+            Some(WireMsg::eager(
+                r.tmh.tag,
+                r.tmh.app_ctx,
+                u32::try_from(r.payload.len()).ok()?,
+                Carried {
+                    env,
+                    msg: Incoming::Eager(r.payload.to_vec()),
+                },
+            ))
+        }
+        TmOpcode::Rndv => {
+            let env = decode_tag(layout, r.tmh.tag)?;
+            Some(WireMsg::rndv(
+                r.tmh.tag,
+                r.tmh.app_ctx,
+                r.rvh?,
+                0,
+                Carried {
+                    env,
+                    msg: Incoming::Rndv { tmh: r.tmh },
+                },
+            ))
+        }
+        TmOpcode::Fin | TmOpcode::NoTag => Some(control(&r)),
+    }
+}
+
+/// Receive-queue buffers: one registered pool, `n` slots, all posted to the SRQ.
+struct RxRing {
+    srq: Srq,
+    // Dropped after `srq` (field order): no posted buffer outlives its registration.
+    pool: OwnedMr,
+    slot: usize,
+}
+
+impl RxRing {
+    fn new(pd: &Pd, srq: Srq, n: u32, slot: usize) -> Result<RxRing> {
+        let len = slot
+            .checked_mul(n as usize)
+            .ok_or_else(|| Error::Invalid("receive pool too large".into()))?;
+        let pool = pd.alloc_mr(len.max(1), Access::LOCAL_WRITE)?;
+        let ring = RxRing { srq, pool, slot };
+        for i in 0..n {
+            ring.repost(u64::from(i))?;
+        }
+        Ok(ring)
+    }
+
+    fn repost(&self, idx: u64) -> Result<()> {
+        let off = usize::try_from(idx).unwrap_or(usize::MAX);
+        let sge = self.pool.sge(off.saturating_mul(self.slot), self.slot)?;
+        self.srq.post_recv(idx, sge)
+    }
+
+    /// Copies the received bytes of slot `idx` out and reposts the slot.
+    fn take(&self, idx: u64, len: u32) -> Result<Vec<u8>> {
+        let off = usize::try_from(idx)
+            .ok()
+            .and_then(|i| i.checked_mul(self.slot))
+            .filter(|&o| o < self.pool.len())
+            .ok_or_else(|| Error::Protocol(format!("receive completion for slot {idx}")))?;
+        let bytes = self.pool.copy_out(off, (len as usize).min(self.slot));
+        self.repost(idx)?;
+        Ok(bytes)
+    }
+}
+
+/// The verbs TM-SRQ as the [`HwOffload`] backend.
+struct VerbsTm {
+    ring: RxRing,
+    cq: Cq,
+    layout: TagLayout,
+    max_ops: u32,
+    max_tags: u32,
+    ops_outstanding: u32,
+    tags_in_use: u32,
+    /// Byte length of hardware-matched receives whose data is valid.
+    data_len: HashMap<u64, u32>,
+    queue: VecDeque<HwCqe<Incoming>>,
+    wcs: Vec<Wc>,
+    errors: Vec<String>,
+}
+
+impl VerbsTm {
+    fn convert(&mut self, wc: Wc) -> Option<HwCqe<Incoming>> {
+        let ok = wc.status == sys::IBV_WC_SUCCESS;
+        let status = match wc.status {
+            sys::IBV_WC_SUCCESS => WcStatus::Success,
+            sys::IBV_WC_TM_ERR => WcStatus::TmErr,
+            sys::IBV_WC_TM_RNDV_INCOMPLETE => WcStatus::TmRndvIncomplete,
+            _ => WcStatus::LocLenErr,
+        };
+        let cqe = |opcode, msg| HwCqe {
+            wr_id: wc.wr_id,
+            status,
+            opcode,
+            wc_flags: wc.wc_flags,
+            msg,
+        };
+        match wc.opcode {
+            sys::IBV_WC_TM_ADD | sys::IBV_WC_TM_DEL | sys::IBV_WC_TM_SYNC => {
+                self.ops_outstanding = self.ops_outstanding.saturating_sub(1);
+                if !ok && wc.status != sys::IBV_WC_TM_ERR {
+                    self.errors
+                        .push(format!("TM list operation: {}", wc.status_str()));
+                }
+                let opcode = match wc.opcode {
+                    sys::IBV_WC_TM_ADD => WcOpcode::TmAdd,
+                    sys::IBV_WC_TM_DEL => {
+                        if ok {
+                            self.tags_in_use = self.tags_in_use.saturating_sub(1);
+                        }
+                        WcOpcode::TmDel
+                    }
+                    _ => WcOpcode::TmSync,
+                };
+                Some(cqe(opcode, None))
+            }
+            sys::IBV_WC_TM_RECV => {
+                let (tag, app_ctx) = wc.tm.unwrap_or((0, 0));
+                if wc.wc_flags & sys::IBV_WC_TM_MATCH != 0 {
+                    self.tags_in_use = self.tags_in_use.saturating_sub(1);
+                }
+                if wc.wc_flags & sys::IBV_WC_TM_DATA_VALID != 0 {
+                    self.data_len.insert(wc.wr_id, wc.byte_len);
+                }
+                let msg = match wc.status {
+                    sys::IBV_WC_SUCCESS => Incoming::Hw,
+                    sys::IBV_WC_TM_RNDV_INCOMPLETE => Incoming::HwRndvIncomplete,
+                    s => Incoming::HwError(s),
+                };
+                let env = decode_tag(&self.layout, tag).unwrap_or(Envelope::new(0, 0, tag));
+                Some(cqe(
+                    WcOpcode::TmRecv,
+                    Some(WireMsg::eager(
+                        tag,
+                        app_ctx,
+                        wc.byte_len,
+                        Carried { env, msg },
+                    )),
+                ))
+            }
+            sys::IBV_WC_RECV | sys::IBV_WC_TM_NO_TAG => {
+                if wc.status == sys::IBV_WC_WR_FLUSH_ERR {
+                    return None;
+                }
+                let bytes = match self.ring.take(wc.wr_id, wc.byte_len) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        self.errors.push(e.to_string());
+                        return None;
+                    }
+                };
+                if !ok {
+                    self.errors
+                        .push(format!("receive completion: {}", wc.status_str()));
+                    return None;
+                }
+                let Some(msg) = parse_message(&self.layout, &bytes) else {
+                    self.errors.push("unparsable message".into());
+                    return None;
+                };
+                let opcode = match msg.tmh.opcode {
+                    TmOpcode::Eager | TmOpcode::Rndv => WcOpcode::Recv,
+                    TmOpcode::Fin | TmOpcode::NoTag => WcOpcode::TmNoTag,
+                };
+                Some(cqe(opcode, Some(msg)))
+            }
+            other => {
+                self.errors
+                    .push(format!("unexpected opcode {other} on the TM-SRQ CQ"));
+                None
+            }
+        }
+    }
+}
+
+impl TmBackend<Incoming> for VerbsTm {
+    fn replenish(&mut self) {
+        // `RxRing::take` reposted the buffer when the completion was read.
+    }
+
+    fn post_op(
+        &mut self,
+        wr: OpsWr,
+        sge: Option<Sge>,
+    ) -> std::result::Result<Option<u32>, PostOpError> {
+        if self.ops_outstanding >= self.max_ops {
+            return Err(PostOpError::OpsFull);
+        }
+        let mut raw_sge = sge.map(Sge::raw).unwrap_or_default();
+        let mut w = sys::ibv_ops_wr {
+            wr_id: wr.wr_id,
+            next: std::ptr::null_mut(),
+            opcode: sys::IBV_WR_TAG_SYNC,
+            flags: i32::try_from(wr.flags).unwrap_or(0),
+            tm: sys::ibv_ops_wr__bindgen_ty_1 {
+                unexpected_cnt: wr.unexpected_cnt,
+                handle: 0,
+                add: sys::ibv_ops_wr__bindgen_ty_1__bindgen_ty_1 {
+                    recv_wr_id: 0,
+                    sg_list: std::ptr::null_mut(),
+                    num_sge: 0,
+                    tag: 0,
+                    mask: 0,
+                },
+            },
+        };
+        match wr.op {
+            TmOp::Add {
+                recv_wr_id,
+                tag,
+                mask,
+                ..
+            } => {
+                if self.tags_in_use >= self.max_tags {
+                    return Err(PostOpError::TagsFull);
+                }
+                w.opcode = sys::IBV_WR_TAG_ADD;
+                w.tm.add.recv_wr_id = recv_wr_id;
+                w.tm.add.sg_list = &mut raw_sge;
+                w.tm.add.num_sge = 1;
+                w.tm.add.tag = tag;
+                w.tm.add.mask = mask;
+            }
+            TmOp::Del { handle } => {
+                w.opcode = sys::IBV_WR_TAG_DEL;
+                w.tm.handle = handle;
+            }
+            TmOp::Sync => {}
+        }
+        match self.ring.srq.post_op(&mut w) {
+            Ok(()) => {
+                self.ops_outstanding += 1;
+                if matches!(wr.op, TmOp::Add { .. }) {
+                    self.tags_in_use += 1;
+                    Ok(Some(w.tm.handle))
+                } else {
+                    Ok(None)
+                }
+            }
+            Err(Error::Verbs { err, .. }) if err.raw_os_error() == Some(12) => {
+                // ENOMEM: no free entry (ADD) or no operation slot.
+                Err(if matches!(wr.op, TmOp::Add { .. }) {
+                    PostOpError::TagsFull
+                } else {
+                    PostOpError::OpsFull
+                })
+            }
+            Err(e) => {
+                self.errors.push(e.to_string());
+                Err(PostOpError::BadHandle)
+            }
+        }
+    }
+
+    fn poll(&mut self) -> Option<HwCqe<Incoming>> {
+        if self.queue.is_empty() {
+            let mut wcs = std::mem::take(&mut self.wcs);
+            wcs.clear();
+            match self.cq.poll(&mut wcs, 32) {
+                Ok(_) => {
+                    for wc in wcs.drain(..) {
+                        if let Some(c) = self.convert(wc) {
+                            self.queue.push_back(c);
+                        }
+                    }
+                }
+                Err(e) => self.errors.push(e.to_string()),
+            }
+            self.wcs = wcs;
+        }
+        self.queue.pop_front()
+    }
+}
+
+enum Matcher {
+    Sw {
+        driver: Driver<RecvCtx, Incoming>,
+        ring: RxRing,
+        cq: Cq,
+    },
+    Hw(HwOffload<VerbsTm, RecvCtx, Incoming>),
+}
+
+struct Peer {
+    qp: Qp,
+    outstanding: u32,
+}
+
+/// What a send slot is used for.
+#[derive(Clone, Copy, Debug)]
+enum SlotUse {
+    Eager(SendId),
+    RndvReq(u32),
+    Fin,
+}
+
+struct ReadState {
+    env: Envelope,
+    buf: OwnedMr,
+    peer: u32,
+    tmh: Tmh,
+    rvh: Rvh,
+    path: MatchPath,
+}
+
+const KIND_SHIFT: u32 = 56;
+const KIND_SLOT: u64 = 1;
+const KIND_READ: u64 = 2;
+const ID_MASK: u64 = (1 << KIND_SHIFT) - 1;
+
+/// A connection under way: the QP exists and this side's frame was sent.
+#[derive(Debug)]
+pub struct PendingConn {
+    qp: Qp,
+    local: QpEndpoint,
+}
+
+/// Tagged messages over RC QPs sharing one SRQ; see the [module documentation](self).
+pub struct TaggedTransport {
+    cfg: TransportConfig,
+    mode: Mode,
+    // Field order is drop order: QPs first, then the SRQ and its buffers, then what
+    // operations hand back, the send pool, the CQs, the PD and the context.
+    peers: HashMap<u32, Peer>,
+    matcher: Matcher,
+    reads: HashMap<u64, ReadState>,
+    pending_reads: VecDeque<u64>,
+    hw_pending: HashMap<u64, (Envelope, OwnedMr)>,
+    rndv_sends: HashMap<u32, (SendId, OwnedMr)>,
+    completions: VecDeque<Completion>,
+    events: Vec<Event<RecvCtx, Incoming>>,
+    pending_fins: VecDeque<(u32, Tmh, Rvh)>,
+    send_pool: OwnedMr,
+    send_slot: usize,
+    free_slots: Vec<u32>,
+    slot_use: Vec<Option<(u32, SlotUse)>>,
+    send_cq: Cq,
+    wcs: Vec<Wc>,
+    next_send: u64,
+    next_app_ctx: u32,
+    c: TransportCounters,
+    errors: Vec<String>,
+    pd: Pd,
+    ctx: Context,
+}
+
+impl std::fmt::Debug for TaggedTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaggedTransport")
+            .field("rank", &self.cfg.rank)
+            .field("mode", &self.mode)
+            .field("peers", &self.peers.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TaggedTransport {
+    /// Creates the PD, CQs, the SRQ (tag-matching when the policy and device allow) and the
+    /// buffer pools on `ctx`.
+    pub fn new(ctx: &Context, cfg: TransportConfig) -> Result<TaggedTransport> {
+        if cfg.eager_limit > u32::MAX as usize / 2 || cfg.send_slots == 0 || cfg.srq_depth == 0 {
+            return Err(Error::Invalid(
+                "eager_limit, send_slots or srq_depth".into(),
+            ));
+        }
+        let pd = ctx.alloc_pd()?;
+        let send_cq = Cq::new(ctx, cfg.cq_depth)?;
+        let slot = TMH_LEN + RVH_LEN + cfg.eager_limit;
+        let caps = ctx.caps().tm;
+        let want_tm = match cfg.tm {
+            TmPolicy::Auto => caps.rc_tm().then_some(()).ok_or_else(|| {
+                format!(
+                    "{}: no RC tag matching (tm_caps.max_num_tags = {})",
+                    ctx.name(),
+                    caps.max_num_tags
+                )
+            }),
+            TmPolicy::Attempt => Ok(()),
+            TmPolicy::Software => Err("software matching requested".to_owned()),
+        };
+        let (matcher, mode) = match want_tm {
+            Ok(()) => match Self::hw_matcher(ctx, &pd, &cfg, slot) {
+                Ok((m, tags)) => (
+                    m,
+                    Mode::Hardware {
+                        caps,
+                        max_num_tags: tags,
+                    },
+                ),
+                Err(e) => (
+                    Self::sw_matcher(ctx, &pd, &cfg, slot)?,
+                    Mode::Software {
+                        reason: format!("the device refused the TM-SRQ: {e}"),
+                    },
+                ),
+            },
+            Err(reason) => (
+                Self::sw_matcher(ctx, &pd, &cfg, slot)?,
+                Mode::Software { reason },
+            ),
+        };
+        let send_slot = slot;
+        let send_pool = pd.alloc_mr(send_slot * cfg.send_slots as usize, Access::LOCAL)?;
+        Ok(TaggedTransport {
+            cfg,
+            mode,
+            peers: HashMap::new(),
+            matcher,
+            reads: HashMap::new(),
+            pending_reads: VecDeque::new(),
+            hw_pending: HashMap::new(),
+            rndv_sends: HashMap::new(),
+            completions: VecDeque::new(),
+            events: Vec::new(),
+            pending_fins: VecDeque::new(),
+            send_pool,
+            send_slot,
+            free_slots: (0..cfg.send_slots).rev().collect(),
+            slot_use: vec![None; cfg.send_slots as usize],
+            send_cq,
+            wcs: Vec::new(),
+            next_send: 0,
+            next_app_ctx: 1,
+            c: TransportCounters::default(),
+            errors: Vec::new(),
+            pd,
+            ctx: ctx.clone(),
+        })
+    }
+
+    fn sw_matcher(ctx: &Context, pd: &Pd, cfg: &TransportConfig, slot: usize) -> Result<Matcher> {
+        let cq = Cq::new(ctx, cfg.cq_depth)?;
+        let srq = Srq::basic(pd, cfg.srq_depth)?;
+        let ring = RxRing::new(pd, srq, cfg.srq_depth, slot)?;
+        let driver = Driver::new(DriverConfig {
+            layout: cfg.layout,
+            engine: cfg.engine,
+            caps: None,
+            ..DriverConfig::default()
+        });
+        Ok(Matcher::Sw { driver, ring, cq })
+    }
+
+    fn hw_matcher(
+        ctx: &Context,
+        pd: &Pd,
+        cfg: &TransportConfig,
+        slot: usize,
+    ) -> Result<(Matcher, u32)> {
+        let caps = ctx.caps().tm;
+        let tags = if caps.max_num_tags > 0 {
+            cfg.max_tags.min(caps.max_num_tags).max(1)
+        } else {
+            cfg.max_tags.max(1)
+        };
+        let ops = if caps.max_ops > 0 {
+            caps.max_ops.min(2 * tags + 2)
+        } else {
+            2 * tags + 2
+        };
+        let cq = Cq::new_ex(ctx, cfg.cq_depth, true)?;
+        let srq = Srq::tm(pd, &cq, cfg.srq_depth, tags, ops)?;
+        let ring = RxRing::new(pd, srq, cfg.srq_depth, slot)?;
+        let backend = VerbsTm {
+            ring,
+            cq,
+            layout: cfg.layout,
+            max_ops: ops,
+            max_tags: tags,
+            ops_outstanding: 0,
+            tags_in_use: 0,
+            data_len: HashMap::new(),
+            queue: VecDeque::new(),
+            wcs: Vec::new(),
+            errors: Vec::new(),
+        };
+        Ok((
+            Matcher::Hw(HwOffload::new(backend, cfg.layout, cfg.engine)),
+            tags,
+        ))
+    }
+
+    /// The matching path in use.
+    pub fn mode(&self) -> &Mode {
+        &self.mode
+    }
+
+    /// This side's rank.
+    pub fn rank(&self) -> u32 {
+        self.cfg.rank
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &TransportConfig {
+        &self.cfg
+    }
+
+    /// The device context.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// The protection domain: register receive buffers and rendezvous sources here.
+    pub fn pd(&self) -> &Pd {
+        &self.pd
+    }
+
+    /// Allocates and registers a buffer usable as receive buffer and rendezvous source.
+    pub fn alloc_buf(&self, len: usize) -> Result<OwnedMr> {
+        self.pd
+            .alloc_mr(len, Access::LOCAL_WRITE.union(Access::REMOTE_READ))
+    }
+
+    /// Transport counters.
+    pub fn counters(&self) -> TransportCounters {
+        self.c
+    }
+
+    /// The offload driver's counters.
+    pub fn offload_counters(&self) -> OffloadCounters {
+        match &self.matcher {
+            Matcher::Sw { driver, .. } => driver.counters(),
+            Matcher::Hw(d) => d.counters(),
+        }
+    }
+
+    /// Errors seen on completions so far (failed work completions, bad messages).
+    pub fn errors(&self) -> Vec<String> {
+        let mut e = self.errors.clone();
+        if let Matcher::Hw(d) = &self.matcher {
+            e.extend(d.hw().errors.iter().cloned());
+        }
+        e
+    }
+
+    /// Connected peers' ranks.
+    pub fn peers(&self) -> Vec<u32> {
+        let mut p: Vec<u32> = self.peers.keys().copied().collect();
+        p.sort_unstable();
+        p
+    }
+
+    /// First half of a connection: creates the RC QP on the SRQ and writes this side's
+    /// (rank, QPN, PSN, LID, GID) to the side channel.
+    pub fn start_connect<W: Write>(&mut self, side: &mut W) -> Result<PendingConn> {
+        let srq = match &self.matcher {
+            Matcher::Sw { ring, .. } => ring.srq.clone(),
+            Matcher::Hw(d) => d.hw().ring.srq.clone(),
+        };
+        let recv_cq = match &self.matcher {
+            Matcher::Sw { cq, .. } => cq.clone(),
+            Matcher::Hw(d) => d.hw().cq.clone(),
+        };
+        let qp = Qp::rc(
+            &self.pd,
+            &self.send_cq,
+            &recv_cq,
+            Some(&srq),
+            QpCaps {
+                max_send_wr: self.cfg.max_send_wr,
+                max_recv_wr: 0,
+                max_rd_atomic: self.rd_atomic(),
+            },
+        )?;
+        let psn = (qp.qpn().wrapping_mul(0x9E37_79B1) ^ std::process::id()) & 0x00ff_ffff;
+        let local = qp.endpoint(psn);
+        ConnInfo {
+            rank: self.cfg.rank,
+            qp: local,
+        }
+        .send(side)?;
+        Ok(PendingConn { qp, local })
+    }
+
+    /// Second half: reads the peer's frame and moves the QP to RTS. Returns the peer's rank.
+    pub fn finish_connect<R: Read>(&mut self, pending: PendingConn, side: &mut R) -> Result<u32> {
+        let remote = ConnInfo::recv(side)?;
+        if self.peers.contains_key(&remote.rank) || remote.rank == self.cfg.rank {
+            return Err(Error::Protocol(format!(
+                "rank {} is already connected (or is this side's rank)",
+                remote.rank
+            )));
+        }
+        pending
+            .qp
+            .connect(&pending.local, &remote.qp, self.rd_atomic())?;
+        self.peers.insert(
+            remote.rank,
+            Peer {
+                qp: pending.qp,
+                outstanding: 0,
+            },
+        );
+        Ok(remote.rank)
+    }
+
+    /// Both halves over one bidirectional side channel (a `TcpStream`).
+    pub fn connect<S: Read + Write>(&mut self, side: &mut S) -> Result<u32> {
+        let p = self.start_connect(side)?;
+        self.finish_connect(p, side)
+    }
+
+    fn rd_atomic(&self) -> u8 {
+        u8::try_from(self.ctx.caps().max_qp_rd_atom.clamp(1, 16)).unwrap_or(1)
+    }
+
+    fn envelope_tag(&self, comm: u32, tag: u64) -> Result<u64> {
+        let env = Envelope::new(comm, self.cfg.rank, tag);
+        // `entry` of the exact spec exists iff no field is saturated.
+        self.cfg
+            .layout
+            .entry(&RecvSpec::exact(comm, self.cfg.rank, tag))
+            .map(|_| self.cfg.layout.encode(&env))
+            .ok_or_else(|| {
+                Error::Invalid(format!(
+                    "envelope (comm {comm}, rank {}, tag {tag}) does not fit the tag layout",
+                    self.cfg.rank
+                ))
+            })
+    }
+
+    fn peer_ready(&self, rank: u32) -> Result<()> {
+        let p = self.peers.get(&rank).ok_or(Error::UnknownPeer(rank))?;
+        if p.outstanding >= self.cfg.max_send_wr {
+            return Err(Error::Busy);
+        }
+        Ok(())
+    }
+
+    /// Posts the message `repr` from a send slot to `rank`.
+    fn send_frame(&mut self, rank: u32, repr: &TmRepr<'_>, what: SlotUse) -> Result<()> {
+        self.peer_ready(rank)?;
+        let slot = self.free_slots.pop().ok_or(Error::Busy)?;
+        let off = slot as usize * self.send_slot;
+        let mut frame = vec![0u8; repr.buffer_len()];
+        let sent = repr
+            .emit(&mut frame)
+            .map_err(|e| Error::Invalid(e.to_string()));
+        let posted = sent.and_then(|n| {
+            self.send_pool.copy_in(off, &frame[..n]);
+            let sge = self.send_pool.sge(off, n)?;
+            let peer = self.peers.get_mut(&rank).ok_or(Error::UnknownPeer(rank))?;
+            peer.qp
+                .post_send((KIND_SLOT << KIND_SHIFT) | u64::from(slot), sge)?;
+            peer.outstanding += 1;
+            Ok(())
+        });
+        match posted {
+            Ok(()) => {
+                self.slot_use[slot as usize] = Some((rank, what));
+                Ok(())
+            }
+            Err(e) => {
+                self.free_slots.push(slot);
+                Err(e)
+            }
+        }
+    }
+
+    /// Sends `data` (at most `eager_limit` bytes) eagerly to `rank` with `(comm, tag)`.
+    /// `Err(Busy)`: no send slot or send-queue entry now; progress and retry.
+    pub fn send_eager(&mut self, rank: u32, comm: u32, tag: u64, data: &[u8]) -> Result<SendId> {
+        if data.len() > self.cfg.eager_limit {
+            return Err(Error::Invalid(format!(
+                "{} bytes exceed the eager limit {}; use send_rndv",
+                data.len(),
+                self.cfg.eager_limit
+            )));
+        }
+        let t = self.envelope_tag(comm, tag)?;
+        let id = SendId(self.next_send);
+        let repr = TmRepr {
+            tmh: Tmh {
+                opcode: TmOpcode::Eager,
+                reserved: [0; 3],
+                app_ctx: 0,
+                tag: t,
+            },
+            rvh: None,
+            payload: data,
+        };
+        self.send_frame(rank, &repr, SlotUse::Eager(id))?;
+        self.next_send += 1;
+        self.c.eager_sent += 1;
+        Ok(id)
+    }
+
+    /// Sends the whole of `buf` (registered with remote read access, e.g. from
+    /// [`TaggedTransport::alloc_buf`]) by rendezvous; `buf` comes back in the
+    /// [`Completion::Send`] once the receiver's FIN arrived.
+    pub fn send_rndv(
+        &mut self,
+        rank: u32,
+        comm: u32,
+        tag: u64,
+        buf: OwnedMr,
+    ) -> std::result::Result<SendId, (Error, OwnedMr)> {
+        let remote = match buf.remote(0, buf.len()) {
+            Ok(r) => r,
+            Err(e) => return Err((e, buf)),
+        };
+        match self.send_rndv_request(rank, comm, tag, remote) {
+            Ok((id, app_ctx)) => {
+                self.rndv_sends.insert(app_ctx, (id, buf));
+                Ok(id)
+            }
+            Err(e) => Err((e, buf)),
+        }
+    }
+
+    /// Sends a rendezvous request announcing `remote` without any local region behind it
+    /// (nothing comes back: no FIN is awaited). For tests of the device's bounds checks:
+    /// the receiver's RDMA read of memory outside the sender's registration must fail.
+    #[doc(hidden)]
+    pub fn send_rndv_unchecked(
+        &mut self,
+        rank: u32,
+        comm: u32,
+        tag: u64,
+        remote: RemoteBuf,
+    ) -> Result<SendId> {
+        self.send_rndv_request(rank, comm, tag, remote)
+            .map(|(id, _)| id)
+    }
+
+    fn send_rndv_request(
+        &mut self,
+        rank: u32,
+        comm: u32,
+        tag: u64,
+        remote: RemoteBuf,
+    ) -> Result<(SendId, u32)> {
+        let t = self.envelope_tag(comm, tag)?;
+        let mut app_ctx = self.next_app_ctx;
+        while app_ctx == 0 || self.rndv_sends.contains_key(&app_ctx) {
+            app_ctx = app_ctx.wrapping_add(1);
+        }
+        let id = SendId(self.next_send);
+        let repr = TmRepr {
+            tmh: Tmh {
+                opcode: TmOpcode::Rndv,
+                reserved: [0; 3],
+                app_ctx,
+                tag: t,
+            },
+            rvh: Some(Rvh {
+                va: remote.va,
+                rkey: remote.rkey,
+                len: remote.len,
+            }),
+            payload: &[],
+        };
+        self.send_frame(rank, &repr, SlotUse::RndvReq(app_ctx))?;
+        self.next_app_ctx = app_ctx.wrapping_add(1);
+        self.next_send += 1;
+        self.c.rndv_sent += 1;
+        Ok((id, app_ctx))
+    }
+
+    /// Posts a tagged receive into `buf` (registered with local write access). The
+    /// earliest matching unexpected message is taken; otherwise the receive waits, in
+    /// hardware when the offload driver places it there. Completion: [`Completion::Recv`].
+    pub fn post_recv(
+        &mut self,
+        spec: RecvSpec,
+        buf: OwnedMr,
+    ) -> std::result::Result<RecvId, (Error, OwnedMr)> {
+        let len = match u32::try_from(buf.len()) {
+            Ok(l) => l,
+            Err(_) => return Err((Error::Invalid("receive buffer above 4 GiB".into()), buf)),
+        };
+        let outcome = match &mut self.matcher {
+            Matcher::Sw { driver, .. } => driver.post(spec, len, RecvCtx { buf }),
+            Matcher::Hw(d) => {
+                let sge = match buf.sge(0, buf.len()) {
+                    Ok(s) => s,
+                    Err(e) => return Err((e, buf)),
+                };
+                d.post(spec, sge, RecvCtx { buf })
+            }
+        };
+        match outcome {
+            Ok(PostOutcome::Pending(h)) => Ok(RecvId(h.0)),
+            Ok(PostOutcome::Matched(m)) => {
+                let id = RecvId(m.handle.0);
+                self.on_match(m);
+                Ok(id)
+            }
+            Err(PostRejected { recv }) => Err((
+                Error::Invalid("the engine refused the receive (posted limit)".into()),
+                recv.buf,
+            )),
+        }
+    }
+
+    /// Whether a pending receive lives in hardware (`Some(true)`), in software, or is not
+    /// pending (`None`).
+    pub fn is_offloaded(&self, id: RecvId) -> Option<bool> {
+        match &self.matcher {
+            Matcher::Sw { driver, .. } => driver.is_offloaded(OffHandle(id.0)),
+            Matcher::Hw(d) => d.is_offloaded(OffHandle(id.0)),
+        }
+    }
+
+    /// Cancels a pending receive. The outcome is a [`Completion::Cancelled`] (the buffer
+    /// comes back) or, when the receive matched first, [`Completion::CancelFailed`].
+    /// `Err` for a receive that is no longer pending.
+    pub fn cancel(&mut self, id: RecvId) -> Result<()> {
+        let r = match &mut self.matcher {
+            Matcher::Sw { driver, .. } => driver.cancel(OffHandle(id.0)),
+            Matcher::Hw(d) => d.cancel(OffHandle(id.0)),
+        };
+        match r {
+            Ok(CancelOutcome::Cancelled(ctx)) => {
+                self.completions
+                    .push_back(Completion::Cancelled { id, buf: ctx.buf });
+                Ok(())
+            }
+            Ok(CancelOutcome::InProgress) => Ok(()),
+            Err(e) => Err(Error::Invalid(format!("cancel of {id:?}: {e:?}"))),
+        }
+    }
+
+    /// The next completion, if any (call [`TaggedTransport::progress`] to produce more).
+    pub fn poll_completion(&mut self) -> Option<Completion> {
+        self.completions.pop_front()
+    }
+
+    /// Polls both CQs once, runs the matching, starts rendezvous reads and FINs. Returns
+    /// the number of work completions processed. Never blocks.
+    pub fn progress(&mut self) -> Result<usize> {
+        let mut n = self.progress_recv()?;
+        n += self.progress_send()?;
+        self.flush_pending();
+        Ok(n)
+    }
+
+    fn progress_recv(&mut self) -> Result<usize> {
+        let mut events = std::mem::take(&mut self.events);
+        let n = match &mut self.matcher {
+            Matcher::Sw { driver, ring, cq } => {
+                let mut wcs = std::mem::take(&mut self.wcs);
+                wcs.clear();
+                let n = cq.poll(&mut wcs, 32)?;
+                for wc in wcs.drain(..) {
+                    if wc.status == sys::IBV_WC_WR_FLUSH_ERR {
+                        continue;
+                    }
+                    let bytes = ring.take(wc.wr_id, wc.byte_len)?;
+                    if wc.status != sys::IBV_WC_SUCCESS {
+                        self.c.wc_errors += 1;
+                        self.errors
+                            .push(format!("receive completion: {}", wc.status_str()));
+                        continue;
+                    }
+                    match parse_message(&self.cfg.layout, &bytes) {
+                        None => self.c.protocol_errors += 1,
+                        Some(m) if matches!(m.tmh.opcode, TmOpcode::Eager | TmOpcode::Rndv) => {
+                            // Without a TM-SRQ the driver only queues: nothing can fail.
+                            let _ = driver.wire(m);
+                        }
+                        Some(m) => events.push(Event::NoTag(m)),
+                    }
+                }
+                self.wcs = wcs;
+                driver.poll(&mut events);
+                n
+            }
+            Matcher::Hw(d) => d.poll(&mut events),
+        };
+        for e in events.drain(..) {
+            self.on_event(e);
+        }
+        self.events = events;
+        Ok(n)
+    }
+
+    fn on_event(&mut self, e: Event<RecvCtx, Incoming>) {
+        match e {
+            Event::Matched(m) => self.on_match(m),
+            Event::Unexpected { .. } => {}
+            Event::Rejected(_) => self.c.rejected += 1,
+            Event::Cancelled { handle, recv } => {
+                self.completions.push_back(Completion::Cancelled {
+                    id: RecvId(handle.0),
+                    buf: recv.buf,
+                })
+            }
+            Event::CancelFailed { handle } => {
+                self.completions.push_back(Completion::CancelFailed {
+                    id: RecvId(handle.0),
+                })
+            }
+            Event::DataValid { handle } => {
+                if let Some((env, buf)) = self.hw_pending.remove(&handle.0) {
+                    let len = match &mut self.matcher {
+                        Matcher::Hw(d) => d.hw_mut().data_len.remove(&handle.0).unwrap_or(0),
+                        Matcher::Sw { .. } => 0,
+                    };
+                    self.completions.push_back(Completion::Recv {
+                        id: RecvId(handle.0),
+                        env,
+                        len: len as usize,
+                        buf,
+                        path: MatchPath::Hw,
+                        result: Ok(()),
+                    });
+                }
+            }
+            Event::NoTag(w) => {
+                if w.tmh.opcode == TmOpcode::Fin {
+                    self.c.fins_received += 1;
+                    if let Some((id, buf)) = self.rndv_sends.remove(&w.tmh.app_ctx) {
+                        self.completions.push_back(Completion::Send {
+                            id,
+                            buf: Some(buf),
+                            result: Ok(()),
+                        });
+                    } else {
+                        self.c.protocol_errors += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_match(&mut self, m: OffMatch<RecvCtx, Incoming>) {
+        let id = m.handle.0;
+        let RecvCtx { mut buf } = m.recv;
+        match m.msg {
+            Incoming::Eager(data) => {
+                let n = data.len().min(buf.len());
+                buf.as_mut_slice()[..n].copy_from_slice(&data[..n]);
+                let result = if data.len() > buf.len() {
+                    Err(RecvError::Truncated { len: data.len() })
+                } else {
+                    Ok(())
+                };
+                self.completions.push_back(Completion::Recv {
+                    id: RecvId(id),
+                    env: m.env,
+                    len: n,
+                    buf,
+                    path: m.path,
+                    result,
+                });
+            }
+            Incoming::Rndv { tmh } => match m.sw_rndv {
+                Some(rvh) => self.start_read(id, m.env, buf, tmh, rvh, m.path),
+                None => {
+                    self.c.protocol_errors += 1;
+                    self.recv_failed(id, m.env, buf, m.path, "rendezvous without RVH");
+                }
+            },
+            Incoming::Hw => {
+                if m.data_pending {
+                    self.hw_pending.insert(id, (m.env, buf));
+                } else {
+                    let len = match &mut self.matcher {
+                        Matcher::Hw(d) => d.hw_mut().data_len.remove(&id).unwrap_or(0),
+                        Matcher::Sw { .. } => 0,
+                    };
+                    self.completions.push_back(Completion::Recv {
+                        id: RecvId(id),
+                        env: m.env,
+                        len: len as usize,
+                        buf,
+                        path: m.path,
+                        result: Ok(()),
+                    });
+                }
+            }
+            Incoming::HwRndvIncomplete => {
+                // TMH and RVH were scattered into the buffer; software continues.
+                let hdr = buf
+                    .as_slice()
+                    .get(..TMH_LEN + RVH_LEN)
+                    .map(TmRepr::parse_bytes);
+                match (hdr, m.sw_rndv) {
+                    (Some(Ok(r)), _) if r.rvh.is_some() => {
+                        let (tmh, rvh) = (r.tmh, r.rvh.unwrap_or_default());
+                        self.start_read(id, m.env, buf, tmh, rvh, m.path);
+                    }
+                    _ => {
+                        self.c.protocol_errors += 1;
+                        self.recv_failed(id, m.env, buf, m.path, "TM_RNDV_INCOMPLETE without RVH");
+                    }
+                }
+            }
+            Incoming::HwError(status) => {
+                self.c.wc_errors += 1;
+                self.completions.push_back(Completion::Recv {
+                    id: RecvId(id),
+                    env: m.env,
+                    len: 0,
+                    buf,
+                    path: m.path,
+                    result: Err(RecvError::Wc {
+                        status,
+                        text: super::device::status_str(status),
+                    }),
+                });
+            }
+            Incoming::Control => {
+                self.c.protocol_errors += 1;
+                self.recv_failed(id, m.env, buf, m.path, "control message matched");
+            }
+        }
+    }
+
+    fn recv_failed(&mut self, id: u64, env: Envelope, buf: OwnedMr, path: MatchPath, why: &str) {
+        self.errors.push(why.to_owned());
+        self.completions.push_back(Completion::Recv {
+            id: RecvId(id),
+            env,
+            len: 0,
+            buf,
+            path,
+            result: Err(RecvError::Wc {
+                status: sys::IBV_WC_GENERAL_ERR,
+                text: why.to_owned(),
+            }),
+        });
+    }
+
+    fn start_read(
+        &mut self,
+        id: u64,
+        env: Envelope,
+        buf: OwnedMr,
+        tmh: Tmh,
+        rvh: Rvh,
+        path: MatchPath,
+    ) {
+        if rvh.len as usize > buf.len() {
+            // Do not read; still release the sender.
+            self.pending_fins.push_back((env.src, tmh, rvh));
+            self.completions.push_back(Completion::Recv {
+                id: RecvId(id),
+                env,
+                len: 0,
+                buf,
+                path,
+                result: Err(RecvError::Truncated {
+                    len: rvh.len as usize,
+                }),
+            });
+            return;
+        }
+        self.reads.insert(
+            id,
+            ReadState {
+                env,
+                buf,
+                peer: env.src,
+                tmh,
+                rvh,
+                path,
+            },
+        );
+        self.pending_reads.push_back(id);
+        self.flush_pending();
+    }
+
+    fn flush_pending(&mut self) {
+        while let Some(&id) = self.pending_reads.front() {
+            let Some(r) = self.reads.get(&id) else {
+                self.pending_reads.pop_front();
+                continue;
+            };
+            let peer = r.peer;
+            if self.peer_ready(peer).is_err() {
+                if !self.peers.contains_key(&peer) {
+                    self.pending_reads.pop_front();
+                    if let Some(r) = self.reads.remove(&id) {
+                        self.recv_failed(
+                            id,
+                            r.env,
+                            r.buf,
+                            r.path,
+                            "rendezvous from an unknown rank",
+                        );
+                    }
+                    continue;
+                }
+                break;
+            }
+            let posted = r.buf.sge(0, r.rvh.len as usize).and_then(|sge| {
+                let remote = RemoteBuf {
+                    va: r.rvh.va,
+                    rkey: r.rvh.rkey,
+                    len: r.rvh.len,
+                };
+                let p = self.peers.get_mut(&peer).ok_or(Error::UnknownPeer(peer))?;
+                p.qp.post_read((KIND_READ << KIND_SHIFT) | (id & ID_MASK), sge, remote)?;
+                p.outstanding += 1;
+                Ok(())
+            });
+            self.pending_reads.pop_front();
+            match posted {
+                Ok(()) => self.c.sw_reads += 1,
+                Err(e) => {
+                    if let Some(r) = self.reads.remove(&id) {
+                        self.recv_failed(id, r.env, r.buf, r.path, &e.to_string());
+                    }
+                }
+            }
+        }
+        while let Some(&(rank, tmh, rvh)) = self.pending_fins.front() {
+            let fin = TmRepr {
+                tmh: Tmh {
+                    opcode: TmOpcode::Fin,
+                    ..tmh
+                },
+                rvh: Some(rvh),
+                payload: &[],
+            };
+            match self.send_frame(rank, &fin, SlotUse::Fin) {
+                Ok(()) => {
+                    self.c.fins_sent += 1;
+                    self.pending_fins.pop_front();
+                }
+                Err(Error::Busy) => break,
+                Err(e) => {
+                    self.errors.push(format!("FIN to rank {rank}: {e}"));
+                    self.pending_fins.pop_front();
+                }
+            }
+        }
+    }
+
+    fn progress_send(&mut self) -> Result<usize> {
+        let mut wcs = std::mem::take(&mut self.wcs);
+        wcs.clear();
+        let n = self.send_cq.poll(&mut wcs, 32)?;
+        for wc in wcs.drain(..) {
+            self.on_send_wc(wc);
+        }
+        self.wcs = wcs;
+        Ok(n)
+    }
+
+    fn on_send_wc(&mut self, wc: Wc) {
+        let ok = wc.status == sys::IBV_WC_SUCCESS;
+        if !ok && wc.status != sys::IBV_WC_WR_FLUSH_ERR {
+            self.c.wc_errors += 1;
+            self.errors
+                .push(format!("send completion: {}", wc.status_str()));
+        }
+        let id = wc.wr_id & ID_MASK;
+        match wc.wr_id >> KIND_SHIFT {
+            KIND_SLOT => {
+                let slot = usize::try_from(id).unwrap_or(usize::MAX);
+                let Some((rank, what)) = self.slot_use.get_mut(slot).and_then(Option::take) else {
+                    return;
+                };
+                self.free_slots.push(slot as u32);
+                if let Some(p) = self.peers.get_mut(&rank) {
+                    p.outstanding = p.outstanding.saturating_sub(1);
+                }
+                let result = if ok { Ok(()) } else { Err(wc.status_str()) };
+                match what {
+                    SlotUse::Eager(sid) => self.completions.push_back(Completion::Send {
+                        id: sid,
+                        buf: None,
+                        result,
+                    }),
+                    SlotUse::RndvReq(app_ctx) if !ok => {
+                        if let Some((sid, buf)) = self.rndv_sends.remove(&app_ctx) {
+                            self.completions.push_back(Completion::Send {
+                                id: sid,
+                                buf: Some(buf),
+                                result,
+                            });
+                        }
+                    }
+                    SlotUse::RndvReq(_) | SlotUse::Fin => {}
+                }
+            }
+            KIND_READ => {
+                let Some(r) = self.reads.remove(&id) else {
+                    return;
+                };
+                if let Some(p) = self.peers.get_mut(&r.peer) {
+                    p.outstanding = p.outstanding.saturating_sub(1);
+                }
+                if ok {
+                    self.pending_fins.push_back((r.peer, r.tmh, r.rvh));
+                    self.completions.push_back(Completion::Recv {
+                        id: RecvId(id),
+                        env: r.env,
+                        len: r.rvh.len as usize,
+                        buf: r.buf,
+                        path: r.path,
+                        result: Ok(()),
+                    });
+                } else {
+                    self.completions.push_back(Completion::Recv {
+                        id: RecvId(id),
+                        env: r.env,
+                        len: 0,
+                        buf: r.buf,
+                        path: r.path,
+                        result: Err(RecvError::Wc {
+                            status: wc.status,
+                            text: wc.status_str(),
+                        }),
+                    });
+                }
+            }
+            _ => self.c.protocol_errors += 1,
+        }
+    }
+
+    /// Runs [`TaggedTransport::progress`] until a completion is available or `timeout`
+    /// passes (`None` then). Spins with `yield_now` (the CQs have no completion channel).
+    pub fn wait_completion(&mut self, timeout: std::time::Duration) -> Result<Option<Completion>> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Some(c) = self.poll_completion() {
+                return Ok(Some(c));
+            }
+            if self.progress()? == 0 {
+                if std::time::Instant::now() >= deadline {
+                    return Ok(None);
+                }
+                std::thread::yield_now();
+            }
+        }
+    }
+}
