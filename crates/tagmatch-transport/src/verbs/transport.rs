@@ -674,7 +674,7 @@ impl TaggedTransport {
                 Err(e) => (
                     Self::sw_matcher(ctx, &pd, &cfg, slot)?,
                     Mode::Software {
-                        reason: format!("the device refused the TM-SRQ: {e}"),
+                        reason: format!("the device refused the TM-SRQ (or its TM CQ): {e}"),
                     },
                 ),
             },
