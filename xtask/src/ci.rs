@@ -77,7 +77,7 @@ pub fn stages() -> Vec<Stage> {
         },
         Stage {
             name: "verbs",
-            about: "clippy + tests of tagmatch-verbs-sys --features verbs (installs libibverbs-dev libclang-dev)",
+            about: "clippy + tests of tagmatch-verbs-sys and tagmatch-transport --features verbs (installs libibverbs-dev libclang-dev)",
             run: verbs_stage,
         },
         Stage {
@@ -133,7 +133,21 @@ fn verbs_stage(ctx: &Ctx) -> Result<Outcome> {
         .concat(),
         &[],
     )?;
-    cargo_stage(ctx, &[&["test"], &package[..]].concat(), &[])
+    cargo_stage(ctx, &[&["test"], &package[..]].concat(), &[])?;
+    // The transport's verbs module (its device tests skip on a host without RDMA).
+    let transport = ["-p", "tagmatch-transport", "--features", "verbs"];
+    cargo_stage(
+        ctx,
+        &[
+            &["clippy"],
+            &transport[..],
+            &["--all-targets", "--", "-D", "warnings"],
+        ]
+        .concat(),
+        &[],
+    )?;
+    cargo_stage(ctx, &[&["test"], &transport[..], &["--lib"]].concat(), &[])?;
+    cargo_stage(ctx, vm::TRANSPORT_VERBS_TESTS, &[])
 }
 
 fn cargo_stage(ctx: &Ctx, args: &[&str], env: &[(&str, &str)]) -> Result<Outcome> {

@@ -11,7 +11,8 @@
 //!    `<target>/vm/` and `depmod` there. Nothing is installed system-wide (installing
 //!    `linux-image-amd64` would pull initramfs-tools and upgrade systemd).
 //! 3. The test binaries: `cargo test -p tagmatch-verbs-sys --features verbs --no-run
-//!    --message-format=json`, executables read from the JSON lines.
+//!    --message-format=json` and the same for `tagmatch-transport --features verbs --test
+//!    'verbs_*'`, executables read from the JSON lines.
 //! 4. An initramfs (written here as a `newc` cpio, no `cpio` tool needed): static busybox, the
 //!    virtio/9p modules, and an `/init` that mounts the host's `/` read-only over 9p at
 //!    `/host` and chroots into it to run `guest.sh`.
@@ -279,12 +280,37 @@ fn build_test_binaries(root: &Path) -> Result<Vec<PathBuf>> {
         ])
         .current_dir(root)
         .read_stdout()?;
-    let tests = test_executables(&json, "tagmatch-verbs-sys");
+    let mut tests = test_executables(&json, "tagmatch-verbs-sys");
     if tests.is_empty() {
         return Err("vm-test: cargo built no test executable for tagmatch-verbs-sys".into());
     }
+    // The transport's verbs layer: only its `tests/verbs_*.rs` binaries.
+    let json = Cmd::cargo()
+        .args(TRANSPORT_VERBS_TESTS)
+        .args(["--no-run", "--message-format=json"])
+        .current_dir(root)
+        .read_stdout()?;
+    let transport = test_executables(&json, "tagmatch-transport");
+    if transport.is_empty() {
+        return Err(
+            "vm-test: cargo built no verbs_* test executable for tagmatch-transport".into(),
+        );
+    }
+    tests.extend(transport);
     Ok(tests)
 }
+
+/// `cargo` arguments selecting the feature-gated verbs tests of `tagmatch-transport`
+/// (also used by the `verbs` CI stage).
+pub const TRANSPORT_VERBS_TESTS: &[&str] = &[
+    "test",
+    "-p",
+    "tagmatch-transport",
+    "--features",
+    "verbs",
+    "--test",
+    "verbs_*",
+];
 
 /// The test executables of `package` in cargo's `--message-format=json` output: a minimal
 /// string scan of `compiler-artifact` lines with `"test":true` and a non-null `executable`.
