@@ -181,10 +181,24 @@ impl<M> Linked for UNode<M> {
 #[derive(Debug)]
 enum Held<M> {
     Empty,
-    Msg(Message<M>),
+    /// A message and its held bytes (what it counts against the byte budget).
+    Msg(Message<M>, usize),
+    /// A sequence number consumed by [`Engine::deliver_control`].
+    Control,
     /// A held message removed by a communicator purge: its sequence number is consumed
     /// when reached.
     Skip,
+}
+
+/// What [`Engine::deliver_item`] sequences: a message or a control sequence number.
+enum Item<M> {
+    Msg {
+        env: Envelope,
+        len: usize,
+        held: usize,
+        msg: M,
+    },
+    Control,
 }
 
 /// Per-source sequencing state.
@@ -231,6 +245,9 @@ pub struct Engine<R, M> {
     unexp: GenSlab<UNode<M>>,
     /// Masks of the posted general-mask receives, by slab index.
     masks: FastMap<u32, u64>,
+    /// Held bytes of the stored messages whose held bytes differ from their length
+    /// ([`Engine::deliver_held`]), by slab index.
+    held: FastMap<u32, usize>,
     /// One intrusive hash index per key kind (`K_*`): the head of each FIFO.
     ix: [Index; 5],
     /// Posted receives per index kind (to skip lookups of empty kinds on arrival).
@@ -261,6 +278,7 @@ impl<R, M> Engine<R, M> {
             unexp: GenSlab::new(),
             ix: Default::default(),
             masks: FastMap::default(),
+            held: FastMap::default(),
             n_kind: [0; 5],
             next_seq: 0,
             peers: FastMap::default(),
@@ -487,7 +505,7 @@ impl<R, M> Engine<R, M> {
     fn free_unexp(&mut self, idx: u32) -> Message<M> {
         match self.unexp.remove(idx) {
             Some(n) => {
-                self.c.bytes_held -= n.len as usize;
+                self.c.bytes_held -= self.take_held_bytes(idx, n.len);
                 if n.is_claimed() {
                     self.c.claimed_depth -= 1;
                 }
@@ -499,6 +517,26 @@ impl<R, M> Engine<R, M> {
             }
             None => unreachable!("engine invariant: message slot {idx} is occupied"),
         }
+    }
+
+    /// The held bytes of stored message `idx` of length `len`, forgetting them: `len`
+    /// unless it was stored by [`Engine::deliver_held`] / [`Engine::arrive_held`] with
+    /// other held bytes (kept aside in `held`, so the common node stays small).
+    #[inline]
+    fn take_held_bytes(&mut self, idx: u32, len: u32) -> usize {
+        if self.held.is_empty() {
+            return len as usize;
+        }
+        self.held.remove(&idx).unwrap_or(len as usize)
+    }
+
+    /// Records the held bytes of a newly stored message and counts them.
+    #[inline]
+    fn add_held_bytes(&mut self, idx: u32, len: usize, held: usize) {
+        if held != len {
+            self.held.insert(idx, held);
+        }
+        self.c.bytes_held += held;
     }
 
     fn take_unexp(&mut self, idx: u32) -> Message<M> {
@@ -539,16 +577,17 @@ impl<R, M> Engine<R, M> {
         }
     }
 
-    fn store_unexp(&mut self, env: Envelope, len: u32, msg: M) {
-        let idx = self.alloc_unexp(env, len, msg);
+    fn store_unexp(&mut self, env: Envelope, len: u32, held: usize, msg: M) {
+        let idx = self.alloc_unexp(env, len, held, msg);
         self.index_push_unexp(K_EXACT, &env, idx);
         self.link_unexp_rest(idx, &env);
     }
 
-    fn alloc_unexp(&mut self, env: Envelope, len: u32, msg: M) -> u32 {
+    fn alloc_unexp(&mut self, env: Envelope, len: u32, held: usize, msg: M) -> u32 {
         let node = UNode::new(env, len, msg);
-        self.c.bytes_held += len as usize;
-        self.unexp.insert(node).0
+        let idx = self.unexp.insert(node).0;
+        self.add_held_bytes(idx, len as usize, held);
+        idx
     }
 
     /// Links a stored message into the (comm,src), (comm,tag) and (comm) lists.
@@ -563,13 +602,13 @@ impl<R, M> Engine<R, M> {
     }
 
     /// Whether one more stored message of `len` bytes stays within the budgets.
-    fn fits(&self, len: usize) -> bool {
+    fn fits(&self, len: usize, held: usize) -> bool {
         len <= u32::MAX as usize
             && self.held_messages() < self.cfg.max_messages
             && self
                 .c
                 .bytes_held
-                .checked_add(len)
+                .checked_add(held)
                 .is_some_and(|b| b <= self.cfg.max_bytes)
     }
 
@@ -729,7 +768,7 @@ impl<R, M> Engine<R, M> {
                 self.index_after_unlink(j, &env, u, found);
             }
         }
-        self.c.bytes_held -= len as usize;
+        self.c.bytes_held -= self.take_held_bytes(found, len);
         let msg = match self.unexp.remove(found) {
             Some(n) => n.msg,
             None => unreachable!("engine invariant: message slot {found} is occupied"),
@@ -757,7 +796,22 @@ impl<R, M> Engine<R, M> {
         len: usize,
         msg: M,
     ) -> Result<Arrived<R, M>, Rejected<M>> {
-        self.arrive_inner(env, len, msg, true)
+        self.arrive_inner(env, len, len, msg, true)
+    }
+
+    /// [`Engine::arrive`] of a message of `len` bytes (reported by probes and matches)
+    /// of which `held_bytes` count against the byte budget while it is stored (see
+    /// [`Engine::deliver_held`]). `arrive_held(env, len, len, msg)` is `arrive(env, len,
+    /// msg)`.
+    #[inline]
+    pub fn arrive_held(
+        &mut self,
+        env: Envelope,
+        len: usize,
+        held_bytes: usize,
+        msg: M,
+    ) -> Result<Arrived<R, M>, Rejected<M>> {
+        self.arrive_inner(env, len, held_bytes, msg, true)
     }
 
     #[inline]
@@ -765,6 +819,7 @@ impl<R, M> Engine<R, M> {
         &mut self,
         env: Envelope,
         len: usize,
+        held: usize,
         msg: M,
         check_budget: bool,
     ) -> Result<Arrived<R, M>, Rejected<M>> {
@@ -773,15 +828,16 @@ impl<R, M> Engine<R, M> {
         if self.n_kind[K_SRC] + self.n_kind[K_TAG] + self.n_kind[K_COMM] + self.n_kind[K_MASKED]
             == 0
         {
-            return self.arrive_exact_only(env, len, msg, check_budget);
+            return self.arrive_exact_only(env, len, held, msg, check_budget);
         }
-        self.arrive_general(env, len, msg, check_budget)
+        self.arrive_general(env, len, held, msg, check_budget)
     }
 
     fn arrive_general(
         &mut self,
         env: Envelope,
         len: usize,
+        held: usize,
         msg: M,
         check_budget: bool,
     ) -> Result<Arrived<R, M>, Rejected<M>> {
@@ -800,7 +856,7 @@ impl<R, M> Engine<R, M> {
         }
         self.c.misses += 1;
         // matching-notes §3.1/§3.3: exact-size storage under a budget, explicit overflow.
-        if check_budget && !self.fits(len) {
+        if check_budget && !self.fits(len, held) {
             self.c.rejected_backpressure += 1;
             return Err(Rejected {
                 reason: RejectReason::Backpressure,
@@ -810,7 +866,7 @@ impl<R, M> Engine<R, M> {
             });
         }
         // A held message was admitted with len <= u32::MAX, so this conversion is exact.
-        self.store_unexp(env, len.min(u32::MAX as usize) as u32, msg);
+        self.store_unexp(env, len.min(u32::MAX as usize) as u32, held, msg);
         Ok(Arrived::Unexpected(env))
     }
 
@@ -820,6 +876,7 @@ impl<R, M> Engine<R, M> {
         &mut self,
         env: Envelope,
         len: usize,
+        held: usize,
         msg: M,
         check_budget: bool,
     ) -> Result<Arrived<R, M>, Rejected<M>> {
@@ -849,7 +906,7 @@ impl<R, M> Engine<R, M> {
                     len,
                 }));
             }
-            _ if check_budget && !self.fits(len) => {
+            _ if check_budget && !self.fits(len, held) => {
                 self.c.misses += 1;
                 self.c.rejected_backpressure += 1;
                 return Err(Rejected {
@@ -876,7 +933,7 @@ impl<R, M> Engine<R, M> {
             }
         };
         self.c.misses += 1;
-        self.c.bytes_held += len;
+        self.add_held_bytes(stored, len, held);
         self.link_unexp_rest(stored, &env);
         Ok(Arrived::Unexpected(env))
     }
@@ -902,6 +959,87 @@ impl<R, M> Engine<R, M> {
         msg: M,
         mut sink: impl FnMut(Arrived<R, M>),
     ) -> Result<usize, Rejected<M>> {
+        // A control turn released here has no `Arrived` form: it is consumed, and not
+        // counted (see `deliver_control`, whose users drive the source with
+        // `deliver_held`).
+        let mut n = 0;
+        self.deliver_held(env, seq, len, len, msg, |o| {
+            if let Ordered::Arrived(a) = o {
+                n += 1;
+                sink(a)
+            }
+        })?;
+        Ok(n)
+    }
+
+    /// [`Engine::deliver`] of a message of `len` bytes (what [`Engine::probe`],
+    /// [`Match::len`] and [`Message::len`] report) of which only `held_bytes` are held by
+    /// the caller while it waits (what counts against [`Config::max_bytes`] and
+    /// [`Counters::bytes_held`]): e.g. a rendezvous message whose payload stays at the
+    /// sender until it is matched. Results come in send order as [`Ordered`] events,
+    /// which also report the turns of sequence numbers consumed by
+    /// [`Engine::deliver_control`]. Otherwise as [`Engine::deliver`];
+    /// `deliver_held(env, seq, len, len, ..)` is `deliver(env, seq, len, ..)`.
+    pub fn deliver_held(
+        &mut self,
+        env: Envelope,
+        seq: u32,
+        len: usize,
+        held_bytes: usize,
+        msg: M,
+        mut sink: impl FnMut(Ordered<R, M>),
+    ) -> Result<usize, Rejected<M>> {
+        let item = Item::Msg {
+            env,
+            len,
+            held: held_bytes,
+            msg,
+        };
+        match self.deliver_item(env.src, seq, item, &mut sink) {
+            Ok(n) => Ok(n),
+            Err((reason, Item::Msg { env, len, msg, .. })) => Err(Rejected {
+                reason,
+                env,
+                len,
+                msg,
+            }),
+            Err((_, Item::Control)) => unreachable!("a message item comes back as a message"),
+        }
+    }
+
+    /// Consumes sequence number `seq` of source `src` without a message: for operations
+    /// that share the per-peer sequence space with messages but are not matched (e.g.
+    /// the RDM protocol's atomics, which carry a `msg_id`). It goes through the reorder
+    /// buffer like a message: if `seq` is the next expected one, `sink` gets
+    /// [`Ordered::Control`] at once, followed by every held successor now in order;
+    /// otherwise it is held (0 is returned) and its [`Ordered::Control`] is reported by
+    /// the [`Engine::deliver_held`] or `deliver_control` call that reaches it. Returns
+    /// the number of events passed to `sink`. A held control takes a reorder slot but no
+    /// byte or message budget, so it is never refused for backpressure; errors are
+    /// [`RejectReason::Stale`], [`RejectReason::WindowOverflow`] and
+    /// [`RejectReason::Duplicate`], leaving the engine unchanged.
+    ///
+    /// A source with held controls must be driven with `deliver_held` (or
+    /// `deliver_control`): [`Engine::deliver`] has no way to report a control turn and
+    /// consumes it silently. [`Engine::purge_peer`] drops held controls with the rest of
+    /// the peer's sequence state.
+    pub fn deliver_control(
+        &mut self,
+        src: u32,
+        seq: u32,
+        mut sink: impl FnMut(Ordered<R, M>),
+    ) -> Result<usize, RejectReason> {
+        self.deliver_item(src, seq, Item::Control, &mut sink)
+            .map_err(|(reason, _)| reason)
+    }
+
+    fn deliver_item(
+        &mut self,
+        src: u32,
+        seq: u32,
+        item: Item<M>,
+        sink: &mut impl FnMut(Ordered<R, M>),
+    ) -> Result<usize, (RejectReason, Item<M>)> {
         // matching-notes §1.0: "Non-overtaking: two sends from one source that match the
         // same receive are matched in send order. ... There is no ordering across sources."
         // matching-notes §1.3 (ob1 frags_cant_match) and §1.6 (EFA): out-of-order arrivals
@@ -909,32 +1047,57 @@ impl<R, M> Engine<R, M> {
         // result in an error".
         let window = self.cfg.reorder_window;
         let initial = self.cfg.initial_seq;
-        let fits = self.fits(len);
-        let peer = self
-            .peers
-            .entry(env.src)
-            .or_insert_with(|| Peer::new(initial));
+        let fits = match item {
+            Item::Msg { len, held, .. } => self.fits(len, held),
+            Item::Control => true,
+        };
+        let peer = self.peers.entry(src).or_insert_with(|| Peer::new(initial));
         let d = seq.wrapping_sub(peer.expected);
         if d == 0 {
-            sink(self.arrive_inner(env, len, msg, true)?);
+            match item {
+                Item::Msg {
+                    env,
+                    len,
+                    held,
+                    msg,
+                } => match self.arrive_inner(env, len, held, msg, true) {
+                    Ok(a) => sink(Ordered::Arrived(a)),
+                    Err(r) => {
+                        let item = Item::Msg {
+                            env: r.env,
+                            len: r.len,
+                            held,
+                            msg: r.msg,
+                        };
+                        return Err((r.reason, item));
+                    }
+                },
+                Item::Control => sink(Ordered::Control { src, seq }),
+            }
             let mut n = 1;
-            while let Some(peer) = self.peers.get_mut(&env.src) {
+            while let Some(peer) = self.peers.get_mut(&src) {
                 peer.advance();
                 if peer.occupied == 0 || peer.ring.is_empty() {
                     break;
                 }
                 let h = peer.head;
+                let seq = peer.expected;
                 match core::mem::replace(&mut peer.ring[h], Held::Empty) {
                     Held::Empty => break,
                     Held::Skip => {
                         peer.occupied -= 1;
                     }
-                    Held::Msg(m) => {
+                    Held::Control => {
+                        peer.occupied -= 1;
+                        sink(Ordered::Control { src, seq });
+                        n += 1;
+                    }
+                    Held::Msg(m, held) => {
                         peer.occupied -= 1;
                         self.c.reorder_depth -= 1;
-                        self.c.bytes_held -= m.len;
-                        match self.arrive_inner(m.env, m.len, m.msg, false) {
-                            Ok(a) => sink(a),
+                        self.c.bytes_held -= held;
+                        match self.arrive_inner(m.env, m.len, held, m.msg, false) {
+                            Ok(a) => sink(Ordered::Arrived(a)),
                             Err(_) => unreachable!("arrival without budget check cannot fail"),
                         }
                         n += 1;
@@ -945,21 +1108,11 @@ impl<R, M> Engine<R, M> {
         }
         if d >= 1 << 31 {
             self.c.rejected_sequence += 1;
-            return Err(Rejected {
-                reason: RejectReason::Stale,
-                env,
-                len,
-                msg,
-            });
+            return Err((RejectReason::Stale, item));
         }
         if d >= window {
             self.c.rejected_sequence += 1;
-            return Err(Rejected {
-                reason: RejectReason::WindowOverflow,
-                env,
-                len,
-                msg,
-            });
+            return Err((RejectReason::WindowOverflow, item));
         }
         if peer.ring.is_empty() {
             peer.ring.resize_with(window as usize, || Held::Empty);
@@ -968,26 +1121,26 @@ impl<R, M> Engine<R, M> {
         let slot = (peer.head + d as usize) % peer.ring.len();
         if !matches!(peer.ring[slot], Held::Empty) {
             self.c.rejected_sequence += 1;
-            return Err(Rejected {
-                reason: RejectReason::Duplicate,
-                env,
-                len,
-                msg,
-            });
+            return Err((RejectReason::Duplicate, item));
         }
         if !fits {
             self.c.rejected_backpressure += 1;
-            return Err(Rejected {
-                reason: RejectReason::Backpressure,
+            return Err((RejectReason::Backpressure, item));
+        }
+        peer.ring[slot] = match item {
+            Item::Msg {
                 env,
                 len,
+                held,
                 msg,
-            });
-        }
-        peer.ring[slot] = Held::Msg(Message { env, len, msg });
+            } => {
+                self.c.reorder_depth += 1;
+                self.c.bytes_held += held;
+                Held::Msg(Message { env, len, msg }, held)
+            }
+            Item::Control => Held::Control,
+        };
         peer.occupied += 1;
-        self.c.reorder_depth += 1;
-        self.c.bytes_held += len;
         Ok(0)
     }
 
@@ -1170,8 +1323,25 @@ impl<R, M> Engine<R, M> {
     /// the posted receives that name it (ANY_SOURCE receives stay), its queued unexpected
     /// messages, its held out-of-order messages and its sequence state (the next
     /// [`Engine::deliver`] from it starts at [`Config::initial_seq`]). Messages it sent
-    /// that were already claimed by mprobe stay with their handles.
-    /// Cost: O(posted) + O(communicators + its messages).
+    /// that were already claimed by mprobe stay with their handles. Held
+    /// [`Engine::deliver_control`] sequence numbers are dropped with the sequence state.
+    ///
+    /// # Cost
+    ///
+    /// Not O(1): meant for a peer's failure or disconnection, not for a data path.
+    /// - Posted side: O(P + k log k), P the posted-receive slab's high-water mark (every
+    ///   slot is visited and each live receive's spec tested, as in
+    ///   [`Engine::cancel_where`]) and k the receives naming `src` (sorted by posting
+    ///   order, then each removed in O(1)).
+    /// - Unexpected side: O(C + m), C the buckets of the (comm) index (a power of two ≥ 16,
+    ///   at most 4/3 × 2 × the communicators that have unexpected messages) and m the
+    ///   peer's unexpected messages: one (comm, src) probe per such communicator, then
+    ///   O(1) per message. Other peers' messages are not visited.
+    /// - Reorder state: O(W) when the peer's ring of [`Config::reorder_window`] W slots
+    ///   was allocated (it is freed; the next out-of-order arrival from the peer
+    ///   allocates it again), else O(1).
+    ///
+    /// No allocation (the engine's scratch vector is reused once it has grown).
     pub fn purge_peer(&mut self, src: u32, mut sink: impl FnMut(Purged<R, M>)) -> usize {
         let mut n = self.cancel_where(
             |spec, _| matches!(spec.src, Source::Rank(s) if s == src),
@@ -1179,15 +1349,19 @@ impl<R, M> Engine<R, M> {
         );
         let mut s = core::mem::take(&mut self.scratch);
         s.clear();
-        let comms: Vec<u32> = {
+        // The communicators that have unexpected messages first, then the messages.
+        {
             let (p, u) = (&self.posted, &self.unexp);
-            self.ix[K_COMM]
-                .values()
-                .filter(|v| v & POSTED == 0)
-                .map(|v| key_of(p, u, v).comm)
-                .collect()
-        };
-        for comm in comms {
+            s.extend(
+                self.ix[K_COMM]
+                    .values()
+                    .filter(|v| v & POSTED == 0)
+                    .map(|v| key_of(p, u, v).comm),
+            );
+        }
+        let comms = s.len();
+        for ci in 0..comms {
+            let comm = s[ci];
             if let Some(head) = self.unexp_head(K_SRC, &Envelope::new(comm, src, 0)) {
                 let mut cur = head;
                 loop {
@@ -1199,17 +1373,17 @@ impl<R, M> Engine<R, M> {
                 }
             }
         }
-        for &i in &s {
+        for &i in &s[comms..] {
             sink(Purged::Unexpected(self.take_unexp(i)));
         }
-        n += s.len();
+        n += s.len() - comms;
         s.clear();
         self.scratch = s;
         if let Some(peer) = self.peers.remove(&src) {
             for h in peer.ring {
-                if let Held::Msg(m) = h {
+                if let Held::Msg(m, held) = h {
                     self.c.reorder_depth -= 1;
-                    self.c.bytes_held -= m.len;
+                    self.c.bytes_held -= held;
                     sink(Purged::Held(m));
                     n += 1;
                 }
@@ -1238,10 +1412,10 @@ impl<R, M> Engine<R, M> {
                 continue;
             }
             for slot in p.ring.iter_mut() {
-                if matches!(slot, Held::Msg(m) if m.env.comm == comm) {
-                    if let Held::Msg(m) = core::mem::replace(slot, Held::Skip) {
+                if matches!(slot, Held::Msg(m, _) if m.env.comm == comm) {
+                    if let Held::Msg(m, b) = core::mem::replace(slot, Held::Skip) {
                         held += 1;
-                        bytes += m.len;
+                        bytes += b;
                         sink(Purged::Held(m));
                     }
                 }
@@ -1291,6 +1465,7 @@ impl<R, M> Engine<R, M> {
             + self.ix.iter().map(Index::heap_bytes).sum::<usize>()
             + map_heap_bytes(&self.peers)
             + map_heap_bytes(&self.masks)
+            + map_heap_bytes(&self.held)
             + rings
             + self.scratch.capacity() * 4
     }

@@ -182,6 +182,25 @@ pub enum Arrived<R, M> {
     Unexpected(Envelope),
 }
 
+/// One in-order step of a source's sequence, from [`Engine::deliver_held`] or
+/// [`Engine::deliver_control`](crate::Engine::deliver_control).
+///
+/// [`Engine::deliver_held`]: crate::Engine::deliver_held
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ordered<R, M> {
+    /// A message was processed, as by [`Engine::arrive`](crate::Engine::arrive).
+    Arrived(Arrived<R, M>),
+    /// The turn of a sequence number consumed by
+    /// [`Engine::deliver_control`](crate::Engine::deliver_control) has come: every
+    /// earlier message of `src` has been processed, and no later one yet.
+    Control {
+        /// The source.
+        src: u32,
+        /// The control's sequence number.
+        seq: u32,
+    },
+}
+
 /// A message taken out of the engine by [`Engine::mrecv`](crate::Engine::mrecv) or a purge.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Message<M> {
@@ -415,7 +434,8 @@ pub struct Counters {
     pub claimed_depth: usize,
     /// Messages held in reorder buffers.
     pub reorder_depth: usize,
-    /// Payload bytes held (unexpected + claimed + reorder buffer).
+    /// Payload bytes held (unexpected + claimed + reorder buffer): each message's held
+    /// bytes as given to `Engine::deliver_held` / `Engine::arrive_held`, else its length.
     pub bytes_held: usize,
     /// Candidate entries inspected by searches (queue heads looked at, entries scanned).
     pub match_attempts: u64,
