@@ -28,8 +28,8 @@ pub mod transport;
 
 pub use conn::ConnInfo;
 pub use device::{
-    device_names, Access, Context, Cq, DeviceCaps, Mr, OwnedMr, Pd, Qp, QpEndpoint, RemoteBuf, Sge,
-    Srq, SrqKind, TmCapsInfo, Wc,
+    device_names, Access, Context, Cq, DeviceCaps, Mr, OwnedMr, Pd, Qp, QpCaps, QpEndpoint,
+    RemoteBuf, Sge, Srq, SrqKind, TmCapsInfo, Wc,
 };
 pub use transport::{
     Completion, Mode, PeerId, RecvError, RecvId, SendId, TaggedTransport, TmPolicy, TransportConfig,
