@@ -18,7 +18,7 @@ const K_COMM: usize = 3; // (comm)           posted: ANY_SOURCE + ANY_TAG
 const K_MASKED: usize = 4; // (comm), posted only: general masks, scanned
 
 /// The key of index `k`: the envelope with the fields that index ignores zeroed.
-#[inline]
+#[inline(always)]
 fn proj(k: usize, e: &Envelope) -> Envelope {
     match k {
         K_EXACT => *e,
@@ -62,7 +62,7 @@ fn hash_key(k: usize, e: &Envelope) -> u64 {
 const BLOCK_BITS: u32 = 2;
 
 /// The envelope-shaped key of an index value (a posted receive or an unexpected message).
-#[inline]
+#[inline(always)]
 fn key_of<R, M>(posted: &GenSlab<PNode<R>>, unexp: &GenSlab<UNode<M>>, v: u32) -> Envelope {
     if v & POSTED != 0 {
         posted.at(v & !POSTED).key_env()
@@ -326,7 +326,7 @@ impl<R, M> Engine<R, M> {
 
     /// Updates index `k` after node `old` (index value, with its side flag) left the list
     /// of key `e`.
-    #[inline]
+    #[inline(always)]
     fn index_after_unlink(&mut self, k: usize, e: &Envelope, u: Unlinked, old: u32) {
         match u {
             Unlinked::Inner => {}
@@ -346,9 +346,8 @@ impl<R, M> Engine<R, M> {
     fn index_push_unexp(&mut self, k: usize, e: &Envelope, idx: u32) {
         let key = proj(k, e);
         let h = hash_key(k, &key);
-        self.ix[k].reserve_one();
         let (p, u) = (&self.posted, &self.unexp);
-        match self.ix[k].find(h, |v| proj(k, &key_of(p, u, v)) == key) {
+        match self.ix[k].find_or_reserve(h, |v| proj(k, &key_of(p, u, v)) == key) {
             Ok(pos) => {
                 let head = self.ix[k].value_at(pos);
                 list::push_back(&mut self.unexp, k, Some(head & !POSTED), idx);
@@ -365,9 +364,8 @@ impl<R, M> Engine<R, M> {
     fn index_push_posted(&mut self, k: usize, e: &Envelope, idx: u32) {
         let key = proj(k, e);
         let h = hash_key(k, &key);
-        self.ix[k].reserve_one();
         let (p, u) = (&self.posted, &self.unexp);
-        match self.ix[k].find(h, |v| proj(k, &key_of(p, u, v)) == key) {
+        match self.ix[k].find_or_reserve(h, |v| proj(k, &key_of(p, u, v)) == key) {
             Ok(pos) => {
                 let head = self.ix[k].value_at(pos);
                 list::push_back(&mut self.posted, k, Some(head & !POSTED), idx);
@@ -495,10 +493,18 @@ impl<R, M> Engine<R, M> {
     /// Unlinks an unexpected message from its four lists (it stays in the slab).
     fn unlink_unexp(&mut self, idx: u32) {
         let env = self.unexp.at(idx).env;
-        for k in [K_EXACT, K_SRC, K_TAG, K_COMM] {
-            let u = list::unlink(&mut self.unexp, k, idx);
-            self.index_after_unlink(k, &env, u, idx);
-        }
+        self.unlink_unexp_from::<K_EXACT>(idx, &env);
+        self.unlink_unexp_from::<K_SRC>(idx, &env);
+        self.unlink_unexp_from::<K_TAG>(idx, &env);
+        self.unlink_unexp_from::<K_COMM>(idx, &env);
+    }
+
+    /// Unlinks unexpected message `idx` (envelope `env`) from its list `K`, updating the
+    /// index if the head changed. `K` is a constant, so the link and index are fixed.
+    #[inline(always)]
+    fn unlink_unexp_from<const K: usize>(&mut self, idx: u32, env: &Envelope) {
+        let u = list::unlink(&mut self.unexp, K, idx);
+        self.index_after_unlink(K, env, u, idx);
     }
 
     /// Removes a (queued or claimed) message from the slab and the byte count.
@@ -592,9 +598,9 @@ impl<R, M> Engine<R, M> {
 
     /// Links a stored message into the (comm,src), (comm,tag) and (comm) lists.
     fn link_unexp_rest(&mut self, idx: u32, env: &Envelope) {
-        for k in [K_SRC, K_TAG, K_COMM] {
-            self.index_push_unexp(k, env, idx);
-        }
+        self.index_push_unexp(K_SRC, env, idx);
+        self.index_push_unexp(K_TAG, env, idx);
+        self.index_push_unexp(K_COMM, env, idx);
     }
 
     fn held_messages(&self) -> usize {
@@ -631,11 +637,15 @@ impl<R, M> Engine<R, M> {
         let c = spec.comm;
         match (spec.src, spec.tag) {
             (Source::Rank(s), TagSel::Exact(t)) => {
-                self.post_keyed(K_EXACT, Envelope::new(c, s, t), recv)
+                self.post_keyed::<K_EXACT>(Envelope::new(c, s, t), recv)
             }
-            (Source::Rank(s), TagSel::Any) => self.post_keyed(K_SRC, Envelope::new(c, s, 0), recv),
-            (Source::Any, TagSel::Exact(t)) => self.post_keyed(K_TAG, Envelope::new(c, 0, t), recv),
-            (Source::Any, TagSel::Any) => self.post_keyed(K_COMM, Envelope::new(c, 0, 0), recv),
+            (Source::Rank(s), TagSel::Any) => {
+                self.post_keyed::<K_SRC>(Envelope::new(c, s, 0), recv)
+            }
+            (Source::Any, TagSel::Exact(t)) => {
+                self.post_keyed::<K_TAG>(Envelope::new(c, 0, t), recv)
+            }
+            (Source::Any, TagSel::Any) => self.post_keyed::<K_COMM>(Envelope::new(c, 0, 0), recv),
             (_, TagSel::Masked { .. }) => self.post_general(spec, recv),
         }
     }
@@ -702,18 +712,17 @@ impl<R, M> Engine<R, M> {
     /// ANY_SOURCE+ANY_TAG) and projected key `key`: one probe of index `k` finds the
     /// earliest unexpected message (and unlinks it there) or the place to queue the
     /// receive.
-    fn post_keyed(
+    fn post_keyed<const K: usize>(
         &mut self,
-        k: usize,
         key: Envelope,
         recv: R,
     ) -> Result<Posted<R, M>, PostRejected<R>> {
+        let k = K;
         let can_post = self.posted.len() < self.cfg.max_posted;
         self.c.match_attempts += 1;
         let h = hash_key(k, &key);
-        self.ix[k].reserve_one();
         let (p, u) = (&self.posted, &self.unexp);
-        let pos = self.ix[k].find(h, |v| proj(k, &key_of(p, u, v)) == key);
+        let pos = self.ix[k].find_or_reserve(h, |v| proj(k, &key_of(p, u, v)) == key);
         let found = match pos {
             Ok(pos) if self.ix[k].value_at(pos) & POSTED == 0 => {
                 let idx = self.ix[k].value_at(pos);
@@ -762,11 +771,17 @@ impl<R, M> Engine<R, M> {
             let n = self.unexp.at(found);
             (n.env, n.len)
         };
-        for j in [K_EXACT, K_SRC, K_TAG, K_COMM] {
-            if j != k {
-                let u = list::unlink(&mut self.unexp, j, found);
-                self.index_after_unlink(j, &env, u, found);
-            }
+        if K != K_EXACT {
+            self.unlink_unexp_from::<K_EXACT>(found, &env);
+        }
+        if K != K_SRC {
+            self.unlink_unexp_from::<K_SRC>(found, &env);
+        }
+        if K != K_TAG {
+            self.unlink_unexp_from::<K_TAG>(found, &env);
+        }
+        if K != K_COMM {
+            self.unlink_unexp_from::<K_COMM>(found, &env);
         }
         self.c.bytes_held -= self.take_held_bytes(found, len);
         let msg = match self.unexp.remove(found) {
@@ -881,9 +896,8 @@ impl<R, M> Engine<R, M> {
         check_budget: bool,
     ) -> Result<Arrived<R, M>, Rejected<M>> {
         let h = hash_key(K_EXACT, &env);
-        self.ix[K_EXACT].reserve_one();
         let (p, u) = (&self.posted, &self.unexp);
-        let pos = self.ix[K_EXACT].find(h, |v| key_of(p, u, v) == env);
+        let pos = self.ix[K_EXACT].find_or_reserve(h, |v| key_of(p, u, v) == env);
         let stored = match pos {
             Ok(pos) if self.ix[K_EXACT].value_at(pos) & POSTED != 0 => {
                 let idx = self.ix[K_EXACT].value_at(pos) & !POSTED;

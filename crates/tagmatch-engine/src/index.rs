@@ -51,7 +51,7 @@ impl Index {
     /// Bucket of the entry whose key satisfies `eq` (`Ok`), or the empty bucket where it
     /// would be inserted (`Err`). The table must have a free bucket (see
     /// [`Index::reserve_one`]); an unallocated table answers `Err(0)`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn find(&self, hash: u64, mut eq: impl FnMut(u32) -> bool) -> Result<usize, usize> {
         if self.slots.is_empty() {
             return Err(0);
@@ -71,6 +71,30 @@ impl Index {
         }
     }
 
+    /// [`Index::find`] that first grows the table if the answer is `Err` (an insertion
+    /// position) and one more entry would exceed the load limit: lookups that hit never
+    /// pay for the growth check.
+    #[inline(always)]
+    pub(crate) fn find_or_reserve(
+        &mut self,
+        hash: u64,
+        eq: impl FnMut(u32) -> bool,
+    ) -> Result<usize, usize> {
+        match self.find(hash, eq) {
+            Err(_) if (self.len + 1) * 4 > self.slots.len() * 3 => {
+                self.reserve_one();
+                // The key is absent: its place is the first empty bucket from its home.
+                let mask = self.mask();
+                let mut i = self.home(hash as u32, mask);
+                while self.slots[i] != EMPTY {
+                    i = (i + 1) & mask;
+                }
+                Err(i)
+            }
+            r => r,
+        }
+    }
+
     /// The entry whose key satisfies `eq`.
     #[inline]
     pub(crate) fn get(&self, hash: u64, eq: impl FnMut(u32) -> bool) -> Option<u32> {
@@ -78,7 +102,7 @@ impl Index {
     }
 
     /// Bucket holding exactly the value `v` (an engine invariant: it is present).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn pos_of_value(&self, hash: u64, v: u32) -> usize {
         match self.find(hash, |x| x == v) {
             Ok(i) => i,
