@@ -580,6 +580,11 @@ impl Mr<'_> {
 /// A registration that owns its memory (a heap buffer that never moves). Transport
 /// operations take it by value and hand it back in their completion, so the device can
 /// never touch memory Rust has freed or lent out.
+///
+/// The transport never issues RDMA writes and registers its buffers without
+/// [`Access::REMOTE_WRITE`]; a region registered *with* it can be changed by a peer at any
+/// time, so only hand its [`OwnedMr::remote`] descriptor to peers you trust not to write
+/// while you read it.
 pub struct OwnedMr {
     // Declared first: deregistered before `buf` is freed.
     raw: RawMr,
