@@ -127,6 +127,7 @@ impl<D: RdmDevice> Node<D> {
             }
             while let Some(c) = self.ep.poll_completion() {
                 self.completions.push_back(c);
+                n += 1;
             }
             if n == 0 {
                 return total;
