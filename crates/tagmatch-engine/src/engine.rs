@@ -887,6 +887,7 @@ impl<R, M> Engine<R, M> {
 
     /// [`Engine::arrive`] when only exact receives are posted: one hash probe finds the
     /// receive, removes it from the index or stores the message.
+    #[inline]
     fn arrive_exact_only(
         &mut self,
         env: Envelope,

@@ -52,10 +52,16 @@ impl Index {
     /// would be inserted (`Err`). The table must have a free bucket (see
     /// [`Index::reserve_one`]); an unallocated table answers `Err(0)`.
     #[inline(always)]
-    pub(crate) fn find(&self, hash: u64, mut eq: impl FnMut(u32) -> bool) -> Result<usize, usize> {
+    pub(crate) fn find(&self, hash: u64, eq: impl FnMut(u32) -> bool) -> Result<usize, usize> {
         if self.slots.is_empty() {
             return Err(0);
         }
+        self.find_in(hash, eq)
+    }
+
+    /// [`Index::find`] on an allocated table.
+    #[inline(always)]
+    fn find_in(&self, hash: u64, mut eq: impl FnMut(u32) -> bool) -> Result<usize, usize> {
         let h = hash as u32;
         let mask = self.mask();
         let mut i = self.home(h, mask);
@@ -104,7 +110,8 @@ impl Index {
     /// Bucket holding exactly the value `v` (an engine invariant: it is present).
     #[inline(always)]
     pub(crate) fn pos_of_value(&self, hash: u64, v: u32) -> usize {
-        match self.find(hash, |x| x == v) {
+        // Present, so the table is allocated.
+        match self.find_in(hash, |x| x == v) {
             Ok(i) => i,
             Err(_) => unreachable!("engine invariant: index entry {v:#x} is present"),
         }
@@ -161,6 +168,7 @@ impl Index {
     }
 
     /// Removes the entry at `pos` by backward shifting the rest of its cluster.
+    #[inline]
     pub(crate) fn remove_at(&mut self, mut pos: usize) {
         let mask = self.mask();
         self.len -= 1;
