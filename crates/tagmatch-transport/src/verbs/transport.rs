@@ -1513,3 +1513,106 @@ impl TaggedTransport {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tag_decoding_inverts_the_layout_and_refuses_saturated_fields() {
+        let layouts = [
+            TagLayout::default(),
+            TagLayout::new(8, 8, 48).unwrap(),
+            TagLayout::new(0, 16, 48).unwrap(),
+            TagLayout::new(32, 32, 0).unwrap(),
+        ];
+        for l in layouts {
+            for env in [
+                Envelope::new(0, 0, 0),
+                Envelope::new(1, 2, 3),
+                Envelope::new(
+                    (ones(l.comm_bits()) as u32).saturating_sub(1),
+                    (ones(l.src_bits()) as u32).saturating_sub(1),
+                    ones(l.tag_bits()).saturating_sub(1),
+                ),
+            ] {
+                if l.entry(&RecvSpec::exact(env.comm, env.src, env.tag))
+                    .is_none()
+                {
+                    continue; // not representable: senders refuse it
+                }
+                assert_eq!(decode_tag(&l, l.encode(&env)), Some(env), "{l:?} {env:?}");
+            }
+            // A saturated field (what `encode` makes of a value that does not fit) is
+            // refused rather than decoded into a wrong envelope.
+            if l.tag_bits() < 64 {
+                let big = Envelope::new(0, 0, u64::MAX);
+                assert_eq!(decode_tag(&l, l.encode(&big)), None, "{l:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn messages_parse_into_wire_messages() {
+        let l = TagLayout::default();
+        let env = Envelope::new(4, 5, 6);
+        let tag = l.encode(&env);
+        let mut b = vec![0u8; 64];
+        let tmh = Tmh {
+            opcode: TmOpcode::Eager,
+            reserved: [0; 3],
+            app_ctx: 0,
+            tag,
+        };
+        let n = TmRepr {
+            tmh,
+            rvh: None,
+            payload: b"hello",
+        }
+        .emit(&mut b)
+        .unwrap();
+        let m = parse_message(&l, &b[..n]).unwrap();
+        assert_eq!((m.tmh, m.rvh, m.len), (tmh, None, 5));
+        assert_eq!(m.payload.env, env);
+        assert!(matches!(&m.payload.msg, Incoming::Eager(d) if d == b"hello"));
+
+        let rvh = Rvh {
+            va: 0x1000,
+            rkey: 7,
+            len: 1 << 20,
+        };
+        let rndv = TmRepr {
+            tmh: Tmh {
+                opcode: TmOpcode::Rndv,
+                app_ctx: 9,
+                ..tmh
+            },
+            rvh: Some(rvh),
+            payload: &[],
+        };
+        let n = rndv.emit(&mut b).unwrap();
+        let m = parse_message(&l, &b[..n]).unwrap();
+        assert_eq!((m.rvh, m.tmh.app_ctx, m.payload.env), (Some(rvh), 9, env));
+        assert!(matches!(m.payload.msg, Incoming::Rndv { tmh } if tmh.app_ctx == 9));
+
+        let n = TmRepr::fin_for(&rndv).emit(&mut b).unwrap();
+        let m = parse_message(&l, &b[..n]).unwrap();
+        assert_eq!((m.tmh.opcode, m.tmh.app_ctx), (TmOpcode::Fin, 9));
+        assert!(matches!(m.payload.msg, Incoming::Control));
+
+        // Truncated headers, unknown opcodes and saturated tags are refused.
+        assert!(parse_message(&l, &b[..10]).is_none());
+        b[0] = 9;
+        assert!(parse_message(&l, &b[..n]).is_none());
+        let sat = TmRepr {
+            tmh: Tmh {
+                tag: u64::MAX,
+                ..tmh
+            },
+            rvh: None,
+            payload: &[],
+        };
+        let n = sat.emit(&mut b).unwrap();
+        assert!(parse_message(&l, &b[..n]).is_none());
+    }
+}
