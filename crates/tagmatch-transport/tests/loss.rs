@@ -35,7 +35,7 @@ fn every_subprotocol_under_loss_duplication_and_reordering() {
     });
     let mut a = lossy(2, config());
     let mut b = lossy(3, config_emulated());
-    let res = requester(&mut a, &mut b, raddr);
+    let res = requester(&mut a, &mut b, raddr, 0);
     let (rres, rstats) = t.join().expect("responder thread");
     let log = res.expect("requester");
     rres.expect("responder");

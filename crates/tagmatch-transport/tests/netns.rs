@@ -1,6 +1,7 @@
 //! Multi-host: two network namespaces joined by a veth pair (addresses in 10.231.0.0/24
 //! inside the namespaces only), a responder process in one and a requester process in the
-//! other (`ip netns exec`), every subprotocol, at a 1500 and a 9000-byte path MTU.
+//! other (`ip netns exec`), every subprotocol, at a 1500 and a 9000-byte path MTU; and three
+//! hosts on a bridge (in a fourth namespace), two requesters sharing one responder at once.
 //!
 //! Needs root and iproute2. Where namespaces cannot be made (no privilege, no `ip`, a kernel
 //! without netns) the test prints why and returns, unless `TAGMATCH_NETNS_REQUIRED` is set
@@ -65,6 +66,87 @@ fn topology(mtu: usize) -> Result<Netns, String> {
         ip(&["-n", n, "link", "set", "lo", "up"])?;
     }
     Ok(ns)
+}
+
+/// Hosts `h0..h2` (10.231.0.1-3) on a bridge in namespace `sw`.
+fn bridged() -> Result<Netns, String> {
+    let id = std::process::id();
+    let sw = format!("tmt{id}sw");
+    ip(&["netns", "add", &sw])?;
+    let mut ns = Netns(vec![sw.clone()]);
+    ip(&["-n", &sw, "link", "add", "br0", "type", "bridge"])?;
+    ip(&["-n", &sw, "link", "set", "br0", "up"])?;
+    for h in 0..3 {
+        let n = format!("tmt{id}h{h}");
+        ip(&["netns", "add", &n])?;
+        ns.0.push(n.clone());
+        let port = format!("p{h}");
+        ip(&[
+            "-n", &n, "link", "add", "eth0", "type", "veth", "peer", "name", &port, "netns", &sw,
+        ])?;
+        ip(&["-n", &sw, "link", "set", &port, "master", "br0"])?;
+        ip(&["-n", &sw, "link", "set", &port, "up"])?;
+        let addr = format!("10.231.0.{}/24", h + 1);
+        ip(&["-n", &n, "addr", "add", &addr, "dev", "eth0"])?;
+        ip(&["-n", &n, "link", "set", "eth0", "up"])?;
+        ip(&["-n", &n, "link", "set", "lo", "up"])?;
+    }
+    Ok(ns)
+}
+
+#[test]
+fn three_hosts_on_a_bridge_two_requesters_share_a_responder() {
+    if std::env::var(ROLE_ENV).is_ok() {
+        return;
+    }
+    let required = std::env::var_os("TAGMATCH_NETNS_REQUIRED").is_some();
+    let ns = match bridged() {
+        Ok(ns) => ns,
+        Err(why) if !required => {
+            println!("SKIPPED: network namespaces unavailable here: {why}");
+            return;
+        }
+        Err(why) => panic!("network namespaces required but unavailable: {why}"),
+    };
+    let resp = spawn_child(
+        Some(&ns.0[1]),
+        "child_entry",
+        &[
+            (ROLE_ENV, "responder".into()),
+            (BIND_ENV, "10.231.0.1:0".into()),
+            (REQUESTERS_ENV, "2".into()),
+        ],
+    )
+    .expect("spawn the responder");
+    let mut resp = ChildGuard(resp);
+    let addr = read_line_with(&mut resp.0, "ADDR ").expect("the responder printed its address");
+    let mut reqs = Vec::new();
+    for (slot, host) in [(0u64, 2usize), (1, 3)] {
+        let c = spawn_child(
+            Some(&ns.0[host]),
+            "child_entry",
+            &[
+                (ROLE_ENV, "requester".into()),
+                (BIND_ENV, format!("10.231.0.{host}:0")),
+                (PEER_ENV, addr.clone()),
+                (SLOT_ENV, slot.to_string()),
+            ],
+        )
+        .expect("spawn a requester");
+        reqs.push(ChildGuard(c));
+    }
+    let lines: Vec<String> = reqs
+        .iter_mut()
+        .map(|r| read_line_with(&mut r.0, "REQUESTER ").unwrap_or_default())
+        .collect();
+    for r in &mut reqs {
+        wait_child(&mut r.0, Duration::from_secs(90)).expect("requester process");
+    }
+    wait_child(&mut resp.0, Duration::from_secs(30)).expect("responder process");
+    for l in &lines {
+        assert!(l.starts_with("ok 29 operations"), "{l}");
+    }
+    drop(ns);
 }
 
 fn run(mtu: usize) {

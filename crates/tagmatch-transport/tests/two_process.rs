@@ -32,7 +32,7 @@ fn two_processes_every_subprotocol_over_udp() {
     let peer: UdpAddr = addr.parse().expect("printed address parses");
     let mut a = udp_node("127.0.0.1:0", 1500, config());
     let mut b = udp_node("127.0.0.1:0", 1500, config_emulated());
-    let res = requester(&mut a, &mut b, peer.to_raw());
+    let res = requester(&mut a, &mut b, peer.to_raw(), 0);
     let st = a.device().stats();
     println!("requester A stats: {st:?}");
     let child_res = wait_child(&mut child.0, Duration::from_secs(30));

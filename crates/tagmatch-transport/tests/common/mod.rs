@@ -22,6 +22,11 @@ pub const ROLE_ENV: &str = "TAGMATCH_TRANSPORT_ROLE";
 pub const BIND_ENV: &str = "TAGMATCH_TRANSPORT_BIND";
 /// The responder's address, for a requester child.
 pub const PEER_ENV: &str = "TAGMATCH_TRANSPORT_PEER";
+/// The requester's slot (0, 1, ...): where its atomics and last write land, so that
+/// several requesters can share one responder.
+pub const SLOT_ENV: &str = "TAGMATCH_TRANSPORT_SLOT";
+/// How many requesters a responder child serves (default 1).
+pub const REQUESTERS_ENV: &str = "TAGMATCH_TRANSPORT_REQUESTERS";
 /// Path MTU of a child's UDP devices (default 1500).
 pub const MTU_ENV: &str = "TAGMATCH_TRANSPORT_PATH_MTU";
 
@@ -47,7 +52,11 @@ pub fn child_main() {
         "responder" => {
             let mut n = udp_node(&bind, mtu, config());
             println!("\nADDR {}", n.device().udp_addr());
-            let summary = responder(&mut n, 2).expect("responder");
+            let k: usize = std::env::var(REQUESTERS_ENV)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1);
+            let summary = responder(&mut n, 2 * k).expect("responder");
             println!("RESPONDER {summary} {:?}", n.device().stats());
         }
         "requester" => {
@@ -58,7 +67,11 @@ pub fn child_main() {
             let mut a = udp_node(&bind, mtu, config());
             let mut b = udp_node(&bind, mtu, config_emulated());
             let t = Instant::now();
-            let log = requester(&mut a, &mut b, peer.to_raw()).expect("requester");
+            let slot: u64 = std::env::var(SLOT_ENV)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            let log = requester(&mut a, &mut b, peer.to_raw(), slot).expect("requester");
             println!(
                 "REQUESTER ok {} operations in {:?} (EFA MTU {}): {}",
                 log.len(),
@@ -409,6 +422,7 @@ pub fn requester<D: RdmDevice>(
     a: &mut Node<D>,
     b: &mut Node<D>,
     responder: RawAddr,
+    slot: u64,
 ) -> Result<Vec<String>, String> {
     let deadline = Instant::now() + LIMIT;
     let (peer, base) = hello(a, responder, deadline)?;
@@ -458,7 +472,7 @@ pub fn requester<D: RdmDevice>(
     r.read(600_000, &w4, Protocol::DirectRead)?;
     r.read(1 << 20, &w5, Protocol::DirectRead)?;
     // Atomics on a u64 at 1.5 MiB (pattern bytes before).
-    let off = 1_500_000u64;
+    let off = 1_500_000u64 + 64 * slot;
     let region = payload(REGION, 5);
     let init = u64::from_le_bytes(
         region[off as usize..off as usize + 8]
@@ -501,8 +515,9 @@ pub fn requester<D: RdmDevice>(
     };
     r.read(4096, &w2[..1000], Protocol::ShortRead)?;
     r.read(65536, &w3, Protocol::LongCtsRead)?;
-    r.write(600_000, payload(50, 26), plain, Protocol::EagerWrite)?;
-    r.read(600_000, &payload(50, 26), Protocol::ShortRead)?;
+    let off = 1_800_000 + 128 * slot;
+    r.write(off, payload(50, 26 + slot), plain, Protocol::EagerWrite)?;
+    r.read(off, &payload(50, 26 + slot), Protocol::ShortRead)?;
     done(&mut r)?;
     log.extend(r.log);
     Ok(log)
