@@ -166,3 +166,22 @@ fn restarted_peer_on_the_same_port_is_a_new_connection() {
     assert_ne!(b2.device().udp_addr(), addr);
     let _ = b2.device().mtu();
 }
+
+#[test]
+fn ipv6_addresses_work_too() {
+    let bind = || UdpDevice::bind(UdpConfig::new("[::1]:0".parse().expect("addr")));
+    let (da, db) = match (bind(), bind()) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) | (_, Err(e)) => {
+            println!("SKIPPED: no IPv6 loopback here: {e}");
+            return;
+        }
+    };
+    let s = db.udp_addr().to_string();
+    assert!(s.starts_with("udp://[::1]:"), "{s}");
+    assert_eq!(s.parse::<UdpAddr>().expect("parses"), db.udp_addr());
+    let mut a = Node::new(Config::default(), da);
+    let mut b = Node::new(Config::default(), db);
+    exchange(&mut a, &mut b, 40_000);
+    exchange(&mut b, &mut a, 100);
+}
