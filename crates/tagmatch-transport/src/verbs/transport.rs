@@ -347,10 +347,33 @@ impl RxRing {
     }
 }
 
-/// The verbs TM-SRQ as the [`HwOffload`] backend.
-struct VerbsTm {
-    ring: RxRing,
-    cq: Cq,
+// The driver passes the model's flag values straight to `ibv_post_srq_ops` and tests the
+// model's flag bits on real completions: they must be the verbs values.
+const _: () = {
+    use tagmatch_engine::tm_srq::{ops_flags, wc_flags};
+    assert!(ops_flags::SIGNALED == sys::IBV_OPS_SIGNALED);
+    assert!(ops_flags::TM_SYNC == sys::IBV_OPS_TM_SYNC);
+    assert!(wc_flags::TM_SYNC_REQ == sys::IBV_WC_TM_SYNC_REQ);
+    assert!(wc_flags::TM_MATCH == sys::IBV_WC_TM_MATCH);
+    assert!(wc_flags::TM_DATA_VALID == sys::IBV_WC_TM_DATA_VALID);
+    assert!(WcOpcode::Recv as u32 == sys::IBV_WC_RECV);
+    assert!(WcOpcode::TmAdd as u32 == sys::IBV_WC_TM_ADD);
+    assert!(WcOpcode::TmDel as u32 == sys::IBV_WC_TM_DEL);
+    assert!(WcOpcode::TmSync as u32 == sys::IBV_WC_TM_SYNC);
+    assert!(WcOpcode::TmRecv as u32 == sys::IBV_WC_TM_RECV);
+    assert!(WcOpcode::TmNoTag as u32 == sys::IBV_WC_TM_NO_TAG);
+    assert!(WcStatus::Success as u32 == sys::IBV_WC_SUCCESS);
+    assert!(WcStatus::LocLenErr as u32 == sys::IBV_WC_LOC_LEN_ERR);
+    assert!(WcStatus::TmErr as u32 == sys::IBV_WC_TM_ERR);
+    assert!(WcStatus::TmRndvIncomplete as u32 == sys::IBV_WC_TM_RNDV_INCOMPLETE);
+};
+
+/// The bookkeeping of a TM-SRQ that needs no device: operation slots and tag entries in
+/// use (the verbs report both exhaustions as the same `ENOMEM`), lengths of
+/// hardware-matched data, and the translation of list-operation and tag-matching
+/// completions.
+#[derive(Debug)]
+struct TmBook {
     layout: TagLayout,
     max_ops: u32,
     max_tags: u32,
@@ -358,45 +381,54 @@ struct VerbsTm {
     tags_in_use: u32,
     /// Byte length of hardware-matched receives whose data is valid.
     data_len: HashMap<u64, u32>,
-    queue: VecDeque<HwCqe<Incoming>>,
-    wcs: Vec<Wc>,
     errors: Vec<String>,
 }
 
-impl VerbsTm {
-    fn convert(&mut self, wc: Wc) -> Option<HwCqe<Incoming>> {
-        let ok = wc.status == sys::IBV_WC_SUCCESS;
-        let status = match wc.status {
+impl TmBook {
+    fn new(layout: TagLayout, max_ops: u32, max_tags: u32) -> Self {
+        TmBook {
+            layout,
+            max_ops,
+            max_tags,
+            ops_outstanding: 0,
+            tags_in_use: 0,
+            data_len: HashMap::new(),
+            errors: Vec::new(),
+        }
+    }
+
+    fn status(wc: &Wc) -> WcStatus {
+        match wc.status {
             sys::IBV_WC_SUCCESS => WcStatus::Success,
             sys::IBV_WC_TM_ERR => WcStatus::TmErr,
             sys::IBV_WC_TM_RNDV_INCOMPLETE => WcStatus::TmRndvIncomplete,
             _ => WcStatus::LocLenErr,
-        };
-        let cqe = |opcode, msg| HwCqe {
-            wr_id: wc.wr_id,
-            status,
-            opcode,
-            wc_flags: wc.wc_flags,
-            msg,
-        };
-        match wc.opcode {
+        }
+    }
+
+    /// A list-operation (`TM_ADD`/`TM_DEL`/`TM_SYNC`) or tag-matching (`TM_RECV`)
+    /// completion; `None` for any other opcode.
+    fn convert(&mut self, wc: &Wc) -> Option<HwCqe<Incoming>> {
+        let ok = wc.status == sys::IBV_WC_SUCCESS;
+        let opcode = match wc.opcode {
             sys::IBV_WC_TM_ADD | sys::IBV_WC_TM_DEL | sys::IBV_WC_TM_SYNC => {
                 self.ops_outstanding = self.ops_outstanding.saturating_sub(1);
                 if !ok && wc.status != sys::IBV_WC_TM_ERR {
                     self.errors
                         .push(format!("TM list operation: {}", wc.status_str()));
                 }
-                let opcode = match wc.opcode {
+                match wc.opcode {
                     sys::IBV_WC_TM_ADD => WcOpcode::TmAdd,
                     sys::IBV_WC_TM_DEL => {
+                        // The entry left the list (a DEL that lost to a match fails with
+                        // TM_ERR; that entry was released by its consume completion).
                         if ok {
                             self.tags_in_use = self.tags_in_use.saturating_sub(1);
                         }
                         WcOpcode::TmDel
                     }
                     _ => WcOpcode::TmSync,
-                };
-                Some(cqe(opcode, None))
+                }
             }
             sys::IBV_WC_TM_RECV => {
                 let (tag, app_ctx) = wc.tm.unwrap_or((0, 0));
@@ -412,16 +444,61 @@ impl VerbsTm {
                     s => Incoming::HwError(s),
                 };
                 let env = decode_tag(&self.layout, tag).unwrap_or(Envelope::new(0, 0, tag));
-                Some(cqe(
-                    WcOpcode::TmRecv,
-                    Some(WireMsg::eager(
+                return Some(HwCqe {
+                    wr_id: wc.wr_id,
+                    status: Self::status(wc),
+                    opcode: WcOpcode::TmRecv,
+                    wc_flags: wc.wc_flags,
+                    msg: Some(WireMsg::eager(
                         tag,
                         app_ctx,
                         wc.byte_len,
                         Carried { env, msg },
                     )),
-                ))
+                });
             }
+            _ => return None,
+        };
+        Some(HwCqe {
+            wr_id: wc.wr_id,
+            status: Self::status(wc),
+            opcode,
+            wc_flags: wc.wc_flags,
+            msg: None,
+        })
+    }
+
+    /// Whether an operation may be posted now (`Err` says which resource is exhausted).
+    fn admit(&self, add: bool) -> std::result::Result<(), PostOpError> {
+        if self.ops_outstanding >= self.max_ops {
+            Err(PostOpError::OpsFull)
+        } else if add && self.tags_in_use >= self.max_tags {
+            Err(PostOpError::TagsFull)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn posted(&mut self, add: bool) {
+        self.ops_outstanding += 1;
+        if add {
+            self.tags_in_use += 1;
+        }
+    }
+}
+
+/// The verbs TM-SRQ as the [`HwOffload`] backend.
+struct VerbsTm {
+    ring: RxRing,
+    cq: Cq,
+    book: TmBook,
+    queue: VecDeque<HwCqe<Incoming>>,
+    wcs: Vec<Wc>,
+}
+
+impl VerbsTm {
+    fn convert(&mut self, wc: Wc) -> Option<HwCqe<Incoming>> {
+        match wc.opcode {
             sys::IBV_WC_RECV | sys::IBV_WC_TM_NO_TAG => {
                 if wc.status == sys::IBV_WC_WR_FLUSH_ERR {
                     return None;
@@ -429,29 +506,40 @@ impl VerbsTm {
                 let bytes = match self.ring.take(wc.wr_id, wc.byte_len) {
                     Ok(b) => b,
                     Err(e) => {
-                        self.errors.push(e.to_string());
+                        self.book.errors.push(e.to_string());
                         return None;
                     }
                 };
-                if !ok {
-                    self.errors
+                if wc.status != sys::IBV_WC_SUCCESS {
+                    self.book
+                        .errors
                         .push(format!("receive completion: {}", wc.status_str()));
                     return None;
                 }
-                let Some(msg) = parse_message(&self.layout, &bytes) else {
-                    self.errors.push("unparsable message".into());
+                let Some(msg) = parse_message(&self.book.layout, &bytes) else {
+                    self.book.errors.push("unparsable message".into());
                     return None;
                 };
                 let opcode = match msg.tmh.opcode {
                     TmOpcode::Eager | TmOpcode::Rndv => WcOpcode::Recv,
                     TmOpcode::Fin | TmOpcode::NoTag => WcOpcode::TmNoTag,
                 };
-                Some(cqe(opcode, Some(msg)))
+                Some(HwCqe {
+                    wr_id: wc.wr_id,
+                    status: WcStatus::Success,
+                    opcode,
+                    wc_flags: wc.wc_flags,
+                    msg: Some(msg),
+                })
             }
             other => {
-                self.errors
-                    .push(format!("unexpected opcode {other} on the TM-SRQ CQ"));
-                None
+                let c = self.book.convert(&wc);
+                if c.is_none() {
+                    self.book
+                        .errors
+                        .push(format!("unexpected opcode {other} on the TM-SRQ CQ"));
+                }
+                c
             }
         }
     }
@@ -467,9 +555,8 @@ impl TmBackend<Incoming> for VerbsTm {
         wr: OpsWr,
         sge: Option<Sge>,
     ) -> std::result::Result<Option<u32>, PostOpError> {
-        if self.ops_outstanding >= self.max_ops {
-            return Err(PostOpError::OpsFull);
-        }
+        let add = matches!(wr.op, TmOp::Add { .. });
+        self.book.admit(add)?;
         let mut raw_sge = sge.map(Sge::raw).unwrap_or_default();
         let mut w = sys::ibv_ops_wr {
             wr_id: wr.wr_id,
@@ -495,9 +582,6 @@ impl TmBackend<Incoming> for VerbsTm {
                 mask,
                 ..
             } => {
-                if self.tags_in_use >= self.max_tags {
-                    return Err(PostOpError::TagsFull);
-                }
                 w.opcode = sys::IBV_WR_TAG_ADD;
                 w.tm.add.recv_wr_id = recv_wr_id;
                 w.tm.add.sg_list = &mut raw_sge;
@@ -513,24 +597,19 @@ impl TmBackend<Incoming> for VerbsTm {
         }
         match self.ring.srq.post_op(&mut w) {
             Ok(()) => {
-                self.ops_outstanding += 1;
-                if matches!(wr.op, TmOp::Add { .. }) {
-                    self.tags_in_use += 1;
-                    Ok(Some(w.tm.handle))
-                } else {
-                    Ok(None)
-                }
+                self.book.posted(add);
+                Ok(add.then_some(w.tm.handle))
             }
             Err(Error::Verbs { err, .. }) if err.raw_os_error() == Some(12) => {
                 // ENOMEM: no free entry (ADD) or no operation slot.
-                Err(if matches!(wr.op, TmOp::Add { .. }) {
+                Err(if add {
                     PostOpError::TagsFull
                 } else {
                     PostOpError::OpsFull
                 })
             }
             Err(e) => {
-                self.errors.push(e.to_string());
+                self.book.errors.push(e.to_string());
                 Err(PostOpError::BadHandle)
             }
         }
@@ -548,7 +627,7 @@ impl TmBackend<Incoming> for VerbsTm {
                         }
                     }
                 }
-                Err(e) => self.errors.push(e.to_string()),
+                Err(e) => self.book.errors.push(e.to_string()),
             }
             self.wcs = wcs;
         }
@@ -748,15 +827,9 @@ impl TaggedTransport {
         let backend = VerbsTm {
             ring,
             cq,
-            layout: cfg.layout,
-            max_ops: ops,
-            max_tags: tags,
-            ops_outstanding: 0,
-            tags_in_use: 0,
-            data_len: HashMap::new(),
+            book: TmBook::new(cfg.layout, ops, tags),
             queue: VecDeque::new(),
             wcs: Vec::new(),
-            errors: Vec::new(),
         };
         Ok((
             Matcher::Hw(HwOffload::new(backend, cfg.layout, cfg.engine)),
@@ -812,7 +885,7 @@ impl TaggedTransport {
     pub fn errors(&self) -> Vec<String> {
         let mut e = self.errors.clone();
         if let Matcher::Hw(d) = &self.matcher {
-            e.extend(d.hw().errors.iter().cloned());
+            e.extend(d.hw().book.errors.iter().cloned());
         }
         e
     }
@@ -1178,7 +1251,7 @@ impl TaggedTransport {
             Event::DataValid { handle } => {
                 if let Some((env, buf)) = self.hw_pending.remove(&handle.0) {
                     let len = match &mut self.matcher {
-                        Matcher::Hw(d) => d.hw_mut().data_len.remove(&handle.0).unwrap_or(0),
+                        Matcher::Hw(d) => d.hw_mut().book.data_len.remove(&handle.0).unwrap_or(0),
                         Matcher::Sw { .. } => 0,
                     };
                     self.completions.push_back(Completion::Recv {
@@ -1241,7 +1314,7 @@ impl TaggedTransport {
                     self.hw_pending.insert(id, (m.env, buf));
                 } else {
                     let len = match &mut self.matcher {
-                        Matcher::Hw(d) => d.hw_mut().data_len.remove(&id).unwrap_or(0),
+                        Matcher::Hw(d) => d.hw_mut().book.data_len.remove(&id).unwrap_or(0),
                         Matcher::Sw { .. } => 0,
                     };
                     self.completions.push_back(Completion::Recv {
@@ -1614,5 +1687,203 @@ mod tests {
         };
         let n = sat.emit(&mut b).unwrap();
         assert!(parse_message(&l, &b[..n]).is_none());
+    }
+    /// The model behind the *verbs* translation: every list-operation and tag-matching
+    /// completion of the model is turned into a `Wc` with the verbs numbers and goes
+    /// through `TmBook::convert`; posts go through `TmBook::admit`.
+    struct ModelViaVerbs {
+        srq: tagmatch_engine::tm_srq::TmSrq<Carried<Incoming>>,
+        book: TmBook,
+    }
+
+    impl TmBackend<Incoming> for ModelViaVerbs {
+        fn replenish(&mut self) {
+            self.srq.post_srq_recv(u64::MAX);
+        }
+
+        fn post_op(
+            &mut self,
+            wr: OpsWr,
+            _sge: Option<Sge>,
+        ) -> std::result::Result<Option<u32>, PostOpError> {
+            let add = matches!(wr.op, TmOp::Add { .. });
+            self.book.admit(add)?;
+            let r = self.srq.post_op(wr);
+            if r.is_ok() {
+                self.book.posted(add);
+            }
+            r
+        }
+
+        fn poll(&mut self) -> Option<HwCqe<Incoming>> {
+            let c = self.srq.poll_cq()?;
+            if matches!(c.opcode, WcOpcode::Recv | WcOpcode::TmNoTag) {
+                return Some(HwCqe {
+                    wr_id: c.wr_id,
+                    status: c.status,
+                    opcode: c.opcode,
+                    wc_flags: c.wc_flags,
+                    msg: c.msg,
+                });
+            }
+            let wc = Wc {
+                wr_id: c.wr_id,
+                status: c.status as u32,
+                opcode: c.opcode as u32,
+                byte_len: c.byte_len,
+                qp_num: 0,
+                wc_flags: c.wc_flags,
+                tm: c.tm_info.map(|t| (t.tag, t.priv_)),
+            };
+            let out = self.book.convert(&wc).expect("a TM completion");
+            assert_eq!(self.book.ops_outstanding, self.srq.ops_outstanding());
+            Some(out)
+        }
+    }
+
+    #[test]
+    fn verbs_translation_keeps_the_engine_drivers_matches() {
+        use tagmatch_engine::tm_srq::{TmCaps, TmSrq};
+        use tagmatch_engine::{Source, TagSel};
+        let mut total_hw = 0;
+        for seed in 1..120u64 {
+            let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            let mut below = |n: u64| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x % n
+            };
+            let caps = TmCaps::with_tags(1 + (seed % 4) as u32);
+            let cfg = DriverConfig {
+                caps: Some(caps),
+                srq_depth: 64,
+                ..DriverConfig::default()
+            };
+            let mut reference: Driver<u32, u32> = Driver::new(cfg);
+            let mut srq = TmSrq::new(caps, cfg.mtu).unwrap();
+            for _ in 0..64 {
+                srq.post_srq_recv(u64::MAX);
+            }
+            let book = TmBook::new(cfg.layout, caps.max_ops, caps.max_num_tags);
+            let mut ours: HwOffload<ModelViaVerbs, u32, Incoming> =
+                HwOffload::new(ModelViaVerbs { srq, book }, cfg.layout, cfg.engine);
+            let (mut log_ref, mut log_ours) = (Vec::new(), Vec::new());
+            let sge = Sge {
+                addr: 0,
+                len: 64,
+                lkey: 0,
+            };
+            let mut handles = Vec::new();
+            let log = |ev: Vec<String>, into: &mut Vec<String>| into.extend(ev);
+            for step in 0..300u32 {
+                match below(6) {
+                    0 | 1 => {
+                        let src = if below(4) == 0 {
+                            Source::Any
+                        } else {
+                            Source::Rank(below(2) as u32)
+                        };
+                        let tag = if below(5) == 0 {
+                            TagSel::Any
+                        } else {
+                            TagSel::Exact(below(3))
+                        };
+                        let spec = RecvSpec { comm: 0, src, tag };
+                        match (
+                            reference.post(spec, 64, step).unwrap(),
+                            ours.post(spec, sge, step).unwrap(),
+                        ) {
+                            (PostOutcome::Pending(a), PostOutcome::Pending(b)) => {
+                                assert_eq!(a, b);
+                                handles.push(a);
+                            }
+                            (PostOutcome::Matched(a), PostOutcome::Matched(b)) => {
+                                assert_eq!((a.recv, a.env), (b.recv, b.env), "seed {seed}")
+                            }
+                            (a, b) => panic!("seed {seed}: {a:?} vs {b:?}"),
+                        }
+                    }
+                    2 => {
+                        let env = Envelope::new(0, below(2) as u32, below(3));
+                        let tag = cfg.layout.encode(&env);
+                        reference.wire(reference.eager(env, 8, step)).unwrap();
+                        let m = WireMsg::eager(
+                            tag,
+                            0,
+                            8,
+                            Carried {
+                                env,
+                                msg: Incoming::Eager(vec![0; 8]),
+                            },
+                        );
+                        ours.hw_mut().srq.arrive(m).unwrap();
+                    }
+                    3 => {
+                        reference.hw_mut().unwrap().execute_op();
+                        ours.hw_mut().srq.execute_op();
+                    }
+                    4 if !handles.is_empty() => {
+                        let h = handles.swap_remove(below(handles.len() as u64) as usize);
+                        let a = reference.cancel(h).map(|o| format!("{o:?}"));
+                        let b = ours.cancel(h).map(|o| match o {
+                            CancelOutcome::Cancelled(r) => format!("Cancelled({r})"),
+                            CancelOutcome::InProgress => "InProgress".to_owned(),
+                        });
+                        assert_eq!(a.is_ok(), b.is_ok(), "seed {seed}");
+                        if let (Ok(a), Ok(b)) = (a, b) {
+                            assert_eq!(a, b, "seed {seed}");
+                        }
+                    }
+                    _ => {
+                        let (mut a, mut b) = (Vec::new(), Vec::new());
+                        reference.poll(&mut a);
+                        ours.poll(&mut b);
+                        log(summarize(a), &mut log_ref);
+                        log(summarize(b), &mut log_ours);
+                    }
+                }
+            }
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            reference.settle(&mut a);
+            loop {
+                ours.poll(&mut b);
+                let srq = &mut ours.hw_mut().srq;
+                if !srq.execute_op() && srq.cq_len() == 0 && ours.deferred_ops() == 0 {
+                    break;
+                }
+            }
+            log(summarize(a), &mut log_ref);
+            log(summarize(b), &mut log_ours);
+            assert_eq!(log_ref, log_ours, "seed {seed}");
+            let (rc, oc) = (reference.counters(), ours.counters());
+            assert_eq!(
+                (rc.offloaded, rc.matched_hw, rc.hw_unexpected, rc.syncs),
+                (oc.offloaded, oc.matched_hw, oc.hw_unexpected, oc.syncs),
+                "seed {seed}"
+            );
+            assert_eq!(oc.order_violations, 0);
+            assert!(
+                ours.hw().book.errors.is_empty(),
+                "{:?}",
+                ours.hw().book.errors
+            );
+            total_hw += oc.matched_hw;
+        }
+        assert!(
+            total_hw > 0,
+            "no hardware match in any run: the comparison is vacuous"
+        );
+    }
+
+    fn summarize<R: std::fmt::Debug, M>(ev: Vec<Event<R, M>>) -> Vec<String> {
+        ev.into_iter()
+            .filter_map(|e| match e {
+                Event::Matched(m) => Some(format!("match {:?} {:?} {:?}", m.recv, m.env, m.path)),
+                Event::Cancelled { recv, .. } => Some(format!("cancelled {recv:?}")),
+                Event::CancelFailed { handle } => Some(format!("cancel-failed {handle:?}")),
+                _ => None,
+            })
+            .collect()
     }
 }
