@@ -478,6 +478,39 @@ impl SoftRdma {
         Err(status)
     }
 
+    /// Checks a peer's read request: the region and the offset in it to read from, or the
+    /// status to answer with (counted). For devices that stream the data themselves
+    /// ([`SoftRdma::read_chunk`]) instead of [`SoftRdma::serve`].
+    pub fn check_read(
+        &mut self,
+        key: u64,
+        addr: u64,
+        len: u64,
+        mem: &dyn MemoryAccess,
+    ) -> Result<(MemHandle, u64), RdmaStatus> {
+        let (h, off) = self.check(key, addr, len, mem)?;
+        self.stats.served_reads += 1;
+        Ok((h, off as u64))
+    }
+
+    /// `len` bytes of region `h` at `off` for a streamed read (`None`: the region is gone
+    /// or shrank; counted).
+    pub fn read_chunk(
+        &mut self,
+        h: MemHandle,
+        off: u64,
+        len: u64,
+        mem: &dyn MemoryAccess,
+    ) -> Option<Vec<u8>> {
+        match mem.region(h).and_then(|b| local_range(b, off, len)) {
+            Some(b) => Some(b.to_vec()),
+            None => {
+                self.stats.rejected_memory += 1;
+                None
+            }
+        }
+    }
+
     /// Serves a peer's request against the local memory; returns the responses to send
     /// back (reads: data chunks of at most `chunk` bytes, then the status).
     pub fn serve(

@@ -55,13 +55,13 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use tagmatch_rdm::{SendOutcome, SendToken, Transmit};
+use tagmatch_rdm::{MemHandle, SendOutcome, SendToken, Transmit};
 use tagmatch_wire::efa::RawAddr;
 
 use crate::addr::UdpAddr;
 use crate::device::{DeviceEvent, MemoryAccess, RdmDevice};
 use crate::rng::{entropy, XorShift};
-use crate::soft_rdma::{RdmaMsg, RdmaStats, SoftRdma, MAX_RDMA_HDR};
+use crate::soft_rdma::{RdmaMsg, RdmaStats, RdmaStatus, SoftRdma, MAX_RDMA_HDR};
 use frame::{Header, HDR_LEN, KIND_ACK, KIND_PKT};
 use shim::{Shim, ShimConfig, ShimStats};
 use sock::{Sock, SockStats};
@@ -194,6 +194,7 @@ struct Conn {
     ooo: HashSet<u32>,
     ack_needed: bool,
     tx_order: u64,
+    reads: VecDeque<ReadJob>,
 }
 
 impl Conn {
@@ -210,6 +211,7 @@ impl Conn {
             ooo: HashSet::new(),
             ack_needed: false,
             tx_order: 0,
+            reads: VecDeque::new(),
         }
     }
 
@@ -236,8 +238,22 @@ impl Conn {
     }
 
     fn idle(&self) -> bool {
-        self.unacked.is_empty() && self.waiting.is_empty() && !self.ack_needed
+        self.unacked.is_empty()
+            && self.waiting.is_empty()
+            && self.reads.is_empty()
+            && !self.ack_needed
     }
+}
+
+/// A peer's accepted RDMA read, streamed as the send window opens (the bytes are read
+/// from memory when their frame is built, as a NIC's DMA would).
+#[derive(Debug)]
+struct ReadJob {
+    id: u64,
+    mem: MemHandle,
+    off: u64,
+    len: u64,
+    sent: u64,
 }
 
 type ConnKey = (SocketAddr, u32);
@@ -364,17 +380,67 @@ impl UdpDevice {
     }
 
     /// Moves waiting frames of every connection into its window and onto the wire.
-    fn fill_windows(&mut self) {
+    fn fill_windows(&mut self, mem: &dyn MemoryAccess) {
         let now = Instant::now();
         let keys: Vec<ConnKey> = self
             .conns
             .iter()
-            .filter(|(_, c)| !c.waiting.is_empty() && c.unacked.len() < self.cfg.max_inflight)
+            .filter(|(_, c)| {
+                (!c.waiting.is_empty() || !c.reads.is_empty())
+                    && c.unacked.len() < self.cfg.max_inflight
+            })
             .map(|(k, _)| *k)
             .collect();
+        let chunk = self.rdma_chunk() as u64;
         for k in keys {
             let mut dgs = Vec::new();
             if let Some(c) = self.conns.get_mut(&k) {
+                // Top the waiting queue up from the streamed reads, one window's worth.
+                let room = self.cfg.max_inflight.saturating_sub(c.unacked.len());
+                while c.waiting.len() < room {
+                    let Some(job) = c.reads.front_mut() else {
+                        break;
+                    };
+                    let n = (job.len - job.sent).min(chunk);
+                    let msg = if job.sent == job.len {
+                        RdmaMsg::ReadResp {
+                            id: job.id,
+                            status: RdmaStatus::Ok,
+                        }
+                    } else {
+                        match self.rdma.read_chunk(job.mem, job.off + job.sent, n, mem) {
+                            Some(data) => RdmaMsg::ReadData {
+                                id: job.id,
+                                offset: job.sent,
+                                data,
+                            },
+                            None => {
+                                job.sent = job.len;
+                                RdmaMsg::ReadResp {
+                                    id: job.id,
+                                    status: RdmaStatus::NoMemory,
+                                }
+                            }
+                        }
+                    };
+                    if matches!(msg, RdmaMsg::ReadResp { .. }) {
+                        c.reads.pop_front();
+                    } else {
+                        job.sent += n;
+                    }
+                    let mut body = Vec::with_capacity(MAX_RDMA_HDR + n as usize);
+                    msg.emit(&mut body);
+                    c.waiting.push_back(TxFrame {
+                        kind: msg.kind(),
+                        body,
+                        token: None,
+                        first_sent: now,
+                        last_sent: now,
+                        deadline: now,
+                        retries: 0,
+                        order: 0,
+                    });
+                }
                 let rto = c.rto(&self.cfg);
                 while c.unacked.len() < self.cfg.max_inflight && c.next_seq <= u32::MAX as u64 {
                     let Some(mut f) = c.waiting.pop_front() else {
@@ -647,7 +713,27 @@ impl UdpDevice {
             self.stats.bad_bodies += 1;
             return;
         };
-        if msg.is_request() {
+        if let RdmaMsg::ReadReq { id, key, addr, len } = msg {
+            match self.rdma.check_read(key, addr, len, mem) {
+                Ok((h, off)) => {
+                    if let Some(c) = self.conns.get_mut(&k) {
+                        c.reads.push_back(ReadJob {
+                            id,
+                            mem: h,
+                            off,
+                            len,
+                            sent: 0,
+                        });
+                    }
+                }
+                Err(status) => {
+                    let r = RdmaMsg::ReadResp { id, status };
+                    let mut b = Vec::new();
+                    r.emit(&mut b);
+                    self.enqueue(&peer, r.kind(), b, None, false);
+                }
+            }
+        } else if msg.is_request() {
             let chunk = self.rdma_chunk();
             for r in self.rdma.serve(msg, mem, chunk) {
                 let mut b = Vec::new();
@@ -770,7 +856,7 @@ impl RdmDevice for UdpDevice {
                 self.rdma.deregister(key);
             }
         }
-        self.fill_windows();
+        self.fill_windows(mem);
     }
 
     fn progress(
@@ -779,7 +865,7 @@ impl RdmDevice for UdpDevice {
         timeout: Option<Duration>,
     ) -> io::Result<()> {
         let now = Instant::now();
-        self.fill_windows();
+        self.fill_windows(mem);
         let next = self.timers(now);
         self.flush()?;
         let busy = !self.events.is_empty() || self.shim.as_ref().is_some_and(|s| s.held() > 0);
@@ -800,7 +886,7 @@ impl RdmDevice for UdpDevice {
             self.on_datagram(from, &d, mem, now);
         }
         self.rxq = rx;
-        self.fill_windows();
+        self.fill_windows(mem);
         self.timers(now);
         self.acks();
         self.flush()
