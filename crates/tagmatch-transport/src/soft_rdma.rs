@@ -493,15 +493,21 @@ impl SoftRdma {
         Ok((h, off as u64))
     }
 
-    /// `len` bytes of region `h` at `off` for a streamed read (`None`: the region is gone
-    /// or shrank; counted).
+    /// `len` bytes at `off` of the region registered under `key` as `h`, for a streamed read
+    /// (`None`, counted: the key was deregistered meanwhile — the handle may name another
+    /// region by now — or the region shrank).
     pub fn read_chunk(
         &mut self,
+        key: u64,
         h: MemHandle,
         off: u64,
         len: u64,
         mem: &dyn MemoryAccess,
     ) -> Option<Vec<u8>> {
+        if self.regs.get(&key).is_none_or(|r| r.mem != h) {
+            self.stats.rejected_key += 1;
+            return None;
+        }
         match mem.region(h).and_then(|b| local_range(b, off, len)) {
             Some(b) => Some(b.to_vec()),
             None => {

@@ -250,6 +250,7 @@ impl Conn {
 #[derive(Debug)]
 struct ReadJob {
     id: u64,
+    key: u64,
     mem: MemHandle,
     off: u64,
     len: u64,
@@ -408,7 +409,10 @@ impl UdpDevice {
                             status: RdmaStatus::Ok,
                         }
                     } else {
-                        match self.rdma.read_chunk(job.mem, job.off + job.sent, n, mem) {
+                        match self
+                            .rdma
+                            .read_chunk(job.key, job.mem, job.off + job.sent, n, mem)
+                        {
                             Some(data) => RdmaMsg::ReadData {
                                 id: job.id,
                                 offset: job.sent,
@@ -719,6 +723,7 @@ impl UdpDevice {
                     if let Some(c) = self.conns.get_mut(&k) {
                         c.reads.push_back(ReadJob {
                             id,
+                            key,
                             mem: h,
                             off,
                             len,
