@@ -3,9 +3,11 @@
 //! - **Reliable, unordered, MTU-bounded.** Every frame but a pure acknowledgement carries a
 //!   per-connection sequence number; the receiver acknowledges cumulatively plus a 64-bit
 //!   selective-ack bitmap, piggybacked on every frame it sends (or in a pure ACK frame at
-//!   the end of a `progress` that received something). Unacknowledged frames are sent again
-//!   after a retransmission timeout (RTT-estimated, doubled on every retry, bounded); a
-//!   frame still unacknowledged after [`UdpConfig::peer_timeout`] fails the connection
+//!   the end of a `progress` that received something). A frame is sent again when a frame
+//!   sent more than [`REORDER_THRESHOLD`] transmissions after it is acknowledged first
+//!   (RACK-like loss detection), or when its retransmission timeout fires (RTT-estimated,
+//!   doubled on every retry, bounded; at most [`RTO_BURST`] frames per connection at once);
+//!   a frame still unacknowledged after [`UdpConfig::peer_timeout`] fails the connection
 //!   (its sends complete with `SendOutcome::Error`, its RDMA operations fail). Duplicates
 //!   (retransmissions, duplicated datagrams) are suppressed by the receive window; frames
 //!   are handed up in arrival order, which may differ from the send order (SRD does not
@@ -18,7 +20,11 @@
 //! - **Software RDMA** ([`crate::soft_rdma`]): a read or write names `(key, addr, len)` of a
 //!   region the peer registered; the serving device checks key and bounds and rejects (and
 //!   counts) anything else, leaving the data untouched. Registrations get fresh keys whose
-//!   upper 32 bits are random per device.
+//!   upper 32 bits are random per device. A served read is streamed as the send window
+//!   opens, its bytes read from memory when their frame is built (and its key checked again
+//!   for every chunk), so a peer's requests cost no copy of the range up front.
+//! - **Bounded state**: at most [`UdpConfig::max_conns`] connections; a receive window of
+//!   [`RECV_WINDOW`] frames per connection.
 //! - **Non-blocking socket, batched syscalls** (`sendmmsg`/`recvmmsg` on Linux), `poll` with a
 //!   timeout computed from the next retransmission deadline: no busy-spin when idle.
 //! - **Address**: the socket address and a random connid ([`crate::UdpAddr`],
