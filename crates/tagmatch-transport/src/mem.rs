@@ -151,6 +151,7 @@ impl MemNetwork {
             mtu: hub.mtu,
             rdma: SoftRdma::new(salt),
             events: VecDeque::new(),
+            again: Vec::new(),
         }
     }
 
@@ -169,6 +170,7 @@ pub struct MemDevice {
     mtu: usize,
     rdma: SoftRdma,
     events: VecDeque<DeviceEvent>,
+    again: Vec<tagmatch_rdm::SendToken>,
 }
 
 impl MemDevice {
@@ -218,8 +220,14 @@ impl RdmDevice for MemDevice {
                         SendOutcome::Ok
                     }
                 };
-                self.events
-                    .push_back(DeviceEvent::SendDone { token, outcome });
+                if outcome == SendOutcome::Again {
+                    // Answered at the next `progress` (see `UdpDevice`): an immediate
+                    // `Again` would have the owner resubmit in a loop.
+                    self.again.push(token);
+                } else {
+                    self.events
+                        .push_back(DeviceEvent::SendDone { token, outcome });
+                }
             }
             Transmit::RdmaRead {
                 token,
@@ -307,6 +315,12 @@ impl RdmDevice for MemDevice {
             }
             due
         };
+        for token in self.again.drain(..) {
+            self.events.push_back(DeviceEvent::SendDone {
+                token,
+                outcome: SendOutcome::Again,
+            });
+        }
         let chunk = self.chunk();
         for m in due {
             match m.msg {
@@ -333,6 +347,7 @@ impl RdmDevice for MemDevice {
 
     fn is_idle(&self) -> bool {
         self.events.is_empty()
+            && self.again.is_empty()
             && self.rdma.pending() == 0
             && self.net.hub().inboxes[self.idx].is_empty()
     }

@@ -218,3 +218,20 @@ fn progress_waits_for_the_retransmission_deadline() {
     );
     assert!(st.sock.recv_calls <= 2 * (calls + 1), "{st:?}");
 }
+
+/// A send queue far smaller than a message: the device answers `Again` (at its next
+/// `progress`, never in a loop with the owner) and the endpoint resends until it fits.
+#[test]
+fn full_send_queue_answers_again_and_the_message_still_arrives() {
+    let small = || {
+        let mut u = UdpConfig::new("127.0.0.1:0".parse().expect("addr"));
+        u.max_inflight = 4;
+        u.max_queued = 8;
+        Node::new(Config::default(), UdpDevice::bind(u).expect("bind"))
+    };
+    let mut a = small();
+    let mut b = small();
+    exchange(&mut a, &mut b, 60_000);
+    exchange(&mut a, &mut b, 300_000);
+    assert!(a.device().stats().send_again > 0);
+}

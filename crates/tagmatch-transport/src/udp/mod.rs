@@ -277,6 +277,8 @@ pub struct UdpDevice {
     shim: Option<Shim>,
     rdma: SoftRdma,
     events: VecDeque<DeviceEvent>,
+    /// Sends refused because the queue was full, answered `Again` at the next `progress`.
+    again: Vec<SendToken>,
     stats: UdpStats,
 }
 
@@ -309,6 +311,7 @@ impl UdpDevice {
             shim: cfg.shim.map(Shim::new),
             rdma: SoftRdma::new(rng.next_u64() as u32),
             events: VecDeque::new(),
+            again: Vec::new(),
             stats: UdpStats::default(),
             cfg,
         })
@@ -807,11 +810,10 @@ impl RdmDevice for UdpDevice {
                         outcome: SendOutcome::Error,
                     });
                 } else if !self.enqueue(&dest, KIND_PKT, bytes, Some(token), true) {
+                    // Reported at the next `progress`, after IO may have made room: an
+                    // immediate `Again` would have the owner resubmit in a loop.
                     self.stats.send_again += 1;
-                    self.events.push_back(DeviceEvent::SendDone {
-                        token,
-                        outcome: SendOutcome::Again,
-                    });
+                    self.again.push(token);
                 }
             }
             Transmit::RdmaRead {
@@ -879,7 +881,9 @@ impl RdmDevice for UdpDevice {
         self.fill_windows(mem);
         let next = self.timers(now);
         self.flush()?;
-        let busy = !self.events.is_empty() || self.shim.as_ref().is_some_and(|s| s.held() > 0);
+        let busy = !self.events.is_empty()
+            || !self.again.is_empty()
+            || self.shim.as_ref().is_some_and(|s| s.held() > 0);
         let wait = if busy {
             Some(Duration::ZERO)
         } else {
@@ -900,7 +904,14 @@ impl RdmDevice for UdpDevice {
         self.fill_windows(mem);
         self.timers(now);
         self.acks();
-        self.flush()
+        self.flush()?;
+        for token in self.again.drain(..) {
+            self.events.push_back(DeviceEvent::SendDone {
+                token,
+                outcome: SendOutcome::Again,
+            });
+        }
+        Ok(())
     }
 
     fn poll_event(&mut self) -> Option<DeviceEvent> {
@@ -913,6 +924,7 @@ impl RdmDevice for UdpDevice {
 
     fn is_idle(&self) -> bool {
         self.events.is_empty()
+            && self.again.is_empty()
             && self.txq.is_empty()
             && self.rdma.pending() == 0
             && self.shim.as_ref().is_none_or(|s| s.held() == 0)
