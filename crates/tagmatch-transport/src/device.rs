@@ -77,7 +77,10 @@ pub trait RdmDevice {
     fn mtu(&self) -> usize;
 
     /// Takes one thing the endpoint asked for. Every `Send`, `RdmaRead`, `RdmaWrite` and
-    /// `Register` is answered exactly once by an event; `Deregister` has no answer.
+    /// `Register` is answered exactly once by an event; `Deregister` has no answer. A
+    /// `SendOutcome::Again` (queue full) is reported at the next [`RdmDevice::progress`], not
+    /// at once: the endpoint resubmits on `Again`, and an owner draining events between
+    /// submissions would otherwise loop.
     /// `mem` is the local endpoint's memory (RDMA-write sources are read at submission).
     fn submit(&mut self, t: Transmit, mem: &mut dyn MemoryAccess);
 
