@@ -20,6 +20,13 @@ fn child_entry() {
     child_main();
 }
 
+/// Prints why the test is skipped straight to the standard error stream (libtest does not
+/// capture direct writes), so the reason shows in a normal `cargo test` run.
+fn skip(why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
+}
+
 fn ip(args: &[&str]) -> Result<(), String> {
     let out = Command::new("ip")
         .args(args)
@@ -103,7 +110,7 @@ fn three_hosts_on_a_bridge_two_requesters_share_a_responder() {
     let ns = match bridged() {
         Ok(ns) => ns,
         Err(why) if !required => {
-            println!("SKIPPED: network namespaces unavailable here: {why}");
+            skip(&format!("network namespaces unavailable here: {why}"));
             return;
         }
         Err(why) => panic!("network namespaces required but unavailable: {why}"),
@@ -154,7 +161,7 @@ fn run(mtu: usize) {
     let ns = match topology(mtu) {
         Ok(ns) => ns,
         Err(why) if !required => {
-            println!("SKIPPED: network namespaces unavailable here: {why}");
+            skip(&format!("network namespaces unavailable here: {why}"));
             return;
         }
         Err(why) => panic!("network namespaces required but unavailable: {why}"),

@@ -167,13 +167,19 @@ fn restarted_peer_on_the_same_port_is_a_new_connection() {
     let _ = b2.device().mtu();
 }
 
+/// Prints why a test is skipped where libtest does not capture it.
+fn common_skip(why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
+}
+
 #[test]
 fn ipv6_addresses_work_too() {
     let bind = || UdpDevice::bind(UdpConfig::new("[::1]:0".parse().expect("addr")));
     let (da, db) = match (bind(), bind()) {
         (Ok(a), Ok(b)) => (a, b),
         (Err(e), _) | (_, Err(e)) => {
-            println!("SKIPPED: no IPv6 loopback here: {e}");
+            common_skip(&format!("no IPv6 loopback here: {e}"));
             return;
         }
     };
