@@ -341,7 +341,7 @@ mod tests {
         let names: Vec<&str> = ci::stages().iter().map(|s| s.name).collect();
         assert_eq!(
             names,
-            ["fmt", "clippy", "test", "verbs", "vm-test", "doc", "fuzz"]
+            ["fmt", "clippy", "test", "netns", "verbs", "vm-test", "doc", "fuzz"]
         );
     }
 
