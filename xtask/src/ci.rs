@@ -71,6 +71,14 @@ pub fn stages() -> Vec<Stage> {
             run: |ctx| cargo_stage(ctx, &["test", "--workspace"], &[]),
         },
         Stage {
+            name: "soak",
+            about: "cargo xtask soak: the long tagmatch-rdm soak (100,000 operations per seed, release)",
+            run: |ctx| {
+                crate::soak::run(&ctx.root, crate::soak::DEFAULT_MESSAGES, None)?;
+                Ok(Outcome::Ok)
+            },
+        },
+        Stage {
             name: "netns",
             about: "cargo xtask netns: tagmatch-transport across two network namespaces (root)",
             run: |ctx| crate::netns::run(&ctx.root),

@@ -12,6 +12,7 @@ mod ci;
 mod cmd;
 mod fuzz;
 mod netns;
+mod soak;
 mod vm;
 
 use std::path::{Path, PathBuf};
@@ -42,6 +43,9 @@ COMMANDS:
     fuzz    Run only the fuzz smoke stage.
     netns   The multi-host test of tagmatch-transport in two network namespaces
             (veth pair) with TAGMATCH_NETNS_REQUIRED=1; needs root (skipped otherwise).
+    soak    The long tagmatch-rdm soak: 100,000 operations per seed of random sizes and
+            subprotocols under reordering and faults, release build
+            (--messages N, --seed S). CI runs a 20,000-operation version.
     vm-test Build the verbs tests (tagmatch-verbs-sys --features verbs), boot Debian's
             kernel in QEMU (TCG, no KVM needed), create a Soft-RoCE device (rdma_rxe)
             inside and run the tests there with TAGMATCH_REQUIRE_RDMA_DEVICE=1.
@@ -105,6 +109,7 @@ fn run(args: Vec<String>) -> Result<()> {
         "fuzz" => cmd_fuzz(args),
         "apt" => cmd_apt(args),
         "vm-test" => cmd_vm_test(args),
+        "soak" => cmd_soak(args),
         "netns" => match netns::run(&workspace_root())? {
             ci::Outcome::Ok => Ok(()),
             ci::Outcome::Skipped(why) => {
@@ -181,6 +186,29 @@ fn cmd_fuzz(mut args: Args) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// `cargo xtask soak [--messages N] [--seed S]`.
+fn cmd_soak(mut args: Args) -> Result<()> {
+    let mut messages = soak::DEFAULT_MESSAGES;
+    let mut seed = None;
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--messages" => {
+                let v = args.value("--messages")?;
+                messages = v
+                    .parse()
+                    .map_err(|_| format!("--messages takes a whole number, not `{v}`"))?;
+            }
+            "--seed" => seed = Some(args.value("--seed")?),
+            "-h" | "--help" => {
+                print!("{HELP}");
+                return Ok(());
+            }
+            other => return Err(unexpected("soak", other)),
+        }
+    }
+    soak::run(&workspace_root(), messages, seed.as_deref())
 }
 
 fn cmd_vm_test(mut args: Args) -> Result<()> {
@@ -341,7 +369,7 @@ mod tests {
         let names: Vec<&str> = ci::stages().iter().map(|s| s.name).collect();
         assert_eq!(
             names,
-            ["fmt", "clippy", "test", "netns", "verbs", "vm-test", "doc", "fuzz"]
+            ["fmt", "clippy", "test", "soak", "netns", "verbs", "vm-test", "doc", "fuzz"]
         );
     }
 
