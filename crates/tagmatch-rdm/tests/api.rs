@@ -123,3 +123,32 @@ fn calls_with_bad_arguments_are_typed_errors() {
         Err(tagmatch_rdm::CallError::UnknownOp)
     );
 }
+
+#[test]
+fn peer_table_lookups() {
+    let mut a = ep(1);
+    let b = ep(2);
+    let pb = a.add_peer(b.addr());
+    assert_eq!(
+        a.add_peer(b.addr()),
+        pb,
+        "adding the same address twice gives the same id"
+    );
+    // A restarted process on the same GID and QP with a new qkey (connid) is another peer
+    // (efa-rdm-protocol-v4 §4.4); the address-handle lookup still answers the first one.
+    let restarted = RawAddr {
+        qkey: b.addr().qkey + 1,
+        ..b.addr()
+    };
+    let pr = a.add_peer(restarted);
+    assert_ne!(pr, pb);
+    assert_eq!(a.lookup_peer(&b.addr().gid, b.addr().qpn), Some(pb));
+    assert_eq!(
+        a.lookup_peer_exact(&restarted.gid, restarted.qpn, restarted.qkey),
+        Some(pr)
+    );
+    assert_eq!(a.lookup_peer_exact(&restarted.gid, restarted.qpn, 7), None);
+    assert_eq!(a.lookup_peer(&[9; 16], 2), None);
+    assert_eq!(a.peer_addr(pr), Some(restarted));
+    assert_eq!(a.peer_addr(tagmatch_rdm::PeerId(99)), None);
+}

@@ -281,6 +281,11 @@ pub struct Endpoint {
     cfg: Config,
     addr: RawAddr,
     peers: Vec<Peer>,
+    /// Peers by full address (GID, QPN, qkey): `add_peer` is O(1).
+    by_addr: HashMap<([u8; 16], u16, u32), PeerId>,
+    /// The first peer added for each (GID, QPN): the device's address-handle lookup, done
+    /// for every received packet, is O(1).
+    by_ah: HashMap<([u8; 16], u16), PeerId>,
     engine: Engine<u32, u32>,
     tx: GenSlab<TxOp>,
     rx: GenSlab<RxOp>,
@@ -317,6 +322,8 @@ impl Endpoint {
             cfg,
             addr,
             peers: Vec::new(),
+            by_addr: HashMap::new(),
+            by_ah: HashMap::new(),
             engine: Engine::new(ecfg),
             tx: GenSlab::default(),
             rx: GenSlab::default(),
@@ -354,9 +361,10 @@ impl Endpoint {
     /// Inserts a peer address (`fi_av_insert`); inserting the same address again returns
     /// the same id.
     pub fn add_peer(&mut self, addr: RawAddr) -> PeerId {
-        if let Some(i) = self.peers.iter().position(|p| same_addr(&p.addr, &addr)) {
-            return PeerId(i as u32);
+        if let Some(&id) = self.by_addr.get(&(addr.gid, addr.qpn, addr.qkey)) {
+            return id;
         }
+        let id = PeerId(self.peers.len() as u32);
         self.peers.push(Peer {
             addr,
             handshake_sent: false,
@@ -367,16 +375,27 @@ impl Endpoint {
             msgs: HashMap::new(),
             waiting: Vec::new(),
         });
-        PeerId(self.peers.len() as u32 - 1)
+        self.by_addr.insert((addr.gid, addr.qpn, addr.qkey), id);
+        self.by_ah.entry((addr.gid, addr.qpn)).or_insert(id);
+        id
     }
 
     /// The peer the device would report for a packet from GID `gid` and QP `qpn` (the
-    /// address handle lookup: the device knows nothing of connids).
+    /// address handle lookup: the device knows nothing of connids). With several peers on
+    /// one (GID, QPN) — a QP reused by a restarted process, efa-rdm-protocol-v4 §4.4 — this
+    /// is the first one added; [`Endpoint::lookup_peer_exact`] tells them apart.
     pub fn lookup_peer(&self, gid: &[u8; 16], qpn: u16) -> Option<PeerId> {
-        self.peers
-            .iter()
-            .position(|p| &p.addr.gid == gid && p.addr.qpn == qpn)
-            .map(|i| PeerId(i as u32))
+        self.by_ah.get(&(*gid, qpn)).copied()
+    }
+
+    /// The peer added with exactly this GID, QPN and qkey (connid).
+    pub fn lookup_peer_exact(&self, gid: &[u8; 16], qpn: u16, qkey: u32) -> Option<PeerId> {
+        self.by_addr.get(&(*gid, qpn, qkey)).copied()
+    }
+
+    /// The address `peer` was added with.
+    pub fn peer_addr(&self, peer: PeerId) -> Option<RawAddr> {
+        Some(self.peers.get(peer.0 as usize)?.addr)
     }
 
     /// The peer's HANDSHAKE, once received.
@@ -438,10 +457,6 @@ impl Endpoint {
         self.next_token += 1;
         t
     }
-}
-
-fn same_addr(a: &RawAddr, b: &RawAddr) -> bool {
-    a.gid == b.gid && a.qpn == b.qpn && a.qkey == b.qkey
 }
 
 const EAGER: [PacketType; 4] = [
