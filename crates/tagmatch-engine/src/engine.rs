@@ -507,6 +507,14 @@ impl<R, M> Engine<R, M> {
         self.index_after_unlink(K, env, u, idx);
     }
 
+    /// [`Engine::unlink_unexp_from`] of a message already taken out of the slab, whose
+    /// link on list `K` was `l`.
+    #[inline(always)]
+    fn unlink_detached_from<const K: usize>(&mut self, idx: u32, env: &Envelope, l: Link) {
+        let u = list::unlink_detached(&mut self.unexp, K, idx, l);
+        self.index_after_unlink(K, env, u, idx);
+    }
+
     /// Removes a (queued or claimed) message from the slab and the byte count.
     fn free_unexp(&mut self, idx: u32) -> Message<M> {
         match self.unexp.remove(idx) {
@@ -723,15 +731,20 @@ impl<R, M> Engine<R, M> {
         let h = hash_key(k, &key);
         let (p, u) = (&self.posted, &self.unexp);
         let pos = self.ix[k].find_or_reserve(h, |v| proj(k, &key_of(p, u, v)) == key);
-        let found = match pos {
+        let (found, n) = match pos {
             Ok(pos) if self.ix[k].value_at(pos) & POSTED == 0 => {
                 let idx = self.ix[k].value_at(pos);
-                match list::unlink(&mut self.unexp, k, idx) {
+                // Out of the slab first: its links are then read once, by value.
+                let n = match self.unexp.remove(idx) {
+                    Some(n) => n,
+                    None => unreachable!("engine invariant: message slot {idx} is occupied"),
+                };
+                match list::unlink_detached(&mut self.unexp, k, idx, n.links[K]) {
                     Unlinked::Empty => self.index_remove_at(k, pos),
                     Unlinked::NewHead(h) => self.ix[k].set_at(pos, h),
                     Unlinked::Inner => {}
                 }
-                idx
+                (idx, n)
             }
             _ if !can_post => {
                 self.c.misses += 1;
@@ -767,32 +780,25 @@ impl<R, M> Engine<R, M> {
             }
         };
         self.c.hits += 1;
-        let (env, len) = {
-            let n = self.unexp.at(found);
-            (n.env, n.len)
-        };
+        let env = n.env;
         if K != K_EXACT {
-            self.unlink_unexp_from::<K_EXACT>(found, &env);
+            self.unlink_detached_from::<K_EXACT>(found, &env, n.links[K_EXACT]);
         }
         if K != K_SRC {
-            self.unlink_unexp_from::<K_SRC>(found, &env);
+            self.unlink_detached_from::<K_SRC>(found, &env, n.links[K_SRC]);
         }
         if K != K_TAG {
-            self.unlink_unexp_from::<K_TAG>(found, &env);
+            self.unlink_detached_from::<K_TAG>(found, &env, n.links[K_TAG]);
         }
         if K != K_COMM {
-            self.unlink_unexp_from::<K_COMM>(found, &env);
+            self.unlink_detached_from::<K_COMM>(found, &env, n.links[K_COMM]);
         }
-        self.c.bytes_held -= self.take_held_bytes(found, len);
-        let msg = match self.unexp.remove(found) {
-            Some(n) => n.msg,
-            None => unreachable!("engine invariant: message slot {found} is occupied"),
-        };
+        self.c.bytes_held -= self.take_held_bytes(found, n.len);
         Ok(Posted::Matched(Match {
             recv,
-            msg,
+            msg: n.msg,
             env,
-            len: len as usize,
+            len: n.len as usize,
         }))
     }
 
@@ -840,9 +846,8 @@ impl<R, M> Engine<R, M> {
     ) -> Result<Arrived<R, M>, Rejected<M>> {
         // MPI 4.0 §3.5 / matching-notes §1.0: "a message matches the earliest-posted
         // matching receive".
-        if self.n_kind[K_SRC] + self.n_kind[K_TAG] + self.n_kind[K_COMM] + self.n_kind[K_MASKED]
-            == 0
-        {
+        // Only exact receives posted (the kinds' counts add up to the posted total).
+        if self.n_kind[K_EXACT] == self.posted.len() {
             return self.arrive_exact_only(env, len, held, msg, check_budget);
         }
         self.arrive_general(env, len, held, msg, check_budget)
@@ -902,7 +907,11 @@ impl<R, M> Engine<R, M> {
         let stored = match pos {
             Ok(pos) if self.ix[K_EXACT].value_at(pos) & POSTED != 0 => {
                 let idx = self.ix[K_EXACT].value_at(pos) & !POSTED;
-                match list::unlink(&mut self.posted, K_EXACT, idx) {
+                let n = match self.posted.remove(idx) {
+                    Some(n) => n,
+                    None => unreachable!("engine invariant: receive slot {idx} is occupied"),
+                };
+                match list::unlink_detached(&mut self.posted, K_EXACT, idx, n.link) {
                     Unlinked::Empty => self.index_remove_at(K_EXACT, pos),
                     Unlinked::NewHead(h) => self.ix[K_EXACT].set_at(pos, h | POSTED),
                     Unlinked::Inner => {}
@@ -910,10 +919,7 @@ impl<R, M> Engine<R, M> {
                 self.n_kind[K_EXACT] -= 1;
                 self.c.match_attempts += 1;
                 self.c.hits += 1;
-                let recv = match self.posted.remove(idx) {
-                    Some(n) => n.recv,
-                    None => unreachable!("engine invariant: receive slot {idx} is occupied"),
-                };
+                let recv = n.recv;
                 return Ok(Arrived::Matched(Match {
                     recv,
                     msg,

@@ -72,6 +72,19 @@ pub(crate) fn push_back<T: Linked>(s: &mut GenSlab<T>, k: usize, head: Option<u3
 #[inline(always)]
 pub(crate) fn unlink<T: Linked>(s: &mut GenSlab<T>, k: usize, idx: u32) -> Unlinked {
     let l = s.at(idx).link(k);
+    unlink_detached(s, k, idx, l)
+}
+
+/// Removes `idx`, whose link on list `k` was `l`, from that list: `idx` itself is not
+/// accessed, so it may already have been taken out of the slab (its neighbours are
+/// still there).
+#[inline(always)]
+pub(crate) fn unlink_detached<T: Linked>(
+    s: &mut GenSlab<T>,
+    k: usize,
+    idx: u32,
+    l: Link,
+) -> Unlinked {
     if l.next == idx {
         return Unlinked::Empty;
     }
