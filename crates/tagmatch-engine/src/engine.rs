@@ -55,7 +55,15 @@ fn hash_key(k: usize, e: &Envelope) -> u64 {
         K_TAG => (u64::from(e.comm), e.tag),
         _ => (0, u64::from(e.comm)),
     };
-    fold(a ^ S0, (q >> BLOCK_BITS) ^ S1).wrapping_add(q & ((1 << BLOCK_BITS) - 1))
+    // A zero operand would send every key of that operand to one bucket: `q >> 2` never
+    // has its top bit set, so setting it costs nothing; `a ^ S0` is zero for one `a`
+    // only, given a dense odd constant instead (that `a` then shares its hashes with the
+    // one `a` for which `a ^ S0` is that constant).
+    const K0: u64 = 0x9E37_79B9_7F4A_7C15;
+    let x = a ^ S0;
+    let x = if x == 0 { K0 } else { x };
+    let y = ((q >> BLOCK_BITS) ^ S1) | (1 << 63);
+    fold(x, y).wrapping_add(q & ((1 << BLOCK_BITS) - 1))
 }
 
 /// log2 of the number of consecutive keys kept in consecutive buckets.
@@ -1498,5 +1506,34 @@ impl<R, M> Engine<R, M> {
             GenSlab::<PNode<R>>::slot_size(),
             GenSlab::<UNode<M>>::slot_size(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The key hash spreads the tags of every (comm, src), including the one whose
+    /// mixing operand is zero, and keeps 4 consecutive tags in consecutive hashes.
+    #[test]
+    fn key_hash_has_no_degenerate_source_and_blocks_consecutive_tags() {
+        let s0 = 0x243F_6A88_85A3_08D3u64;
+        for (comm, src) in [(0, 0), (1, 7), ((s0 >> 32) as u32, s0 as u32)] {
+            let hs: std::collections::HashSet<u64> = (0..256u64)
+                .map(|t| hash_key(K_EXACT, &Envelope::new(comm, src, t)) & 0xFFFF)
+                .collect();
+            assert!(hs.len() > 200, "({comm}, {src}): {} distinct", hs.len());
+            for t in (0..256u64).step_by(4) {
+                let h0 = hash_key(K_EXACT, &Envelope::new(comm, src, t));
+                for d in 1..4 {
+                    let h = hash_key(K_EXACT, &Envelope::new(comm, src, t + d));
+                    assert_eq!(h, h0.wrapping_add(d));
+                }
+            }
+        }
+        // (comm, src) and (comm, tag) indexes block on their own sequential field.
+        let h = |k, s, t| hash_key(k, &Envelope::new(3, s, t));
+        assert_eq!(h(K_SRC, 9, 0), h(K_SRC, 8, 0).wrapping_add(1));
+        assert_eq!(h(K_TAG, 0, 9), h(K_TAG, 0, 8).wrapping_add(1));
     }
 }
