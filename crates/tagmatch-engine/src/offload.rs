@@ -1,6 +1,11 @@
 //! The HW/SW split: a driver that owns the software [`Engine`] and a Tag-Matching SRQ
-//! ([`crate::tm_srq::TmSrq`]) and decides which posted receives live in hardware, so that
-//! every match equals the pure software engine's.
+//! and decides which posted receives live in hardware, so that every match equals the
+//! pure software engine's.
+//!
+//! The hardware is a [`TmBackend`]: the executable model [`crate::tm_srq::TmSrq`] (the
+//! default, what [`Driver::new`] creates and the tests drive step by step) or a real
+//! device's TM-SRQ translated into the `tm_srq` vocabulary ([`Driver::with_backend`]; the
+//! verbs transport of `tagmatch-transport` does this), so one algorithm serves both.
 //!
 //! rdma-core-tag-matching "RDMA tag-matching offload": "HW will hold a bounded prefix of
 //! Receive tags ... SW will handle any message that is either unexpected or whose tag is
@@ -470,6 +475,73 @@ impl Default for DriverConfig {
     }
 }
 
+/// The hardware under a [`Driver`]: a Tag-Matching SRQ and its CQ, spoken to in the
+/// vocabulary of [`crate::tm_srq`] (`ibv_post_srq_ops` work requests, `ibv_wc`
+/// completions). Implemented by the model [`TmSrq`] and by real devices.
+///
+/// The driver posts every operation with [`ops_flags::SIGNALED`] and [`ops_flags::TM_SYNC`]
+/// and its unexpected count, expects one completion per operation, and relies on the
+/// contract the model documents: operations execute in posting order, an ADD's entry
+/// handle is known at post time, a handle is not reused before the completions naming it
+/// were polled, and a tagged message whose first matching entry is disabled (appended while
+/// the counts disagreed) is delivered as unexpected.
+pub trait TmBackend<M> {
+    /// The tagged buffer of an ADD (the model: its length in bytes; a verbs device: a
+    /// scatter/gather entry).
+    type Buf: Copy;
+
+    /// The length of a tagged buffer, in bytes.
+    fn buf_len(buf: &Self::Buf) -> u32;
+
+    /// The TM-SRQ's capabilities.
+    fn caps(&self) -> TmCaps;
+
+    /// `ibv_post_srq_ops` of one work request. An ADD comes with its tagged buffer `buf`
+    /// (`TmOp::Add::buf_len` is its length) and returns the new entry's handle; DEL and
+    /// SYNC come with `None`. [`PostOpError::OpsFull`] defers the operation,
+    /// [`PostOpError::TagsFull`] keeps an ADD's receive in software.
+    fn post_op(&mut self, wr: OpsWr, buf: Option<Self::Buf>) -> Result<Option<u32>, PostOpError>;
+
+    /// The next completion of the TM-SRQ's CQ: list operations (`TM_ADD`, `TM_DEL`,
+    /// `TM_SYNC`, `wr_id` of the operation), tag-matching receives (`TM_RECV`, `wr_id` =
+    /// the ADD's `recv_wr_id`, the message's envelope and value in `msg`), unexpected
+    /// (`RECV`) and `TM_NO_TAG` messages (whole, in `msg`).
+    fn poll(&mut self) -> Option<Cqe<Carried<M>>>;
+
+    /// Gives the receive queue one untagged buffer back after a `RECV` or `TM_NO_TAG`
+    /// completion (a backend that reposts its buffers itself does nothing).
+    fn replenish(&mut self);
+}
+
+/// `wr_id`s of receive-queue buffers (their value is not used).
+const SRQ_WR_ID: u64 = u64::MAX;
+
+/// The model as a backend; a tagged buffer is its length (the model does not materialise
+/// buffer contents).
+impl<M> TmBackend<M> for TmSrq<Carried<M>> {
+    type Buf = u32;
+
+    fn buf_len(buf: &u32) -> u32 {
+        *buf
+    }
+
+    fn caps(&self) -> TmCaps {
+        TmSrq::caps(self)
+    }
+
+    fn post_op(&mut self, wr: OpsWr, _buf: Option<u32>) -> Result<Option<u32>, PostOpError> {
+        TmSrq::post_op(self, wr)
+    }
+
+    fn poll(&mut self) -> Option<Cqe<Carried<M>>> {
+        self.poll_cq()
+    }
+
+    fn replenish(&mut self) {
+        self.post_srq_recv(SRQ_WR_ID);
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct HwState {
     tag_handle: u32,
@@ -591,14 +663,14 @@ struct Unexp<M> {
     rvh: Option<Rvh>,
 }
 
-/// The offload driver; see the [module documentation](self).
+/// The offload driver over the hardware `B`; see the [module documentation](self).
 #[derive(Debug)]
-pub struct Driver<R, M> {
+pub struct Driver<R, M, B = TmSrq<Carried<M>>> {
     cfg: DriverConfig,
     engine: Engine<u64, Unexp<M>>,
     recvs: FastMap<u64, Rec<R>>,
     next_id: u64,
-    hw: Option<TmSrq<Carried<M>>>,
+    hw: Option<B>,
     sw: FastMap<u32, CommSw>,
     /// Operations decided but not yet posted (no free operation slot), with their
     /// stamped count.
@@ -614,11 +686,10 @@ pub struct Driver<R, M> {
 }
 
 const SIGNALED_SYNC: u32 = ops_flags::SIGNALED | ops_flags::TM_SYNC;
-/// `wr_id`s of receive-queue buffers (their value is not used).
-const SRQ_WR_ID: u64 = u64::MAX;
 
 impl<R, M> Driver<R, M> {
-    /// Creates the driver and, when `cfg.caps` allows, the TM-SRQ.
+    /// Creates the driver and, when `cfg.caps` allows, the TM-SRQ model (with
+    /// `cfg.srq_depth` receive-queue buffers and packets of `cfg.mtu` bytes).
     pub fn new(cfg: DriverConfig) -> Self {
         let hw = cfg.caps.and_then(|caps| {
             let mut s = TmSrq::new(caps, cfg.mtu)?;
@@ -627,6 +698,44 @@ impl<R, M> Driver<R, M> {
             }
             Some(s)
         });
+        Self::with_backend(cfg, hw)
+    }
+
+    /// A message hits the wire: the TM-SRQ processes it now (its completion is reported by
+    /// a later [`Driver::poll`]); without one it is queued for the next poll.
+    pub fn wire(&mut self, msg: WireMsg<Carried<M>>) -> Result<(), ArriveError<Carried<M>>> {
+        match self.hw.as_mut() {
+            Some(hw) => hw.arrive(msg),
+            None => {
+                self.plain.push_back(msg);
+                Ok(())
+            }
+        }
+    }
+
+    /// Runs the hardware until every queued operation has executed and every completion
+    /// is processed (data transfers stay as they are). For tools that want a quiescent
+    /// state; tests drive the steps themselves.
+    pub fn settle(&mut self, out: &mut Vec<Event<R, M>>) {
+        loop {
+            self.poll(out);
+            let progressed = self.hw.as_mut().is_some_and(|hw| hw.execute_op());
+            let idle = self.hw.as_ref().is_none_or(|hw| hw.cq_len() == 0);
+            if !progressed && self.fifo.is_empty() && idle && self.plain.is_empty() {
+                return;
+            }
+        }
+    }
+}
+
+impl<R, M, B: TmBackend<M>> Driver<R, M, B> {
+    /// Creates the driver over `hw` (`None`: everything in software), whose receive queue
+    /// the caller has already filled. `cfg.caps` becomes `hw`'s capabilities; `cfg.mtu`
+    /// and `cfg.srq_depth` only configure the model of [`Driver::new`].
+    pub fn with_backend(mut cfg: DriverConfig, hw: Option<B>) -> Self {
+        if let Some(hw) = &hw {
+            cfg.caps = Some(hw.caps());
+        }
         Driver {
             cfg,
             engine: Engine::new(cfg.engine),
@@ -658,14 +767,14 @@ impl<R, M> Driver<R, M> {
         &self.cfg
     }
 
-    /// The TM-SRQ, if any (tests drive its steps through [`Driver::hw_mut`]).
-    pub fn hw(&self) -> Option<&TmSrq<Carried<M>>> {
+    /// The TM-SRQ, if any (tests drive the model's steps through [`Driver::hw_mut`]).
+    pub fn hw(&self) -> Option<&B> {
         self.hw.as_ref()
     }
 
     /// The TM-SRQ, mutably: execute operations, complete transfers. Do not post
     /// operations or poll its CQ behind the driver's back.
-    pub fn hw_mut(&mut self) -> Option<&mut TmSrq<Carried<M>>> {
+    pub fn hw_mut(&mut self) -> Option<&mut B> {
         self.hw.as_mut()
     }
 
@@ -716,25 +825,13 @@ impl<R, M> Driver<R, M> {
         )
     }
 
-    /// A message hits the wire: the TM-SRQ processes it now (its completion is reported by
-    /// a later [`Driver::poll`]); without one it is queued for the next poll.
-    pub fn wire(&mut self, msg: WireMsg<Carried<M>>) -> Result<(), ArriveError<Carried<M>>> {
-        match self.hw.as_mut() {
-            Some(hw) => hw.arrive(msg),
-            None => {
-                self.plain.push_back(msg);
-                Ok(())
-            }
-        }
-    }
-
-    /// Posts a receive with a buffer of `buf_len` bytes. The earliest-arrived matching
-    /// unexpected message (among those already polled) is taken; otherwise the receive is
-    /// queued, in hardware when the prefix rule allows it.
+    /// Posts a receive with the tagged buffer `buf` (for the model: its length in bytes).
+    /// The earliest-arrived matching unexpected message (among those already polled) is
+    /// taken; otherwise the receive is queued, in hardware when the prefix rule allows it.
     pub fn post(
         &mut self,
         spec: RecvSpec,
-        buf_len: u32,
+        buf: B::Buf,
         ctx: R,
     ) -> Result<PostOutcome<R, M>, PostRejected<R>> {
         let spec = spec.normalized();
@@ -760,7 +857,7 @@ impl<R, M> Driver<R, M> {
             }
             Ok(Posted::Pending(eh)) => {
                 self.next_id += 1;
-                let hw = match self.try_offload(id, &spec, buf_len) {
+                let hw = match self.try_offload(id, &spec, buf) {
                     Ok(tag_handle) => Some(HwState {
                         tag_handle,
                         cancel: false,
@@ -787,7 +884,7 @@ impl<R, M> Driver<R, M> {
         }
     }
 
-    fn try_offload(&mut self, id: u64, spec: &RecvSpec, buf_len: u32) -> Result<u32, Block> {
+    fn try_offload(&mut self, id: u64, spec: &RecvSpec, buf: B::Buf) -> Result<u32, Block> {
         let Some(hw) = self.hw.as_mut() else {
             return Err(Block::NoHw);
         };
@@ -801,17 +898,20 @@ impl<R, M> Driver<R, M> {
             return Err(Block::OpsBusy);
         }
         let wr_id = self.next_wr;
-        let r = hw.post_op(OpsWr {
-            wr_id,
-            flags: SIGNALED_SYNC,
-            unexpected_cnt: self.sw_unexp,
-            op: TmOp::Add {
-                recv_wr_id: id,
-                tag,
-                mask,
-                buf_len,
+        let r = hw.post_op(
+            OpsWr {
+                wr_id,
+                flags: SIGNALED_SYNC,
+                unexpected_cnt: self.sw_unexp,
+                op: TmOp::Add {
+                    recv_wr_id: id,
+                    tag,
+                    mask,
+                    buf_len: B::buf_len(&buf),
+                },
             },
-        });
+            Some(buf),
+        );
         match r {
             Ok(Some(h)) => {
                 self.next_wr += 1;
@@ -838,12 +938,15 @@ impl<R, M> Driver<R, M> {
         };
         while let Some(&(op, cnt, kind)) = self.fifo.front() {
             let wr_id = self.next_wr;
-            match hw.post_op(OpsWr {
-                wr_id,
-                flags: SIGNALED_SYNC,
-                unexpected_cnt: cnt,
-                op,
-            }) {
+            match hw.post_op(
+                OpsWr {
+                    wr_id,
+                    flags: SIGNALED_SYNC,
+                    unexpected_cnt: cnt,
+                    op,
+                },
+                None,
+            ) {
                 Ok(_) => {
                     self.next_wr += 1;
                     self.ops.insert(wr_id, kind);
@@ -902,7 +1005,7 @@ impl<R, M> Driver<R, M> {
     /// Processes one completion (or one queued arrival without a TM-SRQ); `false` if none.
     pub fn poll_one(&mut self, out: &mut Vec<Event<R, M>>) -> bool {
         let cqe = match self.hw.as_mut() {
-            Some(hw) => hw.poll_cq(),
+            Some(hw) => hw.poll(),
             None => {
                 let Some(m) = self.plain.pop_front() else {
                     return false;
@@ -965,7 +1068,7 @@ impl<R, M> Driver<R, M> {
 
     fn replenish(&mut self) {
         if let Some(hw) = self.hw.as_mut() {
-            hw.post_srq_recv(SRQ_WR_ID);
+            hw.replenish();
         }
     }
 
@@ -1146,23 +1249,9 @@ impl<R, M> Driver<R, M> {
             msg: m.msg.msg,
         })
     }
-
-    /// Runs the hardware until every queued operation has executed and every completion
-    /// is processed (data transfers stay as they are). For tools that want a quiescent
-    /// state; tests drive the steps themselves.
-    pub fn settle(&mut self, out: &mut Vec<Event<R, M>>) {
-        loop {
-            self.poll(out);
-            let progressed = self.hw.as_mut().is_some_and(|hw| hw.execute_op());
-            let idle = self.hw.as_ref().is_none_or(|hw| hw.cq_len() == 0);
-            if !progressed && self.fifo.is_empty() && idle && self.plain.is_empty() {
-                return;
-            }
-        }
-    }
 }
 
-impl<R: Hash, M: Hash> Driver<R, M> {
+impl<R: Hash, M: Hash, B: Hash> Driver<R, M, B> {
     /// Feeds the driver's state to `h` for state-space exploration in tests: everything
     /// that decides future behaviour except the engine's internals (its pending receives
     /// are the driver's records; its unexpected messages are the caller's to digest) and

@@ -1,6 +1,8 @@
 //! An executable model of a Tag-Matching SRQ (rdma-core `Documentation/tag_matching.md`,
 //! mlx5 provider behaviour from wire-layouts §C.1), used by the offload driver
-//! ([`crate::offload`]) and its tests.
+//! ([`crate::offload`], whose default [`crate::offload::TmBackend`] it is) and its tests.
+//! Its types ([`OpsWr`], [`Cqe`], ...) are also the vocabulary in which a real device's
+//! backend talks to the driver.
 //!
 //! The model is *sans-IO and step-driven*: posting an operation only queues it; the caller
 //! (a test, the replay tool) decides when the "hardware" executes the next queued operation
@@ -266,6 +268,30 @@ pub struct Cqe<P> {
     pub msg: Option<WireMsg<P>>,
     /// Entry handle this completion refers to (internal bookkeeping of handle reuse).
     slot: Option<u32>,
+}
+
+impl<P> Cqe<P> {
+    /// A completion produced outside the model (a real device's CQ translated into this
+    /// vocabulary, e.g. by an [`crate::offload::TmBackend`]): `byte_len` is 0 and
+    /// `tm_info` is `None` until the caller sets those public fields.
+    pub fn new(
+        wr_id: u64,
+        status: WcStatus,
+        opcode: WcOpcode,
+        wc_flags: u32,
+        msg: Option<WireMsg<P>>,
+    ) -> Self {
+        Cqe {
+            wr_id,
+            status,
+            opcode,
+            wc_flags,
+            byte_len: 0,
+            tm_info: None,
+            msg,
+            slot: None,
+        }
+    }
 }
 
 /// Why [`TmSrq::arrive`] refused a message (the sender sees an error, the SRQ is unchanged).

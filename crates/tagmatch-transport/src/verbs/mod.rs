@@ -7,12 +7,10 @@
 //!   RC QPs attached to an SRQ ([`Qp`]). Children hold reference-counted handles of their
 //!   parents, so destruction always runs QP → SRQ → CQ → MR → PD → context.
 //! - [`conn`]: the TCP side channel that exchanges (rank, QP number, PSN, LID, GID).
-//! - [`hw`]: the HW/SW split driver over a real TM-SRQ ([`hw::HwOffload`], the algorithm of
-//!   `tagmatch_engine::offload` over a backend trait; unit-tested against the engine's
-//!   driver on the `tm_srq` model).
-//! - [`transport`]: [`TaggedTransport`]: tagged receives posted through the offload driver
-//!   (in hardware when the device reports `max_num_tags > 0`, else the software engine
-//!   over a plain SRQ), eager (`TMH | payload`) and rendezvous (`TMH | RVH`, the receiver
+//! - [`transport`]: [`TaggedTransport`]: tagged receives posted through the engine's
+//!   offload driver (`tagmatch_engine::offload::Driver`, over the verbs TM-SRQ as its
+//!   `TmBackend` when the device reports `max_num_tags > 0`, else the software engine over
+//!   a plain SRQ), eager (`TMH | payload`) and rendezvous (`TMH | RVH`, the receiver
 //!   RDMA-reads and answers with a FIN) sends, cancel, and `progress()`.
 //!
 //! The rest of the crate denies `unsafe`; this module is the FFI boundary and allows it.
@@ -23,7 +21,6 @@
 
 pub mod conn;
 pub mod device;
-pub mod hw;
 pub mod transport;
 
 pub use conn::ConnInfo;

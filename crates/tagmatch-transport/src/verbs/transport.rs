@@ -15,7 +15,8 @@
 //! # Hardware or software matching
 //!
 //! With a tag-matching device (`tm_caps.max_num_tags > 0` and RC support) the SRQ is an
-//! `IBV_SRQT_TM` SRQ on an extended CQ with TM info, driven by [`HwOffload`]: receives are
+//! `IBV_SRQT_TM` SRQ on an extended CQ with TM info, driven by the engine's offload
+//! [`Driver`] over the verbs TM-SRQ as its [`TmBackend`]: receives are
 //! offloaded when the prefix rule allows (ADD with the unexpected count, DEL on cancel,
 //! SYNC on `TM_SYNC_REQ`); hardware matches complete as `TM_RECV` (read with
 //! `ibv_wc_read_tm_info`), the hardware performs matched rendezvous reads and sends the
@@ -37,9 +38,9 @@ use std::io::{Read, Write};
 
 use tagmatch_engine::offload::{
     CancelOutcome, Carried, Driver, DriverConfig, Event, MatchPath, OffHandle, OffMatch,
-    OffloadCounters, PostOutcome, TagLayout,
+    OffloadCounters, PostOutcome, TagLayout, TmBackend,
 };
-use tagmatch_engine::tm_srq::{OpsWr, PostOpError, TmOp, WcOpcode, WcStatus, WireMsg};
+use tagmatch_engine::tm_srq::{Cqe, OpsWr, PostOpError, TmCaps, TmOp, WcOpcode, WcStatus, WireMsg};
 use tagmatch_engine::{Config, Envelope, PostRejected, RecvSpec};
 use tagmatch_verbs_sys as sys;
 use tagmatch_wire::tm::{Rvh, TmOpcode, TmRepr, Tmh, RVH_LEN, TMH_LEN};
@@ -48,7 +49,6 @@ use super::conn::ConnInfo;
 use super::device::{
     Access, Context, Cq, OwnedMr, Pd, Qp, QpCaps, QpEndpoint, RemoteBuf, Sge, Srq, TmCapsInfo, Wc,
 };
-use super::hw::{HwCqe, HwOffload, TmBackend};
 use super::{Error, Result};
 
 /// Whether to use a tag-matching SRQ.
@@ -408,7 +408,7 @@ impl TmBook {
 
     /// A list-operation (`TM_ADD`/`TM_DEL`/`TM_SYNC`) or tag-matching (`TM_RECV`)
     /// completion; `None` for any other opcode.
-    fn convert(&mut self, wc: &Wc) -> Option<HwCqe<Incoming>> {
+    fn convert(&mut self, wc: &Wc) -> Option<Cqe<Carried<Incoming>>> {
         let ok = wc.status == sys::IBV_WC_SUCCESS;
         let opcode = match wc.opcode {
             sys::IBV_WC_TM_ADD | sys::IBV_WC_TM_DEL | sys::IBV_WC_TM_SYNC => {
@@ -444,28 +444,28 @@ impl TmBook {
                     s => Incoming::HwError(s),
                 };
                 let env = decode_tag(&self.layout, tag).unwrap_or(Envelope::new(0, 0, tag));
-                return Some(HwCqe {
-                    wr_id: wc.wr_id,
-                    status: Self::status(wc),
-                    opcode: WcOpcode::TmRecv,
-                    wc_flags: wc.wc_flags,
-                    msg: Some(WireMsg::eager(
+                return Some(Cqe::new(
+                    wc.wr_id,
+                    Self::status(wc),
+                    WcOpcode::TmRecv,
+                    wc.wc_flags,
+                    Some(WireMsg::eager(
                         tag,
                         app_ctx,
                         wc.byte_len,
                         Carried { env, msg },
                     )),
-                });
+                ));
             }
             _ => return None,
         };
-        Some(HwCqe {
-            wr_id: wc.wr_id,
-            status: Self::status(wc),
+        Some(Cqe::new(
+            wc.wr_id,
+            Self::status(wc),
             opcode,
-            wc_flags: wc.wc_flags,
-            msg: None,
-        })
+            wc.wc_flags,
+            None,
+        ))
     }
 
     /// Whether an operation may be posted now (`Err` says which resource is exhausted).
@@ -487,17 +487,18 @@ impl TmBook {
     }
 }
 
-/// The verbs TM-SRQ as the [`HwOffload`] backend.
+/// The verbs TM-SRQ as the offload [`Driver`]'s [`TmBackend`].
 struct VerbsTm {
     ring: RxRing,
     cq: Cq,
     book: TmBook,
-    queue: VecDeque<HwCqe<Incoming>>,
+    caps: TmCaps,
+    queue: VecDeque<Cqe<Carried<Incoming>>>,
     wcs: Vec<Wc>,
 }
 
 impl VerbsTm {
-    fn convert(&mut self, wc: Wc) -> Option<HwCqe<Incoming>> {
+    fn convert(&mut self, wc: Wc) -> Option<Cqe<Carried<Incoming>>> {
         match wc.opcode {
             sys::IBV_WC_RECV | sys::IBV_WC_TM_NO_TAG => {
                 if wc.status == sys::IBV_WC_WR_FLUSH_ERR {
@@ -524,13 +525,13 @@ impl VerbsTm {
                     TmOpcode::Eager | TmOpcode::Rndv => WcOpcode::Recv,
                     TmOpcode::Fin | TmOpcode::NoTag => WcOpcode::TmNoTag,
                 };
-                Some(HwCqe {
-                    wr_id: wc.wr_id,
-                    status: WcStatus::Success,
+                Some(Cqe::new(
+                    wc.wr_id,
+                    WcStatus::Success,
                     opcode,
-                    wc_flags: wc.wc_flags,
-                    msg: Some(msg),
-                })
+                    wc.wc_flags,
+                    Some(msg),
+                ))
             }
             other => {
                 let c = self.book.convert(&wc);
@@ -546,6 +547,16 @@ impl VerbsTm {
 }
 
 impl TmBackend<Incoming> for VerbsTm {
+    type Buf = Sge;
+
+    fn buf_len(buf: &Sge) -> u32 {
+        buf.len
+    }
+
+    fn caps(&self) -> TmCaps {
+        self.caps
+    }
+
     fn replenish(&mut self) {
         // `RxRing::take` reposted the buffer when the completion was read.
     }
@@ -615,7 +626,7 @@ impl TmBackend<Incoming> for VerbsTm {
         }
     }
 
-    fn poll(&mut self) -> Option<HwCqe<Incoming>> {
+    fn poll(&mut self) -> Option<Cqe<Carried<Incoming>>> {
         if self.queue.is_empty() {
             let mut wcs = std::mem::take(&mut self.wcs);
             wcs.clear();
@@ -641,7 +652,7 @@ enum Matcher {
         ring: RxRing,
         cq: Cq,
     },
-    Hw(HwOffload<VerbsTm, RecvCtx, Incoming>),
+    Hw(Driver<RecvCtx, Incoming, VerbsTm>),
 }
 
 struct Peer {
@@ -828,13 +839,23 @@ impl TaggedTransport {
             ring,
             cq,
             book: TmBook::new(cfg.layout, ops, tags),
+            caps: TmCaps {
+                max_num_tags: tags,
+                max_ops: ops,
+                max_rndv_hdr_size: caps.max_rndv_hdr_size,
+            },
             queue: VecDeque::new(),
             wcs: Vec::new(),
         };
-        Ok((
-            Matcher::Hw(HwOffload::new(backend, cfg.layout, cfg.engine)),
-            tags,
-        ))
+        let driver = Driver::with_backend(
+            DriverConfig {
+                layout: cfg.layout,
+                engine: cfg.engine,
+                ..DriverConfig::default()
+            },
+            Some(backend),
+        );
+        Ok((Matcher::Hw(driver), tags))
     }
 
     /// The matching path in use.
@@ -884,10 +905,18 @@ impl TaggedTransport {
     /// Errors seen on completions so far (failed work completions, bad messages).
     pub fn errors(&self) -> Vec<String> {
         let mut e = self.errors.clone();
-        if let Matcher::Hw(d) = &self.matcher {
-            e.extend(d.hw().book.errors.iter().cloned());
+        if let Some(hw) = self.verbs_tm() {
+            e.extend(hw.book.errors.iter().cloned());
         }
         e
+    }
+
+    /// The verbs TM-SRQ under the offload driver (hardware mode only).
+    fn verbs_tm(&self) -> Option<&VerbsTm> {
+        match &self.matcher {
+            Matcher::Hw(d) => d.hw(),
+            Matcher::Sw { .. } => None,
+        }
     }
 
     /// Connected peers' ranks.
@@ -900,13 +929,10 @@ impl TaggedTransport {
     /// First half of a connection: creates the RC QP on the SRQ and writes this side's
     /// (rank, QPN, PSN, LID, GID) to the side channel.
     pub fn start_connect<W: Write>(&mut self, side: &mut W) -> Result<PendingConn> {
-        let srq = match &self.matcher {
-            Matcher::Sw { ring, .. } => ring.srq.clone(),
-            Matcher::Hw(d) => d.hw().ring.srq.clone(),
-        };
-        let recv_cq = match &self.matcher {
-            Matcher::Sw { cq, .. } => cq.clone(),
-            Matcher::Hw(d) => d.hw().cq.clone(),
+        let (srq, recv_cq) = match (&self.matcher, self.verbs_tm()) {
+            (Matcher::Sw { ring, cq, .. }, _) => (ring.srq.clone(), cq.clone()),
+            (Matcher::Hw(_), Some(hw)) => (hw.ring.srq.clone(), hw.cq.clone()),
+            (Matcher::Hw(_), None) => return Err(Error::Invalid("no TM-SRQ".into())),
         };
         let qp = Qp::rc(
             &self.pd,
@@ -1251,7 +1277,10 @@ impl TaggedTransport {
             Event::DataValid { handle } => {
                 if let Some((env, buf)) = self.hw_pending.remove(&handle.0) {
                     let len = match &mut self.matcher {
-                        Matcher::Hw(d) => d.hw_mut().book.data_len.remove(&handle.0).unwrap_or(0),
+                        Matcher::Hw(d) => d
+                            .hw_mut()
+                            .and_then(|hw| hw.book.data_len.remove(&handle.0))
+                            .unwrap_or(0),
                         Matcher::Sw { .. } => 0,
                     };
                     self.completions.push_back(Completion::Recv {
@@ -1314,7 +1343,10 @@ impl TaggedTransport {
                     self.hw_pending.insert(id, (m.env, buf));
                 } else {
                     let len = match &mut self.matcher {
-                        Matcher::Hw(d) => d.hw_mut().book.data_len.remove(&id).unwrap_or(0),
+                        Matcher::Hw(d) => d
+                            .hw_mut()
+                            .and_then(|hw| hw.book.data_len.remove(&id))
+                            .unwrap_or(0),
                         Matcher::Sw { .. } => 0,
                     };
                     self.completions.push_back(Completion::Recv {
@@ -1697,6 +1729,16 @@ mod tests {
     }
 
     impl TmBackend<Incoming> for ModelViaVerbs {
+        type Buf = Sge;
+
+        fn buf_len(buf: &Sge) -> u32 {
+            buf.len
+        }
+
+        fn caps(&self) -> TmCaps {
+            self.srq.caps()
+        }
+
         fn replenish(&mut self) {
             self.srq.post_srq_recv(u64::MAX);
         }
@@ -1715,16 +1757,10 @@ mod tests {
             r
         }
 
-        fn poll(&mut self) -> Option<HwCqe<Incoming>> {
+        fn poll(&mut self) -> Option<Cqe<Carried<Incoming>>> {
             let c = self.srq.poll_cq()?;
             if matches!(c.opcode, WcOpcode::Recv | WcOpcode::TmNoTag) {
-                return Some(HwCqe {
-                    wr_id: c.wr_id,
-                    status: c.status,
-                    opcode: c.opcode,
-                    wc_flags: c.wc_flags,
-                    msg: c.msg,
-                });
+                return Some(c);
             }
             let wc = Wc {
                 wr_id: c.wr_id,
@@ -1766,8 +1802,8 @@ mod tests {
                 srq.post_srq_recv(u64::MAX);
             }
             let book = TmBook::new(cfg.layout, caps.max_ops, caps.max_num_tags);
-            let mut ours: HwOffload<ModelViaVerbs, u32, Incoming> =
-                HwOffload::new(ModelViaVerbs { srq, book }, cfg.layout, cfg.engine);
+            let mut ours: Driver<u32, Incoming, ModelViaVerbs> =
+                Driver::with_backend(cfg, Some(ModelViaVerbs { srq, book }));
             let (mut log_ref, mut log_ours) = (Vec::new(), Vec::new());
             let sge = Sge {
                 addr: 0,
@@ -1817,11 +1853,11 @@ mod tests {
                                 msg: Incoming::Eager(vec![0; 8]),
                             },
                         );
-                        ours.hw_mut().srq.arrive(m).unwrap();
+                        ours.hw_mut().unwrap().srq.arrive(m).unwrap();
                     }
                     3 => {
                         reference.hw_mut().unwrap().execute_op();
-                        ours.hw_mut().srq.execute_op();
+                        ours.hw_mut().unwrap().srq.execute_op();
                     }
                     4 if !handles.is_empty() => {
                         let h = handles.swap_remove(below(handles.len() as u64) as usize);
@@ -1848,7 +1884,7 @@ mod tests {
             reference.settle(&mut a);
             loop {
                 ours.poll(&mut b);
-                let srq = &mut ours.hw_mut().srq;
+                let srq = &mut ours.hw_mut().unwrap().srq;
                 if !srq.execute_op() && srq.cq_len() == 0 && ours.deferred_ops() == 0 {
                     break;
                 }
@@ -1863,17 +1899,46 @@ mod tests {
                 "seed {seed}"
             );
             assert_eq!(oc.order_violations, 0);
-            assert!(
-                ours.hw().book.errors.is_empty(),
-                "{:?}",
-                ours.hw().book.errors
-            );
+            let book = &ours.hw().unwrap().book;
+            assert!(book.errors.is_empty(), "{:?}", book.errors);
             total_hw += oc.matched_hw;
         }
         assert!(
             total_hw > 0,
             "no hardware match in any run: the comparison is vacuous"
         );
+    }
+
+    #[test]
+    fn cancel_of_an_offloaded_receive_goes_through_del() {
+        use tagmatch_engine::tm_srq::{TmCaps, TmSrq};
+        let caps = TmCaps::with_tags(4);
+        let srq = TmSrq::new(caps, 4096).unwrap();
+        let book = TmBook::new(TagLayout::default(), caps.max_ops, caps.max_num_tags);
+        let mut d: Driver<u32, Incoming, ModelViaVerbs> =
+            Driver::with_backend(DriverConfig::default(), Some(ModelViaVerbs { srq, book }));
+        assert_eq!(d.config().caps, Some(caps));
+        let sge = Sge {
+            addr: 0,
+            len: 64,
+            lkey: 0,
+        };
+        let PostOutcome::Pending(h) = d.post(RecvSpec::exact(0, 0, 5), sge, 7).unwrap() else {
+            panic!("expected pending");
+        };
+        assert_eq!(d.is_offloaded(h), Some(true));
+        assert_eq!(d.hw().unwrap().book.tags_in_use, 1);
+        assert!(matches!(d.cancel(h), Ok(CancelOutcome::InProgress)));
+        let mut ev = Vec::new();
+        while d.hw_mut().unwrap().srq.execute_op() {}
+        d.poll(&mut ev);
+        assert!(matches!(ev.as_slice(), [Event::Cancelled { recv: 7, .. }]));
+        assert_eq!(d.is_offloaded(h), None);
+        assert!(d.cancel(h).is_err());
+        // The DEL's completion gave the entry and the operation slots back.
+        let book = &d.hw().unwrap().book;
+        assert_eq!((book.tags_in_use, book.ops_outstanding), (0, 0));
+        assert!(book.errors.is_empty(), "{:?}", book.errors);
     }
 
     fn summarize<R: std::fmt::Debug, M>(ev: Vec<Event<R, M>>) -> Vec<String> {
