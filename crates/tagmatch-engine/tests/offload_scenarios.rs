@@ -3,7 +3,7 @@
 //! to software, the prefix rule with wildcards, rendezvous paths and the tag layout.
 
 use tagmatch_engine::offload::*;
-use tagmatch_engine::tm_srq::{TmCaps, WcStatus};
+use tagmatch_engine::tm_srq::{Cqe, OpsWr, PostOpError, TmCaps, TmSrq, WcStatus};
 use tagmatch_engine::{Envelope, RecvSpec, Source};
 use tagmatch_wire::tm::{Rvh, TmOpcode};
 
@@ -366,4 +366,107 @@ fn engine_budget_hands_an_unexpected_message_back() {
     assert!(matches!(&ev[1], Event::Rejected(r) if r.msg == "m2"));
     // The count still includes it: hardware and software agree again.
     assert_eq!(d.sw_unexpected(), d.hw().unwrap().hw_unexpected());
+}
+
+/// A backend implemented outside the engine, as a device would: it owns the hardware (here
+/// the model, standing in for a NIC), builds every completion with [`Cqe::new`] and takes
+/// tagged buffers as `(address, length)` pairs.
+struct Device {
+    srq: TmSrq<Carried<&'static str>>,
+    adds: Vec<(u64, u32)>,
+}
+
+impl TmBackend<&'static str> for Device {
+    type Buf = (u64, u32);
+
+    fn buf_len(buf: &(u64, u32)) -> u32 {
+        buf.1
+    }
+
+    fn caps(&self) -> TmCaps {
+        self.srq.caps()
+    }
+
+    fn post_op(&mut self, wr: OpsWr, buf: Option<(u64, u32)>) -> Result<Option<u32>, PostOpError> {
+        let r = self.srq.post_op(wr);
+        if let (Ok(_), Some(b)) = (&r, buf) {
+            self.adds.push(b);
+        }
+        r
+    }
+
+    fn poll(&mut self) -> Option<Cqe<Carried<&'static str>>> {
+        let c = self.srq.poll_cq()?;
+        let mut out = Cqe::new(c.wr_id, c.status, c.opcode, c.wc_flags, c.msg);
+        out.byte_len = c.byte_len;
+        out.tm_info = c.tm_info;
+        Some(out)
+    }
+
+    fn replenish(&mut self) {
+        self.srq.post_srq_recv(0);
+    }
+}
+
+#[test]
+fn a_backend_outside_the_engine_drives_the_same_algorithm() {
+    let caps = TmCaps::with_tags(4);
+    let mut srq = TmSrq::new(caps, 4096).unwrap();
+    for _ in 0..16 {
+        srq.post_srq_recv(0);
+    }
+    let mut dev: Driver<&'static str, &'static str, Device> = Driver::with_backend(
+        DriverConfig::default(),
+        Some(Device {
+            srq,
+            adds: Vec::new(),
+        }),
+    );
+    assert_eq!(dev.config().caps, Some(caps));
+    let mut model = driver(4);
+    let spec = RecvSpec::exact(0, 1, 7);
+    let (mut ev_dev, mut ev_model) = (Vec::new(), Vec::new());
+    // m1/m2/b1/b2, then an offloaded receive that is cancelled.
+    let m1 = model.eager(E, 8, "m1");
+    model.wire(m1.clone()).unwrap();
+    dev.hw_mut().unwrap().srq.arrive(m1).unwrap();
+    pending(model.post(spec, 64, "b1").unwrap());
+    pending(dev.post(spec, (0x1000, 64), "b1").unwrap());
+    model.hw_mut().unwrap().execute_op();
+    dev.hw_mut().unwrap().srq.execute_op();
+    let m2 = model.eager(E, 8, "m2");
+    model.wire(m2.clone()).unwrap();
+    dev.hw_mut().unwrap().srq.arrive(m2).unwrap();
+    pending(model.post(spec, 64, "b2").unwrap());
+    pending(dev.post(spec, (0x2000, 64), "b2").unwrap());
+    let other = RecvSpec::exact(0, 2, 9);
+    let h = pending(model.post(other, 64, "c").unwrap());
+    assert_eq!(pending(dev.post(other, (0x3000, 32), "c").unwrap()), h);
+    assert_eq!(model.is_offloaded(h), dev.is_offloaded(h));
+    assert!(matches!(model.cancel(h), Ok(CancelOutcome::InProgress)));
+    assert!(matches!(dev.cancel(h), Ok(CancelOutcome::InProgress)));
+    model.settle(&mut ev_model);
+    loop {
+        dev.poll(&mut ev_dev);
+        let srq = &mut dev.hw_mut().unwrap().srq;
+        if !srq.execute_op() && srq.cq_len() == 0 && dev.deferred_ops() == 0 {
+            break;
+        }
+    }
+    assert_eq!(ev_dev, ev_model);
+    assert_eq!(
+        matches(&ev_dev),
+        [
+            ("b1", "m1", MatchPath::SwArrival),
+            ("b2", "m2", MatchPath::SwArrival)
+        ]
+    );
+    assert!(ev_dev
+        .iter()
+        .any(|e| matches!(e, Event::Cancelled { recv: "c", .. })));
+    assert_eq!(dev.counters(), model.counters());
+    assert_eq!(dev.counters().order_violations, 0);
+    // Each ADD got its buffer.
+    let adds = &dev.hw().unwrap().adds;
+    assert!(adds.contains(&(0x3000, 32)), "{adds:?}");
 }
