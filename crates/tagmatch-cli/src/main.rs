@@ -21,6 +21,7 @@ mod format;
 mod hex;
 mod input;
 mod json;
+mod perf;
 mod replay;
 mod tm;
 
@@ -53,6 +54,8 @@ pub enum Command {
     Replay(replay::Args),
     /// Benchmark the matching engine (`bench match`).
     Bench(bench::Args),
+    /// Latency, bandwidth and message rate between two endpoints (`ucx_perftest`-like).
+    Perf(perf::Args),
 }
 
 fn main() -> ExitCode {
@@ -63,6 +66,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(args),
         Command::Replay(args) => replay::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Perf(args) => perf::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

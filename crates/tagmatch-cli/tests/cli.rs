@@ -1040,7 +1040,7 @@ fn stdin_and_file_inputs() {
 
 #[test]
 fn demo_prints_a_line_per_packet_type_and_exits_0() {
-    let out = ok(&["demo"]);
+    let out = ok(&["demo", "--packets"]);
     for t in PacketType::ALL {
         let line = out
             .lines()
@@ -1063,7 +1063,7 @@ fn demo_prints_a_line_per_packet_type_and_exits_0() {
     // header + one line per type + summary
     assert_eq!(out.lines().count(), PacketType::ALL.len() + 4 + 2);
     // every --hex packet decodes and re-encodes through the binary too
-    let out = ok(&["demo", "--hex"]);
+    let out = ok(&["demo", "--packets", "--hex"]);
     for line in out.lines().skip(1).filter(|l| l.contains(" ok ")) {
         let f: Vec<&str> = line.split_whitespace().collect();
         let (format, hex) = (f[0], f[f.len() - 1]);

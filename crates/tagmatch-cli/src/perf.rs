@@ -1,0 +1,958 @@
+//! `tagmatch perf`: what `ucx_perftest` and `fi_pingpong` give their users.
+//!
+//! - `tagmatch perf server [--bind ADDR]` prints its address and serves one client
+//!   (`--forever`: any number, one after the other);
+//! - `tagmatch perf client ADDR --test T --size N[,N…] [--iters K] [--window W] [--json]
+//!   [--plot FILE.svg]`; `--transport mem` runs both sides in this process (one thread,
+//!   like UCX's `self` transport with `ucx_perftest -l`).
+//!
+//! Tests: `tag_lat` (ping-pong; latency is half the round trip, as `ucx_perftest`
+//! reports it), `tag_bw` and `tag_msgrate` (a window of `W` tagged sends in flight, the
+//! server keeping `W` receives posted), `put_bw` and `get_bw` (a window of RMA writes or
+//! reads into a region the server registered). 1 MB = 10^6 bytes.
+//!
+//! The two sides talk through control messages on reserved tags: the client announces
+//! each run (test, size, iterations, window), the server answers (with a [`RemoteKey`]
+//! for the RMA tests) and, for the bandwidth tests, acknowledges the last message.
+
+use std::collections::VecDeque;
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tagmatch::{Completion, Endpoint, MemFabric, OpKind, Peer, RemoteKey, Request};
+
+use crate::{input, Error};
+
+const CTRL: u64 = 0x7A6D_0000_0000_0001;
+const REPLY: u64 = 0x7A6D_0000_0000_0002;
+const DATA: u64 = 0x7A6D_0000_0000_0003;
+const ACK: u64 = 0x7A6D_0000_0000_0004;
+const CTRL_LEN: usize = 32;
+const QUIT: u8 = 255;
+/// Progress calls that find nothing before a UDP side blocks in poll(2) instead of
+/// spinning (the machine may be shared; a spinning peer would steal the other's core).
+const SPINS: u32 = 2000;
+/// How long a UDP side blocks at most when idle.
+const IDLE_WAIT: Duration = Duration::from_millis(1);
+
+/// Arguments of `tagmatch perf`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Which side.
+    #[command(subcommand)]
+    pub role: Role,
+}
+
+/// `server` or `client`.
+#[derive(Debug, clap::Subcommand)]
+pub enum Role {
+    /// Serve a client: print this endpoint's address, answer its runs.
+    Server(ServerArgs),
+    /// Run tests against a server (or, with `--transport mem`, against one in-process).
+    Client(ClientArgs),
+}
+
+/// Arguments of `tagmatch perf server`.
+#[derive(Debug, clap::Args)]
+pub struct ServerArgs {
+    /// UDP address to bind (a concrete IP; port 0 picks one).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub bind: String,
+    /// Serve clients one after the other until killed (default: exit after one).
+    #[arg(long)]
+    pub forever: bool,
+    /// UDP path MTU.
+    #[arg(long, default_value_t = 9000)]
+    pub path_mtu: usize,
+    /// Print the endpoint's counters (every layer) on stderr after each client.
+    #[arg(long)]
+    pub stats: bool,
+}
+
+/// The tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Test {
+    /// Tagged ping-pong latency.
+    #[value(name = "tag_lat")]
+    TagLat,
+    /// Tagged streaming bandwidth.
+    #[value(name = "tag_bw")]
+    TagBw,
+    /// Tagged message rate (tag_bw, small messages).
+    #[value(name = "tag_msgrate")]
+    TagMsgrate,
+    /// RMA write bandwidth.
+    #[value(name = "put_bw")]
+    PutBw,
+    /// RMA read bandwidth.
+    #[value(name = "get_bw")]
+    GetBw,
+}
+
+impl Test {
+    fn name(self) -> &'static str {
+        match self {
+            Test::TagLat => "tag_lat",
+            Test::TagBw => "tag_bw",
+            Test::TagMsgrate => "tag_msgrate",
+            Test::PutBw => "put_bw",
+            Test::GetBw => "get_bw",
+        }
+    }
+
+    fn code(self) -> u8 {
+        self as u8
+    }
+
+    fn from_code(c: u8) -> Option<Test> {
+        [
+            Test::TagLat,
+            Test::TagBw,
+            Test::TagMsgrate,
+            Test::PutBw,
+            Test::GetBw,
+        ]
+        .into_iter()
+        .find(|t| t.code() == c)
+    }
+}
+
+/// Arguments of `tagmatch perf client`.
+#[derive(Debug, clap::Args)]
+pub struct ClientArgs {
+    /// The server's address (`udp://IP:PORT/CONNID`, as `perf server` prints it); not with
+    /// `--transport mem`.
+    pub addr: Option<String>,
+    /// `udp` (to a server) or `mem` (both sides in this process).
+    #[arg(long, default_value = "udp")]
+    pub transport: String,
+    /// The test.
+    #[arg(long, value_enum, default_value = "tag_lat")]
+    pub test: Test,
+    /// Message sizes, comma-separated; `k`/`m` suffixes are KiB/MiB (`8,4k,1m`).
+    #[arg(long, default_value = "8")]
+    pub size: String,
+    /// Timed iterations per size (default: by size, about a second or less each).
+    #[arg(long)]
+    pub iters: Option<u64>,
+    /// Operations in flight for the bandwidth tests.
+    #[arg(long, default_value_t = 32)]
+    pub window: u64,
+    /// Print one JSON object per size instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also draw latency and bandwidth against size into this SVG file.
+    #[arg(long)]
+    pub plot: Option<std::path::PathBuf>,
+    /// UDP path MTU.
+    #[arg(long, default_value_t = 9000)]
+    pub path_mtu: usize,
+    /// Print the endpoint's counters (every layer) on stderr at the end.
+    #[arg(long)]
+    pub stats: bool,
+}
+
+/// Parses `8,4k,1m`.
+pub fn parse_sizes(s: &str) -> Result<Vec<usize>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',') {
+        let p = part.trim();
+        let (num, mul) = match p.char_indices().last() {
+            Some((i, 'k' | 'K')) => (&p[..i], 1usize << 10),
+            Some((i, 'm' | 'M')) => (&p[..i], 1 << 20),
+            Some((i, 'g' | 'G')) => (&p[..i], 1 << 30),
+            _ => (p, 1),
+        };
+        let n: usize = num
+            .parse()
+            .map_err(|_| format!("--size: {part:?} is not a size (e.g. 8, 4k, 1m)"))?;
+        let v = n
+            .checked_mul(mul)
+            .filter(|v| *v <= 1 << 30)
+            .ok_or_else(|| format!("--size: {part:?} is larger than 1 GiB"))?;
+        out.push(v);
+    }
+    Ok(out)
+}
+
+/// One measured size.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    /// The test.
+    pub test: &'static str,
+    /// The transport.
+    pub transport: &'static str,
+    /// Message size.
+    pub size: usize,
+    /// Timed iterations.
+    pub iters: u64,
+    /// Median one-way latency (µs), latency test only.
+    pub lat_p50_us: Option<f64>,
+    /// 99th percentile one-way latency (µs), latency test only.
+    pub lat_p99_us: Option<f64>,
+    /// Average time per operation (µs).
+    pub lat_avg_us: f64,
+    /// Bandwidth, 10^6 bytes per second.
+    pub bw_mbs: f64,
+    /// Million messages per second.
+    pub msgrate_mmsgs: f64,
+}
+
+impl Row {
+    fn json(&self) -> serde_json::Value {
+        json!({
+            "test": self.test,
+            "transport": self.transport,
+            "size": self.size,
+            "iters": self.iters,
+            "lat_p50_us": self.lat_p50_us,
+            "lat_p99_us": self.lat_p99_us,
+            "lat_avg_us": self.lat_avg_us,
+            "bw_mbs": self.bw_mbs,
+            "msgrate_mmsgs": self.msgrate_mmsgs,
+        })
+    }
+}
+
+fn default_iters(test: Test, size: usize) -> u64 {
+    let by_bytes = ((512usize << 20) / size.max(1)) as u64;
+    let cap = match test {
+        Test::TagLat => 20_000,
+        _ => 100_000,
+    };
+    by_bytes.clamp(100, cap)
+}
+
+fn fe(context: &'static str) -> impl Fn(tagmatch::Error) -> Error {
+    move |e| Error::new(context, e)
+}
+
+// ---------------------------------------------------------------- server
+
+/// What the server is doing.
+#[derive(Debug)]
+enum Phase {
+    Idle,
+    Lat {
+        left: u64,
+        size: usize,
+    },
+    Bw {
+        left_to_post: u64,
+        left: u64,
+        size: usize,
+    },
+    Rma {
+        region: tagmatch::MemoryRegion,
+    },
+    Quit,
+}
+
+/// The server side as a non-blocking state machine: [`Server::step`] progresses and
+/// reacts to completions. The UDP server loops on it; the in-process client calls it
+/// from its own waits (one thread drives both sides).
+#[derive(Debug)]
+pub struct Server {
+    ep: Endpoint,
+    client: Option<Peer>,
+    ctrl: Option<Request>,
+    phase: Phase,
+    /// Runs served.
+    pub runs: u64,
+}
+
+impl Server {
+    /// A server on `ep`, with its control receive posted.
+    pub fn new(mut ep: Endpoint) -> Result<Server, tagmatch::Error> {
+        let ctrl = ep.trecv(tagmatch::ANY_SOURCE, CTRL, CTRL_LEN)?;
+        Ok(Server {
+            ep,
+            client: None,
+            ctrl: Some(ctrl),
+            phase: Phase::Idle,
+            runs: 0,
+        })
+    }
+
+    /// The endpoint's address.
+    pub fn address(&self) -> tagmatch::Address {
+        self.ep.address()
+    }
+
+    /// Whether the client said it is done.
+    pub fn done(&self) -> bool {
+        matches!(self.phase, Phase::Quit)
+    }
+
+    /// Progresses once without blocking and handles what completed; returns how many
+    /// completions it handled.
+    pub fn step(&mut self) -> Result<usize, tagmatch::Error> {
+        self.step_timeout(Duration::ZERO)
+    }
+
+    /// [`Server::step`], blocking at most `timeout` when nothing is ready.
+    pub fn step_timeout(&mut self, timeout: Duration) -> Result<usize, tagmatch::Error> {
+        self.ep.progress_timeout(timeout)?;
+        let mut n = 0;
+        while let Some(c) = self.ep.poll_completion() {
+            n += 1;
+            self.on_completion(c)?;
+        }
+        Ok(n)
+    }
+
+    fn on_completion(&mut self, c: Completion) -> Result<(), tagmatch::Error> {
+        if c.kind == OpKind::Send {
+            c.into_result()?;
+            return Ok(());
+        }
+        let c = c.into_result()?;
+        if Some(c.request) == self.ctrl {
+            self.ctrl = None;
+            return self.on_ctrl(c);
+        }
+        if c.kind != OpKind::Recv {
+            return Ok(());
+        }
+        let client = self
+            .client
+            .ok_or(tagmatch::Error::UnknownRequest(c.request))?;
+        match &mut self.phase {
+            Phase::Lat { left, size } => {
+                let size = *size;
+                *left -= 1;
+                let more = *left > 0;
+                if more {
+                    let _ = self.ep.trecv(client, DATA, size)?;
+                } else {
+                    self.phase = Phase::Idle;
+                    self.ctrl = Some(self.ep.trecv(client, CTRL, CTRL_LEN)?);
+                }
+                let _ = self.ep.tsend(client, DATA, c.data)?;
+            }
+            Phase::Bw {
+                left_to_post,
+                left,
+                size,
+            } => {
+                *left -= 1;
+                if *left_to_post > 0 {
+                    *left_to_post -= 1;
+                    let size = *size;
+                    let _ = self.ep.trecv(client, DATA, size)?;
+                }
+                if *left == 0 {
+                    self.phase = Phase::Idle;
+                    self.ctrl = Some(self.ep.trecv(client, CTRL, CTRL_LEN)?);
+                    let _ = self.ep.tsend(client, ACK, vec![1u8])?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn on_ctrl(&mut self, c: Completion) -> Result<(), tagmatch::Error> {
+        let client = c.source.ok_or(tagmatch::Error::UnknownRequest(c.request))?;
+        self.client = Some(client);
+        if let Phase::Rma { .. } = self.phase {
+            if let Phase::Rma { region } = std::mem::replace(&mut self.phase, Phase::Idle) {
+                self.ep.deregister(region)?;
+            }
+        }
+        let w = |i: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&c.data[i..i + 8]);
+            u64::from_le_bytes(b)
+        };
+        if c.data.len() < CTRL_LEN || c.data[0] == QUIT {
+            self.phase = Phase::Quit;
+            return Ok(());
+        }
+        let (size, iters, window) = (w(8) as usize, w(16), w(24).max(1));
+        let test = Test::from_code(c.data[0]).unwrap_or(Test::TagLat);
+        self.runs += 1;
+        let mut key = [0u8; 24];
+        match test {
+            Test::TagLat => {
+                self.phase = Phase::Lat { left: iters, size };
+                let _ = self.ep.trecv(client, DATA, size)?;
+            }
+            Test::TagBw | Test::TagMsgrate => {
+                let first = window.min(iters);
+                for _ in 0..first {
+                    let _ = self.ep.trecv(client, DATA, size)?;
+                }
+                self.phase = Phase::Bw {
+                    left_to_post: iters - first,
+                    left: iters,
+                    size,
+                };
+            }
+            Test::PutBw | Test::GetBw => {
+                let region = self.ep.register(vec![0x5a; size.max(8)])?;
+                key = region.remote_key().to_bytes();
+                self.phase = Phase::Rma { region };
+            }
+        }
+        if !matches!(self.phase, Phase::Lat { .. } | Phase::Bw { .. }) {
+            self.ctrl = Some(self.ep.trecv(client, CTRL, CTRL_LEN)?);
+        }
+        let _ = self.ep.tsend(client, REPLY, key.to_vec())?;
+        Ok(())
+    }
+}
+
+/// Runs `tagmatch perf server`.
+fn run_server(a: ServerArgs) -> Result<(), Error> {
+    let bind = a
+        .bind
+        .parse()
+        .map_err(|_| Error::new("perf server", format!("--bind {:?}: not IP:PORT", a.bind)))?;
+    let ep = Endpoint::builder()
+        .udp(bind)
+        .path_mtu(a.path_mtu)
+        .build()
+        .map_err(fe("perf server"))?;
+    let mut s = Server::new(ep).map_err(fe("perf server"))?;
+    input::print_line(&format!(
+        "tagmatch perf server listening on {}",
+        s.address()
+    ))
+    .map_err(|e| Error::new("perf server", e))?;
+    loop {
+        // Spin while busy (lowest latency), block in poll(2) when idle.
+        let mut idle = 0u32;
+        while !s.done() {
+            let t = if idle > SPINS {
+                IDLE_WAIT
+            } else {
+                Duration::ZERO
+            };
+            match s.step_timeout(t).map_err(fe("perf server"))? {
+                0 => idle = idle.saturating_add(1),
+                _ => idle = 0,
+            }
+        }
+        s.ep.flush(Duration::from_secs(2))
+            .map_err(fe("perf server"))?;
+        if a.stats {
+            eprintln!("{}", s.ep.stats());
+        }
+        if !a.forever {
+            return Ok(());
+        }
+        s.phase = Phase::Idle;
+        s.ctrl = Some(
+            s.ep.trecv(tagmatch::ANY_SOURCE, CTRL, CTRL_LEN)
+                .map_err(fe("perf server"))?,
+        );
+    }
+}
+
+// ---------------------------------------------------------------- client
+
+/// The client's endpoint and, in-process, the server it drives.
+struct Client {
+    ep: Endpoint,
+    server: Peer,
+    local: Option<Server>,
+    sends: VecDeque<Request>,
+}
+
+impl Client {
+    fn pump(&mut self, spins: u32) -> Result<(), tagmatch::Error> {
+        match &mut self.local {
+            Some(s) => {
+                self.ep.progress()?;
+                s.step()?;
+            }
+            None if spins > SPINS => {
+                self.ep.progress_timeout(IDLE_WAIT)?;
+            }
+            None => {
+                self.ep.progress()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn wait(&mut self, r: Request) -> Result<Completion, tagmatch::Error> {
+        let start = Instant::now();
+        let mut n = 0u32;
+        loop {
+            if let Some(c) = self.ep.take_completion(r) {
+                return c.into_result();
+            }
+            self.pump(n)?;
+            n = n.wrapping_add(1);
+            if n % 4096 == 0 && start.elapsed() > Duration::from_secs(30) {
+                return Err(tagmatch::Error::Timeout {
+                    request: r,
+                    limit_ms: 30_000,
+                });
+            }
+        }
+    }
+
+    /// Takes the send completions that are ready; waits while more than `keep` are
+    /// outstanding.
+    fn reap_sends(&mut self, keep: usize) -> Result<(), tagmatch::Error> {
+        while let Some(&s) = self.sends.front() {
+            if self.sends.len() > keep {
+                self.wait(s)?;
+            } else if let Some(c) = self.ep.take_completion(s) {
+                c.into_result()?;
+            } else {
+                break;
+            }
+            self.sends.pop_front();
+        }
+        Ok(())
+    }
+
+    fn ctrl(
+        &mut self,
+        test: u8,
+        size: usize,
+        iters: u64,
+        window: u64,
+    ) -> Result<RemoteKey, tagmatch::Error> {
+        let reply = self.ep.trecv(self.server, REPLY, 24)?;
+        let mut b = vec![0u8; CTRL_LEN];
+        b[0] = test;
+        b[8..16].copy_from_slice(&(size as u64).to_le_bytes());
+        b[16..24].copy_from_slice(&iters.to_le_bytes());
+        b[24..32].copy_from_slice(&window.to_le_bytes());
+        let s = self.ep.tsend(self.server, CTRL, b)?;
+        self.sends.push_back(s);
+        let c = self.wait(reply)?;
+        Ok(RemoteKey::from_bytes(&c.data).unwrap_or(RemoteKey {
+            addr: 0,
+            key: 0,
+            len: 0,
+        }))
+    }
+
+    /// One run; returns per-iteration round trips (latency test) and the elapsed time.
+    fn run(
+        &mut self,
+        test: Test,
+        size: usize,
+        iters: u64,
+        window: u64,
+        progress: &mut Progress,
+    ) -> Result<(Vec<u64>, Duration), tagmatch::Error> {
+        let key = self.ctrl(test.code(), size, iters, window)?;
+        let mut rtts = Vec::new();
+        let start = Instant::now();
+        match test {
+            Test::TagLat => {
+                rtts.reserve(iters as usize);
+                let mut buf = vec![0xa5u8; size];
+                for i in 0..iters {
+                    let t0 = Instant::now();
+                    let r = self.ep.trecv(self.server, DATA, size)?;
+                    let s = self.ep.tsend(self.server, DATA, buf)?;
+                    self.sends.push_back(s);
+                    buf = self.wait(r)?.data;
+                    rtts.push(t0.elapsed().as_nanos() as u64);
+                    self.reap_sends(8)?;
+                    progress.tick(i + 1, iters);
+                }
+            }
+            Test::TagBw | Test::TagMsgrate => {
+                let ack = self.ep.trecv(self.server, ACK, 1)?;
+                let w = window.max(1) as usize;
+                for i in 0..iters {
+                    self.reap_sends(w - 1)?;
+                    let s = self.ep.tsend(self.server, DATA, vec![0xa5u8; size])?;
+                    self.sends.push_back(s);
+                    progress.tick(i + 1, iters);
+                }
+                self.reap_sends(0)?;
+                self.wait(ack)?;
+            }
+            Test::PutBw | Test::GetBw => {
+                let w = window.max(1) as usize;
+                let mut ops = VecDeque::with_capacity(w);
+                for i in 0..iters {
+                    if ops.len() >= w {
+                        if let Some(r) = ops.pop_front() {
+                            self.wait(r)?;
+                        }
+                    }
+                    let r = if test == Test::PutBw {
+                        self.ep.write(self.server, vec![0xa5u8; size], key.at(0))?
+                    } else {
+                        self.ep.read(self.server, size, key.at(0))?
+                    };
+                    ops.push_back(r);
+                    progress.tick(i + 1, iters);
+                }
+                while let Some(r) = ops.pop_front() {
+                    self.wait(r)?;
+                }
+            }
+        }
+        let elapsed = start.elapsed();
+        progress.clear();
+        Ok((rtts, elapsed))
+    }
+}
+
+/// A running line on stderr when it is a terminal and the run is long.
+struct Progress {
+    on: bool,
+    label: String,
+    last: Instant,
+    shown: bool,
+}
+
+impl Progress {
+    fn tick(&mut self, done: u64, total: u64) {
+        if !self.on || done % 256 != 0 || self.last.elapsed() < Duration::from_millis(250) {
+            return;
+        }
+        self.last = Instant::now();
+        self.shown = true;
+        let _ = write!(
+            std::io::stderr(),
+            "\r{} {done}/{total} ({:.0}%)  ",
+            self.label,
+            done as f64 * 100.0 / total as f64
+        );
+    }
+
+    fn clear(&mut self) {
+        if self.shown {
+            let _ = write!(std::io::stderr(), "\r{:60}\r", "");
+            self.shown = false;
+        }
+    }
+}
+
+fn percentile(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)] as f64
+}
+
+/// Runs the tests of `a` and returns one row per size (used by the command and tests).
+pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
+    let ctx = "perf client";
+    let sizes = parse_sizes(&a.size).map_err(|e| Error::new(ctx, e))?;
+    if a.window == 0 {
+        return Err(Error::new(ctx, "--window: must be at least 1"));
+    }
+    if a.iters == Some(0) {
+        return Err(Error::new(ctx, "--iters: must be at least 1"));
+    }
+    if matches!(a.test, Test::PutBw | Test::GetBw) && sizes.contains(&0) {
+        return Err(Error::new(
+            ctx,
+            format!("--size 0 is not allowed for {}", a.test.name()),
+        ));
+    }
+    let (transport, mut client) = match a.transport.as_str() {
+        "mem" => {
+            if let Some(addr) = &a.addr {
+                return Err(Error::new(ctx, format!("--transport mem runs both sides in this process: drop the address {addr:?}")));
+            }
+            let fabric = MemFabric::new();
+            let sep = Endpoint::builder().mem(&fabric).build().map_err(fe(ctx))?;
+            let server = Server::new(sep).map_err(fe(ctx))?;
+            let mut ep = Endpoint::builder().mem(&fabric).build().map_err(fe(ctx))?;
+            let peer = ep.insert_peer(&server.address()).map_err(fe(ctx))?;
+            (
+                "mem",
+                Client {
+                    ep,
+                    server: peer,
+                    local: Some(server),
+                    sends: VecDeque::new(),
+                },
+            )
+        }
+        "udp" => {
+            let addr = a.addr.as_deref().ok_or_else(|| Error::new(ctx, "missing the server address (udp://IP:PORT/CONNID, as `tagmatch perf server` prints it)"))?;
+            let server: tagmatch::Address = addr.parse().map_err(fe(ctx))?;
+            let bind = match server {
+                tagmatch::Address::Udp(u) if u.sock.is_ipv6() => "[::1]:0",
+                _ => "127.0.0.1:0",
+            };
+            let mut ep = Endpoint::builder()
+                .udp(bind.parse().map_err(|_| Error::new(ctx, "bind address"))?)
+                .path_mtu(a.path_mtu)
+                .build()
+                .map_err(fe(ctx))?;
+            let peer = ep.insert_peer(&server).map_err(fe(ctx))?;
+            (
+                "udp",
+                Client {
+                    ep,
+                    server: peer,
+                    local: None,
+                    sends: VecDeque::new(),
+                },
+            )
+        }
+        "verbs" => {
+            return Err(Error::new(
+                ctx,
+                "--transport verbs: the verbs transport is not implemented yet; use udp or mem",
+            ))
+        }
+        other => {
+            return Err(Error::new(
+                ctx,
+                format!("--transport {other:?}: expected udp or mem"),
+            ))
+        }
+    };
+    let mut rows = Vec::new();
+    let mut result = Ok(());
+    for &size in &sizes {
+        let iters = a.iters.unwrap_or_else(|| default_iters(a.test, size));
+        let warm = (iters / 10).clamp(1, 2000);
+        let mut progress = Progress {
+            on: std::io::stderr().is_terminal(),
+            label: format!("{} {size} B", a.test.name()),
+            last: Instant::now(),
+            shown: false,
+        };
+        let mut quiet = Progress {
+            on: false,
+            label: String::new(),
+            last: Instant::now(),
+            shown: false,
+        };
+        let r = client
+            .run(a.test, size, warm, a.window, &mut quiet)
+            .and_then(|_| client.run(a.test, size, iters, a.window, &mut progress));
+        let (mut rtts, elapsed) = match r {
+            Ok(x) => x,
+            Err(e) => {
+                result = Err(Error::new(
+                    ctx,
+                    format!("{} size {size}: {e}", a.test.name()),
+                ));
+                break;
+            }
+        };
+        let secs = elapsed.as_secs_f64().max(1e-12);
+        let row = if a.test == Test::TagLat {
+            rtts.sort_unstable();
+            let one_way = secs / iters as f64 / 2.0;
+            Row {
+                test: a.test.name(),
+                transport,
+                size,
+                iters,
+                lat_p50_us: Some(percentile(&rtts, 0.5) / 2e3),
+                lat_p99_us: Some(percentile(&rtts, 0.99) / 2e3),
+                lat_avg_us: one_way * 1e6,
+                bw_mbs: size as f64 / one_way / 1e6,
+                msgrate_mmsgs: 1.0 / one_way / 1e6,
+            }
+        } else {
+            Row {
+                test: a.test.name(),
+                transport,
+                size,
+                iters,
+                lat_p50_us: None,
+                lat_p99_us: None,
+                lat_avg_us: secs / iters as f64 * 1e6,
+                bw_mbs: size as f64 * iters as f64 / secs / 1e6,
+                msgrate_mmsgs: iters as f64 / secs / 1e6,
+            }
+        };
+        if a.json {
+            input::print_line(&row.json().to_string()).map_err(|e| Error::new(ctx, e))?;
+        }
+        rows.push(row);
+    }
+    // Tell the server we are done, whatever happened.
+    if client.ctrl(QUIT, 0, 0, 0).is_ok() || result.is_ok() {
+        let _ = client.reap_sends(0);
+        let _ = client.ep.flush(Duration::from_secs(2));
+    }
+    if a.stats {
+        eprintln!("{}", client.ep.stats());
+    }
+    result.map(|()| rows)
+}
+
+/// The final table.
+pub fn table(rows: &[Row]) -> String {
+    let mut out = vec![format!(
+        "{:<12} {:<5} {:>10} {:>8} {:>10} {:>10} {:>10} {:>12} {:>10}",
+        "test", "tport", "size", "iters", "p50 µs", "p99 µs", "avg µs", "MB/s", "Mmsg/s"
+    )];
+    let opt = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.3}"));
+    for r in rows {
+        out.push(format!(
+            "{:<12} {:<5} {:>10} {:>8} {:>10} {:>10} {:>10.3} {:>12.1} {:>10.4}",
+            r.test,
+            r.transport,
+            r.size,
+            r.iters,
+            opt(r.lat_p50_us),
+            opt(r.lat_p99_us),
+            r.lat_avg_us,
+            r.bw_mbs,
+            r.msgrate_mmsgs
+        ));
+    }
+    out.join("\n")
+}
+
+/// Latency (p50, or average for the bandwidth tests) and bandwidth against size, as an
+/// SVG of two panels with a logarithmic size axis. Written by hand: a few dozen lines of
+/// text, no plotting dependency.
+pub fn svg(rows: &[Row]) -> String {
+    let (w, h, pad) = (420.0, 300.0, 50.0);
+    let panel = |x0: f64, title: &str, unit: &str, ys: Vec<f64>| -> String {
+        let mut s = String::new();
+        let sizes: Vec<f64> = rows.iter().map(|r| (r.size.max(1) as f64).log2()).collect();
+        let (xmin, xmax) = sizes
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(a, b), v| (a.min(*v), b.max(*v)));
+        let xspan = if xmax > xmin { xmax - xmin } else { 1.0 };
+        let ymax = ys.iter().cloned().fold(0.0f64, f64::max).max(1e-9) * 1.1;
+        let px = |x: f64| x0 + pad + (x - xmin) / xspan * (w - 2.0 * pad);
+        let py = |y: f64| h - pad - y / ymax * (h - 2.0 * pad);
+        s += &format!(
+            "<text x=\"{}\" y=\"20\" font-size=\"14\" text-anchor=\"middle\">{title}</text>\n",
+            x0 + w / 2.0
+        );
+        s += &format!("<line x1=\"{a}\" y1=\"{b}\" x2=\"{c}\" y2=\"{b}\" stroke=\"black\"/><line x1=\"{a}\" y1=\"{d}\" x2=\"{a}\" y2=\"{b}\" stroke=\"black\"/>\n", a = x0 + pad, b = h - pad, c = x0 + w - pad, d = pad);
+        s += &format!("<text x=\"{}\" y=\"{}\" font-size=\"11\" text-anchor=\"middle\">message size (bytes, log scale)</text>\n", x0 + w / 2.0, h - 12.0);
+        s += &format!(
+            "<text x=\"{}\" y=\"{}\" font-size=\"11\">{unit} (max {:.3})</text>\n",
+            x0 + 4.0,
+            pad - 8.0,
+            ymax / 1.1
+        );
+        let pts: Vec<String> = sizes
+            .iter()
+            .zip(&ys)
+            .map(|(x, y)| format!("{:.1},{:.1}", px(*x), py(*y)))
+            .collect();
+        s += &format!(
+            "<polyline fill=\"none\" stroke=\"steelblue\" stroke-width=\"2\" points=\"{}\"/>\n",
+            pts.join(" ")
+        );
+        for ((x, y), r) in sizes.iter().zip(&ys).zip(rows) {
+            s += &format!("<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"steelblue\"/><text x=\"{:.1}\" y=\"{}\" font-size=\"9\" text-anchor=\"middle\">{}</text>\n", px(*x), py(*y), px(*x), h - pad + 14.0, r.size);
+        }
+        s
+    };
+    let test = rows.first().map_or("", |r| r.test);
+    let lat = rows
+        .iter()
+        .map(|r| r.lat_p50_us.unwrap_or(r.lat_avg_us))
+        .collect();
+    let bw = rows.iter().map(|r| r.bw_mbs).collect();
+    format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{h}\" font-family=\"sans-serif\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n{}{}</svg>\n",
+        2.0 * w,
+        panel(0.0, &format!("{test}: latency"), "µs", lat),
+        panel(w, &format!("{test}: bandwidth"), "MB/s", bw)
+    )
+}
+
+/// Runs `tagmatch perf`.
+pub fn run(args: Args) -> Result<(), Error> {
+    match args.role {
+        Role::Server(a) => run_server(a),
+        Role::Client(a) => {
+            let rows = measure(&a)?;
+            if !a.json {
+                input::print_line(&table(&rows)).map_err(|e| Error::new("perf client", e))?;
+            }
+            if let Some(p) = &a.plot {
+                std::fs::write(p, svg(&rows)).map_err(|e| {
+                    Error::new("perf client", format!("--plot {}: {e}", p.display()))
+                })?;
+            }
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_suffixes_and_reject_garbage() {
+        assert_eq!(parse_sizes("8,4k,1M").unwrap(), vec![8, 4096, 1 << 20]);
+        for bad in ["", "x", "8,", "-1", "2g0", "4096g"] {
+            assert!(parse_sizes(bad).is_err(), "{bad}");
+        }
+    }
+
+    fn args(test: Test, size: &str) -> ClientArgs {
+        ClientArgs {
+            addr: None,
+            transport: "mem".into(),
+            test,
+            size: size.into(),
+            iters: Some(20),
+            window: 8,
+            json: false,
+            plot: None,
+            path_mtu: 9000,
+            stats: false,
+        }
+    }
+
+    #[test]
+    fn every_test_in_process() {
+        for t in [
+            Test::TagLat,
+            Test::TagBw,
+            Test::TagMsgrate,
+            Test::PutBw,
+            Test::GetBw,
+        ] {
+            let rows = measure(&args(t, "8,20k")).unwrap();
+            assert_eq!(rows.len(), 2, "{t:?}");
+            assert!(
+                rows.iter().all(|r| r.bw_mbs > 0.0 && r.msgrate_mmsgs > 0.0),
+                "{t:?}"
+            );
+            assert_eq!(rows[0].lat_p50_us.is_some(), t == Test::TagLat);
+            let svg = svg(&rows);
+            assert!(svg.starts_with("<svg") && svg.contains("polyline"));
+            assert_eq!(table(&rows).lines().count(), 3);
+        }
+    }
+
+    #[test]
+    fn bad_arguments_are_errors() {
+        let mut a = args(Test::PutBw, "0");
+        assert!(measure(&a).unwrap_err().to_string().contains("--size 0"));
+        a.size = "8".into();
+        a.window = 0;
+        assert!(measure(&a).unwrap_err().to_string().contains("--window"));
+        a.window = 1;
+        a.transport = "tcp".into();
+        assert!(measure(&a).unwrap_err().to_string().contains("--transport"));
+        a.transport = "udp".into();
+        assert!(measure(&a)
+            .unwrap_err()
+            .to_string()
+            .contains("missing the server address"));
+        a.addr = Some("udp://nope".into());
+        assert!(measure(&a)
+            .unwrap_err()
+            .to_string()
+            .contains("invalid address"));
+    }
+}

@@ -1,0 +1,188 @@
+//! Black-box tests of `tagmatch demo` (live, both transports) and `tagmatch perf` (in
+//! process, and server + client processes over loopback UDP). No wall-clock assertions:
+//! only that runs finish, pass and print well-formed tables and JSON.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tagmatch");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn tagmatch")
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = run(args);
+    assert!(
+        o.status.success(),
+        "{args:?}: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn fails(args: &[&str]) -> String {
+    let o = run(args);
+    assert_eq!(o.status.code(), Some(1), "{args:?}");
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    err
+}
+
+const SUBPROTOCOLS: [&str; 16] = [
+    "eager",
+    "eager + CQ data + DC",
+    "eager untagged",
+    "medium",
+    "long-CTS",
+    "long-CTS + DC",
+    "long-read",
+    "runting read",
+    "direct write",
+    "direct read",
+    "eager write",
+    "long-CTS write",
+    "long-read write",
+    "short read",
+    "long-CTS read",
+    "atomics (cswap, fetch-add)",
+];
+
+fn check_demo_table(out: &str, transport: &str) {
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("subprotocol"), "{out}");
+    for name in SUBPROTOCOLS {
+        let line = lines
+            .iter()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with("  "))
+            .unwrap_or_else(|| panic!("no line for {name}: {out}"));
+        assert!(line.ends_with(" ok"), "{line}");
+    }
+    assert_eq!(lines.len(), SUBPROTOCOLS.len() + 2, "{out}");
+    let last = lines[lines.len() - 1];
+    assert!(
+        last.starts_with(&format!("16 of 16 subprotocols ok over {transport}")),
+        "{last}"
+    );
+}
+
+#[test]
+fn demo_runs_every_subprotocol_in_process() {
+    check_demo_table(&ok(&["demo"]), "mem");
+}
+
+#[test]
+fn demo_runs_every_subprotocol_between_two_processes_over_udp() {
+    check_demo_table(&ok(&["demo", "--transport", "udp"]), "udp");
+}
+
+#[test]
+fn demo_rejects_bad_arguments() {
+    assert!(fails(&["demo", "--transport", "carrier-pigeon"]).contains("expected mem or udp"));
+    assert!(fails(&["demo", "--transport", "verbs"]).contains("not implemented yet"));
+    assert!(fails(&["demo", "--hex"]).contains("--packets"));
+}
+
+#[test]
+fn perf_in_process_json_table_and_plot() {
+    for test in ["tag_lat", "tag_bw", "tag_msgrate", "put_bw", "get_bw"] {
+        let out = ok(&[
+            "perf",
+            "client",
+            "--transport",
+            "mem",
+            "--test",
+            test,
+            "--size",
+            "8,4k",
+            "--iters",
+            "50",
+            "--json",
+        ]);
+        let rows: Vec<Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+            .collect();
+        assert_eq!(rows.len(), 2, "{out}");
+        for (r, size) in rows.iter().zip([8, 4096]) {
+            assert_eq!(r["test"], test);
+            assert_eq!(r["size"], size);
+            assert_eq!(r["iters"], 50);
+            assert!(r["bw_mbs"].as_f64().unwrap() > 0.0);
+            assert!(r["msgrate_mmsgs"].as_f64().unwrap() > 0.0);
+            assert_eq!(r["lat_p50_us"].is_number(), test == "tag_lat", "{r}");
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("tagmatch-perf-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("lat.svg");
+    let out = ok(&[
+        "perf",
+        "client",
+        "--transport",
+        "mem",
+        "--size",
+        "8,1k,64k",
+        "--iters",
+        "100",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(out.lines().next().unwrap().starts_with("test"));
+    assert_eq!(out.lines().count(), 4, "{out}");
+    let s = std::fs::read_to_string(&svg).unwrap();
+    assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));
+    assert_eq!(s.matches("<polyline").count(), 2);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn perf_server_and_client_over_loopback_udp() {
+    let mut server = Command::new(BIN)
+        .args(["perf", "server", "--bind", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line.trim().rsplit(' ').next().unwrap().to_owned();
+    assert!(addr.starts_with("udp://127.0.0.1:"), "{line}");
+    // The server serves one client (any number of sizes) and exits.
+    let out = ok(&[
+        "perf", "client", &addr, "--test", "tag_lat", "--size", "8,64k", "--iters", "100", "--json",
+    ]);
+    assert_eq!(out.lines().count(), 2, "{out}");
+    assert!(server.wait().unwrap().success());
+}
+
+#[test]
+fn perf_rejects_bad_arguments() {
+    let c = |extra: &[&str]| {
+        let mut a = vec!["perf", "client", "--transport", "mem"];
+        a.extend_from_slice(extra);
+        fails(&a)
+    };
+    assert!(c(&["--size", "12q"]).contains("--size"));
+    assert!(c(&["--test", "put_bw", "--size", "0"]).contains("--size 0"));
+    assert!(c(&["--window", "0"]).contains("--window"));
+    assert!(c(&["--iters", "0"]).contains("--iters"));
+    assert!(fails(&["perf", "client", "udp://nowhere"]).contains("invalid address"));
+    assert!(fails(&["perf", "client"]).contains("missing the server address"));
+    assert!(fails(&["perf", "server", "--bind", "nope"]).contains("--bind"));
+    // clap rejects an unknown test with its usage status.
+    assert_eq!(
+        run(&["perf", "client", "--test", "nope"]).status.code(),
+        Some(2)
+    );
+}
