@@ -8,6 +8,7 @@
 //! Std-only on purpose: a fresh CI clone compiles this crate before anything else.
 
 mod apt;
+mod bench_peers;
 mod ci;
 mod cmd;
 mod fuzz;
@@ -52,6 +53,10 @@ COMMANDS:
             Installs what it needs (qemu-system-x86 busybox-static libibverbs-dev
             ibverbs-utils libclang-dev iproute2 kmod); the kernel package is only
             downloaded and unpacked into <target>/vm/, never installed.
+    bench-peers
+            tagmatch perf side by side with UCX (ucx_perftest: self, tcp) and libfabric
+            (fi_pingpong, tcp;ofi_rxm) on loopback; installs ucx-utils libfabric-bin;
+            prints the ratios. Not part of ci (it measures).
     apt     Install Debian packages that are missing (apt-get update once, then
             apt-get install -y --no-install-recommends), as root or via sudo.
     help    Print this help.
@@ -108,6 +113,10 @@ fn run(args: Vec<String>) -> Result<()> {
         "ci" => cmd_ci(args),
         "fuzz" => cmd_fuzz(args),
         "apt" => cmd_apt(args),
+        "bench-peers" => match args.next().as_deref() {
+            None => bench_peers::run(&workspace_root()),
+            Some(other) => Err(unexpected("bench-peers", other)),
+        },
         "vm-test" => cmd_vm_test(args),
         "soak" => cmd_soak(args),
         "netns" => match netns::run(&workspace_root())? {

@@ -1,0 +1,359 @@
+//! `cargo xtask bench-peers`: `tagmatch perf` side by side with UCX (`ucx_perftest`,
+//! Debian `ucx-utils`) and libfabric (`fi_pingpong`, Debian `libfabric-bin`) on this
+//! machine, in this session, on loopback only (127.0.0.1), and the ratios.
+//!
+//! | row | tagmatch | peer |
+//! |---|---|---|
+//! | in-process 8 B latency | `perf client --transport mem --test tag_lat` | `UCX_TLS=self ucx_perftest -l -t tag_lat` |
+//! | in-process 8 B message rate | `--test tag_msgrate` | `UCX_TLS=self ucx_perftest -l -t tag_bw -s 8` |
+//! | loopback 8 B latency | UDP `perf server` + `perf client --test tag_lat` | `UCX_TLS=tcp ucx_perftest`, `fi_pingpong -p "tcp;ofi_rxm" -e rdm -m tagged` |
+//! | loopback 1 MiB bandwidth | `--test tag_bw --size 1m` | `UCX_TLS=tcp ucx_perftest -t tag_bw` |
+//! | loopback 1 MiB ping-pong bandwidth | `--test tag_lat --size 1m` | `fi_pingpong -S 1048576` |
+//!
+//! Debian ships `fi_pingpong` but not the fabtests (`fi_rdm_tagged_bw`), so the
+//! libfabric bandwidth row is ping-pong bandwidth, compared with tagmatch's ping-pong
+//! bandwidth. Latencies are one-way (half the round trip), as `ucx_perftest` and
+//! `fi_pingpong` print them; MB is 10^6 bytes (UCX's MB/s, which are 2^20 bytes, are
+//! converted). Not part of `cargo xtask ci`: it measures, it does not check.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::thread::sleep;
+use std::time::Duration;
+
+use crate::apt::ensure_apt;
+use crate::cmd::Cmd;
+use crate::Result;
+
+/// One measured figure.
+struct Figure {
+    what: &'static str,
+    unit: &'static str,
+    higher_is_better: bool,
+    tagmatch: f64,
+    peers: Vec<(&'static str, Option<f64>)>,
+}
+
+fn spawn(program: &str, args: &[&str], env: &[(&str, &str)]) -> Result<Child> {
+    let mut c = Command::new(program);
+    c.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    Ok(c.spawn().map_err(|e| format!("spawning {program}: {e}"))?)
+}
+
+fn output(program: &str, args: &[&str], env: &[(&str, &str)]) -> Result<String> {
+    let mut c = Command::new(program);
+    c.args(args).stdin(Stdio::null());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = c.output().map_err(|e| format!("running {program}: {e}"))?;
+    if !o.status.success() {
+        return Err(format!(
+            "{program} {}: {}\n{}",
+            args.join(" "),
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+        )
+        .into());
+    }
+    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+fn finish(mut c: Child) {
+    // The peer servers exit after one client; give them a moment, then make sure.
+    for _ in 0..50 {
+        if let Ok(Some(_)) = c.try_wait() {
+            return;
+        }
+        sleep(Duration::from_millis(100));
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+}
+
+/// `ucx_perftest -f -v` prints a CSV header and one line:
+/// iterations,50.0_percentile_lat,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,overall_mr
+fn ucx_csv(out: &str) -> Result<Vec<f64>> {
+    let line = out
+        .lines()
+        .rev()
+        .find(|l| {
+            l.split(',').count() == 8 && l.split(',').all(|f| f.trim().parse::<f64>().is_ok())
+        })
+        .ok_or_else(|| format!("no result line in ucx_perftest output:\n{out}"))?;
+    Ok(line
+        .split(',')
+        .map(|f| f.trim().parse().unwrap_or(0.0))
+        .collect())
+}
+
+fn ucx_self(test: &str, size: &str, iters: &str) -> Result<Vec<f64>> {
+    let out = output(
+        "ucx_perftest",
+        &[
+            "-l", "-t", test, "-s", size, "-n", iters, "-w", "10000", "-f", "-v",
+        ],
+        &[("UCX_TLS", "self")],
+    )?;
+    ucx_csv(&out)
+}
+
+fn ucx_tcp(test: &str, size: &str, iters: &str, port: &str) -> Result<Vec<f64>> {
+    let env = [("UCX_TLS", "tcp"), ("UCX_NET_DEVICES", "lo")];
+    let server = spawn("ucx_perftest", &["-p", port], &env)?;
+    sleep(Duration::from_millis(700));
+    let out = output(
+        "ucx_perftest",
+        &[
+            "127.0.0.1",
+            "-p",
+            port,
+            "-t",
+            test,
+            "-s",
+            size,
+            "-n",
+            iters,
+            "-w",
+            "100",
+            "-f",
+            "-v",
+        ],
+        &env,
+    );
+    finish(server);
+    ucx_csv(&out?)
+}
+
+/// `fi_pingpong` prints `bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec`.
+fn fi_pingpong(size: &str, iters: &str, port: &str) -> Result<(f64, f64)> {
+    let common = [
+        "-p",
+        "tcp;ofi_rxm",
+        "-e",
+        "rdm",
+        "-m",
+        "tagged",
+        "-S",
+        size,
+        "-I",
+        iters,
+    ];
+    let mut sargs = common.to_vec();
+    sargs.extend(["-B", port]);
+    let server = spawn("fi_pingpong", &sargs, &[])?;
+    sleep(Duration::from_millis(700));
+    let mut cargs = common.to_vec();
+    cargs.extend(["-P", port, "127.0.0.1"]);
+    let out = output("fi_pingpong", &cargs, &[]);
+    finish(server);
+    let out = out?;
+    let line = out
+        .lines()
+        .rev()
+        .find(|l| l.split_whitespace().count() == 8 && !l.starts_with("bytes"))
+        .ok_or_else(|| format!("no result line in fi_pingpong output:\n{out}"))?;
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let mbs: f64 = f[5]
+        .parse()
+        .map_err(|_| format!("fi_pingpong MB/sec {:?}", f[5]))?;
+    let usec: f64 = f[6]
+        .parse()
+        .map_err(|_| format!("fi_pingpong usec {:?}", f[6]))?;
+    Ok((usec, mbs))
+}
+
+/// One JSON row of `tagmatch perf --json`, fields by name (xtask has no JSON parser).
+fn field(json: &str, name: &str) -> Result<f64> {
+    let key = format!("\"{name}\":");
+    let at = json
+        .find(&key)
+        .ok_or_else(|| format!("no {name} in {json}"))?
+        + key.len();
+    let rest = &json[at..];
+    let end = rest.find([',', '}']).unwrap_or(rest.len());
+    Ok(rest[..end]
+        .trim()
+        .parse()
+        .map_err(|_| format!("{name} in {json}"))?)
+}
+
+fn tagmatch_mem(bin: &Path, test: &str, size: &str, iters: &str) -> Result<String> {
+    output(
+        &bin.to_string_lossy(),
+        &[
+            "perf",
+            "client",
+            "--transport",
+            "mem",
+            "--test",
+            test,
+            "--size",
+            size,
+            "--iters",
+            iters,
+            "--json",
+        ],
+        &[],
+    )
+}
+
+fn tagmatch_udp(bin: &Path, test: &str, size: &str, iters: &str) -> Result<String> {
+    let b = bin.to_string_lossy().into_owned();
+    let mut server = spawn(&b, &["perf", "server", "--bind", "127.0.0.1:0"], &[])?;
+    let mut line = String::new();
+    if let Some(out) = server.stdout.take() {
+        BufReader::new(out).read_line(&mut line)?;
+    }
+    let addr = line.split_whitespace().last().unwrap_or("").to_owned();
+    let out = output(
+        &b,
+        &[
+            "perf", "client", &addr, "--test", test, "--size", size, "--iters", iters, "--json",
+        ],
+        &[],
+    );
+    finish(server);
+    out
+}
+
+/// Runs the comparison and prints the table (markdown, for docs/benchmarks.md).
+pub fn run(root: &Path) -> Result<()> {
+    ensure_apt(&["ucx-utils", "libfabric-bin"])?;
+    Cmd::cargo()
+        .args(["build", "--release", "-p", "tagmatch-cli"])
+        .current_dir(root)
+        .run()?;
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let bin = target.join("release").join("tagmatch");
+    const UCX_MB: f64 = 1.048_576; // UCX's MB/s are 2^20 B/s
+
+    println!("bench-peers: in-process …");
+    let t_lat = tagmatch_mem(&bin, "tag_lat", "8", "100000")?;
+    let t_rate = tagmatch_mem(&bin, "tag_msgrate", "8", "200000")?;
+    let u_lat = ucx_self("tag_lat", "8", "1000000");
+    let u_rate = ucx_self("tag_bw", "8", "1000000");
+
+    println!("bench-peers: loopback …");
+    let tu_lat = tagmatch_udp(&bin, "tag_lat", "8", "20000")?;
+    let tu_bw = tagmatch_udp(&bin, "tag_bw", "1m", "2000")?;
+    let tu_pp = tagmatch_udp(&bin, "tag_lat", "1m", "500")?;
+    let uc_lat = ucx_tcp("tag_lat", "8", "20000", "13411");
+    let uc_bw = ucx_tcp("tag_bw", "1048576", "2000", "13412");
+    let fi_lat = fi_pingpong("8", "20000", "47611");
+    let fi_pp = fi_pingpong("1048576", "500", "47612");
+
+    let ok = |r: &Result<Vec<f64>>, i: usize| r.as_ref().ok().and_then(|v| v.get(i).copied());
+    let figures = vec![
+        Figure {
+            what: "in-process tagged 8 B latency, p50 one-way",
+            unit: "µs",
+            higher_is_better: false,
+            tagmatch: field(&t_lat, "lat_p50_us")?,
+            peers: vec![("UCX self", ok(&u_lat, 1))],
+        },
+        Figure {
+            what: "in-process tagged 8 B message rate",
+            unit: "Mmsg/s",
+            higher_is_better: true,
+            tagmatch: field(&t_rate, "msgrate_mmsgs")?,
+            peers: vec![("UCX self", ok(&u_rate, 7).map(|v| v / 1e6))],
+        },
+        Figure {
+            what: "loopback tagged 8 B latency, one-way",
+            unit: "µs",
+            higher_is_better: false,
+            tagmatch: field(&tu_lat, "lat_p50_us")?,
+            peers: vec![
+                ("UCX tcp", ok(&uc_lat, 1)),
+                ("libfabric tcp;ofi_rxm", fi_lat.as_ref().ok().map(|x| x.0)),
+            ],
+        },
+        Figure {
+            what: "loopback tagged 1 MiB streaming bandwidth",
+            unit: "MB/s",
+            higher_is_better: true,
+            tagmatch: field(&tu_bw, "bw_mbs")?,
+            peers: vec![("UCX tcp", ok(&uc_bw, 5).map(|v| v * UCX_MB))],
+        },
+        Figure {
+            what: "loopback tagged 1 MiB ping-pong bandwidth",
+            unit: "MB/s",
+            higher_is_better: true,
+            tagmatch: field(&tu_pp, "bw_mbs")?,
+            peers: vec![(
+                "libfabric tcp;ofi_rxm",
+                fi_pp.as_ref().ok().map(|x| x.1 * 1.0),
+            )],
+        },
+    ];
+    for (name, e) in [
+        ("UCX self tag_lat", u_lat.as_ref().err()),
+        ("UCX self tag_bw", u_rate.as_ref().err()),
+        ("UCX tcp tag_lat", uc_lat.as_ref().err()),
+        ("UCX tcp tag_bw", uc_bw.as_ref().err()),
+    ] {
+        if let Some(e) = e {
+            println!("bench-peers: {name} failed: {e}");
+        }
+    }
+    for (name, e) in [
+        ("fi_pingpong 8", fi_lat.as_ref().err()),
+        ("fi_pingpong 1m", fi_pp.as_ref().err()),
+    ] {
+        if let Some(e) = e {
+            println!("bench-peers: {name} failed: {e}");
+        }
+    }
+
+    println!();
+    println!("| figure | tagmatch | peer | peer figure | tagmatch is better by |");
+    println!("|---|---|---|---|---|");
+    for f in &figures {
+        for (peer, v) in &f.peers {
+            let (pv, ratio) = match v {
+                Some(p) if *p > 0.0 && f.tagmatch > 0.0 => {
+                    let r = if f.higher_is_better {
+                        f.tagmatch / p
+                    } else {
+                        p / f.tagmatch
+                    };
+                    (format!("{p:.3} {}", f.unit), format!("{r:.2}×"))
+                }
+                _ => ("failed".to_owned(), "-".to_owned()),
+            };
+            println!(
+                "| {} | {:.3} {} | {peer} | {pv} | {ratio} |",
+                f.what, f.tagmatch, f.unit
+            );
+        }
+    }
+    println!();
+    println!("(ratio > 1: tagmatch better; < 1: the peer is better)");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_peer_output() {
+        let ucx = "iterations,50.0_percentile_lat,avg_lat,overall_lat,avg_bw,overall_bw,avg_mr,overall_mr\n100000,0.020,0.026,0.026,298.48,298.48,39122321,39122321\n";
+        assert_eq!(ucx_csv(ucx).unwrap()[1], 0.020);
+        assert!(ucx_csv("nothing").is_err());
+        let j = r#"{"test":"tag_lat","size":8,"lat_p50_us":1.5,"bw_mbs":5.0}"#;
+        assert_eq!(field(j, "lat_p50_us").unwrap(), 1.5);
+        assert_eq!(field(j, "bw_mbs").unwrap(), 5.0);
+        assert!(field(j, "nope").is_err());
+    }
+}
