@@ -32,7 +32,7 @@ const CTRL_LEN: usize = 32;
 const QUIT: u8 = 255;
 /// Progress calls that find nothing before a UDP side blocks in poll(2) instead of
 /// spinning (the machine may be shared; a spinning peer would steal the other's core).
-const SPINS: u32 = 2000;
+const SPINS: u32 = 64;
 /// How long a UDP side blocks at most when idle.
 const IDLE_WAIT: Duration = Duration::from_millis(1);
 
@@ -776,8 +776,11 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
         }
         rows.push(row);
     }
-    // Tell the server we are done, whatever happened.
-    if client.ctrl(QUIT, 0, 0, 0).is_ok() || result.is_ok() {
+    // Tell the server we are done, whatever happened (it does not answer QUIT).
+    let mut quit = vec![0u8; CTRL_LEN];
+    quit[0] = QUIT;
+    if let Ok(s) = client.ep.tsend(client.server, CTRL, quit) {
+        client.sends.push_back(s);
         let _ = client.reap_sends(0);
         let _ = client.ep.flush(Duration::from_secs(2));
     }
