@@ -114,6 +114,11 @@ impl Builder {
 
     /// The ibverbs transport on device `name` (`mlx5_0`, `rdmap0s6`). Not implemented yet:
     /// [`Builder::build`] returns [`Error::VerbsNotBuilt`].
+    ///
+    /// ```
+    /// let e = tagmatch::Endpoint::builder().verbs("mlx5_0").build();
+    /// assert!(matches!(e, Err(tagmatch::Error::VerbsNotBuilt { .. })));
+    /// ```
     #[cfg(feature = "verbs")]
     pub fn verbs(self, name: &str) -> Self {
         self.transport(Transport::Verbs(name.to_owned()))

@@ -6,7 +6,7 @@
 //! devices), hands out its [`Address`], and inserts peers ([`Endpoint::insert_peer`]).
 //! Every operation returns a [`Request`]; completions are polled
 //! ([`Endpoint::progress`] + [`Endpoint::poll_completion`]), waited on
-//! ([`Endpoint::wait`]) or, with the `async` feature, awaited ([`Endpoint::completion`]).
+//! ([`Endpoint::wait`]) or, with the `async` feature, awaited (`Endpoint::completion`).
 //!
 //! | operation | UCX | libfabric | here |
 //! |---|---|---|---|
