@@ -811,17 +811,20 @@ impl Endpoint {
         others: &mut [&mut Endpoint],
         limit: Duration,
     ) -> Result<Completion> {
+        let _span = tracing::trace_span!("wait", request = req.id()).entered();
         let start = Instant::now();
         let mut spins = 0u32;
         loop {
             if let Some(c) = self.take_completion(req) {
                 return c.into_result();
             }
-            // Spin briefly (lowest latency), then let the device block in poll(2).
+            // Spin briefly (lowest latency), then let the device block in poll(2), never
+            // past the limit.
             let slice = if spins < 64 || !others.is_empty() {
                 Duration::ZERO
             } else {
-                Duration::from_millis(5)
+                let left = limit.saturating_sub(start.elapsed());
+                left.min(Duration::from_millis(5))
             };
             spins = spins.saturating_add(1);
             self.progress_timeout(slice)?;
@@ -831,7 +834,8 @@ impl Endpoint {
             if let Some(c) = self.take_completion(req) {
                 return c.into_result();
             }
-            if spins % 1024 == 0 && start.elapsed() >= limit {
+            if (spins >= 64 || spins % 16 == 0) && start.elapsed() >= limit {
+                trace!(request = req.id(), "wait timed out");
                 return Err(Error::Timeout {
                     request: req,
                     limit_ms: limit.as_millis(),

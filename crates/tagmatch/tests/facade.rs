@@ -212,7 +212,11 @@ fn endpoints_in_two_threads() {
 fn bad_input_is_a_typed_error() {
     let f = MemFabric::new();
     let (mut a, b) = mem_pair(&f);
-    let (u, _) = udp_pair();
+    let (mut u, _) = udp_pair();
+    // A UDP wait with nothing coming times out (the device blocks in poll, bounded).
+    let r = u.trecv(ANY_SOURCE, 1, 8).unwrap();
+    let e = u.wait_for(r, Duration::from_millis(20)).unwrap_err();
+    assert!(matches!(e, Error::Timeout { .. }), "{e}");
     // Wrong transport, bad strings.
     assert!(matches!(
         a.insert_peer(&u.address()),
