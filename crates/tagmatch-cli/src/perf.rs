@@ -370,8 +370,25 @@ impl Server {
             self.phase = Phase::Quit;
             return Ok(());
         }
-        let (size, iters, window) = (w(8) as usize, w(16), w(24).max(1));
-        let test = Test::from_code(c.data[0]).unwrap_or(Test::TagLat);
+        let (size, iters, window) = (w(8), w(16), w(24));
+        let test = Test::from_code(c.data[0]);
+        let problem = match test {
+            None => Some(format!("unknown test code {}", c.data[0])),
+            Some(_) if size > 1 << 30 => Some(format!("size {size} is larger than 1 GiB")),
+            Some(_) if iters == 0 || iters > 1 << 32 => Some(format!("iterations {iters}")),
+            Some(_) if window == 0 || window > 1 << 16 => Some(format!("window {window}")),
+            Some(_) => None,
+        };
+        let (Some(test), None) = (test, &problem) else {
+            // A malformed request is reported and ignored: the server keeps serving.
+            eprintln!(
+                "tagmatch perf server: ignoring a control message: {}",
+                problem.unwrap_or_default()
+            );
+            self.ctrl = Some(self.ep.trecv(client, CTRL, CTRL_LEN)?);
+            return Ok(());
+        };
+        let size = size as usize;
         self.runs += 1;
         let mut key = [0u8; 24];
         match test {
@@ -935,6 +952,44 @@ mod tests {
             assert!(svg.starts_with("<svg") && svg.contains("polyline"));
             assert_eq!(table(&rows).lines().count(), 3);
         }
+    }
+
+    #[test]
+    fn server_ignores_malformed_control_messages() {
+        let fabric = MemFabric::new();
+        let mut server = Server::new(Endpoint::builder().mem(&fabric).build().unwrap()).unwrap();
+        let mut c = Endpoint::builder().mem(&fabric).build().unwrap();
+        let p = c.insert_peer(&server.address()).unwrap();
+        let ctrl = |test: u8, size: u64, iters: u64, window: u64| {
+            let mut b = vec![0u8; CTRL_LEN];
+            b[0] = test;
+            b[8..16].copy_from_slice(&size.to_le_bytes());
+            b[16..24].copy_from_slice(&iters.to_le_bytes());
+            b[24..32].copy_from_slice(&window.to_le_bytes());
+            b
+        };
+        for bad in [
+            ctrl(77, 8, 1, 1),
+            ctrl(0, 1 << 40, 1, 1),
+            ctrl(3, 8, 0, 1),
+            ctrl(1, 8, 10, u64::MAX),
+        ] {
+            let s = c.tsend(p, CTRL, bad).unwrap();
+            for _ in 0..1000 {
+                c.progress().unwrap();
+                server.step().unwrap();
+            }
+            c.take_completion(s).unwrap().into_result().unwrap();
+            assert!(!server.done());
+        }
+        assert_eq!(server.runs, 0);
+        let s = c.tsend(p, CTRL, ctrl(QUIT, 0, 0, 0)).unwrap();
+        for _ in 0..1000 {
+            c.progress().unwrap();
+            server.step().unwrap();
+        }
+        c.take_completion(s).unwrap().into_result().unwrap();
+        assert!(server.done());
     }
 
     #[test]
