@@ -71,6 +71,15 @@ pub fn stages() -> Vec<Stage> {
             run: |ctx| cargo_stage(ctx, &["test", "--workspace"], &[]),
         },
         Stage {
+            name: "features",
+            about: "clippy + tests of the tagmatch facade with every feature (async, verbs placeholder)",
+            run: |ctx| {
+                let p = ["-p", "tagmatch", "--all-features"];
+                cargo_stage(ctx, &[&["clippy"], &p[..], &["--all-targets", "--", "-D", "warnings"]].concat(), &[])?;
+                cargo_stage(ctx, &[&["test"], &p[..]].concat(), &[])
+            },
+        },
+        Stage {
             name: "soak",
             about: "cargo xtask soak: the long tagmatch-rdm soak (100,000 operations per seed, release)",
             run: |ctx| {

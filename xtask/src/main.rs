@@ -33,6 +33,8 @@ COMMANDS:
               fmt     cargo fmt --all -- --check
               clippy  cargo clippy --workspace --all-targets -- -D warnings
               test    cargo test --workspace
+              features
+                      cargo clippy/test -p tagmatch --all-features
               netns   cargo xtask netns (below)
               verbs   cargo clippy/test -p tagmatch-verbs-sys --features verbs
                       (installs libibverbs-dev libclang-dev first)
@@ -378,7 +380,10 @@ mod tests {
         let names: Vec<&str> = ci::stages().iter().map(|s| s.name).collect();
         assert_eq!(
             names,
-            ["fmt", "clippy", "test", "soak", "netns", "verbs", "vm-test", "doc", "fuzz"]
+            [
+                "fmt", "clippy", "test", "features", "soak", "netns", "verbs", "vm-test", "doc",
+                "fuzz"
+            ]
         );
     }
 
