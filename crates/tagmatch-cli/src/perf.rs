@@ -495,6 +495,15 @@ impl Client {
         Ok(())
     }
 
+    /// In-process: lets the server side run once (as a loopback transport's progress
+    /// would), so that its receives are posted before the window's messages land.
+    fn step_local(&mut self) -> Result<(), tagmatch::Error> {
+        if let Some(s) = &mut self.local {
+            s.step()?;
+        }
+        Ok(())
+    }
+
     fn wait(&mut self, r: Request) -> Result<Completion, tagmatch::Error> {
         let start = Instant::now();
         let mut n = 0u32;
@@ -583,6 +592,7 @@ impl Client {
                 let ack = self.ep.trecv(self.server, ACK, 1)?;
                 let w = window.max(1) as usize;
                 for i in 0..iters {
+                    self.step_local()?;
                     self.reap_sends(w - 1)?;
                     let s = self.ep.tsend(self.server, DATA, vec![0xa5u8; size])?;
                     self.sends.push_back(s);
@@ -595,6 +605,7 @@ impl Client {
                 let w = window.max(1) as usize;
                 let mut ops = VecDeque::with_capacity(w);
                 for i in 0..iters {
+                    self.step_local()?;
                     if ops.len() >= w {
                         if let Some(r) = ops.pop_front() {
                             self.wait(r)?;
