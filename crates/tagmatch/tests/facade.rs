@@ -308,3 +308,102 @@ fn async_completion_on_a_hand_written_executor() {
     a.wait(s).unwrap();
     assert_eq!(t.join().unwrap(), b"asyn");
 }
+
+#[test]
+fn random_calls_with_bad_arguments_never_panic() {
+    // A fixed pseudo-random sequence of calls, many with wrong arguments: a peer of another
+    // endpoint, finished or foreign requests, keys that do not exist, odd atomic lengths.
+    let mut state: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut next = move |n: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % n.max(1)
+    };
+    let f = MemFabric::with_faults(3, MemFaults::default());
+    let (mut a, mut b) = mem_pair(&f);
+    let mut c = Endpoint::builder().mem(&f).build().unwrap();
+    let good = a.insert_peer(&b.address()).unwrap();
+    let _ = b.insert_peer(&a.address()).unwrap();
+    let _ = c.insert_peer(&b.address()).unwrap();
+    let foreign = c.insert_peer(&a.address()).unwrap(); // index 1: unknown to `a`
+    let mr = b.register(vec![0u8; 4096]).unwrap();
+    let key = mr.remote_key();
+    let mut reqs = Vec::new();
+    let mut c_reqs = Vec::new();
+    for _ in 0..3000 {
+        let peer = if next(4) == 0 { foreign } else { good };
+        let remote = if next(3) == 0 {
+            tagmatch::RemoteAddr {
+                addr: next(1 << 40),
+                key: next(1 << 20),
+            }
+        } else {
+            key.at(next(5000))
+        };
+        let len = next(5000) as usize;
+        let r = match next(12) {
+            0 => a.tsend(peer, next(4), vec![1; len]),
+            1 => a.send(peer, vec![2; len]),
+            2 => b.trecv(ANY_SOURCE, TagMatch::masked(next(4), next(4)), len),
+            3 => b.recv(ANY_SOURCE, len),
+            4 => a.write(peer, vec![3; len], remote),
+            5 => a.read(peer, len, remote),
+            6 => a.fetch_add_u64(peer, remote, 1),
+            7 => a.atomic(
+                peer,
+                tagmatch::AtomicArgs {
+                    datatype: tagmatch::Datatype::U32,
+                    op: tagmatch::AtomicOp::Sum,
+                    operand: vec![0; next(10) as usize],
+                    compare: None,
+                },
+                remote,
+            ),
+            8 => {
+                if let Some(&r) = reqs.get(next(reqs.len() as u64 + 1) as usize) {
+                    let _ = b.cancel(r);
+                    let _ = a.cancel(r);
+                }
+                continue;
+            }
+            9 => {
+                if let Some(m) = b.tmprobe(ANY_SOURCE, ANY_TAG) {
+                    let n = next(m.info.len + 2) as usize;
+                    b.mrecv(m, n)
+                } else {
+                    continue;
+                }
+            }
+            10 => {
+                // Another endpoint's request handed to this one.
+                let cr = c.tsend(foreign, 1, vec![0; 4]).unwrap();
+                c_reqs.push(cr);
+                let _ = a.cancel(cr);
+                let _ = a.take_completion(cr);
+                continue;
+            }
+            _ => {
+                for _ in 0..next(20) {
+                    a.progress().unwrap();
+                    b.progress().unwrap();
+                    c.progress().unwrap();
+                }
+                while a.poll_completion().is_some() || b.poll_completion().is_some() {}
+                continue;
+            }
+        };
+        match r {
+            Ok(r) => reqs.push(r),
+            Err(e) => assert!(!e.to_string().is_empty()),
+        }
+    }
+    for _ in 0..20_000 {
+        a.progress().unwrap();
+        b.progress().unwrap();
+        c.progress().unwrap();
+    }
+    while a.poll_completion().is_some() || b.poll_completion().is_some() {}
+    let _ = a.stats().to_string();
+    let _ = b.stats().to_string();
+}
