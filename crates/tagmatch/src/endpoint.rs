@@ -2,6 +2,7 @@
 
 use std::collections::VecDeque;
 use std::io;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use tagmatch_rdm::{
@@ -76,12 +77,16 @@ impl RdmDevice for Device {
 
 /// A peer in the endpoint's address vector (`fi_addr_t`, `ucp_ep_h`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Peer(pub(crate) PeerId);
+pub struct Peer {
+    pub(crate) id: PeerId,
+    /// The endpoint that inserted it (a peer of another endpoint is refused).
+    pub(crate) ep: u32,
+}
 
 impl Peer {
     /// Index in the address vector.
     pub fn index(&self) -> u32 {
-        self.0 .0
+        self.id.0
     }
 }
 
@@ -89,12 +94,16 @@ impl Peer {
 /// for the endpoint that returned it.
 #[must_use = "a request completes later: wait for it or poll its completion"]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Request(pub(crate) OpId);
+pub struct Request {
+    pub(crate) op: OpId,
+    /// The endpoint that issued it (another endpoint's request is refused).
+    pub(crate) ep: u32,
+}
 
 impl Request {
     /// The request's number (unique per endpoint).
     pub fn id(&self) -> u64 {
-        self.0 .0
+        self.op.0
     }
 }
 
@@ -113,15 +122,6 @@ pub const ANY_SOURCE: Source = Source::Any;
 impl From<Peer> for Source {
     fn from(p: Peer) -> Source {
         Source::Peer(p)
-    }
-}
-
-impl Source {
-    fn peer_id(self) -> Option<PeerId> {
-        match self {
-            Source::Any => None,
-            Source::Peer(p) => Some(p.0),
-        }
     }
 }
 
@@ -233,10 +233,10 @@ pub struct ProbeInfo {
     pub cq_data: Option<u64>,
 }
 
-impl From<tagmatch_rdm::ProbeInfo> for ProbeInfo {
-    fn from(p: tagmatch_rdm::ProbeInfo) -> Self {
+impl ProbeInfo {
+    fn new(p: tagmatch_rdm::ProbeInfo, ep: u32) -> Self {
         ProbeInfo {
-            source: Peer(p.src),
+            source: Peer { id: p.src, ep },
             tag: p.tag,
             len: p.len,
             cq_data: p.cq_data,
@@ -249,6 +249,7 @@ impl From<tagmatch_rdm::ProbeInfo> for ProbeInfo {
 #[derive(Debug, PartialEq, Eq)]
 pub struct Message {
     claim: Claim,
+    ep: u32,
     /// What was probed.
     pub info: ProbeInfo,
 }
@@ -305,6 +306,7 @@ impl RemoteKey {
 #[derive(Debug, PartialEq, Eq)]
 pub struct MemoryRegion {
     handle: MemHandle,
+    ep: u32,
     key: RemoteKey,
 }
 
@@ -329,6 +331,7 @@ impl MemoryRegion {
 /// documentation for an example.
 #[derive(Debug)]
 pub struct Endpoint {
+    id: u32,
     node: Node<Device>,
     ready: VecDeque<Completion>,
     counters: Counters,
@@ -341,8 +344,30 @@ impl Endpoint {
         Builder::default()
     }
 
+    fn pid(&mut self, p: Peer) -> Result<PeerId> {
+        if p.ep == self.id {
+            Ok(p.id)
+        } else {
+            self.counters.call_errors += 1;
+            Err(Error::UnknownPeer(p))
+        }
+    }
+
+    fn src(&mut self, s: Source) -> Result<Option<PeerId>> {
+        match s {
+            Source::Any => Ok(None),
+            Source::Peer(p) => self.pid(p).map(Some),
+        }
+    }
+
+    fn request(&self, op: OpId) -> Request {
+        Request { op, ep: self.id }
+    }
+
     pub(crate) fn from_parts(cfg: Config, dev: Device, wait_limit: Duration) -> Endpoint {
+        static NEXT_ID: AtomicU32 = AtomicU32::new(1);
         Endpoint {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             node: Node::new(cfg, dev),
             ready: VecDeque::new(),
             counters: Counters::default(),
@@ -382,7 +407,7 @@ impl Endpoint {
         }
         let p = self.node.endpoint_mut().add_peer(addr.raw());
         trace!(peer = p.0, %addr, "insert_peer");
-        Ok(Peer(p))
+        Ok(Peer { id: p, ep: self.id })
     }
 
     /// Parses `addr` and inserts it ([`Endpoint::insert_peer`]); `ucp_ep_create`.
@@ -399,7 +424,7 @@ impl Endpoint {
         match r {
             Ok(op) => {
                 self.counters.submitted += 1;
-                Ok(Request(op))
+                Ok(self.request(op))
             }
             Err(e) => {
                 self.counters.call_errors += 1;
@@ -424,7 +449,8 @@ impl Endpoint {
     ) -> Result<Request> {
         let data = data.into();
         trace!(peer = peer.index(), tag, len = data.len(), "tsend");
-        let r = self.node.endpoint_mut().tsend(peer.0, tag, data, opts);
+        let pid = self.pid(peer)?;
+        let r = self.node.endpoint_mut().tsend(pid, tag, data, opts);
         self.req(r, Some(peer))
     }
 
@@ -442,7 +468,8 @@ impl Endpoint {
     ) -> Result<Request> {
         let data = data.into();
         trace!(peer = peer.index(), len = data.len(), "send");
-        let r = self.node.endpoint_mut().send(peer.0, data, opts);
+        let pid = self.pid(peer)?;
+        let r = self.node.endpoint_mut().send(pid, data, opts);
         self.req(r, Some(peer))
     }
 
@@ -457,18 +484,19 @@ impl Endpoint {
     ) -> Result<Request> {
         let (source, tag) = (source.into(), tag.into());
         trace!(?source, tag = tag.tag, mask = tag.mask, len, "trecv");
+        let src = self.src(source)?;
         let r = self
             .node
             .endpoint_mut()
-            .trecv(source.peer_id(), tag.tag, tag.ignore(), len);
-        self.req(r, source.peer_id().map(Peer))
+            .trecv(src, tag.tag, tag.ignore(), len);
+        self.req(r, None)
     }
 
     /// Untagged receive of up to `len` bytes (`fi_recv`).
     pub fn recv(&mut self, source: impl Into<Source>, len: usize) -> Result<Request> {
-        let source = source.into();
-        let r = self.node.endpoint_mut().recv(source.peer_id(), len);
-        self.req(r, source.peer_id().map(Peer))
+        let src = self.src(source.into())?;
+        let r = self.node.endpoint_mut().recv(src, len);
+        self.req(r, None)
     }
 
     /// Peeks at the earliest unexpected tagged message accepted (`ucp_tag_probe_nb` with
@@ -480,19 +508,23 @@ impl Endpoint {
     ) -> Option<ProbeInfo> {
         let (source, tag) = (source.into(), tag.into());
         self.counters.probes += 1;
+        let src = self.src(source).ok()?;
+        let ep = self.id;
         self.node
             .endpoint_mut()
-            .tprobe(source.peer_id(), tag.tag, tag.ignore())
-            .map(ProbeInfo::from)
+            .tprobe(src, tag.tag, tag.ignore())
+            .map(|p| ProbeInfo::new(p, ep))
     }
 
     /// Peeks at the earliest unexpected untagged message.
     pub fn probe(&mut self, source: impl Into<Source>) -> Option<ProbeInfo> {
         self.counters.probes += 1;
+        let src = self.src(source.into()).ok()?;
+        let ep = self.id;
         self.node
             .endpoint_mut()
-            .probe(source.into().peer_id())
-            .map(ProbeInfo::from)
+            .probe(src)
+            .map(|p| ProbeInfo::new(p, ep))
     }
 
     /// Claims the earliest unexpected tagged message accepted (`MPI_Mprobe`,
@@ -504,33 +536,40 @@ impl Endpoint {
     ) -> Option<Message> {
         let (source, tag) = (source.into(), tag.into());
         self.counters.probes += 1;
-        let (claim, info) =
-            self.node
-                .endpoint_mut()
-                .tmprobe(source.peer_id(), tag.tag, tag.ignore())?;
+        let src = self.src(source).ok()?;
+        let (claim, info) = self
+            .node
+            .endpoint_mut()
+            .tmprobe(src, tag.tag, tag.ignore())?;
         Some(Message {
             claim,
-            info: info.into(),
+            ep: self.id,
+            info: ProbeInfo::new(info, self.id),
         })
     }
 
     /// Claims the earliest unexpected untagged message.
     pub fn mprobe(&mut self, source: impl Into<Source>) -> Option<Message> {
         self.counters.probes += 1;
-        let (claim, info) = self.node.endpoint_mut().mprobe(source.into().peer_id())?;
+        let src = self.src(source.into()).ok()?;
+        let (claim, info) = self.node.endpoint_mut().mprobe(src)?;
         Some(Message {
             claim,
-            info: info.into(),
+            ep: self.id,
+            info: ProbeInfo::new(info, self.id),
         })
     }
 
     /// Receives a claimed message into a buffer of `len` bytes (`ucp_tag_msg_recv_nbx`).
     pub fn mrecv(&mut self, msg: Message, len: usize) -> Result<Request> {
+        if msg.ep != self.id {
+            return Err(Error::StaleMessage);
+        }
         let r = self.node.endpoint_mut().mrecv(msg.claim, len);
         match r {
             Ok(op) => {
                 self.counters.submitted += 1;
-                Ok(Request(op))
+                Ok(self.request(op))
             }
             Err(tagmatch_rdm::CallError::UnknownOp) => Err(Error::StaleMessage),
             Err(e) => Err(Error::call(e, None, None)),
@@ -541,9 +580,12 @@ impl Endpoint {
     /// [`OpError::Canceled`]. Anything else (matched, finished, a send) is
     /// [`Error::UnknownRequest`].
     pub fn cancel(&mut self, req: Request) -> Result<()> {
+        if req.ep != self.id {
+            return Err(Error::UnknownRequest(req));
+        }
         self.node
             .endpoint_mut()
-            .cancel(req.0)
+            .cancel(req.op)
             .map_err(|e| Error::call(e, None, Some(req)))?;
         self.counters.cancels += 1;
         Ok(())
@@ -566,6 +608,7 @@ impl Endpoint {
         self.counters.registrations += 1;
         Ok(MemoryRegion {
             handle,
+            ep: self.id,
             key: RemoteKey {
                 addr: k.addr,
                 key: k.key,
@@ -576,6 +619,9 @@ impl Endpoint {
 
     /// The bytes of a registered region (peers' writes land here).
     pub fn region(&self, mr: &MemoryRegion) -> Result<&[u8]> {
+        if mr.ep != self.id {
+            return Err(Error::UnknownRegion);
+        }
         self.node
             .endpoint()
             .memory(mr.handle)
@@ -584,6 +630,9 @@ impl Endpoint {
 
     /// The bytes of a registered region, mutably (what peers' reads see).
     pub fn region_mut(&mut self, mr: &MemoryRegion) -> Result<&mut [u8]> {
+        if mr.ep != self.id {
+            return Err(Error::UnknownRegion);
+        }
         self.node
             .endpoint_mut()
             .memory_mut(mr.handle)
@@ -592,6 +641,9 @@ impl Endpoint {
 
     /// Deregisters a region and hands its bytes back.
     pub fn deregister(&mut self, mr: MemoryRegion) -> Result<Vec<u8>> {
+        if mr.ep != self.id {
+            return Err(Error::UnknownRegion);
+        }
         self.node
             .endpoint_mut()
             .release_memory(mr.handle)
@@ -618,7 +670,8 @@ impl Endpoint {
     ) -> Result<Request> {
         let data = data.into();
         trace!(peer = peer.index(), len = data.len(), "write");
-        let r = self.node.endpoint_mut().write(peer.0, data, remote, opts);
+        let pid = self.pid(peer)?;
+        let r = self.node.endpoint_mut().write(pid, data, remote, opts);
         self.req(r, Some(peer))
     }
 
@@ -626,7 +679,8 @@ impl Endpoint {
     /// completion's `data` holds them.
     pub fn read(&mut self, peer: Peer, len: usize, remote: RemoteAddr) -> Result<Request> {
         trace!(peer = peer.index(), len, "read");
-        let r = self.node.endpoint_mut().read(peer.0, len, remote);
+        let pid = self.pid(peer)?;
+        let r = self.node.endpoint_mut().read(pid, len, remote);
         self.req(r, Some(peer))
     }
 
@@ -637,10 +691,11 @@ impl Endpoint {
     /// Atomic without result (`fi_atomic`).
     pub fn atomic(&mut self, peer: Peer, args: AtomicArgs, remote: RemoteAddr) -> Result<Request> {
         let n = self.atomic_len_check(&args);
+        let pid = self.pid(peer)?;
         let r = self
             .node
             .endpoint_mut()
-            .atomic_write(peer.0, args, remote, SendOptions::default());
+            .atomic_write(pid, args, remote, SendOptions::default());
         self.atomic_req(r, peer, n)
     }
 
@@ -652,7 +707,8 @@ impl Endpoint {
         remote: RemoteAddr,
     ) -> Result<Request> {
         let n = self.atomic_len_check(&args);
-        let r = self.node.endpoint_mut().atomic_fetch(peer.0, args, remote);
+        let pid = self.pid(peer)?;
+        let r = self.node.endpoint_mut().atomic_fetch(pid, args, remote);
         self.atomic_req(r, peer, n)
     }
 
@@ -664,10 +720,8 @@ impl Endpoint {
         remote: RemoteAddr,
     ) -> Result<Request> {
         let n = self.atomic_len_check(&args);
-        let r = self
-            .node
-            .endpoint_mut()
-            .atomic_compare(peer.0, args, remote);
+        let pid = self.pid(peer)?;
+        let r = self.node.endpoint_mut().atomic_compare(pid, args, remote);
         self.atomic_req(r, peer, n)
     }
 
@@ -735,13 +789,13 @@ impl Endpoint {
             trace!(op = c.op.0, kind = ?c.kind, len = c.len, ok = c.result.is_ok(), "complete");
         }
         Completion {
-            request: Request(c.op),
+            request: self.request(c.op),
             kind: c.kind,
             status: c.result,
             data: c.data,
             len: c.len,
             tag: c.tag,
-            source: c.src.map(Peer),
+            source: c.src.map(|id| Peer { id, ep: self.id }),
             cq_data: c.cq_data,
             protocol,
         }

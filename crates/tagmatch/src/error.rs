@@ -109,7 +109,11 @@ impl fmt::Display for Error {
             Error::WrongTransport { address, endpoint } => {
                 write!(f, "address {address} is not a {endpoint} address")
             }
-            Error::UnknownPeer(p) => write!(f, "unknown peer {}", p.0 .0),
+            Error::UnknownPeer(p) => write!(
+                f,
+                "unknown peer {} (not inserted into this endpoint)",
+                p.index()
+            ),
             Error::UnknownRequest(r) => write!(f, "unknown or finished request {}", r.id()),
             Error::StaleMessage => write!(f, "claimed message is no longer valid"),
             Error::UnknownRegion => write!(f, "unknown memory region"),
@@ -157,7 +161,10 @@ impl Error {
         match e {
             CallError::UnknownPeer => match peer {
                 Some(p) => Error::UnknownPeer(p),
-                None => Error::UnknownPeer(Peer(tagmatch_rdm::PeerId(u32::MAX))),
+                None => Error::UnknownPeer(Peer {
+                    id: tagmatch_rdm::PeerId(u32::MAX),
+                    ep: 0,
+                }),
             },
             CallError::UnknownOp => match request {
                 Some(r) => Error::UnknownRequest(r),

@@ -232,6 +232,22 @@ fn bad_input_is_a_typed_error() {
     let e = c.tsend(pb, 1, vec![1]).unwrap_err();
     assert!(matches!(e, Error::UnknownPeer(_)), "{e}");
     assert!(e.to_string().contains("unknown peer"));
+    // Same index, other endpoint: refused too (it would name a different peer here).
+    let pc = c.insert_peer(&b.address()).unwrap();
+    assert_eq!(pc.index(), pb.index());
+    assert!(matches!(
+        a.tsend(pc, 1, vec![1]),
+        Err(Error::UnknownPeer(_))
+    ));
+    assert!(matches!(a.trecv(pc, 1, 8), Err(Error::UnknownPeer(_))));
+    assert!(a.tprobe(pc, ANY_TAG).is_none());
+    // Another endpoint's request and region.
+    let rc = c.trecv(ANY_SOURCE, 5, 8).unwrap();
+    assert!(matches!(a.cancel(rc), Err(Error::UnknownRequest(_))));
+    let mr = c.register(vec![0; 8]).unwrap();
+    assert!(matches!(a.region(&mr), Err(Error::UnknownRegion)));
+    assert!(matches!(a.deregister(mr), Err(Error::UnknownRegion)));
+    c.cancel(rc).unwrap();
     // Atomics: bad length, too large.
     let bad = tagmatch::AtomicArgs {
         datatype: tagmatch::Datatype::U64,
