@@ -842,33 +842,76 @@ pub fn table(rows: &[Row]) -> String {
     out.join("\n")
 }
 
+/// `1048576` → `1m`, `4096` → `4k`.
+fn human(n: usize) -> String {
+    match n {
+        n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{}m", n >> 20),
+        n if n >= 1 << 10 && n % (1 << 10) == 0 => format!("{}k", n >> 10),
+        n => n.to_string(),
+    }
+}
+
+/// A tick label: few digits.
+fn short(v: f64) -> String {
+    if v >= 10.0 || v == 0.0 {
+        format!("{v:.0}")
+    } else if v >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
 /// Latency (p50, or average for the bandwidth tests) and bandwidth against size, as an
 /// SVG of two panels with a logarithmic size axis. Written by hand: a few dozen lines of
 /// text, no plotting dependency.
 pub fn svg(rows: &[Row]) -> String {
     let (w, h, pad) = (420.0, 300.0, 50.0);
-    let panel = |x0: f64, title: &str, unit: &str, ys: Vec<f64>| -> String {
+    // Latency spans orders of magnitude: log scale; bandwidth: linear from 0.
+    let panel = |x0: f64, title: &str, unit: &str, ys: Vec<f64>, log_y: bool| -> String {
         let mut s = String::new();
         let sizes: Vec<f64> = rows.iter().map(|r| (r.size.max(1) as f64).log2()).collect();
         let (xmin, xmax) = sizes
             .iter()
             .fold((f64::MAX, f64::MIN), |(a, b), v| (a.min(*v), b.max(*v)));
         let xspan = if xmax > xmin { xmax - xmin } else { 1.0 };
-        let ymax = ys.iter().cloned().fold(0.0f64, f64::max).max(1e-9) * 1.1;
+        let top = ys.iter().cloned().fold(0.0f64, f64::max).max(1e-9);
+        let bottom = ys.iter().cloned().fold(f64::MAX, f64::min).max(1e-9);
+        let (lo, hi) = if log_y {
+            let (a, b) = (bottom.log10().floor(), top.log10().ceil());
+            (a, if b > a { b } else { a + 1.0 })
+        } else {
+            (0.0, top * 1.1)
+        };
+        let fy = |y: f64| if log_y { y.max(1e-9).log10() } else { y };
         let px = |x: f64| x0 + pad + (x - xmin) / xspan * (w - 2.0 * pad);
-        let py = |y: f64| h - pad - y / ymax * (h - 2.0 * pad);
+        let py = |y: f64| h - pad - (fy(y) - lo) / (hi - lo) * (h - 2.0 * pad);
         s += &format!(
             "<text x=\"{}\" y=\"20\" font-size=\"14\" text-anchor=\"middle\">{title}</text>\n",
             x0 + w / 2.0
         );
         s += &format!("<line x1=\"{a}\" y1=\"{b}\" x2=\"{c}\" y2=\"{b}\" stroke=\"black\"/><line x1=\"{a}\" y1=\"{d}\" x2=\"{a}\" y2=\"{b}\" stroke=\"black\"/>\n", a = x0 + pad, b = h - pad, c = x0 + w - pad, d = pad);
         s += &format!("<text x=\"{}\" y=\"{}\" font-size=\"11\" text-anchor=\"middle\">message size (bytes, log scale)</text>\n", x0 + w / 2.0, h - 12.0);
+        let scale = if log_y { ", log scale" } else { "" };
         s += &format!(
-            "<text x=\"{}\" y=\"{}\" font-size=\"11\">{unit} (max {:.3})</text>\n",
+            "<text x=\"{}\" y=\"{}\" font-size=\"11\">{unit}{scale} (max {top:.3})</text>\n",
             x0 + 4.0,
             pad - 8.0,
-            ymax / 1.1
         );
+        // y ticks: decades (log) or quarters (linear).
+        let ticks: Vec<f64> = if log_y {
+            (lo as i32..=hi as i32).map(|e| 10f64.powi(e)).collect()
+        } else {
+            (0..=4).map(|i| hi / 4.0 * i as f64).collect()
+        };
+        for t in ticks {
+            s += &format!(
+                "<text x=\"{:.1}\" y=\"{:.1}\" font-size=\"9\" text-anchor=\"end\">{}</text>\n",
+                x0 + pad - 4.0,
+                py(t) + 3.0,
+                short(t)
+            );
+        }
         let pts: Vec<String> = sizes
             .iter()
             .zip(&ys)
@@ -879,7 +922,7 @@ pub fn svg(rows: &[Row]) -> String {
             pts.join(" ")
         );
         for ((x, y), r) in sizes.iter().zip(&ys).zip(rows) {
-            s += &format!("<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"steelblue\"/><text x=\"{:.1}\" y=\"{}\" font-size=\"9\" text-anchor=\"middle\">{}</text>\n", px(*x), py(*y), px(*x), h - pad + 14.0, r.size);
+            s += &format!("<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"steelblue\"/><text x=\"{:.1}\" y=\"{}\" font-size=\"9\" text-anchor=\"middle\">{}</text>\n", px(*x), py(*y), px(*x), h - pad + 14.0, human(r.size));
         }
         s
     };
@@ -892,8 +935,8 @@ pub fn svg(rows: &[Row]) -> String {
     format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{h}\" font-family=\"sans-serif\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n{}{}</svg>\n",
         2.0 * w,
-        panel(0.0, &format!("{test}: latency"), "µs", lat),
-        panel(w, &format!("{test}: bandwidth"), "MB/s", bw)
+        panel(0.0, &format!("{test}: latency"), "µs", lat, true),
+        panel(w, &format!("{test}: bandwidth"), "MB/s", bw, false)
     )
 }
 
