@@ -18,7 +18,11 @@
 //! endpoint-owned regions named by [`MemHandle`]; the device reads and writes them through
 //! [`Endpoint::memory`] / [`Endpoint::memory_mut`] and resolves peer keys with
 //! [`Endpoint::mem_by_key`]. Receives, reads and fetches hand the bytes back in their
-//! [`Completion`].
+//! [`Completion`]. [`Endpoint::tsend_from`] / [`Endpoint::send_from`] send a range of a
+//! region registered with [`Endpoint::register_memory`] without registering per send.
+//!
+//! Counters: [`Endpoint::stats`] (packets, drops by reason) and
+//! [`Endpoint::matching_stats`] (the matching engine's depths, attempts, hits, misses).
 //!
 //! Every packet is parsed with `tagmatch-wire`; tag matching and per-peer `msg_id`
 //! reordering use `tagmatch-engine`. See `docs/protocol.md` for the subprotocol selection
@@ -37,3 +41,6 @@ pub use atomic::{AtomicOp, Datatype};
 pub use config::{Config, Features};
 pub use endpoint::{Endpoint, PeerHandshake, PROTOCOL_MEMORY};
 pub use types::*;
+
+/// The matching engine's counters, as returned by [`Endpoint::matching_stats`].
+pub use tagmatch_engine::Counters as MatchCounters;

@@ -92,6 +92,31 @@ pub struct WireRecord {
     pub bytes: Vec<u8>,
 }
 
+/// One registration or deregistration a node asked of its device, in emission order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MrRecord {
+    /// [`Transmit::Register`].
+    Register {
+        /// The node.
+        node: usize,
+        /// The region.
+        mem: MemHandle,
+        /// Its length.
+        len: u64,
+        /// Packets in [`Fabric::log`] when it was asked for.
+        after_packets: usize,
+    },
+    /// [`Transmit::Deregister`].
+    Deregister {
+        /// The node.
+        node: usize,
+        /// The key released.
+        key: u64,
+        /// Packets in [`Fabric::log`] when it was asked for.
+        after_packets: usize,
+    },
+}
+
 #[derive(Debug)]
 enum Event {
     Deliver {
@@ -153,6 +178,9 @@ pub struct Fabric {
     pub record_bytes: bool,
     /// Keep a [`WireRecord`] per packet (turn off for long soaks).
     pub record_log: bool,
+    /// Every registration and deregistration asked for, in emission order (kept with
+    /// [`Fabric::record_log`]).
+    pub mr_log: Vec<MrRecord>,
 }
 
 impl Fabric {
@@ -170,6 +198,7 @@ impl Fabric {
             steps: 0,
             record_bytes: false,
             record_log: true,
+            mr_log: Vec::new(),
         }
     }
 
@@ -388,9 +417,25 @@ impl Fabric {
                 });
             }
             Transmit::Register { mem, len } => {
+                if self.record_log {
+                    self.mr_log.push(MrRecord::Register {
+                        node: i,
+                        mem,
+                        len,
+                        after_packets: self.log.len(),
+                    });
+                }
                 self.events.push_back(Event::Register { node: i, mem, len })
             }
-            Transmit::Deregister { .. } => {}
+            Transmit::Deregister { key } => {
+                if self.record_log {
+                    self.mr_log.push(MrRecord::Deregister {
+                        node: i,
+                        key,
+                        after_packets: self.log.len(),
+                    });
+                }
+            }
         }
     }
 

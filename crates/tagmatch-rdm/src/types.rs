@@ -226,6 +226,11 @@ pub enum CallError {
     /// An atomic payload does not fit in one packet (efa-rdm-protocol-v4 §1.1: "atomics up
     /// to MTU size").
     AtomicTooLarge,
+    /// The byte range lies outside the memory region (or overflows).
+    MemRange,
+    /// The memory region still has sends in flight ([`crate::Endpoint::tsend_from`]); it
+    /// can be released once they complete.
+    MemInUse,
 }
 
 /// Options of a send or write.

@@ -16,7 +16,7 @@ use tagmatch_transport::Node;
 use tagmatch_wire::efa::RawAddr;
 use tracing::{debug, trace};
 
-use crate::stats::{Counters, DeviceStats, Stats};
+use crate::stats::{Counters, DeviceStats, OffloadStats, Stats};
 use crate::{Address, Builder, Error, Result};
 
 /// The device under an endpoint (one per endpoint: the size difference does not matter).
@@ -640,14 +640,119 @@ impl Endpoint {
     }
 
     /// Deregisters a region and hands its bytes back.
+    ///
+    /// Refused with [`Error::RegionInUse`] (which hands the region back, still registered)
+    /// while sends from it ([`Endpoint::tsend_region`], [`Endpoint::send_region`]) are in
+    /// flight: the receiver may still be reading it.
     pub fn deregister(&mut self, mr: MemoryRegion) -> Result<Vec<u8>> {
         if mr.ep != self.id {
             return Err(Error::UnknownRegion);
         }
+        let ep = self.node.endpoint_mut();
+        match ep.try_release_memory(mr.handle) {
+            Ok(bytes) => Ok(bytes),
+            Err(tagmatch_rdm::CallError::MemInUse) => {
+                let sends = ep.mem_users(mr.handle).unwrap_or(0);
+                Err(Error::RegionInUse { region: mr, sends })
+            }
+            Err(_) => Err(Error::UnknownRegion),
+        }
+    }
+
+    /// Sends from `mr` not completed yet (while non-zero, [`Endpoint::deregister`] refuses).
+    pub fn region_sends_in_flight(&self, mr: &MemoryRegion) -> Result<u32> {
+        if mr.ep != self.id {
+            return Err(Error::UnknownRegion);
+        }
         self.node
-            .endpoint_mut()
-            .release_memory(mr.handle)
+            .endpoint()
+            .mem_users(mr.handle)
             .ok_or(Error::UnknownRegion)
+    }
+
+    /// Tagged send of `range` of a registered region (the registration cache for repeated
+    /// sends): the region's existing registration serves every send from it, so N large
+    /// (long-read) sends cost one registration — made by [`Endpoint::register`] — instead
+    /// of one registration and deregistration each. Small and medium sends copy the range
+    /// into packets. The region stays the caller's; keep the range unchanged until the send
+    /// completes (the receiver may RDMA-read it until then). [`Endpoint::deregister`] is
+    /// refused while such sends are in flight.
+    pub fn tsend_region(
+        &mut self,
+        peer: Peer,
+        tag: u64,
+        mr: &MemoryRegion,
+        range: std::ops::Range<usize>,
+    ) -> Result<Request> {
+        self.tsend_region_with(peer, tag, mr, range, SendOptions::default())
+    }
+
+    /// [`Endpoint::tsend_region`] with remote CQ data and/or delivery complete.
+    pub fn tsend_region_with(
+        &mut self,
+        peer: Peer,
+        tag: u64,
+        mr: &MemoryRegion,
+        range: std::ops::Range<usize>,
+        opts: SendOptions,
+    ) -> Result<Request> {
+        self.region_send(peer, Some(tag), mr, range, opts)
+    }
+
+    /// Untagged send of `range` of a registered region; see [`Endpoint::tsend_region`].
+    pub fn send_region(
+        &mut self,
+        peer: Peer,
+        mr: &MemoryRegion,
+        range: std::ops::Range<usize>,
+    ) -> Result<Request> {
+        self.send_region_with(peer, mr, range, SendOptions::default())
+    }
+
+    /// [`Endpoint::send_region`] with options.
+    pub fn send_region_with(
+        &mut self,
+        peer: Peer,
+        mr: &MemoryRegion,
+        range: std::ops::Range<usize>,
+        opts: SendOptions,
+    ) -> Result<Request> {
+        self.region_send(peer, None, mr, range, opts)
+    }
+
+    fn region_send(
+        &mut self,
+        peer: Peer,
+        tag: Option<u64>,
+        mr: &MemoryRegion,
+        range: std::ops::Range<usize>,
+        opts: SendOptions,
+    ) -> Result<Request> {
+        trace!(peer = peer.index(), ?tag, ?range, "send from region");
+        let pid = self.pid(peer)?;
+        if mr.ep != self.id {
+            self.counters.call_errors += 1;
+            return Err(Error::UnknownRegion);
+        }
+        if range.start > range.end || range.end > mr.len() {
+            self.counters.call_errors += 1;
+            return Err(Error::RegionRange {
+                start: range.start,
+                end: range.end,
+                len: mr.len(),
+            });
+        }
+        let (off, len) = (range.start as u64, (range.end - range.start) as u64);
+        let ep = self.node.endpoint_mut();
+        let r = match tag {
+            Some(tag) => ep.tsend_from(pid, tag, mr.handle, off, len, opts),
+            None => ep.send_from(pid, mr.handle, off, len, opts),
+        };
+        let r = self.req(r, Some(peer));
+        if r.is_ok() {
+            self.counters.region_sends += 1;
+        }
+        r
     }
 
     /// RMA write of `data` to the peer's `remote` (`fi_write`, `ucp_put_nbx`).
@@ -916,7 +1021,10 @@ impl Endpoint {
         let ep = self.node.endpoint();
         let (tx, rx, unexpected) = ep.in_flight();
         let (regions, sends, rdmas) = ep.resources();
+        let matching = ep.matching_stats();
         Stats {
+            matching,
+            offload: OffloadStats::software_only(&matching),
             facade: self.counters.clone(),
             rdm: ep.stats(),
             tx_in_flight: tx,

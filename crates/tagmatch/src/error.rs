@@ -62,6 +62,24 @@ pub enum Error {
     },
     /// A memory registration failed.
     RegistrationFailed,
+    /// A byte range does not lie inside the memory region.
+    RegionRange {
+        /// Start of the range.
+        start: usize,
+        /// End of the range (exclusive).
+        end: usize,
+        /// The region's length.
+        len: usize,
+    },
+    /// [`crate::Endpoint::deregister`] was refused: sends from the region
+    /// ([`crate::Endpoint::tsend_region`]) are still in flight. The region comes back
+    /// unchanged (still registered); deregister it after those sends complete.
+    RegionInUse {
+        /// The region, still registered.
+        region: crate::MemoryRegion,
+        /// Sends from it still in flight.
+        sends: u32,
+    },
     /// The request did not complete within the wait limit.
     Timeout {
         /// The request.
@@ -127,6 +145,14 @@ impl fmt::Display for Error {
                 )
             }
             Error::RegistrationFailed => write!(f, "memory registration failed"),
+            Error::RegionRange { start, end, len } => write!(
+                f,
+                "range {start}..{end} is not inside the memory region of {len} bytes"
+            ),
+            Error::RegionInUse { sends, .. } => write!(
+                f,
+                "memory region still has {sends} send(s) in flight: deregister it after they complete"
+            ),
             Error::Timeout { request, limit_ms } => write!(
                 f,
                 "request {} did not complete within {limit_ms} ms",
@@ -175,6 +201,14 @@ impl Error {
             CallError::TooManyReceives => Error::TooManyReceives,
             CallError::Atomic(a) => Error::Atomic(a),
             CallError::AtomicTooLarge => Error::AtomicTooLarge { len: 0 },
+            // The facade checks ranges before calling and `deregister` maps `MemInUse`
+            // itself (with the region); neither reaches here in practice.
+            CallError::MemRange => Error::RegionRange {
+                start: 0,
+                end: 0,
+                len: 0,
+            },
+            CallError::MemInUse => Error::UnknownRegion,
         }
     }
 }

@@ -75,13 +75,18 @@
 //! Send buffers move into the endpoint (`Vec<u8>`, no copy on the way to the device) and
 //! received, read and fetched bytes come back owned in [`Completion::data`]. RMA targets
 //! are registered once ([`Endpoint::register`]) and stay registered for any number of
-//! operations; their [`RemoteKey`] travels to peers in a message.
+//! operations; their [`RemoteKey`] travels to peers in a message. Registered regions are
+//! also the registration cache for repeated large sends: [`Endpoint::tsend_region`] and
+//! [`Endpoint::send_region`] send a range of a region using its existing registration, so
+//! N long-read sends cost one registration; [`Endpoint::deregister`] is refused while such
+//! sends are in flight.
 //!
 //! # Observability
 //!
 //! [`Endpoint::stats`] gathers counters of the facade, the protocol endpoint (packets,
-//! drops by reason, handshakes, READ_NACKs, queue depths) and the device (datagrams,
-//! retransmissions, duplicates, software RDMA). `tracing` events: `trace` per operation
+//! drops by reason, handshakes, READ_NACKs, queue depths), the matching engine (depths,
+//! match attempts, hits, misses), the HW/SW split (software only with these transports)
+//! and the device (datagrams, retransmissions, duplicates, software RDMA). `tracing` events: `trace` per operation
 //! and completion, `debug` for each completion's subprotocol; with no subscriber or the
 //! level off they cost one relaxed load.
 #![forbid(unsafe_code)]
@@ -103,6 +108,8 @@ pub use endpoint::{
 pub use error::{Error, Result};
 #[cfg(feature = "async")]
 pub use future::CompletionFuture;
-pub use stats::{Counters, DeviceStats, Stats};
-pub use tagmatch_rdm::{AtomicArgs, AtomicOp, Datatype, OpError, OpKind, Protocol, RemoteAddr};
+pub use stats::{Counters, DeviceStats, OffloadStats, Stats};
+pub use tagmatch_rdm::{
+    AtomicArgs, AtomicOp, Datatype, MatchCounters, OpError, OpKind, Protocol, RemoteAddr,
+};
 pub use tagmatch_transport::mem::MemFaults;

@@ -23,6 +23,9 @@ pub struct Counters {
     pub probes: u64,
     /// Memory regions registered through the facade.
     pub registrations: u64,
+    /// Sends from registered regions (`Endpoint::tsend_region` / `send_region`): each
+    /// reused its region's registration instead of registering its own buffer.
+    pub region_sends: u64,
     /// `progress` calls.
     pub progress_calls: u64,
     /// Bytes moved by completed operations (sent, received, written, read).
@@ -80,6 +83,37 @@ pub enum DeviceStats {
     Udp(UdpStats),
 }
 
+/// The HW/SW split of tag matching.
+///
+/// No hardware tag-matching path backs the facade today: the `mem` and `udp` transports
+/// match every message in software (the `tagmatch-engine` offload split is not wired to
+/// any device the facade builds). So [`OffloadStats::in_use`] is `false`, the hardware
+/// counters are zero and every match counts as software.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OffloadStats {
+    /// Whether a hardware tag-matching path is in use (always `false` with `mem`/`udp`).
+    pub in_use: bool,
+    /// Receives offloaded to hardware.
+    pub offloaded: u64,
+    /// Messages matched by hardware.
+    pub matched_hw: u64,
+    /// Searches that found a partner in software (the matching engine's hits: posts,
+    /// arrivals, probes and mprobes).
+    pub matched_sw: u64,
+}
+
+impl OffloadStats {
+    /// The split of an endpoint that matches in software only.
+    pub fn software_only(m: &tagmatch_rdm::MatchCounters) -> OffloadStats {
+        OffloadStats {
+            in_use: false,
+            offloaded: 0,
+            matched_hw: 0,
+            matched_sw: m.hits,
+        }
+    }
+}
+
 /// Counters of every layer, from [`crate::Endpoint::stats`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stats {
@@ -103,6 +137,12 @@ pub struct Stats {
     pub device_rdma_pending: usize,
     /// Completions waiting for `poll_completion`.
     pub ready_completions: usize,
+    /// The matching engine: posted, unexpected, claimed and reorder-buffer depths, bytes
+    /// held, match attempts (candidates inspected), hits, misses, cancels, rejections.
+    pub matching: tagmatch_rdm::MatchCounters,
+    /// The HW/SW split of tag matching (software only with the `mem` and `udp`
+    /// transports).
+    pub offload: OffloadStats,
     /// Device counters.
     pub device: DeviceStats,
 }
@@ -130,6 +170,33 @@ impl fmt::Display for Stats {
             self.unexpected,
             self.regions,
             self.ready_completions
+        )?;
+        let m = &self.matching;
+        writeln!(
+            f,
+            "matching: posted {} unexpected {} claimed {} reorder {} bytes_held {} attempts {} hits {} misses {} cancelled {} rejected: budget {} sequence {}",
+            m.posted_depth, m.unexpected_depth, m.claimed_depth, m.reorder_depth, m.bytes_held,
+            m.match_attempts, m.hits, m.misses, m.cancelled, m.rejected_backpressure,
+            m.rejected_sequence
+        )?;
+        let o = &self.offload;
+        if o.in_use {
+            writeln!(
+                f,
+                "hw/sw: offloaded {} matched hw {} sw {}",
+                o.offloaded, o.matched_hw, o.matched_sw
+            )?;
+        } else {
+            writeln!(
+                f,
+                "hw/sw: tag-matching offload not in use (software matching only: {} matched)",
+                o.matched_sw
+            )?;
+        }
+        writeln!(
+            f,
+            "buffers: registrations {} region sends {}",
+            c.registrations, c.region_sends
         )?;
         let r = &self.rdm;
         writeln!(

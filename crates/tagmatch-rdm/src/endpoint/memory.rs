@@ -12,6 +12,8 @@ impl Endpoint {
             bytes,
             reg: RegState::Pending,
             owner: Owner::App,
+            users: 0,
+            reg_waiters: Vec::new(),
         });
         self.out.push_back(Transmit::Register {
             mem: MemHandle(idx as u32),
@@ -39,13 +41,38 @@ impl Endpoint {
         self.mem.get_mut(mem.0 as usize).map(|r| &mut r.bytes[..])
     }
 
-    /// Takes an application region back (deregistering it).
+    /// Takes an application region back (deregistering it). `None` if there is no such
+    /// application region, or if sends from it ([`Endpoint::tsend_from`]) are still in
+    /// flight; [`Endpoint::try_release_memory`] tells the two apart.
     pub fn release_memory(&mut self, mem: MemHandle) -> Option<Vec<u8>> {
+        self.try_release_memory(mem).ok()
+    }
+
+    /// Takes an application region back (deregistering it).
+    ///
+    /// Releasing a region that sends ([`Endpoint::tsend_from`], [`Endpoint::send_from`])
+    /// still use is *refused* with [`CallError::MemInUse`] and changes nothing: the receiver
+    /// may still RDMA-read it, and CTS windows still copy from it. Release it after those
+    /// sends complete ([`Endpoint::mem_users`] counts them).
+    pub fn try_release_memory(&mut self, mem: MemHandle) -> Result<Vec<u8>, CallError> {
         match self.mem.get(mem.0 as usize) {
-            Some(r) if r.owner == Owner::App => {}
-            _ => return None,
+            Some(r) if r.owner == Owner::App => {
+                if r.users > 0 {
+                    return Err(CallError::MemInUse);
+                }
+            }
+            _ => return Err(CallError::UnknownMem),
         }
-        Some(self.free_region(mem.0 as usize))
+        Ok(self.free_region(mem.0 as usize))
+    }
+
+    /// Sends from an application region not completed yet (`None`: no such application
+    /// region).
+    pub fn mem_users(&self, mem: MemHandle) -> Option<u32> {
+        match self.mem.get(mem.0 as usize) {
+            Some(r) if r.owner == Owner::App => Some(r.users),
+            _ => None,
+        }
     }
 
     /// The region registered under `key` and the address of its first byte.
@@ -62,6 +89,8 @@ impl Endpoint {
             bytes,
             reg: RegState::None,
             owner,
+            users: 0,
+            reg_waiters: Vec::new(),
         })
     }
 
@@ -103,6 +132,7 @@ impl Endpoint {
             return;
         }
         let owner = r.owner;
+        let waiters = std::mem::take(&mut r.reg_waiters);
         match result {
             Ok(k) => {
                 r.reg = RegState::Ok(k);
@@ -111,7 +141,13 @@ impl Endpoint {
             Err(()) => r.reg = RegState::Failed,
         }
         match owner {
-            Owner::App => {}
+            Owner::App => {
+                // Sends from this region that reached long-read / runting-read before the
+                // region's registration finished.
+                for id in waiters {
+                    self.tx_registered(id, result);
+                }
+            }
             Owner::Tx(id) => self.tx_registered(id, result),
             Owner::Rx(id) => self.rx_registered(id, result),
         }

@@ -89,6 +89,10 @@ struct Region {
     bytes: Vec<u8>,
     reg: RegState,
     owner: Owner,
+    /// Sends from this (application) region not finished yet.
+    users: u32,
+    /// Sends from this region waiting for its registration (TX op ids).
+    reg_waiters: Vec<u32>,
 }
 
 /// The receive-side subprotocol of an inbound message.
@@ -232,6 +236,11 @@ struct TxOp {
     peer: PeerId,
     proto: Protocol,
     mem: usize,
+    /// Offset of the message in `mem` (non-zero only for sends from a caller's region).
+    mem_off: u64,
+    /// `mem` is the caller's registered region ([`Endpoint::tsend_from`]): it is not freed
+    /// (nor deregistered) when the operation ends.
+    borrowed: bool,
     len: u64,
     tag: u64,
     cq_data: Option<u64>,
@@ -356,6 +365,14 @@ impl Endpoint {
     /// Drop-and-count counters.
     pub fn stats(&self) -> Stats {
         self.stats
+    }
+
+    /// The matching engine's counters: posted and unexpected queue depths, claimed and
+    /// reorder-buffer depths, bytes held, match attempts (candidates inspected), hits,
+    /// misses, cancels and rejections. Tagged, untagged and RTA traffic share one engine
+    /// (separate communicators), so these cover all three.
+    pub fn matching_stats(&self) -> crate::MatchCounters {
+        self.engine.counters()
     }
 
     /// Inserts a peer address (`fi_av_insert`); inserting the same address again returns

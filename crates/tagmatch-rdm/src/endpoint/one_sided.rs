@@ -16,6 +16,8 @@ impl Endpoint {
         let len = data.len() as u64;
         let mem = self.new_region(data, Owner::App);
         let t = TxOp {
+            mem_off: 0,
+            borrowed: false,
             op,
             kind: TxKind::Write,
             peer,
@@ -206,6 +208,8 @@ impl Endpoint {
         let len = args.operand.len() as u64;
         let mem = self.new_region(args.operand, Owner::App);
         let t = TxOp {
+            mem_off: 0,
+            borrowed: false,
             op,
             kind: TxKind::AtomicWrite,
             peer,

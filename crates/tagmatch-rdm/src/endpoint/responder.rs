@@ -111,6 +111,8 @@ impl Endpoint {
         let op = self.new_op();
         let mem = self.new_region(data, Owner::App);
         let t = TxOp {
+            mem_off: 0,
+            borrowed: false,
             op,
             kind: TxKind::ReadResponder,
             peer,

@@ -27,6 +27,113 @@ impl Endpoint {
         self.send_inner(peer, None, data, opts)
     }
 
+    /// Tagged send of `len` bytes at `offset` of the caller's region `mem` (from
+    /// [`Endpoint::register_memory`]), without copying the bytes in and without a
+    /// registration per send.
+    ///
+    /// Long-read and runting-read hand the receiver the region's existing key (offset by
+    /// `offset`) to RDMA-read; eager, medium and long-CTS copy the range into packets. The
+    /// region stays the caller's: it is neither freed nor deregistered when the send
+    /// completes, so N sends from one region cost one registration. While the send is in
+    /// flight the region cannot be released ([`Endpoint::try_release_memory`] refuses with
+    /// [`CallError::MemInUse`]), and the caller should not change the range (the receiver
+    /// may read it at any time until the send completes). If the region's registration is
+    /// still pending the long-read waits for it; if it failed, the send falls back to
+    /// long-CTS.
+    pub fn tsend_from(
+        &mut self,
+        peer: PeerId,
+        tag: u64,
+        mem: MemHandle,
+        offset: u64,
+        len: u64,
+        opts: SendOpts,
+    ) -> Result<OpId, CallError> {
+        self.send_from_inner(peer, Some(tag), mem, offset, len, opts)
+    }
+
+    /// Untagged send from the caller's registered region; see [`Endpoint::tsend_from`].
+    pub fn send_from(
+        &mut self,
+        peer: PeerId,
+        mem: MemHandle,
+        offset: u64,
+        len: u64,
+        opts: SendOpts,
+    ) -> Result<OpId, CallError> {
+        self.send_from_inner(peer, None, mem, offset, len, opts)
+    }
+
+    fn send_from_inner(
+        &mut self,
+        peer: PeerId,
+        tag: Option<u64>,
+        mem: MemHandle,
+        offset: u64,
+        len: u64,
+        opts: SendOpts,
+    ) -> Result<OpId, CallError> {
+        self.check_peer(peer)?;
+        let idx = mem.0 as usize;
+        let region_len = match self.mem.get(idx) {
+            Some(r) if r.owner == Owner::App => r.bytes.len() as u64,
+            _ => return Err(CallError::UnknownMem),
+        };
+        match offset.checked_add(len) {
+            Some(end) if end <= region_len => {}
+            _ => return Err(CallError::MemRange),
+        }
+        let op = self.new_op();
+        let t = TxOp {
+            mem_off: offset,
+            borrowed: true,
+            op,
+            kind: TxKind::Send {
+                tagged: tag.is_some(),
+            },
+            peer,
+            proto: Protocol::Eager,
+            mem: idx,
+            len,
+            tag: tag.unwrap_or(0),
+            cq_data: opts.cq_data,
+            dc: opts.delivery_complete,
+            msg_id: 0,
+            remote: Vec::new(),
+            next_offset: 0,
+            window_end: 0,
+            peer_recv_id: 0,
+            inflight: 0,
+            started: false,
+            all_queued: false,
+            await_receipt: false,
+            await_eor: false,
+            rdma_left: 0,
+            error: None,
+            runt_len: 0,
+            atomic: None,
+        };
+        let Some(id) = self.tx.insert(t) else {
+            return Err(CallError::TooManyOps);
+        };
+        self.mem[idx].users += 1;
+        self.tx_begin(id);
+        Ok(op)
+    }
+
+    /// Bytes `start..start + n` of TX op `id`'s message (copied out of its buffer).
+    pub(super) fn tx_bytes(&self, id: u32, start: u64, n: u64) -> Vec<u8> {
+        let Some(t) = self.tx.get(id) else {
+            return Vec::new();
+        };
+        let Some(r) = self.mem.get(t.mem) else {
+            return Vec::new();
+        };
+        let a = (t.mem_off + start) as usize;
+        let b = (t.mem_off + start + n) as usize;
+        r.bytes.get(a..b).map(<[u8]>::to_vec).unwrap_or_default()
+    }
+
     pub(super) fn send_inner(
         &mut self,
         peer: PeerId,
@@ -39,6 +146,8 @@ impl Endpoint {
         let len = data.len() as u64;
         let mem = self.new_region(data, Owner::App);
         let t = TxOp {
+            mem_off: 0,
+            borrowed: false,
             op,
             kind: TxKind::Send {
                 tagged: tag.is_some(),
@@ -161,7 +270,7 @@ impl Endpoint {
         tracing::debug!(?op, ?proto, len, "send");
         match proto {
             Protocol::Eager => {
-                let data = self.mem[self.tx[id].mem].bytes.clone();
+                let data = self.tx_bytes(id, 0, len);
                 let r = self.msg_req(id, eager_ty).with(Field::MsgId, msg_id as u64);
                 let r = Repr {
                     payload: &data,
@@ -180,7 +289,12 @@ impl Endpoint {
                     .mtu
                     .saturating_sub(self.req_hdr_len(peer, ty, cq, 0))
                     .max(1);
-                let data = std::mem::take(&mut self.mem[self.tx[id].mem].bytes);
+                let borrowed = self.tx[id].borrowed;
+                let data = if borrowed {
+                    self.tx_bytes(id, 0, len)
+                } else {
+                    std::mem::take(&mut self.mem[self.tx[id].mem].bytes)
+                };
                 for (i, chunk) in data.chunks(per).enumerate() {
                     let r = self
                         .msg_req(id, ty)
@@ -193,14 +307,25 @@ impl Endpoint {
                     };
                     self.emit(peer, &r, PktOwner::Tx(id));
                 }
-                let m = self.tx[id].mem;
-                self.mem[m].bytes = data;
+                if !borrowed {
+                    let m = self.tx[id].mem;
+                    self.mem[m].bytes = data;
+                }
                 self.tx_queued_all(id);
             }
             Protocol::LongCts => self.send_longcts_rtm(id, false),
             Protocol::LongRead | Protocol::RuntRead => {
                 let m = self.tx[id].mem;
-                self.register_region(m);
+                if self.tx[id].borrowed {
+                    // The caller's region: use its registration, never register again.
+                    match self.mem.get(m).map(|r| r.reg) {
+                        Some(RegState::Ok(k)) => self.tx_registered(id, Ok(k)),
+                        Some(RegState::Pending) => self.mem[m].reg_waiters.push(id),
+                        _ => self.tx_registered(id, Err(())),
+                    }
+                } else {
+                    self.register_region(m);
+                }
             }
             _ => {}
         }
@@ -262,7 +387,7 @@ impl Endpoint {
         } else {
             (0, room.min(len))
         };
-        let data = self.mem[t.mem].bytes[start as usize..(start + n) as usize].to_vec();
+        let data = self.tx_bytes(id, start, n);
         let r = Repr {
             payload: &data,
             ..r
@@ -306,7 +431,7 @@ impl Endpoint {
                 // buffer is registered with the EFA device and fills in the registration key
                 // in `read_iov`". Long-read is inherently delivery complete: the sender
                 // completes on EOR, after the receiver's reads.
-                let read_iov = [RmaIov::new(key.addr, len, key.key)];
+                let read_iov = [RmaIov::new(key.addr.wrapping_add(t.mem_off), len, key.key)];
                 let iov_bytes = RmaIov::slice_as_bytes(&read_iov).to_vec();
                 if proto == Protocol::LongRead {
                     // efa-rdm-protocol-v4 §4.1: "The `read_iov` is used as the application
@@ -346,9 +471,7 @@ impl Endpoint {
                     while off < runt {
                         let n = per.min(runt - off);
                         let mut payload = iov_bytes.clone();
-                        payload.extend_from_slice(
-                            &self.mem[self.tx[id].mem].bytes[off as usize..(off + n) as usize],
-                        );
+                        payload.extend_from_slice(&self.tx_bytes(id, off, n));
                         let r = self
                             .msg_req(id, ty)
                             .with(Field::MsgId, msg_id as u64)
@@ -436,7 +559,7 @@ impl Endpoint {
             }
             let off = t.next_offset;
             let n = per.min(end - off);
-            let data = self.mem[t.mem].bytes[off as usize..(off + n) as usize].to_vec();
+            let data = self.tx_bytes(id, off, n);
             let r = self
                 .ctrl(peer, PacketType::CtsData)
                 .with(Field::RecvId, t.peer_recv_id as u64)
@@ -464,7 +587,14 @@ impl Endpoint {
             return;
         }
         let Some(t) = self.tx.remove(id) else { return };
-        self.free_region(t.mem);
+        if t.borrowed {
+            // The caller's region stays registered and theirs.
+            if let Some(r) = self.mem.get_mut(t.mem) {
+                r.users = r.users.saturating_sub(1);
+            }
+        } else {
+            self.free_region(t.mem);
+        }
         let kind = match t.kind {
             TxKind::Send { .. } => OpKind::Send,
             TxKind::Write => OpKind::Write,

@@ -1,0 +1,221 @@
+//! Sends from registered regions (the registration cache for repeated large sends) and the
+//! matching / HW-SW sections of `stats()`, over both transports.
+
+use std::time::Duration;
+
+use tagmatch::{DeviceStats, Endpoint, Error, MemFabric, Protocol, TagMatch, ANY_SOURCE};
+
+fn udp_pair() -> (Endpoint, Endpoint) {
+    let mk = || {
+        Endpoint::builder()
+            .udp("127.0.0.1:0".parse().unwrap())
+            .wait_limit(Duration::from_secs(20))
+            .build()
+            .unwrap()
+    };
+    (mk(), mk())
+}
+
+fn mem_pair(fabric: &MemFabric) -> (Endpoint, Endpoint) {
+    let a = Endpoint::builder().mem(fabric).build().unwrap();
+    let b = Endpoint::builder().mem(fabric).build().unwrap();
+    (a, b)
+}
+
+/// Registrations and deregistrations the device made for `ep`.
+fn device_regs(ep: &Endpoint) -> (u64, u64) {
+    match ep.stats().device {
+        DeviceStats::Mem(d) => (d.registered, d.deregistered),
+        DeviceStats::Udp(u) => (u.rdma.registered, u.rdma.deregistered),
+        #[allow(unreachable_patterns)]
+        _ => (0, 0),
+    }
+}
+
+/// N large sends from one region: one registration on the sender, data byte for byte;
+/// `tsend` of the same size registers once per send.
+fn repeated_large_sends(mut a: Endpoint, mut b: Endpoint) {
+    const N: usize = 5;
+    const LEN: usize = 1 << 20;
+    let pb = a.insert_peer(&b.address()).unwrap();
+    let pa = b.insert_peer(&a.address()).unwrap();
+    // One small message first: a learns b's features (RDMA read) from its handshake, so
+    // every large send below can use long-read.
+    // (A round trip: b's handshake goes out before its reply.)
+    let r = b.recv(pa, 8).unwrap();
+    let s = a.send(pb, vec![0; 8]).unwrap();
+    b.wait_with(r, &mut [&mut a]).unwrap();
+    a.wait_with(s, &mut [&mut b]).unwrap();
+    let r = a.recv(pb, 8).unwrap();
+    let s = b.send(pa, vec![0; 8]).unwrap();
+    a.wait_with(r, &mut [&mut b]).unwrap();
+    b.wait_with(s, &mut [&mut a]).unwrap();
+    let data: Vec<u8> = (0..N * LEN + 3).map(|i| (i * 13 + i / 7) as u8).collect();
+    let (r0, d0) = device_regs(&a);
+    let mr = a.register(data.clone()).unwrap();
+    for i in 0..N {
+        let range = i * LEN + 3..(i + 1) * LEN + 3;
+        let r = b.trecv(pa, TagMatch::exact(i as u64), LEN).unwrap();
+        let s = a.tsend_region(pb, i as u64, &mr, range.clone()).unwrap();
+        let c = b.wait_with(r, &mut [&mut a]).unwrap();
+        assert!(c.data == data[range], "send {i}: data differs");
+        assert_eq!(c.source, Some(pa));
+        a.wait_with(s, &mut [&mut b]).unwrap();
+    }
+    let st = a.stats();
+    assert_eq!(st.facade.protocol(Protocol::LongRead), N as u64);
+    assert_eq!(st.facade.region_sends, N as u64);
+    assert_eq!(
+        device_regs(&a),
+        (r0 + 1, d0),
+        "one registration for {N} sends"
+    );
+    assert_eq!(a.region_sends_in_flight(&mr).unwrap(), 0);
+    assert_eq!(a.deregister(mr).unwrap(), data);
+    a.progress().unwrap();
+    assert_eq!(device_regs(&a), (r0 + 1, d0 + 1));
+
+    // The same sends with owned buffers register (and deregister) every time.
+    for i in 0..2 {
+        let r = b.trecv(pa, TagMatch::exact(50), LEN).unwrap();
+        let s = a.tsend(pb, 50, data[..LEN].to_vec()).unwrap();
+        b.wait_with(r, &mut [&mut a]).unwrap();
+        a.wait_with(s, &mut [&mut b]).unwrap();
+        a.progress().unwrap();
+        assert_eq!(device_regs(&a), (r0 + 2 + i, d0 + 2 + i));
+    }
+
+    // Small and medium ranges of a region are copied into packets; untagged too.
+    let mr = a.register(data[..100_000].to_vec()).unwrap();
+    for range in [10..30, 0..20_000, 1_000..100_000] {
+        let r = b.recv(ANY_SOURCE, range.len()).unwrap();
+        let s = a.send_region(pb, &mr, range.clone()).unwrap();
+        let c = b.wait_with(r, &mut [&mut a]).unwrap();
+        assert!(c.data == data[range.clone()], "range {range:?}");
+        a.wait_with(s, &mut [&mut b]).unwrap();
+    }
+    a.deregister(mr).unwrap();
+}
+
+#[test]
+fn repeated_large_sends_register_once_in_process() {
+    let fabric = MemFabric::new();
+    let (a, b) = mem_pair(&fabric);
+    repeated_large_sends(a, b);
+}
+
+#[test]
+fn repeated_large_sends_register_once_over_udp() {
+    let (a, b) = udp_pair();
+    repeated_large_sends(a, b);
+}
+
+#[test]
+fn deregistering_a_region_in_use_is_refused_and_hands_it_back() {
+    let fabric = MemFabric::new();
+    let (mut a, mut b) = mem_pair(&fabric);
+    let pb = a.insert_peer(&b.address()).unwrap();
+    let pa = b.insert_peer(&a.address()).unwrap();
+    let data = vec![0x5a; 1 << 20];
+    let mr = a.register(data.clone()).unwrap();
+    let s = a.tsend_region(pb, 1, &mr, 0..data.len()).unwrap();
+    assert_eq!(a.region_sends_in_flight(&mr).unwrap(), 1);
+    let mr = match a.deregister(mr) {
+        Err(Error::RegionInUse { region, sends }) => {
+            assert_eq!(sends, 1);
+            region
+        }
+        other => panic!("expected RegionInUse, got {other:?}"),
+    };
+    // Still registered and readable; the send completes from it.
+    assert_eq!(a.region(&mr).unwrap(), &data[..]);
+    let r = b.trecv(pa, 1u64, data.len()).unwrap();
+    assert_eq!(b.wait_with(r, &mut [&mut a]).unwrap().data, data);
+    a.wait_with(s, &mut [&mut b]).unwrap();
+    assert_eq!(a.deregister(mr).unwrap(), data);
+}
+
+#[test]
+fn bad_region_sends_are_typed_errors() {
+    let fabric = MemFabric::new();
+    let (mut a, mut b) = mem_pair(&fabric);
+    let pb = a.insert_peer(&b.address()).unwrap();
+    let mr = a.register(vec![1; 64]).unwrap();
+    let other = b.register(vec![1; 64]).unwrap();
+    assert!(matches!(
+        a.tsend_region(pb, 1, &mr, 0..65),
+        Err(Error::RegionRange {
+            start: 0,
+            end: 65,
+            len: 64
+        })
+    ));
+    #[allow(clippy::reversed_empty_ranges)]
+    let backwards = 10..5;
+    assert!(matches!(
+        a.send_region(pb, &mr, backwards),
+        Err(Error::RegionRange { .. })
+    ));
+    assert!(matches!(
+        a.tsend_region(pb, 1, &other, 0..8),
+        Err(Error::UnknownRegion)
+    ));
+    assert!(matches!(
+        a.region_sends_in_flight(&other),
+        Err(Error::UnknownRegion)
+    ));
+    let pa_at_b = b.insert_peer(&a.address()).unwrap();
+    assert!(matches!(
+        a.tsend_region(pa_at_b, 1, &mr, 0..8),
+        Err(Error::UnknownPeer(_))
+    ));
+    assert_eq!(a.stats().facade.region_sends, 0);
+    assert!(a.stats().facade.call_errors >= 4);
+    assert_eq!(a.deregister(mr).unwrap(), vec![1; 64]);
+}
+
+#[test]
+fn stats_show_matching_counters_and_no_hw_offload() {
+    let fabric = MemFabric::new();
+    let (mut a, mut b) = mem_pair(&fabric);
+    let pb = a.insert_peer(&b.address()).unwrap();
+    let pa = b.insert_peer(&a.address()).unwrap();
+    let before = b.stats();
+    assert!(!before.offload.in_use);
+    // Two posted receives wait; one message arrives unexpected.
+    let r1 = b.trecv(pa, TagMatch::exact(1), 8).unwrap();
+    let _r2 = b.trecv(ANY_SOURCE, TagMatch::exact(2), 8).unwrap();
+    let s = a.tsend(pb, 3, vec![3; 8]).unwrap();
+    a.wait_with(s, &mut [&mut b]).unwrap();
+    b.progress().unwrap();
+    let st = b.stats();
+    assert_eq!(st.matching.posted_depth, 2);
+    assert_eq!(st.matching.unexpected_depth, 1);
+    assert_eq!(st.matching.bytes_held, 8);
+    assert!(st.matching.misses >= before.matching.misses + 3);
+    // A matching message: a hit, attempts counted.
+    let s = a.tsend(pb, 1, vec![1; 8]).unwrap();
+    b.wait_with(r1, &mut [&mut a]).unwrap();
+    a.wait_with(s, &mut [&mut b]).unwrap();
+    let st2 = b.stats();
+    assert_eq!(st2.matching.posted_depth, 1);
+    assert!(st2.matching.hits > st.matching.hits);
+    assert!(st2.matching.match_attempts > st.matching.match_attempts);
+    // The HW/SW split, honestly: no hardware path, every match in software.
+    assert!(!st2.offload.in_use);
+    assert_eq!((st2.offload.offloaded, st2.offload.matched_hw), (0, 0));
+    assert_eq!(st2.offload.matched_sw, st2.matching.hits);
+    let text = st2.to_string();
+    assert!(text.contains("matching: posted 1 unexpected 1"), "{text}");
+    assert!(text.contains("offload not in use"), "{text}");
+    assert!(text.contains("attempts"), "{text}");
+}
+
+#[test]
+fn udp_stats_have_no_hw_offload_either() {
+    let (a, _b) = udp_pair();
+    let st = a.stats();
+    assert!(!st.offload.in_use);
+    assert_eq!(st.offload.matched_hw, 0);
+    assert!(st.to_string().contains("offload not in use"));
+}
