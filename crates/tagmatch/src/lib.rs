@@ -113,3 +113,8 @@ pub use tagmatch_rdm::{
     AtomicArgs, AtomicOp, Datatype, MatchCounters, OpError, OpKind, Protocol, RemoteAddr,
 };
 pub use tagmatch_transport::mem::MemFaults;
+
+/// The README's Rust examples, compiled and run as doctests so the front page cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
