@@ -118,7 +118,8 @@ fn main() {
     let sb = echo.join().expect("echo thread");
     let sa = a.device().stats();
     println!(
-        "A: {} datagrams in {} sendmmsg calls, {} retransmits ({} fast); B: {} datagrams received in {} recvmmsg calls",
-        sa.sock.tx_datagrams, sa.sock.send_calls, sa.retransmits, sa.fast_retransmits, sb.sock.rx_datagrams, sb.sock.recv_calls
+        "A: {} datagrams in {} sendmmsg calls, {} retransmits ({} fast), {} duplicates; B: {} datagrams received in {} recvmmsg calls, {} retransmits ({} fast), {} duplicates",
+        sa.sock.tx_datagrams, sa.sock.send_calls, sa.retransmits, sa.fast_retransmits, sa.duplicates,
+        sb.sock.rx_datagrams, sb.sock.recv_calls, sb.retransmits, sb.fast_retransmits, sb.duplicates
     );
 }

@@ -90,6 +90,16 @@ pub trait RdmDevice {
     fn progress(&mut self, mem: &mut dyn MemoryAccess, timeout: Option<Duration>)
         -> io::Result<()>;
 
+    /// Puts on the wire what [`RdmDevice::submit`] queued since the last
+    /// [`RdmDevice::progress`], without waiting or receiving. [`crate::Node::progress`]
+    /// calls it after handing the device's events to the endpoint, so that the frames
+    /// (and the acknowledgements they carry) the endpoint produced in answer do not sit in
+    /// the device until the owner progresses again. The default does nothing.
+    fn flush_tx(&mut self, mem: &mut dyn MemoryAccess) -> io::Result<()> {
+        let _ = mem;
+        Ok(())
+    }
+
     /// The next event for the owner.
     fn poll_event(&mut self) -> Option<DeviceEvent>;
 

@@ -149,6 +149,9 @@ impl<D: RdmDevice> Node<D> {
         };
         self.dev.progress(&mut self.ep, t)?;
         self.pump();
+        // What the endpoint answered (and the ACKs piggybacked on it) leaves now, not at
+        // the owner's next progress, which may be far away.
+        self.dev.flush_tx(&mut self.ep)?;
         Ok(self.completions.len())
     }
 

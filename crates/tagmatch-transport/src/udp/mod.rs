@@ -6,7 +6,9 @@
 //!   the end of a `progress` that received something). A frame is sent again when a frame
 //!   sent more than [`REORDER_THRESHOLD`] transmissions after it is acknowledged first
 //!   (RACK-like loss detection), or when its retransmission timeout fires (RTT-estimated,
-//!   doubled on every retry, bounded; at most [`RTO_BURST`] frames per connection at once);
+//!   doubled on every retry, bounded; at most [`RTO_BURST`] frames per connection at once;
+//!   timers are checked only after `progress` has read the socket, so an ACK that arrived
+//!   while the owner was not progressing is never taken for a loss);
 //!   a frame still unacknowledged after [`UdpConfig::peer_timeout`] fails the connection
 //!   (its sends complete with `SendOutcome::Error`, its RDMA operations fail). Duplicates
 //!   (retransmissions, duplicated datagrams) are suppressed by the receive window; frames
@@ -22,7 +24,12 @@
 //!   counts) anything else, leaving the data untouched. Registrations get fresh keys whose
 //!   upper 32 bits are random per device. A served read is streamed as the send window
 //!   opens, its bytes read from memory when their frame is built (and its key checked again
-//!   for every chunk), so a peer's requests cost no copy of the range up front.
+//!   for every chunk), so a peer's requests cost no copy of the range up front. Between
+//!   loopback addresses, software-RDMA frames (read data, write chunks) are datagrams of up
+//!   to [`LOOPBACK_RDMA_DATAGRAM`] bytes (the loopback MTU is 64 KiB; a loopback device
+//!   receives into 64 KiB buffers), elsewhere they fit the path MTU. Unacknowledged bytes
+//!   per connection are bounded by half the socket's receive buffer, so a window of large
+//!   datagrams does not overflow the peer's.
 //! - **Bounded state**: at most [`UdpConfig::max_conns`] connections; a receive window of
 //!   [`RECV_WINDOW`] frames per connection.
 //! - **Non-blocking socket, batched syscalls** (`sendmmsg`/`recvmmsg` on Linux), `poll` with a
@@ -84,6 +91,10 @@ pub const RTO_BURST: usize = 16;
 /// Transmissions a later-sent, acknowledged frame must be ahead of an unacknowledged one
 /// for the latter to count as lost (TCP's duplicate-ACK threshold).
 pub const REORDER_THRESHOLD: u64 = 3;
+/// Largest software-RDMA datagram (read data, write chunks) between loopback addresses:
+/// the loopback interface's MTU is 64 KiB, so these are not fragmented, and a 1 MiB read
+/// takes 17 datagrams instead of 740. Other addresses use the path MTU.
+pub const LOOPBACK_RDMA_DATAGRAM: usize = 64_000;
 /// How far beyond the cumulative ack a received sequence number may be.
 pub const RECV_WINDOW: u32 = 1 << 16;
 
@@ -201,6 +212,8 @@ struct Conn {
     ack_needed: bool,
     tx_order: u64,
     reads: VecDeque<ReadJob>,
+    /// Body bytes of the frames in `unacked`.
+    unacked_bytes: usize,
 }
 
 impl Conn {
@@ -218,6 +231,7 @@ impl Conn {
             ack_needed: false,
             tx_order: 0,
             reads: VecDeque::new(),
+            unacked_bytes: 0,
         }
     }
 
@@ -279,6 +293,9 @@ pub struct UdpDevice {
     events: VecDeque<DeviceEvent>,
     /// Sends refused because the queue was full, answered `Again` at the next `progress`.
     again: Vec<SendToken>,
+    /// Most body bytes unacknowledged per connection: half the socket's receive buffer
+    /// (the peer's is assumed alike), so a window of large datagrams does not overflow it.
+    max_inflight_bytes: usize,
     stats: UdpStats,
 }
 
@@ -295,7 +312,16 @@ impl UdpDevice {
                 "bind a concrete IP: it is the device's printed address",
             ));
         }
-        let sock = Sock::bind(cfg.bind, cfg.batch)?;
+        let rx_len = if cfg.bind.ip().is_loopback() {
+            sock::RX_BUF_LOOPBACK
+        } else {
+            sock::RX_BUF
+        };
+        let sock = Sock::bind(cfg.bind, cfg.batch, rx_len)?;
+        let max_inflight_bytes = match sock.rcvbuf() {
+            0 => 256 << 10,
+            n => (n / 2).max(2 * rx_len),
+        };
         let local = sock.local_addr()?;
         let mut rng = XorShift::new(entropy() ^ local.port() as u64);
         let connid = cfg.connid.unwrap_or_else(|| (rng.next_u64() as u32).max(1));
@@ -312,6 +338,7 @@ impl UdpDevice {
             rdma: SoftRdma::new(rng.next_u64() as u32),
             events: VecDeque::new(),
             again: Vec::new(),
+            max_inflight_bytes,
             stats: UdpStats::default(),
             cfg,
         })
@@ -342,8 +369,18 @@ impl UdpDevice {
         self.cfg.path_mtu - IP_UDP_OVERHEAD
     }
 
+    /// Largest software-RDMA datagram: [`LOOPBACK_RDMA_DATAGRAM`] on a loopback address,
+    /// else the path's.
+    fn rdma_datagram_max(&self) -> usize {
+        if self.cfg.bind.ip().is_loopback() {
+            LOOPBACK_RDMA_DATAGRAM
+        } else {
+            self.datagram_max()
+        }
+    }
+
     fn rdma_chunk(&self) -> usize {
-        self.datagram_max() - HDR_LEN - MAX_RDMA_HDR
+        self.rdma_datagram_max() - HDR_LEN - MAX_RDMA_HDR
     }
 
     fn conn_mut(&mut self, peer: &RawAddr) -> &mut Conn {
@@ -398,6 +435,7 @@ impl UdpDevice {
             .filter(|(_, c)| {
                 (!c.waiting.is_empty() || !c.reads.is_empty())
                     && c.unacked.len() < self.cfg.max_inflight
+                    && c.unacked_bytes < self.max_inflight_bytes
             })
             .map(|(k, _)| *k)
             .collect();
@@ -407,7 +445,9 @@ impl UdpDevice {
             if let Some(c) = self.conns.get_mut(&k) {
                 // Top the waiting queue up from the streamed reads, one window's worth.
                 let room = self.cfg.max_inflight.saturating_sub(c.unacked.len());
-                while c.waiting.len() < room {
+                let room_bytes = self.max_inflight_bytes.saturating_sub(c.unacked_bytes);
+                let mut waiting_bytes: usize = c.waiting.iter().map(|f| f.body.len()).sum();
+                while c.waiting.len() < room && waiting_bytes < room_bytes {
                     let Some(job) = c.reads.front_mut() else {
                         break;
                     };
@@ -443,6 +483,7 @@ impl UdpDevice {
                     }
                     let mut body = Vec::with_capacity(MAX_RDMA_HDR + n as usize);
                     msg.emit(&mut body);
+                    waiting_bytes += body.len();
                     c.waiting.push_back(TxFrame {
                         kind: msg.kind(),
                         body,
@@ -455,7 +496,10 @@ impl UdpDevice {
                     });
                 }
                 let rto = c.rto(&self.cfg);
-                while c.unacked.len() < self.cfg.max_inflight && c.next_seq <= u32::MAX as u64 {
+                while c.unacked.len() < self.cfg.max_inflight
+                    && c.unacked_bytes < self.max_inflight_bytes
+                    && c.next_seq <= u32::MAX as u64
+                {
                     let Some(mut f) = c.waiting.pop_front() else {
                         break;
                     };
@@ -476,6 +520,7 @@ impl UdpDevice {
                     };
                     c.ack_needed = false;
                     dgs.push((c.sock, h.datagram(&f.body)));
+                    c.unacked_bytes += f.body.len();
                     c.unacked.insert(seq, f);
                 }
                 self.stats.frames_sent += dgs.len() as u64;
@@ -486,8 +531,20 @@ impl UdpDevice {
         }
     }
 
+    /// The earliest retransmission deadline, without firing anything: `progress` checks
+    /// it before it waits, and fires timers only after it has read what the socket holds.
+    fn next_deadline(&self) -> Option<Instant> {
+        self.conns
+            .values()
+            .flat_map(|c| c.unacked.values().map(|f| f.deadline))
+            .min()
+    }
+
     /// Retransmits due frames, fails connections whose peer stopped answering; returns the
-    /// next deadline.
+    /// next deadline. Call it only after the socket has been drained: an ACK that already
+    /// arrived but was not read yet must not count as missing (a process descheduled
+    /// beyond the RTO would otherwise resend a burst of frames its peer acknowledged long
+    /// ago).
     fn timers(&mut self, now: Instant) -> Option<Instant> {
         let mut next: Option<Instant> = None;
         let mut dead = Vec::new();
@@ -577,6 +634,7 @@ impl UdpDevice {
                 break;
             }
             if let Some(f) = c.unacked.remove(&s) {
+                c.unacked_bytes -= f.body.len();
                 acked.push(f);
             }
         }
@@ -584,6 +642,7 @@ impl UdpDevice {
             for i in 0..64u64 {
                 if sack & (1 << i) != 0 {
                     if let Some(f) = c.unacked.remove(&(ack as u64 + 2 + i)) {
+                        c.unacked_bytes -= f.body.len();
                         acked.push(f);
                     }
                 }
@@ -879,7 +938,9 @@ impl RdmDevice for UdpDevice {
     ) -> io::Result<()> {
         let now = Instant::now();
         self.fill_windows(mem);
-        let next = self.timers(now);
+        // No timer fires before the socket is read (see `timers`): an overdue deadline
+        // only makes the wait zero.
+        let next = self.next_deadline();
         self.flush()?;
         let busy = !self.events.is_empty()
             || !self.again.is_empty()
@@ -893,7 +954,11 @@ impl RdmDevice for UdpDevice {
                 (a, b) => a.or(b),
             }
         };
-        self.sock.wait(!self.txq.is_empty(), wait)?;
+        // A zero wait needs no poll(2): the non-blocking receive below finds out as well,
+        // one system call fewer on the fast path.
+        if wait != Some(Duration::ZERO) {
+            self.sock.wait(!self.txq.is_empty(), wait)?;
+        }
         let mut rx = std::mem::take(&mut self.rxq);
         self.sock.recv_all(&mut rx, 16)?;
         let now = Instant::now();
@@ -912,6 +977,11 @@ impl RdmDevice for UdpDevice {
             });
         }
         Ok(())
+    }
+
+    fn flush_tx(&mut self, mem: &mut dyn MemoryAccess) -> io::Result<()> {
+        self.fill_windows(mem);
+        self.flush()
     }
 
     fn poll_event(&mut self) -> Option<DeviceEvent> {

@@ -10,6 +10,9 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 /// Receive buffer size: the largest datagram of a 9000-byte path plus slack.
 pub const RX_BUF: usize = 9216;
+/// Receive buffer size on a loopback address: the largest UDP datagram (the loopback
+/// interface's MTU is 64 KiB, so nothing is fragmented).
+pub const RX_BUF_LOOPBACK: usize = 65536;
 
 /// Syscall counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -33,6 +36,8 @@ pub struct SockStats {
 pub struct Sock {
     sock: UdpSocket,
     rx_bufs: Vec<Vec<u8>>,
+    /// The kernel's receive buffer size (`SO_RCVBUF` as read back), 0 if unknown.
+    rcvbuf: usize,
     /// Counters.
     pub stats: SockStats,
 }
@@ -42,8 +47,9 @@ fn to_io(e: nix::Error) -> io::Error {
 }
 
 impl Sock {
-    /// Binds `addr`, non-blocking, with room for `batch` datagrams per receive call.
-    pub fn bind(addr: SocketAddr, batch: usize) -> io::Result<Sock> {
+    /// Binds `addr`, non-blocking, with room for `batch` datagrams of at most `rx_len`
+    /// bytes per receive call.
+    pub fn bind(addr: SocketAddr, batch: usize, rx_len: usize) -> io::Result<Sock> {
         let sock = UdpSocket::bind(addr)?;
         sock.set_nonblocking(true)?;
         #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -59,11 +65,23 @@ impl Sock {
                 let _ = setsockopt(&sock, sockopt::SndBuf, &size);
             }
         }
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        let rcvbuf =
+            nix::sys::socket::getsockopt(&sock, nix::sys::socket::sockopt::RcvBuf).unwrap_or(0);
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        let rcvbuf = 0;
         Ok(Sock {
             sock,
-            rx_bufs: vec![vec![0u8; RX_BUF]; batch.max(1)],
+            rx_bufs: vec![vec![0u8; rx_len.max(1)]; batch.max(1)],
+            rcvbuf,
             stats: SockStats::default(),
         })
+    }
+
+    /// The kernel's receive buffer size in bytes (what `SO_RCVBUF` reads back; the
+    /// kernel counts its own overhead in it), 0 if unknown.
+    pub fn rcvbuf(&self) -> usize {
+        self.rcvbuf
     }
 
     /// The bound address.
@@ -212,7 +230,7 @@ impl Sock {
         }
         let n = got.len();
         for (i, (addr, len, trunc)) in got.into_iter().enumerate() {
-            if trunc || len > RX_BUF {
+            if trunc || len > self.rx_bufs[i].len() {
                 self.stats.rx_truncated += 1;
                 continue;
             }
