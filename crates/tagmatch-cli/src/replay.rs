@@ -27,7 +27,8 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 
 use tagmatch_engine::{
-    Arrived, Config, Engine, Envelope, MsgHandle, Posted, RecvHandle, RecvSpec, Source, TagSel,
+    Arrived, Config, Counters, Engine, Envelope, MsgHandle, Posted, RecvHandle, RecvSpec, Source,
+    TagSel,
 };
 
 use crate::Error;
@@ -57,8 +58,8 @@ pub struct Args {
 const OPS: &str = "expected post, arrive, probe, mprobe, mrecv, cancel";
 
 /// State of a receive id.
-enum RecvState {
-    Pending(RecvHandle),
+enum RecvState<H> {
+    Pending(H),
     Done,
 }
 
@@ -70,12 +71,110 @@ enum ProbeState {
     Done,
 }
 
-/// The replay machine: engine plus the id tables of the trace.
-struct Replay {
-    engine: Engine<String, String>,
-    recvs: HashMap<String, RecvState>,
+/// A pairing or cancellation a [`Runner`] reports (at once, or when it completes later).
+enum Outcome {
+    /// Receive id `.0` matched message id `.1`.
+    Match(String, String),
+    /// Receive id `.0` was cancelled.
+    Cancelled(String),
+}
+
+/// What a trace runs on: the engine ([`SwRunner`]) or the offload driver
+/// (`hw::HwRunner`). Receive and message ids are the trace's.
+trait Runner {
+    /// A pending receive.
+    type Handle: Copy;
+    /// Posts a receive: `Ok(Some(_))` if it is pending (a match goes to `fx`), `Err(())`
+    /// if the posted-receive limit is reached.
+    fn post(
+        &mut self,
+        spec: RecvSpec,
+        rid: &str,
+        fx: &mut Vec<Outcome>,
+    ) -> Result<Option<Self::Handle>, ()>;
+    /// A message arrives (a match goes to `fx`).
+    fn arrive(&mut self, env: Envelope, mid: &str, fx: &mut Vec<Outcome>) -> Result<(), String>;
+    /// The message id a probe finds.
+    fn probe(&mut self, spec: &RecvSpec) -> Option<String>;
+    /// Claims a message: its handle and id.
+    fn mprobe(&mut self, spec: &RecvSpec) -> Option<(MsgHandle, Option<String>)>;
+    /// Receives a claimed message: its id, or the error's text.
+    fn mrecv(&mut self, h: MsgHandle) -> Result<String, String>;
+    /// Cancels a pending receive: `Some(cancelled)` when decided at once, `None` when an
+    /// [`Outcome::Cancelled`] in `fx` decides (none: failed).
+    fn cancel(&mut self, h: Self::Handle, fx: &mut Vec<Outcome>) -> Result<Option<bool>, String>;
+    /// Runs after every trace line that succeeded.
+    fn after_line(&mut self, _fx: &mut Vec<Outcome>) -> Result<(), String> {
+        Ok(())
+    }
+    /// Runs after the last trace line.
+    fn finish(&mut self, _fx: &mut Vec<Outcome>) -> Result<(), String> {
+        Ok(())
+    }
+    /// The engine's counters.
+    fn counters(&self) -> Counters;
+}
+
+/// The software engine as a [`Runner`].
+struct SwRunner(Engine<String, String>);
+
+impl Runner for SwRunner {
+    type Handle = RecvHandle;
+
+    fn post(
+        &mut self,
+        spec: RecvSpec,
+        rid: &str,
+        fx: &mut Vec<Outcome>,
+    ) -> Result<Option<RecvHandle>, ()> {
+        match self.0.post(spec, rid.to_string()) {
+            Ok(Posted::Matched(m)) => {
+                fx.push(Outcome::Match(m.recv, m.msg));
+                Ok(None)
+            }
+            Ok(Posted::Pending(h)) => Ok(Some(h)),
+            Err(_) => Err(()),
+        }
+    }
+
+    fn arrive(&mut self, env: Envelope, mid: &str, fx: &mut Vec<Outcome>) -> Result<(), String> {
+        match self.0.arrive(env, 0, mid.to_string()) {
+            Ok(Arrived::Matched(m)) => fx.push(Outcome::Match(m.recv, m.msg)),
+            Ok(Arrived::Unexpected(_)) => {}
+            Err(r) => return Err(format!("arrive: {}", r.reason)),
+        }
+        Ok(())
+    }
+
+    fn probe(&mut self, spec: &RecvSpec) -> Option<String> {
+        self.0.probe(spec).map(|p| p.msg.clone())
+    }
+
+    fn mprobe(&mut self, spec: &RecvSpec) -> Option<(MsgHandle, Option<String>)> {
+        let cl = self.0.mprobe(spec)?;
+        Some((cl.handle, self.0.claimed(cl.handle).ok().cloned()))
+    }
+
+    fn mrecv(&mut self, h: MsgHandle) -> Result<String, String> {
+        self.0.mrecv(h).map(|m| m.msg).map_err(|e| e.to_string())
+    }
+
+    fn cancel(&mut self, h: RecvHandle, _fx: &mut Vec<Outcome>) -> Result<Option<bool>, String> {
+        Ok(Some(self.0.cancel(h).is_ok()))
+    }
+
+    fn counters(&self) -> Counters {
+        self.0.counters()
+    }
+}
+
+/// The replay machine: a runner plus the id tables of the trace.
+struct Replay<R: Runner> {
+    runner: R,
+    recvs: HashMap<String, RecvState<R::Handle>>,
     msgs: HashMap<String, ()>,
     probes: HashMap<String, ProbeState>,
+    fx: Vec<Outcome>,
 }
 
 /// Parses `key=value` fields `comm`, `src` and `tag` (each exactly once, any order).
@@ -132,18 +231,50 @@ fn spec_of(comm: u32, src: Option<u32>, tag: Option<u64>) -> RecvSpec {
     }
 }
 
-impl Replay {
-    fn new() -> Self {
-        let cfg = Config::default()
-            .max_bytes(usize::MAX)
-            .max_messages(usize::MAX)
-            .max_posted(usize::MAX);
+/// The engine configuration of a replay: no limits.
+fn unlimited() -> Config {
+    Config::default()
+        .max_bytes(usize::MAX)
+        .max_messages(usize::MAX)
+        .max_posted(usize::MAX)
+}
+
+impl<R: Runner> Replay<R> {
+    fn new(runner: R) -> Self {
         Replay {
-            engine: Engine::new(cfg),
+            runner,
             recvs: HashMap::new(),
             msgs: HashMap::new(),
             probes: HashMap::new(),
+            fx: Vec::new(),
         }
+    }
+
+    /// Turns the runner's outcomes into output lines.
+    fn emit(&mut self, out: &mut Vec<String>) {
+        for o in self.fx.drain(..) {
+            match o {
+                Outcome::Match(recv, msg) => {
+                    out.push(format!("match {recv} {msg}"));
+                    self.recvs.insert(recv, RecvState::Done);
+                }
+                Outcome::Cancelled(recv) => {
+                    out.push(format!("cancel {recv} ok"));
+                    self.recvs.insert(recv, RecvState::Done);
+                }
+            }
+        }
+    }
+
+    /// Runs the runner's step after a line, or at the end.
+    fn step(
+        &mut self,
+        out: &mut Vec<String>,
+        f: fn(&mut R, &mut Vec<Outcome>) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let res = f(&mut self.runner, &mut self.fx);
+        self.emit(out);
+        res
     }
 
     fn new_recv_id(&self, rid: &str) -> Result<(), String> {
@@ -173,16 +304,12 @@ impl Replay {
                 let rid = id(0)?;
                 self.new_recv_id(rid)?;
                 let (c, s, t) = fields(&args[1..], true).map_err(|e| format!("post: {e}"))?;
-                match self.engine.post(spec_of(c, s, t), rid.to_string()) {
-                    Ok(Posted::Matched(m)) => {
-                        self.recvs.insert(rid.to_string(), RecvState::Done);
-                        out.push(format!("match {} {}", m.recv, m.msg));
-                    }
-                    Ok(Posted::Pending(h)) => {
-                        self.recvs.insert(rid.to_string(), RecvState::Pending(h));
-                    }
-                    Err(_) => return Err("post: posted-receive limit reached".into()),
+                let res = self.runner.post(spec_of(c, s, t), rid, &mut self.fx);
+                if let Ok(Some(h)) = res {
+                    self.recvs.insert(rid.to_string(), RecvState::Pending(h));
                 }
+                self.emit(out);
+                res.map_err(|()| "post: posted-receive limit reached")?;
             }
             "arrive" => {
                 let mid = id(0)?;
@@ -192,16 +319,9 @@ impl Replay {
                 let (c, s, t) = fields(&args[1..], false).map_err(|e| format!("arrive: {e}"))?;
                 let env = Envelope::new(c, s.unwrap_or(0), t.unwrap_or(0));
                 self.msgs.insert(mid.to_string(), ());
-                match self.engine.arrive(env, 0, mid.to_string()) {
-                    Ok(Arrived::Matched(m)) => {
-                        if let Some(st) = self.recvs.get_mut(&m.recv) {
-                            *st = RecvState::Done;
-                        }
-                        out.push(format!("match {} {}", m.recv, m.msg));
-                    }
-                    Ok(Arrived::Unexpected(_)) => {}
-                    Err(r) => return Err(format!("arrive: {}", r.reason)),
-                }
+                let res = self.runner.arrive(env, mid, &mut self.fx);
+                self.emit(out);
+                res?;
             }
             "probe" | "mprobe" => {
                 let pid = id(0)?;
@@ -209,16 +329,10 @@ impl Replay {
                 let (c, s, t) = fields(&args[1..], true).map_err(|e| format!("{op}: {e}"))?;
                 let spec = spec_of(c, s, t);
                 let (found, state) = if *op == "probe" {
-                    (
-                        self.engine.probe(&spec).map(|p| p.msg.clone()),
-                        ProbeState::Done,
-                    )
+                    (self.runner.probe(&spec), ProbeState::Done)
                 } else {
-                    match self.engine.mprobe(&spec) {
-                        Some(cl) => (
-                            self.engine.claimed(cl.handle).ok().cloned(),
-                            ProbeState::Claimed(cl.handle),
-                        ),
+                    match self.runner.mprobe(&spec) {
+                        Some((h, found)) => (found, ProbeState::Claimed(h)),
                         None => (None, ProbeState::Done),
                     }
                 };
@@ -239,26 +353,41 @@ impl Replay {
                     }
                     Some(ProbeState::Claimed(h)) => *h,
                 };
-                let m = self
-                    .engine
+                let msg = self
+                    .runner
                     .mrecv(h)
                     .map_err(|e| format!("mrecv: {pid}: {e}"))?;
                 self.probes.insert(pid.to_string(), ProbeState::Done);
                 self.recvs.insert(rid.to_string(), RecvState::Done);
-                out.push(format!("match {rid} {}", m.msg));
+                out.push(format!("match {rid} {msg}"));
             }
             "cancel" => {
                 let rid = id(0)?;
                 if args.len() > 1 {
                     return Err(format!("cancel: unexpected field {:?}", args[1]));
                 }
-                let ok = match self.recvs.get(rid) {
+                match self.recvs.get(rid) {
                     None => return Err(format!("cancel: receive id {rid} was never posted")),
-                    Some(RecvState::Done) => false,
-                    Some(RecvState::Pending(h)) => self.engine.cancel(*h).is_ok(),
-                };
+                    Some(RecvState::Done) => out.push(format!("cancel {rid} failed")),
+                    Some(&RecvState::Pending(h)) => {
+                        let res = self.runner.cancel(h, &mut self.fx);
+                        let before = out.len();
+                        self.emit(out);
+                        match res? {
+                            Some(ok) => out
+                                .push(format!("cancel {rid} {}", if ok { "ok" } else { "failed" })),
+                            // An outcome decides: `emit` printed it if the receive was
+                            // cancelled.
+                            None => {
+                                let done = format!("cancel {rid} ");
+                                if !out[before..].iter().any(|l| l.starts_with(&done)) {
+                                    out.push(format!("cancel {rid} failed"));
+                                }
+                            }
+                        }
+                    }
+                }
                 self.recvs.insert(rid.to_string(), RecvState::Done);
-                out.push(format!("cancel {rid} {}", if ok { "ok" } else { "failed" }));
             }
             other => return Err(format!("unknown operation {other:?} ({OPS})")),
         }
@@ -269,7 +398,21 @@ impl Replay {
 /// Runs a whole trace from `input`, writing event lines to `out`. On a bad line returns
 /// `line <n>: <message>` after writing the lines before it.
 pub fn replay(input: impl Read, out: &mut impl Write) -> Result<Engine<String, String>, String> {
-    let mut r = Replay::new();
+    run_trace(SwRunner(Engine::new(unlimited())), input, out).map(|r| r.0)
+}
+
+/// Writes output lines to `out`.
+fn write_lines(out: &mut impl Write, lines: &[String]) -> Result<(), String> {
+    for l in lines {
+        writeln!(out, "{l}").map_err(|e| format!("writing stdout: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Runs a whole trace from `input` on `runner`, writing event lines to `out`; returns the
+/// runner. On a bad line returns `line <n>: <message>` after writing the lines before it.
+fn run_trace<R: Runner>(runner: R, input: impl Read, out: &mut impl Write) -> Result<R, String> {
+    let mut r = Replay::new(runner);
     let mut lines = Vec::new();
     for (n, line) in BufReader::new(input).lines().enumerate() {
         let line = line.map_err(|e| format!("line {}: reading: {e}", n + 1))?;
@@ -279,20 +422,24 @@ pub fn replay(input: impl Read, out: &mut impl Write) -> Result<Engine<String, S
             continue;
         }
         lines.clear();
-        let res = r.line(&toks, &mut lines);
-        for l in &lines {
-            writeln!(out, "{l}").map_err(|e| format!("writing stdout: {e}"))?;
-        }
+        let res = r
+            .line(&toks, &mut lines)
+            .and_then(|()| r.step(&mut lines, R::after_line));
+        write_lines(out, &lines)?;
         res.map_err(|e| format!("line {}: {e}", n + 1))?;
     }
-    let c = r.engine.counters();
+    lines.clear();
+    r.step(&mut lines, R::finish)
+        .map_err(|e| format!("end: {e}"))?;
+    write_lines(out, &lines)?;
+    let c = r.runner.counters();
     writeln!(
         out,
         "end posted={} unexpected={}",
         c.posted_depth, c.unexpected_depth
     )
     .map_err(|e| format!("writing stdout: {e}"))?;
-    Ok(r.engine)
+    Ok(r.runner)
 }
 
 /// The engine counters as a JSON object.

@@ -1,7 +1,9 @@
 //! The benchmark workloads of `shared/spec/bench-workloads.md`, shared by the criterion
 //! benches and `tagmatch bench match` so both measure exactly the same operations.
 //!
-//! A workload is prepared (set-up phase, untimed) into a [`Prepared`] holding the engine
+//! A workload's operations are listed by [`Plan::new`] (set-up and timed phase, for any
+//! front end: the offload bench runs them through the driver). On the engine, a workload
+//! is prepared (set-up phase, untimed) into a [`Prepared`] holding the engine
 //! and the precomputed operations of the timed phase; the caller times
 //! [`Prepared::run`] (or [`Prepared::run_range`] for per-batch percentiles). This module
 //! has no clock: timing is the caller's.
@@ -116,9 +118,30 @@ impl Params {
     }
 }
 
-/// One timed operation.
+/// One operation of a workload's set-up or timed phase, in a form any matching front end
+/// can run (the engine here, the offload driver in `tagmatch bench match --hw-tags`).
 #[derive(Clone, Copy, Debug)]
-enum Op {
+pub enum Op {
+    /// Post a receive `RecvSpec` with receive id `u32`.
+    Post(RecvSpec, u32),
+    /// A message with this envelope, no payload and message id `u32` arrives.
+    Arrive(Envelope, u32),
+    /// Cancel the pending receive posted with receive id `u32`.
+    Cancel(u32),
+}
+
+/// The operations of a workload: the set-up phase (untimed) and the timed phase.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// Set-up operations, run before timing starts.
+    pub setup: Vec<Op>,
+    /// Timed operations, run in order.
+    pub timed: Vec<Op>,
+}
+
+/// A timed operation with its receive handle resolved.
+#[derive(Clone, Copy, Debug)]
+enum Timed {
     Post(RecvSpec, u32),
     Arrive(Envelope, u32),
     Cancel(RecvHandle),
@@ -128,7 +151,7 @@ enum Op {
 #[derive(Debug)]
 pub struct Prepared {
     engine: Engine<u32, u32>,
-    ops: Vec<Op>,
+    ops: Vec<Timed>,
     /// Engine heap bytes at the end of set-up.
     pub setup_heap_bytes: usize,
     /// Posted receives at the end of set-up.
@@ -162,32 +185,19 @@ impl Rng {
 
 const COMM: u32 = 0;
 
-impl Prepared {
-    /// Runs the set-up phase of `w` and precomputes the timed operations.
-    pub fn new(w: Workload, p: &Params) -> Prepared {
+impl Plan {
+    /// The set-up and timed operations of `w` with parameters `p`.
+    pub fn new(w: Workload, p: &Params) -> Plan {
         let n = p.depth.max(1);
-        let mut e: Engine<u32, u32> = Engine::new(
-            crate::Config::default()
-                .max_messages(usize::MAX)
-                .max_posted(usize::MAX)
-                .max_bytes(usize::MAX),
-        );
         let mut rng = Rng(p.seed);
-        let mut ops = Vec::new();
-        let post = |e: &mut Engine<u32, u32>, spec: RecvSpec, rid: u32| -> Option<RecvHandle> {
-            match e.post(spec, rid) {
-                Ok(Posted::Pending(h)) => Some(h),
-                _ => None,
-            }
-        };
+        let (mut setup, mut timed) = (Vec::new(), Vec::new());
         match w {
             // bench-workloads: "post N receives, receive i = (src 0, tag i) | N messages
             // arrive, tags N-1 … 0 (reverse posting order), each matching one receive".
             Workload::PostedExact => {
-                for i in 0..n {
-                    post(&mut e, RecvSpec::exact(COMM, 0, i as u64), i as u32);
-                }
-                ops.extend(
+                setup
+                    .extend((0..n).map(|i| Op::Post(RecvSpec::exact(COMM, 0, i as u64), i as u32)));
+                timed.extend(
                     (0..n)
                         .rev()
                         .map(|i| Op::Arrive(Envelope::new(COMM, 0, i as u64), i as u32)),
@@ -196,10 +206,9 @@ impl Prepared {
             // bench-workloads: "N messages arrive, message i = (src 0, tag i) | post N exact
             // receives for tags N-1 … 0".
             Workload::UnexpectedExact => {
-                for i in 0..n {
-                    let _ = e.arrive(Envelope::new(COMM, 0, i as u64), 0, i as u32);
-                }
-                ops.extend(
+                setup
+                    .extend((0..n).map(|i| Op::Arrive(Envelope::new(COMM, 0, i as u64), i as u32)));
+                timed.extend(
                     (0..n)
                         .rev()
                         .map(|i| Op::Post(RecvSpec::exact(COMM, 0, i as u64), i as u32)),
@@ -208,11 +217,11 @@ impl Prepared {
             // bench-workloads: "N messages arrive, message i = (src i, tag i) | post N receives
             // (ANY_SOURCE, tag i) [or (src i, ANY_TAG)] for i = N-1 … 0".
             Workload::UnexpectedAnySource | Workload::UnexpectedAnyTag => {
-                for i in 0..n {
-                    let _ = e.arrive(Envelope::new(COMM, i as u32, i as u64), 0, i as u32);
-                }
+                setup.extend(
+                    (0..n).map(|i| Op::Arrive(Envelope::new(COMM, i as u32, i as u64), i as u32)),
+                );
                 let any_src = w == Workload::UnexpectedAnySource;
-                ops.extend((0..n).rev().map(|i| {
+                timed.extend((0..n).rev().map(|i| {
                     let spec = if any_src {
                         RecvSpec::new(COMM, None, Some(i as u64))
                     } else {
@@ -253,10 +262,10 @@ impl Prepared {
                             Envelope::new(COMM, exact_src, i as u64),
                         )
                     };
-                    post(&mut e, spec, i as u32);
+                    setup.push(Op::Post(spec, i as u32));
                     msgs.push(env);
                 }
-                ops.extend(
+                timed.extend(
                     msgs.iter()
                         .enumerate()
                         .rev()
@@ -269,15 +278,14 @@ impl Prepared {
                 let peers = p.peers.unwrap_or(n).max(1);
                 for s in 0..peers {
                     for k in 0..4u64 {
-                        post(
-                            &mut e,
+                        setup.push(Op::Post(
                             RecvSpec::exact(COMM, s as u32, k),
                             (s * 4) as u32 + k as u32,
-                        );
+                        ));
                     }
                 }
                 for k in 0..4u64 {
-                    ops.extend(
+                    timed.extend(
                         (0..peers).map(|s| Op::Arrive(Envelope::new(COMM, s as u32, k), s as u32)),
                     );
                 }
@@ -285,21 +293,68 @@ impl Prepared {
             // bench-workloads: "post N exact receives | cancel N/2 of them in random order,
             // then N/2 messages match the rest".
             Workload::CancelMix => {
-                let mut hs: Vec<(usize, RecvHandle)> = (0..n)
-                    .filter_map(|i| {
-                        post(&mut e, RecvSpec::exact(COMM, 0, i as u64), i as u32).map(|h| (i, h))
-                    })
-                    .collect();
-                rng.shuffle(&mut hs);
-                let (cancel, keep) = hs.split_at_mut(n / 2);
-                ops.extend(cancel.iter().map(|&(_, h)| Op::Cancel(h)));
-                keep.sort_unstable_by_key(|&(i, _)| core::cmp::Reverse(i));
-                ops.extend(
+                setup
+                    .extend((0..n).map(|i| Op::Post(RecvSpec::exact(COMM, 0, i as u64), i as u32)));
+                let mut ids: Vec<usize> = (0..n).collect();
+                rng.shuffle(&mut ids);
+                let (cancel, keep) = ids.split_at_mut(n / 2);
+                timed.extend(cancel.iter().map(|&i| Op::Cancel(i as u32)));
+                keep.sort_unstable_by_key(|&i| core::cmp::Reverse(i));
+                timed.extend(
                     keep.iter()
-                        .map(|&(i, _)| Op::Arrive(Envelope::new(COMM, 0, i as u64), i as u32)),
+                        .map(|&i| Op::Arrive(Envelope::new(COMM, 0, i as u64), i as u32)),
                 );
             }
         }
+        Plan { setup, timed }
+    }
+}
+
+impl Prepared {
+    /// Runs the set-up phase of `w` on an engine and precomputes the timed operations.
+    pub fn new(w: Workload, p: &Params) -> Prepared {
+        let plan = Plan::new(w, p);
+        let mut e: Engine<u32, u32> = Engine::new(
+            crate::Config::default()
+                .max_messages(usize::MAX)
+                .max_posted(usize::MAX)
+                .max_bytes(usize::MAX),
+        );
+        // Pending receives by receive id, for the cancels.
+        let mut handles: Vec<Option<RecvHandle>> = Vec::new();
+        for op in plan.setup {
+            match op {
+                Op::Post(spec, rid) => {
+                    if let Ok(Posted::Pending(h)) = e.post(spec, rid) {
+                        let i = rid as usize;
+                        if handles.len() <= i {
+                            handles.resize(i + 1, None);
+                        }
+                        handles[i] = Some(h);
+                    }
+                }
+                Op::Arrive(env, mid) => {
+                    let _ = e.arrive(env, 0, mid);
+                }
+                Op::Cancel(rid) => {
+                    if let Some(h) = handles.get_mut(rid as usize).and_then(Option::take) {
+                        let _ = e.cancel(h);
+                    }
+                }
+            }
+        }
+        let ops = plan
+            .timed
+            .into_iter()
+            .filter_map(|op| match op {
+                Op::Post(spec, rid) => Some(Timed::Post(spec, rid)),
+                Op::Arrive(env, mid) => Some(Timed::Arrive(env, mid)),
+                Op::Cancel(rid) => handles
+                    .get_mut(rid as usize)
+                    .and_then(Option::take)
+                    .map(Timed::Cancel),
+            })
+            .collect();
         let c = e.counters();
         Prepared {
             setup_heap_bytes: e.heap_bytes(),
@@ -333,19 +388,19 @@ impl Prepared {
         let mut sum = 0u32;
         for op in &self.ops[start..end] {
             match *op {
-                Op::Post(spec, rid) => {
+                Timed::Post(spec, rid) => {
                     if let Ok(Posted::Matched(x)) = e.post(spec, rid) {
                         m += 1;
                         sum = sum.wrapping_add(x.msg);
                     }
                 }
-                Op::Arrive(env, mid) => {
+                Timed::Arrive(env, mid) => {
                     if let Ok(crate::Arrived::Matched(x)) = e.arrive(env, 0, mid) {
                         m += 1;
                         sum = sum.wrapping_add(x.recv);
                     }
                 }
-                Op::Cancel(h) => {
+                Timed::Cancel(h) => {
                     if let Ok(r) = e.cancel(h) {
                         sum = sum.wrapping_add(r);
                     }
@@ -380,7 +435,7 @@ impl Prepared {
     pub fn expected_matches(&self) -> usize {
         self.ops
             .iter()
-            .filter(|o| !matches!(o, Op::Cancel(_)))
+            .filter(|o| !matches!(o, Timed::Cancel(_)))
             .count()
     }
 }

@@ -3,8 +3,8 @@
 //! completions delivered as soon as possible": after every operation the model executes
 //! every queued list operation and the driver polls every completion).
 //!
-//! The operations are those of `tagmatch_engine::workload` (same definitions, same seeded
-//! generator for `wildcard-mix` positions and `cancel-mix` order). The figures are measured
+//! The operations are those of `tagmatch_engine::workload::Plan` (the very definitions the
+//! software run and the criterion benches use). The figures are measured
 //! like the software run (median repetition for `ns_per_op`, batches of 16 for p50/p99) and
 //! include the model's cost; `bytes_per_*` are the software engine's heap bytes after
 //! set-up. The JSON adds `hw_tags` and the offload counters of one run (`offload`).
@@ -13,144 +13,10 @@ use std::time::{Duration, Instant};
 
 use tagmatch_engine::offload::{Driver, DriverConfig, Event, OffHandle, PostOutcome};
 use tagmatch_engine::tm_srq::TmCaps;
-use tagmatch_engine::workload::{Params, Workload};
-use tagmatch_engine::{Config, Envelope, RecvSpec};
+use tagmatch_engine::workload::{Op, Params, Plan, Workload};
+use tagmatch_engine::Config;
 
-use super::Figures;
-
-#[derive(Clone, Copy, Debug)]
-enum Op {
-    Post(RecvSpec, u32),
-    Arrive(Envelope, u32),
-    Cancel(u32),
-}
-
-/// splitmix64, as `tagmatch_engine::workload`.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            let j = (self.next() % (i as u64 + 1)) as usize;
-            v.swap(i, j);
-        }
-    }
-}
-
-const COMM: u32 = 0;
-
-/// Set-up and timed operations of a workload (bench-workloads.md).
-fn plan(w: Workload, p: &Params) -> (Vec<Op>, Vec<Op>) {
-    let n = p.depth.max(1);
-    let mut rng = Rng(p.seed);
-    let (mut setup, mut timed) = (Vec::new(), Vec::new());
-    match w {
-        Workload::PostedExact => {
-            setup.extend((0..n).map(|i| Op::Post(RecvSpec::exact(COMM, 0, i as u64), i as u32)));
-            timed.extend(
-                (0..n)
-                    .rev()
-                    .map(|i| Op::Arrive(Envelope::new(COMM, 0, i as u64), i as u32)),
-            );
-        }
-        Workload::UnexpectedExact => {
-            setup.extend((0..n).map(|i| Op::Arrive(Envelope::new(COMM, 0, i as u64), i as u32)));
-            timed.extend(
-                (0..n)
-                    .rev()
-                    .map(|i| Op::Post(RecvSpec::exact(COMM, 0, i as u64), i as u32)),
-            );
-        }
-        Workload::UnexpectedAnySource | Workload::UnexpectedAnyTag => {
-            setup.extend(
-                (0..n).map(|i| Op::Arrive(Envelope::new(COMM, i as u32, i as u64), i as u32)),
-            );
-            let any_src = w == Workload::UnexpectedAnySource;
-            timed.extend((0..n).rev().map(|i| {
-                let spec = if any_src {
-                    RecvSpec::new(COMM, None, Some(i as u64))
-                } else {
-                    RecvSpec::new(COMM, Some(i as u32), None)
-                };
-                Op::Post(spec, i as u32)
-            }));
-        }
-        Workload::WildcardMix => {
-            let peers = p.peers.unwrap_or(1).max(1);
-            let f = p.wildcard_fraction.clamp(0.0, 1.0);
-            let mut msgs = Vec::with_capacity(n);
-            for i in 0..n {
-                let exact_src = (i % peers) as u32;
-                let (spec, env) = if rng.unit() < f {
-                    if rng.next() & 1 == 0 {
-                        (
-                            RecvSpec::new(COMM, None, Some(i as u64)),
-                            Envelope::new(COMM, exact_src, i as u64),
-                        )
-                    } else {
-                        let s = (peers + i) as u32;
-                        (
-                            RecvSpec::new(COMM, Some(s), None),
-                            Envelope::new(COMM, s, i as u64),
-                        )
-                    }
-                } else {
-                    (
-                        RecvSpec::exact(COMM, exact_src, i as u64),
-                        Envelope::new(COMM, exact_src, i as u64),
-                    )
-                };
-                setup.push(Op::Post(spec, i as u32));
-                msgs.push(env);
-            }
-            timed.extend(
-                msgs.iter()
-                    .enumerate()
-                    .rev()
-                    .map(|(i, env)| Op::Arrive(*env, i as u32)),
-            );
-        }
-        Workload::ManyPeers => {
-            let peers = p.peers.unwrap_or(n).max(1);
-            for s in 0..peers {
-                for k in 0..4u64 {
-                    setup.push(Op::Post(
-                        RecvSpec::exact(COMM, s as u32, k),
-                        (s * 4) as u32 + k as u32,
-                    ));
-                }
-            }
-            for k in 0..4u64 {
-                timed.extend(
-                    (0..peers).map(|s| Op::Arrive(Envelope::new(COMM, s as u32, k), s as u32)),
-                );
-            }
-        }
-        Workload::CancelMix => {
-            let mut hs: Vec<usize> = (0..n).collect();
-            setup.extend((0..n).map(|i| Op::Post(RecvSpec::exact(COMM, 0, i as u64), i as u32)));
-            rng.shuffle(&mut hs);
-            let (cancel, keep) = hs.split_at_mut(n / 2);
-            timed.extend(cancel.iter().map(|&i| Op::Cancel(i as u32)));
-            keep.sort_unstable_by_key(|&i| core::cmp::Reverse(i));
-            timed.extend(
-                keep.iter()
-                    .map(|&i| Op::Arrive(Envelope::new(COMM, 0, i as u64), i as u32)),
-            );
-        }
-    }
-    (setup, timed)
-}
+use super::{percentile, Figures};
 
 /// A workload after its set-up, on the driver.
 pub struct HwPrepared {
@@ -168,7 +34,7 @@ pub struct HwPrepared {
 impl HwPrepared {
     /// Runs the set-up of `w` with `hw_tags` tags (0: no TM-SRQ).
     pub fn new(w: Workload, p: &Params, hw_tags: u32) -> Self {
-        let (setup, ops) = plan(w, p);
+        let Plan { setup, timed: ops } = Plan::new(w, p);
         let engine = Config::default()
             .max_bytes(usize::MAX)
             .max_messages(usize::MAX)
@@ -255,14 +121,6 @@ impl HwPrepared {
     pub fn driver(&self) -> &Driver<u32, u32> {
         &self.d
     }
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
 }
 
 /// Measures like the software run; returns the figures and one prepared run (for its

@@ -12,16 +12,15 @@
 //! syncs) while every printed line must stay the software engine's. `--hw-tags 0` runs
 //! everything in software through the driver.
 
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 
 use tagmatch_engine::offload::{
     CancelOutcome, Driver, DriverConfig, Event, OffHandle, OffloadCounters, PostOutcome,
 };
 use tagmatch_engine::tm_srq::TmCaps;
-use tagmatch_engine::{Config, Envelope, MsgHandle};
+use tagmatch_engine::{Counters, Envelope, MsgHandle, RecvSpec};
 
-use super::{fields, spec_of};
+use super::{run_trace, unlimited, Outcome, Runner};
 
 /// splitmix64.
 struct Rng(u64);
@@ -36,64 +35,39 @@ impl Rng {
     }
 }
 
-enum RecvState {
-    Pending(OffHandle),
-    Done,
-}
-
-enum ProbeState {
-    Claimed(MsgHandle),
-    Done,
-}
-
-struct HwReplay {
+/// The offload driver and the TM-SRQ model as a [`Runner`], with random hardware timing.
+struct HwRunner {
     d: Driver<String, String>,
     rng: Rng,
-    recvs: HashMap<String, RecvState>,
-    msgs: HashMap<String, ()>,
-    probes: HashMap<String, ProbeState>,
     ev: Vec<Event<String, String>>,
 }
 
-impl HwReplay {
+impl HwRunner {
     fn new(hw_tags: u32, seed: u64) -> Self {
-        let engine = Config::default()
-            .max_bytes(usize::MAX)
-            .max_messages(usize::MAX)
-            .max_posted(usize::MAX);
-        HwReplay {
+        HwRunner {
             d: Driver::new(DriverConfig {
-                engine,
+                engine: unlimited(),
                 caps: (hw_tags > 0).then(|| TmCaps::with_tags(hw_tags)),
                 ..DriverConfig::default()
             }),
             rng: Rng(seed),
-            recvs: HashMap::new(),
-            msgs: HashMap::new(),
-            probes: HashMap::new(),
             ev: Vec::new(),
         }
     }
 
-    /// Polls every completion available; match events become output lines.
-    fn poll(&mut self, out: &mut Vec<String>) -> Result<(), String> {
+    /// Polls every completion available.
+    fn poll(&mut self, fx: &mut Vec<Outcome>) -> Result<(), String> {
         self.d.poll(&mut self.ev);
-        self.drain_events(out)
+        self.drain_events(fx)
     }
 
-    /// Turns the driver's events into output lines.
-    fn drain_events(&mut self, out: &mut Vec<String>) -> Result<(), String> {
+    /// Turns the driver's events into outcomes.
+    fn drain_events(&mut self, fx: &mut Vec<Outcome>) -> Result<(), String> {
         for e in self.ev.drain(..) {
             match e {
-                Event::Matched(m) => {
-                    self.recvs.insert(m.recv.clone(), RecvState::Done);
-                    out.push(format!("match {} {}", m.recv, m.msg));
-                }
+                Event::Matched(m) => fx.push(Outcome::Match(m.recv, m.msg)),
                 Event::Unexpected { .. } | Event::DataValid { .. } | Event::NoTag(_) => {}
-                Event::Cancelled { recv, .. } => {
-                    self.recvs.insert(recv.clone(), RecvState::Done);
-                    out.push(format!("cancel {recv} ok"));
-                }
+                Event::Cancelled { recv, .. } => fx.push(Outcome::Cancelled(recv)),
                 // Printed by the `cancel` line that waits for it.
                 Event::CancelFailed { .. } => {}
                 Event::Rejected(r) => return Err(format!("arrive: {}", r.reason)),
@@ -102,8 +76,70 @@ impl HwReplay {
         Ok(())
     }
 
+    /// Runs the hardware until nothing is queued and everything is polled.
+    fn settle(&mut self, fx: &mut Vec<Outcome>) -> Result<(), String> {
+        loop {
+            self.poll(fx)?;
+            let more = self.d.hw_mut().is_some_and(|h| h.execute_op());
+            if !more && self.d.deferred_ops() == 0 {
+                return self.poll(fx);
+            }
+        }
+    }
+}
+
+impl Runner for HwRunner {
+    type Handle = OffHandle;
+
+    fn post(
+        &mut self,
+        spec: RecvSpec,
+        rid: &str,
+        fx: &mut Vec<Outcome>,
+    ) -> Result<Option<OffHandle>, ()> {
+        match self.d.post(spec, u32::MAX, rid.to_string()) {
+            Ok(PostOutcome::Matched(m)) => {
+                fx.push(Outcome::Match(m.recv, m.msg));
+                Ok(None)
+            }
+            Ok(PostOutcome::Pending(h)) => Ok(Some(h)),
+            Err(_) => Err(()),
+        }
+    }
+
+    fn arrive(&mut self, env: Envelope, mid: &str, fx: &mut Vec<Outcome>) -> Result<(), String> {
+        let w = self.d.eager(env, 0, mid.to_string());
+        self.d
+            .wire(w)
+            .map_err(|_| "arrive: receive queue exhausted".to_string())?;
+        // The TM-SRQ reports the arrival at once: its completion is polled here.
+        self.poll(fx)
+    }
+
+    fn probe(&mut self, spec: &RecvSpec) -> Option<String> {
+        self.d.probe(spec).map(|p| p.2.clone())
+    }
+
+    fn mprobe(&mut self, spec: &RecvSpec) -> Option<(MsgHandle, Option<String>)> {
+        let cl = self.d.mprobe(spec)?;
+        Some((cl.handle, self.d.claimed(cl.handle).ok().cloned()))
+    }
+
+    fn mrecv(&mut self, h: MsgHandle) -> Result<String, String> {
+        self.d.mrecv(h).map(|m| m.msg).map_err(|e| e.to_string())
+    }
+
+    fn cancel(&mut self, h: OffHandle, fx: &mut Vec<Outcome>) -> Result<Option<bool>, String> {
+        match self.d.cancel(h) {
+            Ok(CancelOutcome::Cancelled(_)) => Ok(Some(true)),
+            // The DEL decides: wait for it (its outcome comes as an event).
+            Ok(CancelOutcome::InProgress) => self.settle(fx).map(|()| None),
+            Err(_) => Ok(Some(false)),
+        }
+    }
+
     /// Random hardware timing between trace lines.
-    fn jitter(&mut self, out: &mut Vec<String>) -> Result<(), String> {
+    fn after_line(&mut self, fx: &mut Vec<Outcome>) -> Result<(), String> {
         let n = self.d.hw().map_or(0, |h| h.pending_ops());
         if n > 0 {
             let k = (self.rng.next() % (n as u64 + 1)) as usize;
@@ -120,139 +156,15 @@ impl HwReplay {
         for _ in 0..j {
             self.d.poll_one(&mut self.ev);
         }
-        self.drain_events(out)
+        self.drain_events(fx)
     }
 
-    /// Runs the hardware until nothing is queued and everything is polled.
-    fn settle(&mut self, out: &mut Vec<String>) -> Result<(), String> {
-        loop {
-            self.poll(out)?;
-            let more = self.d.hw_mut().is_some_and(|h| h.execute_op());
-            if !more && self.d.deferred_ops() == 0 {
-                return self.poll(out);
-            }
-        }
+    fn finish(&mut self, fx: &mut Vec<Outcome>) -> Result<(), String> {
+        self.settle(fx)
     }
 
-    fn line(&mut self, toks: &[&str], out: &mut Vec<String>) -> Result<(), String> {
-        let (op, args) = toks.split_first().ok_or("empty line")?;
-        let id = |n: usize| -> Result<&str, String> {
-            args.get(n)
-                .copied()
-                .ok_or_else(|| format!("{op}: missing identifier"))
-        };
-        match *op {
-            "post" => {
-                let rid = id(0)?;
-                if self.recvs.contains_key(rid) {
-                    return Err(format!("receive id {rid} already used"));
-                }
-                let (c, s, t) = fields(&args[1..], true).map_err(|e| format!("post: {e}"))?;
-                match self.d.post(spec_of(c, s, t), u32::MAX, rid.to_string()) {
-                    Ok(PostOutcome::Matched(m)) => {
-                        self.recvs.insert(rid.to_string(), RecvState::Done);
-                        out.push(format!("match {} {}", m.recv, m.msg));
-                    }
-                    Ok(PostOutcome::Pending(h)) => {
-                        self.recvs.insert(rid.to_string(), RecvState::Pending(h));
-                    }
-                    Err(_) => return Err("post: posted-receive limit reached".into()),
-                }
-            }
-            "arrive" => {
-                let mid = id(0)?;
-                if self.msgs.contains_key(mid) {
-                    return Err(format!("message id {mid} already used"));
-                }
-                let (c, s, t) = fields(&args[1..], false).map_err(|e| format!("arrive: {e}"))?;
-                let env = Envelope::new(c, s.unwrap_or(0), t.unwrap_or(0));
-                self.msgs.insert(mid.to_string(), ());
-                let w = self.d.eager(env, 0, mid.to_string());
-                self.d
-                    .wire(w)
-                    .map_err(|_| "arrive: receive queue exhausted".to_string())?;
-                // The TM-SRQ reports the arrival at once: its completion is polled here.
-                self.poll(out)?;
-            }
-            "probe" | "mprobe" => {
-                let pid = id(0)?;
-                if self.probes.contains_key(pid) {
-                    return Err(format!("probe id {pid} already used"));
-                }
-                let (c, s, t) = fields(&args[1..], true).map_err(|e| format!("{op}: {e}"))?;
-                let spec = spec_of(c, s, t);
-                let (found, state) = if *op == "probe" {
-                    (self.d.probe(&spec).map(|p| p.2.clone()), ProbeState::Done)
-                } else {
-                    match self.d.mprobe(&spec) {
-                        Some(cl) => (
-                            self.d.claimed(cl.handle).ok().cloned(),
-                            ProbeState::Claimed(cl.handle),
-                        ),
-                        None => (None, ProbeState::Done),
-                    }
-                };
-                self.probes.insert(pid.to_string(), state);
-                out.push(format!("{op} {pid} {}", found.as_deref().unwrap_or("none")));
-            }
-            "mrecv" => {
-                let rid = id(0)?;
-                let pid = id(1)?;
-                if args.len() > 2 {
-                    return Err(format!("mrecv: unexpected field {:?}", args[2]));
-                }
-                if self.recvs.contains_key(rid) {
-                    return Err(format!("receive id {rid} already used"));
-                }
-                let h = match self.probes.get(pid) {
-                    None => return Err(format!("mrecv: probe id {pid} was never mprobed")),
-                    Some(ProbeState::Done) => {
-                        return Err(format!("mrecv: probe id {pid} holds no claimed message"))
-                    }
-                    Some(ProbeState::Claimed(h)) => *h,
-                };
-                let m = self.d.mrecv(h).map_err(|e| format!("mrecv: {pid}: {e}"))?;
-                self.probes.insert(pid.to_string(), ProbeState::Done);
-                self.recvs.insert(rid.to_string(), RecvState::Done);
-                out.push(format!("match {rid} {}", m.msg));
-            }
-            "cancel" => {
-                let rid = id(0)?;
-                if args.len() > 1 {
-                    return Err(format!("cancel: unexpected field {:?}", args[1]));
-                }
-                match self.recvs.get(rid) {
-                    None => return Err(format!("cancel: receive id {rid} was never posted")),
-                    Some(RecvState::Done) => out.push(format!("cancel {rid} failed")),
-                    Some(RecvState::Pending(h)) => match self.d.cancel(*h) {
-                        Ok(CancelOutcome::Cancelled(_)) => {
-                            self.recvs.insert(rid.to_string(), RecvState::Done);
-                            out.push(format!("cancel {rid} ok"));
-                        }
-                        // The DEL decides: wait for it (its outcome is printed by poll).
-                        Ok(CancelOutcome::InProgress) => {
-                            let before = out.len();
-                            self.settle(out)?;
-                            let done = format!("cancel {rid} ");
-                            if !out[before..].iter().any(|l| l.starts_with(&done)) {
-                                out.push(format!("cancel {rid} failed"));
-                            }
-                        }
-                        Err(_) => {
-                            self.recvs.insert(rid.to_string(), RecvState::Done);
-                            out.push(format!("cancel {rid} failed"));
-                        }
-                    },
-                }
-                self.recvs.insert(rid.to_string(), RecvState::Done);
-            }
-            other => {
-                return Err(format!(
-                "unknown operation {other:?} (expected post, arrive, probe, mprobe, mrecv, cancel)"
-            ))
-            }
-        }
-        Ok(())
+    fn counters(&self) -> Counters {
+        self.d.engine_counters()
     }
 }
 
@@ -289,36 +201,8 @@ pub fn replay(
     hw_tags: u32,
     seed: u64,
 ) -> Result<serde_json::Value, String> {
-    let mut r = HwReplay::new(hw_tags, seed);
-    let mut lines = Vec::new();
-    for (n, line) in BufReader::new(input).lines().enumerate() {
-        let line = line.map_err(|e| format!("line {}: reading: {e}", n + 1))?;
-        let text = line.split('#').next().unwrap_or("");
-        let toks: Vec<&str> = text.split_whitespace().collect();
-        if toks.is_empty() {
-            continue;
-        }
-        lines.clear();
-        let res = r
-            .line(&toks, &mut lines)
-            .and_then(|()| r.jitter(&mut lines));
-        for l in &lines {
-            writeln!(out, "{l}").map_err(|e| format!("writing stdout: {e}"))?;
-        }
-        res.map_err(|e| format!("line {}: {e}", n + 1))?;
-    }
-    lines.clear();
-    r.settle(&mut lines).map_err(|e| format!("end: {e}"))?;
-    for l in &lines {
-        writeln!(out, "{l}").map_err(|e| format!("writing stdout: {e}"))?;
-    }
+    let r = run_trace(HwRunner::new(hw_tags, seed), input, out)?;
     let c = r.d.engine_counters();
-    writeln!(
-        out,
-        "end posted={} unexpected={}",
-        c.posted_depth, c.unexpected_depth
-    )
-    .map_err(|e| format!("writing stdout: {e}"))?;
     Ok(serde_json::json!({
         "posted_depth": c.posted_depth,
         "unexpected_depth": c.unexpected_depth,
