@@ -35,6 +35,7 @@ pub enum TmOpcode {
 
 impl TmOpcode {
     /// Decodes an opcode byte.
+    #[inline]
     pub fn from_u8(v: u8) -> Result<TmOpcode> {
         match v {
             0 => Ok(TmOpcode::NoTag),
@@ -166,16 +167,18 @@ pub struct TmPacket<T: AsRef<[u8]>> {
 
 impl<T: AsRef<[u8]>> TmPacket<T> {
     /// Checks the TMH (and the RVH of RNDV and FIN messages).
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<TmPacket<T>> {
         let b = buffer.as_ref();
-        let tmh = Tmh::parse(b)?;
-        if tmh.opcode.has_rvh() {
-            Rvh::parse_at(&b[TMH_LEN..], TMH_LEN)?;
+        // Only what the accessors rely on: the length and the opcode.
+        if b.len() < TMH_LEN {
+            return Err(Error::len(Part::Tmh, TMH_LEN, b.len()));
         }
-        Ok(TmPacket {
-            opcode: tmh.opcode,
-            buffer,
-        })
+        let opcode = TmOpcode::from_u8(byte(b, 0))?;
+        if opcode.has_rvh() && b.len() < TMH_LEN + RVH_LEN {
+            return Err(Error::len(Part::Rvh, TMH_LEN + RVH_LEN, b.len()));
+        }
+        Ok(TmPacket { opcode, buffer })
     }
 
     /// The underlying buffer.
