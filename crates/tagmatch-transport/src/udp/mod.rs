@@ -28,8 +28,8 @@
 //!   loopback addresses, software-RDMA frames (read data, write chunks) are datagrams of up
 //!   to [`LOOPBACK_RDMA_DATAGRAM`] bytes (the loopback MTU is 64 KiB; a loopback device
 //!   receives into 64 KiB buffers), elsewhere they fit the path MTU. Unacknowledged bytes
-//!   per connection are bounded by half the socket's receive buffer, so a window of large
-//!   datagrams does not overflow the peer's.
+//!   per connection are bounded by half the socket's receive buffer (so a window of large
+//!   datagrams does not overflow the peer's) and by [`MAX_INFLIGHT_BYTES`].
 //! - **Bounded state**: at most [`UdpConfig::max_conns`] connections; a receive window of
 //!   [`RECV_WINDOW`] frames per connection.
 //! - **Non-blocking socket, batched syscalls** (`sendmmsg`/`recvmmsg` on Linux), `poll` with a
@@ -97,6 +97,10 @@ pub const REORDER_THRESHOLD: u64 = 3;
 /// facade's `tagmatch perf`, 32 per receive call no longer fit the caches.) Other addresses
 /// use the path MTU.
 pub const LOOPBACK_RDMA_DATAGRAM: usize = 32_000;
+/// Most body bytes unacknowledged per connection (less if the socket's receive buffer is
+/// small). More in flight only fills caches and socket buffers: on loopback, 4 MiB in
+/// flight streamed 1 MiB reads at half the rate of 1 MiB.
+pub const MAX_INFLIGHT_BYTES: usize = 1 << 20;
 /// How far beyond the cumulative ack a received sequence number may be.
 pub const RECV_WINDOW: u32 = 1 << 16;
 
@@ -296,7 +300,8 @@ pub struct UdpDevice {
     /// Sends refused because the queue was full, answered `Again` at the next `progress`.
     again: Vec<SendToken>,
     /// Most body bytes unacknowledged per connection: half the socket's receive buffer
-    /// (the peer's is assumed alike), so a window of large datagrams does not overflow it.
+    /// (the peer's is assumed alike), so a window of large datagrams does not overflow it,
+    /// and at most [`MAX_INFLIGHT_BYTES`].
     max_inflight_bytes: usize,
     stats: UdpStats,
 }
@@ -322,7 +327,7 @@ impl UdpDevice {
         let sock = Sock::bind(cfg.bind, cfg.batch, rx_len)?;
         let max_inflight_bytes = match sock.rcvbuf() {
             0 => 256 << 10,
-            n => (n / 2).max(2 * rx_len),
+            n => (n / 2).clamp(2 * rx_len, MAX_INFLIGHT_BYTES),
         };
         let local = sock.local_addr()?;
         let mut rng = XorShift::new(entropy() ^ local.port() as u64);
