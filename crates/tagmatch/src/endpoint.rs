@@ -60,6 +60,13 @@ impl RdmDevice for Device {
         }
     }
 
+    fn flush_tx(&mut self, mem: &mut dyn MemoryAccess) -> io::Result<()> {
+        match self {
+            Device::Mem(d) => d.flush_tx(mem),
+            Device::Udp(d) => d.flush_tx(mem),
+        }
+    }
+
     fn poll_event(&mut self) -> Option<DeviceEvent> {
         match self {
             Device::Mem(d) => d.poll_event(),
@@ -71,6 +78,13 @@ impl RdmDevice for Device {
         match self {
             Device::Mem(d) => d.is_idle(),
             Device::Udp(d) => d.is_idle(),
+        }
+    }
+
+    fn rx_count(&self) -> u64 {
+        match self {
+            Device::Mem(d) => d.rx_count(),
+            Device::Udp(d) => d.rx_count(),
         }
     }
 }
