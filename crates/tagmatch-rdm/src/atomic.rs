@@ -165,6 +165,25 @@ pub enum AtomicError {
     Length,
 }
 
+/// The compare-and-swap family (`FI_CSWAP*`): the source replaces the destination when the
+/// comparand relates to it as the operation says; shared by the integer and float types.
+fn compare_swap<T: PartialOrd + Copy>(op: AtomicOp, d: T, s: T, c: T) -> T {
+    let swap = match op {
+        AtomicOp::Cswap => c == d,
+        AtomicOp::CswapNe => c != d,
+        AtomicOp::CswapLe => c <= d,
+        AtomicOp::CswapLt => c < d,
+        AtomicOp::CswapGe => c >= d,
+        AtomicOp::CswapGt => c > d,
+        _ => false,
+    };
+    if swap {
+        s
+    } else {
+        d
+    }
+}
+
 macro_rules! int_apply {
     ($t:ty, $op:expr, $dst:expr, $src:expr, $cmp:expr) => {{
         let d: $t = <$t>::from_le_bytes($dst.try_into().map_err(|_| AtomicError::Length)?);
@@ -188,48 +207,12 @@ macro_rules! int_apply {
             AtomicOp::Bxor => d ^ s,
             AtomicOp::Read => d,
             AtomicOp::Write => s,
-            AtomicOp::Cswap => {
-                if c == d {
-                    s
-                } else {
-                    d
-                }
-            }
-            AtomicOp::CswapNe => {
-                if c != d {
-                    s
-                } else {
-                    d
-                }
-            }
-            AtomicOp::CswapLe => {
-                if c <= d {
-                    s
-                } else {
-                    d
-                }
-            }
-            AtomicOp::CswapLt => {
-                if c < d {
-                    s
-                } else {
-                    d
-                }
-            }
-            AtomicOp::CswapGe => {
-                if c >= d {
-                    s
-                } else {
-                    d
-                }
-            }
-            AtomicOp::CswapGt => {
-                if c > d {
-                    s
-                } else {
-                    d
-                }
-            }
+            AtomicOp::Cswap
+            | AtomicOp::CswapNe
+            | AtomicOp::CswapLe
+            | AtomicOp::CswapLt
+            | AtomicOp::CswapGe
+            | AtomicOp::CswapGt => compare_swap($op, d, s, c),
             AtomicOp::Mswap => (s & c) | (d & !c),
         };
         $dst.copy_from_slice(&r.to_le_bytes());
@@ -263,48 +246,12 @@ macro_rules! float_apply {
             AtomicOp::Prod => d * s,
             AtomicOp::Read => d,
             AtomicOp::Write => s,
-            AtomicOp::Cswap => {
-                if c == d {
-                    s
-                } else {
-                    d
-                }
-            }
-            AtomicOp::CswapNe => {
-                if c != d {
-                    s
-                } else {
-                    d
-                }
-            }
-            AtomicOp::CswapLe => {
-                if c <= d {
-                    s
-                } else {
-                    d
-                }
-            }
-            AtomicOp::CswapLt => {
-                if c < d {
-                    s
-                } else {
-                    d
-                }
-            }
-            AtomicOp::CswapGe => {
-                if c >= d {
-                    s
-                } else {
-                    d
-                }
-            }
-            AtomicOp::CswapGt => {
-                if c > d {
-                    s
-                } else {
-                    d
-                }
-            }
+            AtomicOp::Cswap
+            | AtomicOp::CswapNe
+            | AtomicOp::CswapLe
+            | AtomicOp::CswapLt
+            | AtomicOp::CswapGe
+            | AtomicOp::CswapGt => compare_swap($op, d, s, c),
             _ => return Err(AtomicError::OpNotValidForType),
         };
         $dst.copy_from_slice(&r.to_le_bytes());
@@ -392,6 +339,38 @@ mod tests {
             let old = apply(Datatype::U64, op, &mut target, &u64s(&[s]), cmp.as_deref()).unwrap();
             assert_eq!(old, u64s(&[t]), "{op:?}");
             assert_eq!(target, u64s(&[want]), "{op:?}");
+        }
+    }
+
+    #[test]
+    fn float_compare_swap_family() {
+        // (op, target, source, comparand, result): the same rule as the integer table.
+        let cases: &[(AtomicOp, f64, f64, f64, f64)] = &[
+            (AtomicOp::Cswap, 2.0, 9.5, 2.0, 9.5),
+            (AtomicOp::Cswap, 2.0, 9.5, 1.0, 2.0),
+            (AtomicOp::CswapNe, 2.0, 9.5, 1.0, 9.5),
+            (AtomicOp::CswapNe, 2.0, 9.5, 2.0, 2.0),
+            (AtomicOp::CswapLe, 2.0, 9.5, 1.0, 9.5),
+            (AtomicOp::CswapLe, 2.0, 9.5, 3.0, 2.0),
+            (AtomicOp::CswapLt, 2.0, 9.5, 2.0, 2.0),
+            (AtomicOp::CswapLt, 2.0, 9.5, 1.5, 9.5),
+            (AtomicOp::CswapGe, 2.0, 9.5, 3.0, 9.5),
+            (AtomicOp::CswapGe, 2.0, 9.5, 1.0, 2.0),
+            (AtomicOp::CswapGt, 2.0, 9.5, 2.0, 2.0),
+            (AtomicOp::CswapGt, 2.0, 9.5, 2.5, 9.5),
+        ];
+        for &(op, t, src, c, want) in cases {
+            let mut target = t.to_le_bytes().to_vec();
+            let old = apply(
+                Datatype::F64,
+                op,
+                &mut target,
+                &src.to_le_bytes(),
+                Some(&c.to_le_bytes()[..]),
+            )
+            .unwrap();
+            assert_eq!(old, t.to_le_bytes(), "{op:?}");
+            assert_eq!(target, want.to_le_bytes(), "{op:?}");
         }
     }
 
