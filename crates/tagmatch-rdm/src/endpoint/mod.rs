@@ -263,6 +263,39 @@ struct TxOp {
     atomic: Option<(Datatype, AtomicOp)>,
 }
 
+impl TxOp {
+    /// A TX op with every progress field at its start value.
+    fn new(op: OpId, kind: TxKind, peer: PeerId, proto: Protocol, mem: usize, len: u64) -> TxOp {
+        TxOp {
+            op,
+            kind,
+            peer,
+            proto,
+            mem,
+            mem_off: 0,
+            borrowed: false,
+            len,
+            tag: 0,
+            cq_data: None,
+            dc: false,
+            msg_id: 0,
+            remote: Vec::new(),
+            next_offset: 0,
+            window_end: 0,
+            peer_recv_id: 0,
+            inflight: 0,
+            started: false,
+            all_queued: false,
+            await_receipt: false,
+            await_eor: false,
+            rdma_left: 0,
+            error: None,
+            runt_len: 0,
+            atomic: None,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct PendingSend {
     peer: PeerId,

@@ -16,31 +16,10 @@ impl Endpoint {
         let len = data.len() as u64;
         let mem = self.new_region(data, Owner::App);
         let t = TxOp {
-            mem_off: 0,
-            borrowed: false,
-            op,
-            kind: TxKind::Write,
-            peer,
-            proto: Protocol::EagerWrite,
-            mem,
-            len,
-            tag: 0,
             cq_data: opts.cq_data,
             dc: opts.delivery_complete,
-            msg_id: 0,
             remote: vec![RmaIov::new(remote.addr, len, remote.key)],
-            next_offset: 0,
-            window_end: 0,
-            peer_recv_id: 0,
-            inflight: 0,
-            started: false,
-            all_queued: false,
-            await_receipt: false,
-            await_eor: false,
-            rdma_left: 0,
-            error: None,
-            runt_len: 0,
-            atomic: None,
+            ..TxOp::new(op, TxKind::Write, peer, Protocol::EagerWrite, mem, len)
         };
         let Some(id) = self.tx.insert(t) else {
             self.free_region(mem);
@@ -208,31 +187,10 @@ impl Endpoint {
         let len = args.operand.len() as u64;
         let mem = self.new_region(args.operand, Owner::App);
         let t = TxOp {
-            mem_off: 0,
-            borrowed: false,
-            op,
-            kind: TxKind::AtomicWrite,
-            peer,
-            proto: Protocol::Atomic,
-            mem,
-            len,
-            tag: 0,
-            cq_data: None,
             dc: opts.delivery_complete,
-            msg_id: 0,
             remote: vec![RmaIov::new(remote.addr, len, remote.key)],
-            next_offset: 0,
-            window_end: 0,
-            peer_recv_id: 0,
-            inflight: 0,
-            started: false,
-            all_queued: false,
-            await_receipt: false,
-            await_eor: false,
-            rdma_left: 0,
-            error: None,
-            runt_len: 0,
             atomic: Some((args.datatype, args.op)),
+            ..TxOp::new(op, TxKind::AtomicWrite, peer, Protocol::Atomic, mem, len)
         };
         let Some(id) = self.tx.insert(t) else {
             self.free_region(mem);

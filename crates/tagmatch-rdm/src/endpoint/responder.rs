@@ -111,31 +111,17 @@ impl Endpoint {
         let op = self.new_op();
         let mem = self.new_region(data, Owner::App);
         let t = TxOp {
-            mem_off: 0,
-            borrowed: false,
-            op,
-            kind: TxKind::ReadResponder,
-            peer,
-            proto: Protocol::LongCtsRead,
-            mem,
-            len,
-            tag: 0,
-            cq_data: None,
-            dc: false,
-            msg_id: 0,
-            remote: Vec::new(),
-            next_offset: 0,
             window_end: window,
             peer_recv_id: recv_id,
-            inflight: 0,
             started: true,
-            all_queued: false,
-            await_receipt: false,
-            await_eor: false,
-            rdma_left: 0,
-            error: None,
-            runt_len: 0,
-            atomic: None,
+            ..TxOp::new(
+                op,
+                TxKind::ReadResponder,
+                peer,
+                Protocol::LongCtsRead,
+                mem,
+                len,
+            )
         };
         let Some(id) = self.tx.insert(t) else {
             self.free_region(mem);

@@ -87,31 +87,19 @@ impl Endpoint {
         let t = TxOp {
             mem_off: offset,
             borrowed: true,
-            op,
-            kind: TxKind::Send {
-                tagged: tag.is_some(),
-            },
-            peer,
-            proto: Protocol::Eager,
-            mem: idx,
-            len,
             tag: tag.unwrap_or(0),
             cq_data: opts.cq_data,
             dc: opts.delivery_complete,
-            msg_id: 0,
-            remote: Vec::new(),
-            next_offset: 0,
-            window_end: 0,
-            peer_recv_id: 0,
-            inflight: 0,
-            started: false,
-            all_queued: false,
-            await_receipt: false,
-            await_eor: false,
-            rdma_left: 0,
-            error: None,
-            runt_len: 0,
-            atomic: None,
+            ..TxOp::new(
+                op,
+                TxKind::Send {
+                    tagged: tag.is_some(),
+                },
+                peer,
+                Protocol::Eager,
+                idx,
+                len,
+            )
         };
         let Some(id) = self.tx.insert(t) else {
             return Err(CallError::TooManyOps);
@@ -146,33 +134,19 @@ impl Endpoint {
         let len = data.len() as u64;
         let mem = self.new_region(data, Owner::App);
         let t = TxOp {
-            mem_off: 0,
-            borrowed: false,
-            op,
-            kind: TxKind::Send {
-                tagged: tag.is_some(),
-            },
-            peer,
-            proto: Protocol::Eager,
-            mem,
-            len,
             tag: tag.unwrap_or(0),
             cq_data: opts.cq_data,
             dc: opts.delivery_complete,
-            msg_id: 0,
-            remote: Vec::new(),
-            next_offset: 0,
-            window_end: 0,
-            peer_recv_id: 0,
-            inflight: 0,
-            started: false,
-            all_queued: false,
-            await_receipt: false,
-            await_eor: false,
-            rdma_left: 0,
-            error: None,
-            runt_len: 0,
-            atomic: None,
+            ..TxOp::new(
+                op,
+                TxKind::Send {
+                    tagged: tag.is_some(),
+                },
+                peer,
+                Protocol::Eager,
+                mem,
+                len,
+            )
         };
         let Some(id) = self.tx.insert(t) else {
             self.free_region(mem);
