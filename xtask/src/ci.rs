@@ -72,8 +72,9 @@ pub fn stages() -> Vec<Stage> {
         },
         Stage {
             name: "features",
-            about: "clippy + tests of the tagmatch facade with every feature (async, verbs placeholder)",
+            about: "clippy + tests of the tagmatch facade with every feature (async, verbs; installs libibverbs-dev libclang-dev)",
             run: |ctx| {
+                crate::apt::ensure_apt(vm::BUILD_PACKAGES)?;
                 let p = ["-p", "tagmatch", "--all-features"];
                 cargo_stage(ctx, &[&["clippy"], &p[..], &["--all-targets", "--", "-D", "warnings"]].concat(), &[])?;
                 cargo_stage(ctx, &[&["test"], &p[..]].concat(), &[])
@@ -164,7 +165,9 @@ fn verbs_stage(ctx: &Ctx) -> Result<Outcome> {
         &[],
     )?;
     cargo_stage(ctx, &[&["test"], &transport[..], &["--lib"]].concat(), &[])?;
-    cargo_stage(ctx, vm::TRANSPORT_VERBS_TESTS, &[])
+    cargo_stage(ctx, vm::TRANSPORT_VERBS_TESTS, &[])?;
+    // The facade's verbs tests (they skip on a host without RDMA; vm-test runs them).
+    cargo_stage(ctx, vm::FACADE_VERBS_TESTS, &[])
 }
 
 fn cargo_stage(ctx: &Ctx, args: &[&str], env: &[(&str, &str)]) -> Result<Outcome> {

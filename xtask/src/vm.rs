@@ -12,7 +12,8 @@
 //!    `linux-image-amd64` would pull initramfs-tools and upgrade systemd).
 //! 3. The test binaries: `cargo test -p tagmatch-verbs-sys --features verbs --no-run
 //!    --message-format=json` and the same for `tagmatch-transport --features verbs --test
-//!    'verbs_*'`, executables read from the JSON lines.
+//!    'verbs_*'` and `tagmatch --features verbs --test 'verbs_*'` (the facade over the
+//!    verbs transport), executables read from the JSON lines.
 //! 4. An initramfs (written here as a `newc` cpio, no `cpio` tool needed): static busybox, the
 //!    virtio/9p modules, and an `/init` that mounts the host's `/` read-only over 9p at
 //!    `/host` and chroots into it to run `guest.sh`.
@@ -297,8 +298,31 @@ fn build_test_binaries(root: &Path) -> Result<Vec<PathBuf>> {
         );
     }
     tests.extend(transport);
+    // The facade over the verbs transport: its `tests/verbs_*.rs` binaries.
+    let json = Cmd::cargo()
+        .args(FACADE_VERBS_TESTS)
+        .args(["--no-run", "--message-format=json"])
+        .current_dir(root)
+        .read_stdout()?;
+    let facade = test_executables(&json, "tagmatch");
+    if facade.is_empty() {
+        return Err("vm-test: cargo built no verbs_* test executable for tagmatch".into());
+    }
+    tests.extend(facade);
     Ok(tests)
 }
+
+/// `cargo` arguments selecting the facade's tests over the verbs transport (also used by
+/// the `verbs` CI stage).
+pub const FACADE_VERBS_TESTS: &[&str] = &[
+    "test",
+    "-p",
+    "tagmatch",
+    "--features",
+    "verbs",
+    "--test",
+    "verbs_*",
+];
 
 /// `cargo` arguments selecting the feature-gated verbs tests of `tagmatch-transport`
 /// (also used by the `verbs` CI stage).

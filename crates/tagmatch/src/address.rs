@@ -14,7 +14,8 @@ use crate::Error;
 ///
 /// - `udp://IP:PORT/0xCONNID` for the UDP transport;
 /// - `mem://[fe80::N]:QPN/0xCONNID` for the in-process transport (meaningful only inside
-///   the process that made the [`crate::MemFabric`]).
+///   the process that made the [`crate::MemFabric`]);
+/// - `verbs://[GID]:QPN/0xCONNID` for the verbs transport (the port GID and the UD QP).
 ///
 /// ```
 /// use tagmatch::Address;
@@ -28,13 +29,16 @@ pub enum Address {
     Mem(RawAddr),
     /// A UDP endpoint's socket address and connid.
     Udp(UdpAddr),
+    /// A verbs endpoint's raw address: port GID, UD QP number (24 bits: bits 16–23 travel
+    /// in the low byte of [`RawAddr::next`]) and connid.
+    Verbs(RawAddr),
 }
 
 impl Address {
     /// The raw EFA address (GID, QPN, connid) the protocol carries.
     pub fn raw(&self) -> RawAddr {
         match self {
-            Address::Mem(r) => *r,
+            Address::Mem(r) | Address::Verbs(r) => *r,
             Address::Udp(u) => u.to_raw(),
         }
     }
@@ -44,6 +48,7 @@ impl Address {
         match self {
             Address::Mem(_) => "mem",
             Address::Udp(_) => "udp",
+            Address::Verbs(_) => "verbs",
         }
     }
 }
@@ -52,6 +57,11 @@ impl fmt::Display for Address {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Address::Udp(u) => write!(f, "{u}"),
+            Address::Verbs(r) => {
+                let qpn = u32::from(r.qpn) | (((r.next & 0xff) as u32) << 16);
+                let gid = std::net::Ipv6Addr::from(r.gid);
+                write!(f, "verbs://[{gid}]:{qpn}/{:#x}", r.qkey)
+            }
             Address::Mem(r) => {
                 let s = UdpAddr::from_raw(r).to_string();
                 write!(f, "mem://{}", s.strip_prefix("udp://").unwrap_or(&s))
@@ -74,16 +84,56 @@ impl FromStr for Address {
                 .parse()
                 .map_err(|e: tagmatch_transport::addr::AddrParseError| bad(e.0))?;
             Ok(Address::Mem(u.to_raw()))
+        } else if let Some(rest) = t.strip_prefix("verbs://") {
+            parse_verbs(rest).map(Address::Verbs).map_err(bad)
         } else if t.starts_with("udp://") {
             Ok(Address::Udp(t.parse().map_err(
                 |e: tagmatch_transport::addr::AddrParseError| bad(e.0),
             )?))
         } else {
             Err(bad(
-                "expected udp://IP:PORT/CONNID or mem://[GID]:QPN/CONNID".into(),
+                "expected udp://IP:PORT/CONNID, mem://[GID]:QPN/CONNID or \
+                 verbs://[GID]:QPN/CONNID"
+                    .into(),
             ))
         }
     }
+}
+
+/// `[GID]:QPN/CONNID` of a verbs address (QPN decimal up to 24 bits, CONNID `0x` hex or
+/// decimal).
+fn parse_verbs(rest: &str) -> Result<RawAddr, String> {
+    let rest = rest
+        .strip_prefix('[')
+        .ok_or("verbs address: expected [GID] after verbs://")?;
+    let (gid, rest) = rest
+        .split_once(']')
+        .ok_or("verbs address: missing ] after the GID")?;
+    let gid: std::net::Ipv6Addr = gid
+        .parse()
+        .map_err(|_| format!("verbs address: GID {gid:?} is not an IPv6-form GID"))?;
+    let rest = rest
+        .strip_prefix(':')
+        .ok_or("verbs address: expected :QPN after the GID")?;
+    let (qpn, connid) = rest
+        .split_once('/')
+        .ok_or("verbs address: expected /CONNID after the QPN")?;
+    let qpn: u32 = qpn
+        .parse()
+        .ok()
+        .filter(|q| *q <= 0x00ff_ffff)
+        .ok_or_else(|| format!("verbs address: QPN {qpn:?} is not a number below 2^24"))?;
+    let connid = match connid.strip_prefix("0x") {
+        Some(h) => u32::from_str_radix(h, 16),
+        None => connid.parse(),
+    }
+    .map_err(|_| format!("verbs address: connid {connid:?} is not a 32-bit number"))?;
+    Ok(RawAddr {
+        gid: gid.octets(),
+        qpn: (qpn & 0xffff) as u16,
+        qkey: connid,
+        next: u64::from(qpn >> 16),
+    })
 }
 
 #[cfg(test)]
@@ -105,7 +155,27 @@ mod tests {
         let s = a.to_string();
         assert_eq!(s, "mem://[fe80::3]:4/0xdeadbeef");
         assert_eq!(s.parse::<Address>().unwrap(), a);
-        for bad in ["", "mem://", "mem://x", "udp://1.2.3.4", "ftp://a"] {
+        let v = Address::Verbs(RawAddr {
+            gid,
+            qpn: 0x1234,
+            qkey: 0x1a2b,
+            next: 0x5,
+        });
+        assert_eq!(v.to_string(), "verbs://[fe80::3]:332340/0x1a2b");
+        assert_eq!(v.to_string().parse::<Address>().unwrap(), v);
+        assert_eq!(v.transport(), "verbs");
+        for bad in [
+            "",
+            "mem://",
+            "mem://x",
+            "udp://1.2.3.4",
+            "ftp://a",
+            "verbs://",
+            "verbs://[fe80::3]",
+            "verbs://[fe80::3]:16777216/0x1",
+            "verbs://[zz]:1/0x1",
+            "verbs://[fe80::3]:1/0x1ffffffff",
+        ] {
             let e = bad.parse::<Address>().unwrap_err();
             assert!(e.to_string().contains("invalid address"), "{e}");
         }

@@ -60,8 +60,9 @@ pub enum Transport {
     Mem(MemFabric),
     /// UDP (EFA SRD semantics with software RDMA) bound to this address; port 0 picks one.
     Udp(SocketAddr),
-    /// An ibverbs device (ConnectX, EFA) by name. Placeholder: building fails with
-    /// [`Error::VerbsNotBuilt`].
+    /// An ibverbs device (ConnectX, Soft-RoCE) by name: the RDM protocol over verbs (UD
+    /// for addressing and connection set-up, RC SENDs for packets; RMA and atomics use the
+    /// protocol's emulated paths). See `tagmatch_transport::verbs::rdm`.
     #[cfg(feature = "verbs")]
     Verbs(String),
 }
@@ -80,6 +81,8 @@ pub struct Builder {
     cfg: Config,
     udp_mtu: Option<usize>,
     udp: Option<UdpConfig>,
+    #[cfg(feature = "verbs")]
+    verbs: Option<tagmatch_transport::verbs::RdmConfig>,
     wait_limit: Duration,
 }
 
@@ -90,6 +93,8 @@ impl Default for Builder {
             cfg: Config::default(),
             udp_mtu: None,
             udp: None,
+            #[cfg(feature = "verbs")]
+            verbs: None,
             wait_limit: Duration::from_secs(30),
         }
     }
@@ -112,16 +117,28 @@ impl Builder {
         self.transport(Transport::Udp(bind))
     }
 
-    /// The ibverbs transport on device `name` (`mlx5_0`, `rdmap0s6`). Not implemented yet:
-    /// [`Builder::build`] returns [`Error::VerbsNotBuilt`].
+    /// The ibverbs transport on device `name` (`mlx5_0`, `rxe0`; `""` for the first
+    /// device). The endpoint's address is `verbs://[GID]:QPN/0xCONNID`; peers connect on
+    /// the first packet. The device has no RDMA path yet, so the endpoint advertises
+    /// neither RDMA read nor write and RMA, atomics and large messages use the protocol's
+    /// emulated subprotocols (efa-rdm-protocol-v4 §2.1 feature bits 0 and 5).
+    ///
+    /// A device that does not exist is a typed error naming it:
     ///
     /// ```
-    /// let e = tagmatch::Endpoint::builder().verbs("mlx5_0").build();
-    /// assert!(matches!(e, Err(tagmatch::Error::VerbsNotBuilt { .. })));
+    /// let e = tagmatch::Endpoint::builder().verbs("no_such_rdma_dev").build();
+    /// assert!(matches!(e, Err(tagmatch::Error::Verbs { .. })));
     /// ```
     #[cfg(feature = "verbs")]
     pub fn verbs(self, name: &str) -> Self {
         self.transport(Transport::Verbs(name.to_owned()))
+    }
+
+    /// Every verbs device setting at once (its `device` is replaced by the transport's).
+    #[cfg(feature = "verbs")]
+    pub fn verbs_config(mut self, cfg: tagmatch_transport::verbs::RdmConfig) -> Self {
+        self.verbs = Some(cfg);
+        self
     }
 
     /// Largest message sent with the medium protocol (larger ones use long-CTS or
@@ -232,7 +249,29 @@ impl Builder {
                 ))
             }
             #[cfg(feature = "verbs")]
-            Transport::Verbs(device) => return Err(Error::VerbsNotBuilt { device }),
+            Transport::Verbs(device) => {
+                use tagmatch_transport::verbs::VerbsRdmDevice;
+                let mut vcfg = self.verbs.clone().unwrap_or_default();
+                vcfg.device = (!device.is_empty()).then(|| device.clone());
+                let dev = VerbsRdmDevice::open(vcfg).map_err(|e| Error::Verbs {
+                    device: device.clone(),
+                    reason: e.to_string(),
+                })?;
+                // efa-rdm-protocol-v4 §2.1: the device has no RDMA, so the endpoint must
+                // not advertise it (peers then never ask for it, and this side uses the
+                // emulated subprotocols).
+                let mut cfg = self.cfg;
+                cfg.features.rdma_read = false;
+                cfg.features.rdma_write = false;
+                cfg.features.runt = false;
+                cfg.direct_read = false;
+                cfg.direct_write = false;
+                return Ok(Endpoint::from_parts(
+                    cfg,
+                    Device::Verbs(Box::new(dev)),
+                    self.wait_limit,
+                ));
+            }
         };
         Ok(Endpoint::from_parts(self.cfg, dev, self.wait_limit))
     }

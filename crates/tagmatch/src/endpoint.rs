@@ -25,6 +25,8 @@ use crate::{Address, Builder, Error, Result};
 pub(crate) enum Device {
     Mem(MemDevice),
     Udp(Box<UdpDevice>),
+    #[cfg(feature = "verbs")]
+    Verbs(Box<tagmatch_transport::verbs::VerbsRdmDevice>),
 }
 
 impl RdmDevice for Device {
@@ -32,6 +34,8 @@ impl RdmDevice for Device {
         match self {
             Device::Mem(d) => d.addr(),
             Device::Udp(d) => d.addr(),
+            #[cfg(feature = "verbs")]
+            Device::Verbs(d) => d.addr(),
         }
     }
 
@@ -39,6 +43,8 @@ impl RdmDevice for Device {
         match self {
             Device::Mem(d) => d.mtu(),
             Device::Udp(d) => d.mtu(),
+            #[cfg(feature = "verbs")]
+            Device::Verbs(d) => d.mtu(),
         }
     }
 
@@ -46,6 +52,8 @@ impl RdmDevice for Device {
         match self {
             Device::Mem(d) => d.submit(t, mem),
             Device::Udp(d) => d.submit(t, mem),
+            #[cfg(feature = "verbs")]
+            Device::Verbs(d) => d.submit(t, mem),
         }
     }
 
@@ -57,6 +65,8 @@ impl RdmDevice for Device {
         match self {
             Device::Mem(d) => d.progress(mem, timeout),
             Device::Udp(d) => d.progress(mem, timeout),
+            #[cfg(feature = "verbs")]
+            Device::Verbs(d) => d.progress(mem, timeout),
         }
     }
 
@@ -64,6 +74,8 @@ impl RdmDevice for Device {
         match self {
             Device::Mem(d) => d.flush_tx(mem),
             Device::Udp(d) => d.flush_tx(mem),
+            #[cfg(feature = "verbs")]
+            Device::Verbs(d) => d.flush_tx(mem),
         }
     }
 
@@ -71,6 +83,8 @@ impl RdmDevice for Device {
         match self {
             Device::Mem(d) => d.poll_event(),
             Device::Udp(d) => d.poll_event(),
+            #[cfg(feature = "verbs")]
+            Device::Verbs(d) => d.poll_event(),
         }
     }
 
@@ -78,6 +92,8 @@ impl RdmDevice for Device {
         match self {
             Device::Mem(d) => d.is_idle(),
             Device::Udp(d) => d.is_idle(),
+            #[cfg(feature = "verbs")]
+            Device::Verbs(d) => d.is_idle(),
         }
     }
 
@@ -85,6 +101,8 @@ impl RdmDevice for Device {
         match self {
             Device::Mem(d) => d.rx_count(),
             Device::Udp(d) => d.rx_count(),
+            #[cfg(feature = "verbs")]
+            Device::Verbs(d) => d.rx_count(),
         }
     }
 }
@@ -394,6 +412,8 @@ impl Endpoint {
         match self.node.device() {
             Device::Mem(d) => Address::Mem(d.addr()),
             Device::Udp(d) => Address::Udp(d.udp_addr()),
+            #[cfg(feature = "verbs")]
+            Device::Verbs(d) => Address::Verbs(d.addr()),
         }
     }
 
@@ -402,6 +422,8 @@ impl Endpoint {
         match self.node.device() {
             Device::Mem(_) => "mem",
             Device::Udp(_) => "udp",
+            #[cfg(feature = "verbs")]
+            Device::Verbs(_) => "verbs",
         }
     }
 
@@ -1051,6 +1073,8 @@ impl Endpoint {
             device: match self.node.device() {
                 Device::Mem(d) => DeviceStats::Mem(d.rdma_stats()),
                 Device::Udp(d) => DeviceStats::Udp(d.stats()),
+                #[cfg(feature = "verbs")]
+                Device::Verbs(d) => DeviceStats::Verbs(d.stats()),
             },
         }
     }

@@ -22,10 +22,13 @@ pub enum Error {
     },
     /// The builder was not told which transport to use.
     NoTransport,
-    /// The `verbs` feature is a placeholder: no ibverbs device is implemented yet.
-    VerbsNotBuilt {
+    /// The verbs device could not be opened or set up (no such device, no RDMA support,
+    /// resources refused).
+    Verbs {
         /// The device name asked for.
         device: String,
+        /// What failed, as the verbs layer reported it.
+        reason: String,
     },
     /// An address string did not parse.
     InvalidAddress {
@@ -116,11 +119,9 @@ impl fmt::Display for Error {
                 f,
                 "no transport chosen: call Builder::mem, Builder::udp or Builder::transport"
             ),
-            Error::VerbsNotBuilt { device } => write!(
-                f,
-                "verbs transport (device {device:?}) is not implemented yet in this build: \
-                 use the udp or mem transport"
-            ),
+            Error::Verbs { device, reason } => {
+                write!(f, "verbs device {device:?}: {reason}")
+            }
             Error::InvalidAddress { input, reason } => {
                 write!(f, "invalid address {input:?}: {reason}")
             }

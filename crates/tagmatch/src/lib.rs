@@ -2,8 +2,8 @@
 //! habits of UCX's `ucp_tag_*` and libfabric's `fi_tagged`.
 //!
 //! An [`Endpoint`] is built on a transport ([`Builder::mem`] in-process, [`Builder::udp`]
-//! over UDP with EFA SRD semantics and software RDMA, `verbs` reserved for ibverbs
-//! devices), hands out its [`Address`], and inserts peers ([`Endpoint::insert_peer`]).
+//! over UDP with EFA SRD semantics and software RDMA, `Builder::verbs` over an ibverbs
+//! device with the `verbs` feature), hands out its [`Address`], and inserts peers ([`Endpoint::insert_peer`]).
 //! Every operation returns a [`Request`]; completions are polled
 //! ([`Endpoint::progress`] + [`Endpoint::poll_completion`]), waited on
 //! ([`Endpoint::wait`]) or, with the `async` feature, awaited (`Endpoint::completion`).
@@ -113,6 +113,9 @@ pub use tagmatch_rdm::{
     AtomicArgs, AtomicOp, Datatype, MatchCounters, OpError, OpKind, Protocol, RemoteAddr,
 };
 pub use tagmatch_transport::mem::MemFaults;
+/// Settings and counters of the verbs device ([`Builder::verbs_config`], [`DeviceStats::Verbs`]).
+#[cfg(feature = "verbs")]
+pub use tagmatch_transport::verbs::{RdmConfig as VerbsConfig, RdmStats as VerbsStats};
 
 /// The README's Rust examples, compiled and run as doctests so the front page cannot rot.
 #[cfg(doctest)]

@@ -81,6 +81,9 @@ pub enum DeviceStats {
     Mem(RdmaStats),
     /// UDP device: datagrams, syscalls, retransmissions, drops by reason.
     Udp(UdpStats),
+    /// Verbs device: packets, connections, connection-message retransmissions.
+    #[cfg(feature = "verbs")]
+    Verbs(tagmatch_transport::verbs::RdmStats),
 }
 
 /// The HW/SW split of tag matching.
@@ -213,6 +216,13 @@ impl fmt::Display for Stats {
                 "device udp: frames sent {} received {} retransmits {} fast_retransmits {} duplicates {} bad_frames {} wrong_connid {} beyond_window {} send_again {}",
                 u.frames_sent, u.frames_received, u.retransmits, u.fast_retransmits,
                 u.duplicates, u.bad_frames, u.wrong_connid, u.beyond_window, u.send_again
+            ),
+            #[cfg(feature = "verbs")]
+            DeviceStats::Verbs(v) => write!(
+                f,
+                "device verbs: packets sent {} received {} tx_errors {} connects {} cm_retransmits {} cm_dropped {} send_again {} rdma_refused {}",
+                v.tx_packets, v.rx_packets, v.tx_errors, v.connects, v.cm_retransmits,
+                v.cm_dropped, v.send_again, v.rdma_refused
             ),
         }
     }

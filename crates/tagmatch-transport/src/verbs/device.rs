@@ -1119,6 +1119,120 @@ impl Qp {
         unsafe { (*self.inner.qp.as_ptr()).qp_num }
     }
 
+    /// A UD QP (datagrams addressed by [`Ah`], QP number and qkey) sending on `send_cq`,
+    /// receiving on `recv_cq` into its own receive queue of `caps.max_recv_wr` entries.
+    /// Receive buffers must leave [`UD_GRH_LEN`] bytes in front of the payload for the GRH.
+    pub fn ud(pd: &Pd, send_cq: &Cq, recv_cq: &Cq, caps: QpCaps) -> Result<Qp> {
+        let mut attr = sys::ibv_qp_init_attr {
+            send_cq: send_cq.raw(),
+            recv_cq: recv_cq.raw(),
+            srq: ptr::null_mut(),
+            cap: sys::ibv_qp_cap {
+                max_send_wr: caps.max_send_wr,
+                max_recv_wr: caps.max_recv_wr,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
+            qp_type: sys::IBV_QPT_UD,
+            sq_sig_all: 0,
+            ..Default::default()
+        };
+        // SAFETY: live PD and CQs; valid attribute struct.
+        let qp = unsafe { sys::ibv_create_qp(pd.raw(), &mut attr) };
+        let qp = NonNull::new(qp).ok_or_else(|| last_os_error("ibv_create_qp(UD)"))?;
+        Ok(Qp {
+            inner: QpInner {
+                qp,
+                _send_cq: send_cq.clone(),
+                _recv_cq: recv_cq.clone(),
+                _srq: None,
+                pd: pd.clone(),
+            },
+        })
+    }
+
+    /// Moves a UD QP through INIT (port, P_Key index 0, `qkey`), RTR and RTS.
+    pub fn activate_ud(&self, qkey: u32) -> Result<()> {
+        let caps = self.inner.pd.context().caps();
+        let mut attr = sys::ibv_qp_attr {
+            qp_state: sys::IBV_QPS_INIT,
+            pkey_index: 0,
+            port_num: caps.port,
+            qkey,
+            ..Default::default()
+        };
+        self.modify(
+            &mut attr,
+            sys::IBV_QP_STATE | sys::IBV_QP_PKEY_INDEX | sys::IBV_QP_PORT | sys::IBV_QP_QKEY,
+            "ibv_modify_qp(UD INIT)",
+        )?;
+        let mut attr = sys::ibv_qp_attr {
+            qp_state: sys::IBV_QPS_RTR,
+            ..Default::default()
+        };
+        self.modify(&mut attr, sys::IBV_QP_STATE, "ibv_modify_qp(UD RTR)")?;
+        let mut attr = sys::ibv_qp_attr {
+            qp_state: sys::IBV_QPS_RTS,
+            sq_psn: 0,
+            ..Default::default()
+        };
+        self.modify(
+            &mut attr,
+            sys::IBV_QP_STATE | sys::IBV_QP_SQ_PSN,
+            "ibv_modify_qp(UD RTS)",
+        )
+    }
+
+    /// Posts one receive of `sge` on the QP's own receive queue (a QP without SRQ). Same
+    /// rule as [`Srq::post_recv`]: the buffer stays registered and unused until its
+    /// completion.
+    pub(crate) fn post_recv(&self, wr_id: u64, sge: Sge) -> Result<()> {
+        let mut sge = sge.raw();
+        let mut wr = sys::ibv_recv_wr {
+            wr_id,
+            next: ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
+        let mut bad = ptr::null_mut();
+        // SAFETY: live QP; `wr` and `sge` are valid for the call (the provider copies them);
+        // the buffer stays registered until the QP is destroyed or the completion.
+        let rc = unsafe { sys::ibv_post_recv(self.inner.qp.as_ptr(), &mut wr, &mut bad) };
+        check_rc("ibv_post_recv", rc)
+    }
+
+    /// Posts a signaled UD SEND of `sge` to QP `remote_qpn` (qkey `remote_qkey`) behind
+    /// `ah`. Same rule as [`Qp::post_send`].
+    pub(crate) fn post_send_ud(
+        &self,
+        wr_id: u64,
+        sge: Sge,
+        ah: &Ah,
+        remote_qpn: u32,
+        remote_qkey: u32,
+    ) -> Result<()> {
+        let mut sge = sge.raw();
+        let mut wr = sys::ibv_send_wr {
+            wr_id,
+            sg_list: &mut sge,
+            num_sge: 1,
+            opcode: sys::IBV_WR_SEND,
+            send_flags: sys::IBV_SEND_SIGNALED,
+            ..Default::default()
+        };
+        wr.wr.ud = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
+            ah: ah.ah.as_ptr(),
+            remote_qpn,
+            remote_qkey,
+        };
+        let mut bad = ptr::null_mut();
+        // SAFETY: live QP and address handle (borrowed for the call; the provider copies the
+        // work request and resolves the AH before returning); `sge` as in `post`.
+        let rc = unsafe { sys::ibv_post_send(self.inner.qp.as_ptr(), &mut wr, &mut bad) };
+        check_rc("ibv_post_send(UD)", rc)
+    }
+
     /// This side's endpoint with initial PSN `psn`.
     pub fn endpoint(&self, psn: u32) -> QpEndpoint {
         let caps = self.inner.pd.context().caps();
@@ -1245,5 +1359,56 @@ impl Qp {
         // SAFETY: live QP; `wr` and `sge` are valid for the call (the provider copies them).
         let rc = unsafe { sys::ibv_post_send(self.inner.qp.as_ptr(), &mut wr, &mut bad) };
         check_rc("ibv_post_send", rc)
+    }
+}
+
+/// Bytes of Global Routing Header in front of every UD receive (`struct ibv_grh`).
+pub const UD_GRH_LEN: usize = 40;
+
+/// An address handle (`ibv_ah`): the path to one remote port, for UD sends.
+pub struct Ah {
+    ah: NonNull<sys::ibv_ah>,
+    _pd: Pd,
+}
+
+impl std::fmt::Debug for Ah {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ah").finish_non_exhaustive()
+    }
+}
+
+impl Drop for Ah {
+    fn drop(&mut self) {
+        // SAFETY: created by ibv_create_ah, destroyed exactly once, before its PD (held).
+        let rc = unsafe { sys::ibv_destroy_ah(self.ah.as_ptr()) };
+        if rc != 0 {
+            tracing::warn!(rc, "ibv_destroy_ah failed");
+        }
+    }
+}
+
+impl Pd {
+    /// An address handle towards the port with GID `gid` (RoCE) or LID `lid` (InfiniBand)
+    /// on this device's port.
+    pub fn create_ah(&self, gid: &[u8; 16], lid: u16) -> Result<Ah> {
+        let caps = self.context().caps();
+        let mut attr = sys::ibv_ah_attr {
+            dlid: lid,
+            port_num: caps.port,
+            ..Default::default()
+        };
+        if caps.ethernet || lid == 0 {
+            attr.is_global = 1;
+            attr.grh.dgid.raw = *gid;
+            attr.grh.sgid_index = caps.gid_index;
+            attr.grh.hop_limit = 1;
+        }
+        // SAFETY: live PD; valid attribute struct (copied by the provider).
+        let ah = unsafe { sys::ibv_create_ah(self.raw(), &mut attr) };
+        let ah = NonNull::new(ah).ok_or_else(|| last_os_error("ibv_create_ah"))?;
+        Ok(Ah {
+            ah,
+            _pd: self.clone(),
+        })
     }
 }

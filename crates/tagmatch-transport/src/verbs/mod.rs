@@ -7,6 +7,9 @@
 //!   RC QPs attached to an SRQ ([`Qp`]). Children hold reference-counted handles of their
 //!   parents, so destruction always runs QP → SRQ → CQ → MR → PD → context.
 //! - [`conn`]: the TCP side channel that exchanges (rank, QP number, PSN, LID, GID).
+//! - [`rdm`]: [`VerbsRdmDevice`], the EFA RDM endpoint's device over verbs (UD for
+//!   addressing and connection set-up, RC SENDs through a shared receive queue for the
+//!   packets), which the `tagmatch` facade uses for `Builder::verbs`.
 //! - [`transport`]: [`TaggedTransport`]: tagged receives posted through the engine's
 //!   offload driver (`tagmatch_engine::offload::Driver`, over the verbs TM-SRQ as its
 //!   `TmBackend` when the device reports `max_num_tags > 0`, else the software engine over
@@ -21,13 +24,15 @@
 
 pub mod conn;
 pub mod device;
+pub mod rdm;
 pub mod transport;
 
 pub use conn::ConnInfo;
 pub use device::{
-    device_names, Access, Context, Cq, DeviceCaps, Mr, OwnedMr, Pd, Qp, QpCaps, QpEndpoint,
+    device_names, Access, Ah, Context, Cq, DeviceCaps, Mr, OwnedMr, Pd, Qp, QpCaps, QpEndpoint,
     RemoteBuf, Sge, Srq, SrqKind, TmCapsInfo, Wc,
 };
+pub use rdm::{RdmConfig, RdmStats, VerbsRdmDevice};
 pub use transport::{
     Completion, Mode, PeerId, RecvError, RecvId, SendId, TaggedTransport, TmPolicy, TransportConfig,
 };
