@@ -641,7 +641,7 @@ mod live {
                 }
                 "verbs" => return Err(Error::new(
                     ctx,
-                    "--transport verbs: the verbs transport is not implemented yet; use mem or udp",
+                    "--transport verbs: the demo does not drive verbs devices yet (the tagmatch crate does: Builder::verbs with its `verbs` feature; `cargo xtask vm-test` runs it on Soft-RoCE); use mem or udp",
                 )),
                 other => {
                     return Err(Error::new(
