@@ -267,62 +267,34 @@ fn parse_kernel_depends(out: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Builds the feature-gated verbs test binaries and returns their paths.
+/// `cargo test` arguments selecting the bindings' tests (every test binary of the crate).
+const SYS_VERBS_TESTS: &[&str] = &["test", "-p", "tagmatch-verbs-sys", "--features", "verbs"];
+
+/// Builds the feature-gated verbs test binaries and returns their paths: the bindings', the
+/// transport's verbs layer (its `tests/verbs_*.rs`) and the facade over the verbs transport
+/// (its `tests/verbs_*.rs`).
 fn build_test_binaries(root: &Path) -> Result<Vec<PathBuf>> {
-    let json = Cmd::cargo()
-        .args([
-            "test",
-            "-p",
-            "tagmatch-verbs-sys",
-            "--features",
-            "verbs",
-            "--no-run",
-            "--message-format=json",
-        ])
-        .current_dir(root)
-        .read_stdout()?;
-    let mut tests = test_executables(&json, "tagmatch-verbs-sys");
-    if tests.is_empty() {
-        return Err("vm-test: cargo built no test executable for tagmatch-verbs-sys".into());
+    let mut tests = Vec::new();
+    for (args, package) in [
+        (SYS_VERBS_TESTS, "tagmatch-verbs-sys"),
+        (TRANSPORT_VERBS_TESTS, "tagmatch-transport"),
+        (FACADE_VERBS_TESTS, "tagmatch"),
+    ] {
+        let json = Cmd::cargo()
+            .args(args)
+            .args(["--no-run", "--message-format=json"])
+            .current_dir(root)
+            .read_stdout()?;
+        let built = test_executables(&json, package);
+        if built.is_empty() {
+            return Err(
+                format!("vm-test: cargo built no verbs test executable for {package}").into(),
+            );
+        }
+        tests.extend(built);
     }
-    // The transport's verbs layer: only its `tests/verbs_*.rs` binaries.
-    let json = Cmd::cargo()
-        .args(TRANSPORT_VERBS_TESTS)
-        .args(["--no-run", "--message-format=json"])
-        .current_dir(root)
-        .read_stdout()?;
-    let transport = test_executables(&json, "tagmatch-transport");
-    if transport.is_empty() {
-        return Err(
-            "vm-test: cargo built no verbs_* test executable for tagmatch-transport".into(),
-        );
-    }
-    tests.extend(transport);
-    // The facade over the verbs transport: its `tests/verbs_*.rs` binaries.
-    let json = Cmd::cargo()
-        .args(FACADE_VERBS_TESTS)
-        .args(["--no-run", "--message-format=json"])
-        .current_dir(root)
-        .read_stdout()?;
-    let facade = test_executables(&json, "tagmatch");
-    if facade.is_empty() {
-        return Err("vm-test: cargo built no verbs_* test executable for tagmatch".into());
-    }
-    tests.extend(facade);
     Ok(tests)
 }
-
-/// `cargo` arguments selecting the facade's tests over the verbs transport (also used by
-/// the `verbs` CI stage).
-pub const FACADE_VERBS_TESTS: &[&str] = &[
-    "test",
-    "-p",
-    "tagmatch",
-    "--features",
-    "verbs",
-    "--test",
-    "verbs_*",
-];
 
 /// `cargo` arguments selecting the feature-gated verbs tests of `tagmatch-transport`
 /// (also used by the `verbs` CI stage).
@@ -330,6 +302,18 @@ pub const TRANSPORT_VERBS_TESTS: &[&str] = &[
     "test",
     "-p",
     "tagmatch-transport",
+    "--features",
+    "verbs",
+    "--test",
+    "verbs_*",
+];
+
+/// `cargo` arguments selecting the facade's tests over the verbs transport (also used by
+/// the `verbs` CI stage).
+pub const FACADE_VERBS_TESTS: &[&str] = &[
+    "test",
+    "-p",
+    "tagmatch",
     "--features",
     "verbs",
     "--test",

@@ -1003,18 +1003,12 @@ impl Srq {
     /// Posts one receive of `sge` (which must stay registered and unused until its
     /// completion: the transport guarantees that for its pools).
     pub(crate) fn post_recv(&self, wr_id: u64, sge: Sge) -> Result<()> {
-        let mut sge = sge.raw();
-        let mut wr = sys::ibv_recv_wr {
-            wr_id,
-            next: ptr::null_mut(),
-            sg_list: &mut sge,
-            num_sge: 1,
-        };
-        let mut bad = ptr::null_mut();
-        // SAFETY: live SRQ; `wr` and `sge` are valid for the call (the provider copies
-        // them); the buffer stays registered until the SRQ is destroyed or the completion.
-        let rc = unsafe { sys::ibv_post_srq_recv(self.raw(), &mut wr, &mut bad) };
-        check_rc("ibv_post_srq_recv", rc)
+        post_one_recv(wr_id, sge, "ibv_post_srq_recv", |wr, bad| {
+            // SAFETY: live SRQ; `wr` and its SGE are valid for the call (the provider copies
+            // them); the buffer stays registered until the SRQ is destroyed or the
+            // completion.
+            unsafe { sys::ibv_post_srq_recv(self.raw(), wr, bad) }
+        })
     }
 
     /// `ibv_post_srq_ops` of one work request.
@@ -1084,6 +1078,26 @@ impl Qp {
     /// An RC QP sending on `send_cq`, receiving on `recv_cq`, with receives from `srq` when
     /// given.
     pub fn rc(pd: &Pd, send_cq: &Cq, recv_cq: &Cq, srq: Option<&Srq>, caps: QpCaps) -> Result<Qp> {
+        Qp::create(
+            pd,
+            send_cq,
+            recv_cq,
+            srq,
+            caps,
+            sys::IBV_QPT_RC,
+            "ibv_create_qp(RC)",
+        )
+    }
+
+    fn create(
+        pd: &Pd,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        srq: Option<&Srq>,
+        caps: QpCaps,
+        qp_type: sys::ibv_qp_type,
+        call: &'static str,
+    ) -> Result<Qp> {
         let mut attr = sys::ibv_qp_init_attr {
             send_cq: send_cq.raw(),
             recv_cq: recv_cq.raw(),
@@ -1095,13 +1109,13 @@ impl Qp {
                 max_recv_sge: 1,
                 max_inline_data: 0,
             },
-            qp_type: sys::IBV_QPT_RC,
+            qp_type,
             sq_sig_all: 0,
             ..Default::default()
         };
         // SAFETY: live PD, CQs and SRQ; valid attribute struct.
         let qp = unsafe { sys::ibv_create_qp(pd.raw(), &mut attr) };
-        let qp = NonNull::new(qp).ok_or_else(|| last_os_error("ibv_create_qp(RC)"))?;
+        let qp = NonNull::new(qp).ok_or_else(|| last_os_error(call))?;
         Ok(Qp {
             inner: QpInner {
                 qp,
@@ -1123,33 +1137,15 @@ impl Qp {
     /// receiving on `recv_cq` into its own receive queue of `caps.max_recv_wr` entries.
     /// Receive buffers must leave [`UD_GRH_LEN`] bytes in front of the payload for the GRH.
     pub fn ud(pd: &Pd, send_cq: &Cq, recv_cq: &Cq, caps: QpCaps) -> Result<Qp> {
-        let mut attr = sys::ibv_qp_init_attr {
-            send_cq: send_cq.raw(),
-            recv_cq: recv_cq.raw(),
-            srq: ptr::null_mut(),
-            cap: sys::ibv_qp_cap {
-                max_send_wr: caps.max_send_wr,
-                max_recv_wr: caps.max_recv_wr,
-                max_send_sge: 1,
-                max_recv_sge: 1,
-                max_inline_data: 0,
-            },
-            qp_type: sys::IBV_QPT_UD,
-            sq_sig_all: 0,
-            ..Default::default()
-        };
-        // SAFETY: live PD and CQs; valid attribute struct.
-        let qp = unsafe { sys::ibv_create_qp(pd.raw(), &mut attr) };
-        let qp = NonNull::new(qp).ok_or_else(|| last_os_error("ibv_create_qp(UD)"))?;
-        Ok(Qp {
-            inner: QpInner {
-                qp,
-                _send_cq: send_cq.clone(),
-                _recv_cq: recv_cq.clone(),
-                _srq: None,
-                pd: pd.clone(),
-            },
-        })
+        Qp::create(
+            pd,
+            send_cq,
+            recv_cq,
+            None,
+            caps,
+            sys::IBV_QPT_UD,
+            "ibv_create_qp(UD)",
+        )
     }
 
     /// Moves a UD QP through INIT (port, P_Key index 0, `qkey`), RTR and RTS.
@@ -1188,18 +1184,11 @@ impl Qp {
     /// rule as [`Srq::post_recv`]: the buffer stays registered and unused until its
     /// completion.
     pub(crate) fn post_recv(&self, wr_id: u64, sge: Sge) -> Result<()> {
-        let mut sge = sge.raw();
-        let mut wr = sys::ibv_recv_wr {
-            wr_id,
-            next: ptr::null_mut(),
-            sg_list: &mut sge,
-            num_sge: 1,
-        };
-        let mut bad = ptr::null_mut();
-        // SAFETY: live QP; `wr` and `sge` are valid for the call (the provider copies them);
-        // the buffer stays registered until the QP is destroyed or the completion.
-        let rc = unsafe { sys::ibv_post_recv(self.inner.qp.as_ptr(), &mut wr, &mut bad) };
-        check_rc("ibv_post_recv", rc)
+        post_one_recv(wr_id, sge, "ibv_post_recv", |wr, bad| {
+            // SAFETY: live QP; `wr` and its SGE are valid for the call (the provider copies
+            // them); the buffer stays registered until the QP is destroyed or the completion.
+            unsafe { sys::ibv_post_recv(self.inner.qp.as_ptr(), wr, bad) }
+        })
     }
 
     /// Posts a signaled UD SEND of `sge` to QP `remote_qpn` (qkey `remote_qkey`) behind
@@ -1360,6 +1349,25 @@ impl Qp {
         let rc = unsafe { sys::ibv_post_send(self.inner.qp.as_ptr(), &mut wr, &mut bad) };
         check_rc("ibv_post_send", rc)
     }
+}
+
+/// Builds a one-SGE receive work request for `sge` and hands it to `post`
+/// (`ibv_post_recv` or `ibv_post_srq_recv`).
+fn post_one_recv(
+    wr_id: u64,
+    sge: Sge,
+    call: &'static str,
+    post: impl FnOnce(*mut sys::ibv_recv_wr, *mut *mut sys::ibv_recv_wr) -> c_int,
+) -> Result<()> {
+    let mut sge = sge.raw();
+    let mut wr = sys::ibv_recv_wr {
+        wr_id,
+        next: ptr::null_mut(),
+        sg_list: &mut sge,
+        num_sge: 1,
+    };
+    let mut bad = ptr::null_mut();
+    check_rc(call, post(&mut wr, &mut bad))
 }
 
 /// Bytes of Global Routing Header in front of every UD receive (`struct ibv_grh`).
