@@ -135,3 +135,42 @@ fn unreachable_peer_fails_in_bounded_time() {
     );
     assert!(v.tx_errors >= 1, "{v:?}");
 }
+
+#[test]
+fn blocked_wait_wakes_on_a_completion_from_another_thread() {
+    // `a` waits in its device's completion channel (poll(2)); `b` sends from another
+    // thread a while later. The completion must wake `a` (the endpoint and its verbs
+    // device move between threads).
+    let test = "blocked_wait_wakes_on_a_completion_from_another_thread";
+    let Some(mut a) = endpoint(test, RdmConfig::default()) else {
+        return;
+    };
+    let Some(mut b) = endpoint(test, RdmConfig::default()) else {
+        return;
+    };
+    let pb = a.insert_peer(&b.address()).unwrap();
+    let pa = b.insert_peer(&a.address()).unwrap();
+    // Connect first, so the wait below has no connection timer to wake it.
+    let r = a.trecv(pb, TagMatch::exact(1), 8).unwrap();
+    let s = b.tsend(pa, 1, b"hello".to_vec()).unwrap();
+    a.wait_with(r, &mut [&mut b]).unwrap();
+    b.wait_with(s, &mut [&mut a]).unwrap();
+    let r = a.trecv(pb, TagMatch::exact(2), 8).unwrap();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        for i in 0..3u64 {
+            let s = b.tsend(pa, 2 + i, vec![i as u8; 8]).unwrap();
+            b.wait(s).unwrap();
+        }
+        b
+    });
+    let c = a.wait(r).unwrap();
+    assert_eq!(c.data, vec![0u8; 8]);
+    for i in 1..3u64 {
+        let r = a.trecv(pb, TagMatch::exact(2 + i), 8).unwrap();
+        assert_eq!(a.wait(r).unwrap().data, vec![i as u8; 8]);
+    }
+    let mut b = t.join().unwrap();
+    assert!(a.flush(Duration::from_secs(10)).unwrap());
+    assert!(b.flush(Duration::from_secs(10)).unwrap());
+}

@@ -712,6 +712,8 @@ struct CqInner {
     cq: NonNull<sys::ibv_cq>,
     ex: Option<NonNull<sys::ibv_cq_ex>>,
     tm_info: bool,
+    /// The completion channel, destroyed after the CQ.
+    _chan: Option<CompChannel>,
     _ctx: Context,
 }
 
@@ -743,18 +745,40 @@ impl std::fmt::Debug for Cq {
 impl Cq {
     /// A basic CQ of at least `cqe` entries.
     pub fn new(ctx: &Context, cqe: u32) -> Result<Cq> {
+        Cq::basic(ctx, cqe, None)
+    }
+
+    /// A basic CQ of at least `cqe` entries that reports to `channel` when armed with
+    /// [`Cq::req_notify`], so that its owner can sleep in `poll(2)` on the channel's fd.
+    pub fn with_channel(ctx: &Context, cqe: u32, channel: &CompChannel) -> Result<Cq> {
+        Cq::basic(ctx, cqe, Some(channel))
+    }
+
+    fn basic(ctx: &Context, cqe: u32, channel: Option<&CompChannel>) -> Result<Cq> {
         let n = c_int::try_from(cqe).map_err(|_| Error::Invalid("cqe".into()))?;
-        // SAFETY: live context; no completion channel.
-        let cq = unsafe { sys::ibv_create_cq(ctx.raw(), n, ptr::null_mut(), ptr::null_mut(), 0) };
+        let ch = channel.map_or(ptr::null_mut(), |c| c.inner.ch.as_ptr());
+        // SAFETY: live context; `ch` is null or a live channel of the same context, kept
+        // alive by the CQ (it holds the channel's handle).
+        let cq = unsafe { sys::ibv_create_cq(ctx.raw(), n, ptr::null_mut(), ch, 0) };
         let cq = NonNull::new(cq).ok_or_else(|| last_os_error("ibv_create_cq"))?;
         Ok(Cq {
             inner: Rc::new(CqInner {
                 cq,
                 ex: None,
                 tm_info: false,
+                _chan: channel.cloned(),
                 _ctx: ctx.clone(),
             }),
         })
+    }
+
+    /// Arms the CQ (`ibv_req_notify_cq`): its channel gets one event at the next
+    /// completion. Poll once more after arming — a completion that arrived before it does
+    /// not raise an event.
+    pub fn req_notify(&self) -> Result<()> {
+        // SAFETY: live CQ.
+        let rc = unsafe { sys::ibv_req_notify_cq(self.raw(), 0) };
+        check_rc("ibv_req_notify_cq", rc)
     }
 
     /// An extended CQ (`ibv_create_cq_ex`) reporting the QP number and, with `tm_info`,
@@ -784,6 +808,7 @@ impl Cq {
                 cq,
                 ex: Some(ex),
                 tm_info,
+                _chan: None,
                 _ctx: ctx.clone(),
             }),
         })
@@ -1418,5 +1443,94 @@ impl Pd {
             ah,
             _pd: self.clone(),
         })
+    }
+}
+
+struct ChanInner {
+    ch: NonNull<sys::ibv_comp_channel>,
+    _ctx: Context,
+}
+
+impl Drop for ChanInner {
+    fn drop(&mut self) {
+        // SAFETY: created by ibv_create_comp_channel, destroyed exactly once, after every CQ
+        // using it (each holds this handle) and before its context (held).
+        let rc = unsafe { sys::ibv_destroy_comp_channel(self.ch.as_ptr()) };
+        if rc != 0 {
+            tracing::warn!(rc, "ibv_destroy_comp_channel failed");
+        }
+    }
+}
+
+/// A completion channel (`ibv_comp_channel`): a file descriptor that becomes readable when
+/// an armed CQ of the channel gets a completion.
+#[derive(Clone)]
+pub struct CompChannel {
+    inner: Rc<ChanInner>,
+}
+
+impl std::fmt::Debug for CompChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompChannel")
+            .field("fd", &self.fd())
+            .finish()
+    }
+}
+
+impl CompChannel {
+    /// A channel on `ctx`.
+    pub fn new(ctx: &Context) -> Result<CompChannel> {
+        // SAFETY: live context.
+        let ch = unsafe { sys::ibv_create_comp_channel(ctx.raw()) };
+        let ch = NonNull::new(ch).ok_or_else(|| last_os_error("ibv_create_comp_channel"))?;
+        Ok(CompChannel {
+            inner: Rc::new(ChanInner {
+                ch,
+                _ctx: ctx.clone(),
+            }),
+        })
+    }
+
+    /// The channel's file descriptor (readable when an event is pending).
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        // SAFETY: the channel is live while `self` is; `fd` is a plain field.
+        unsafe { (*self.inner.ch.as_ptr()).fd }
+    }
+
+    /// Waits at most `timeout` (`None`: without limit) for the channel's fd to become
+    /// readable, then takes and acknowledges the pending event, if any. Returns whether
+    /// there was one. `EINTR` counts as no event.
+    pub fn wait(&self, timeout: Option<std::time::Duration>) -> Result<bool> {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        let t = match timeout {
+            None => PollTimeout::NONE,
+            Some(d) => {
+                let ms = d.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
+                PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
+            }
+        };
+        // SAFETY: the fd belongs to the live channel and stays open for this call.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd()) };
+        let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+        match poll(&mut fds, t) {
+            Ok(0) | Err(nix::errno::Errno::EINTR) => return Ok(false),
+            Ok(_) => {}
+            Err(e) => {
+                return Err(Error::Verbs {
+                    call: "poll(comp_channel)",
+                    err: std::io::Error::from_raw_os_error(e as i32),
+                })
+            }
+        }
+        let mut cq = ptr::null_mut();
+        let mut cq_ctx = ptr::null_mut();
+        // SAFETY: live channel; the fd is readable, so the call returns at once with the
+        // event's CQ (one of ours, alive: it holds this channel).
+        let rc = unsafe { sys::ibv_get_cq_event(self.inner.ch.as_ptr(), &mut cq, &mut cq_ctx) };
+        check_rc("ibv_get_cq_event", rc)?;
+        // SAFETY: `cq` is the live CQ the event came from; one event taken, one acked (so
+        // that destroying the CQ never waits for unacknowledged events).
+        unsafe { sys::ibv_ack_cq_events(cq, 1) };
+        Ok(true)
     }
 }

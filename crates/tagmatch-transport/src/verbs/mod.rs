@@ -29,8 +29,8 @@ pub mod transport;
 
 pub use conn::ConnInfo;
 pub use device::{
-    device_names, Access, Ah, Context, Cq, DeviceCaps, Mr, OwnedMr, Pd, Qp, QpCaps, QpEndpoint,
-    RemoteBuf, Sge, Srq, SrqKind, TmCapsInfo, Wc,
+    device_names, Access, Ah, CompChannel, Context, Cq, DeviceCaps, Mr, OwnedMr, Pd, Qp, QpCaps,
+    QpEndpoint, RemoteBuf, Sge, Srq, SrqKind, TmCapsInfo, Wc,
 };
 pub use rdm::{RdmConfig, RdmStats, VerbsRdmDevice};
 pub use transport::{

@@ -26,9 +26,9 @@
 //!   without RDMA read. Registrations succeed with device-local keys (the emulated
 //!   protocols only use keys to find regions at the target endpoint).
 //!
-//! Blocking: `progress` polls the CQ, spinning for [`RdmConfig::spin`] and then sleeping
-//! in steps of at most [`RdmConfig::idle_sleep`] until the timeout; it never waits on a
-//! completion channel.
+//! Blocking: `progress` polls the CQ, spinning for at most [`RdmConfig::spin`], then arms
+//! the CQ and sleeps in `poll(2)` on its completion channel until a completion, the next
+//! connection-message retransmission or the timeout.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -38,7 +38,7 @@ use tagmatch_rdm::{MrKey, SendOutcome, SendToken, Transmit};
 use tagmatch_wire::efa::RawAddr;
 
 use super::device::{
-    Access, Ah, Context, Cq, OwnedMr, Pd, Qp, QpCaps, QpEndpoint, Srq, Wc, UD_GRH_LEN,
+    Access, Ah, CompChannel, Context, Cq, OwnedMr, Pd, Qp, QpCaps, QpEndpoint, Srq, Wc, UD_GRH_LEN,
 };
 use super::{Error, Result};
 use crate::device::{DeviceEvent, MemoryAccess, RdmDevice};
@@ -61,10 +61,8 @@ pub struct RdmConfig {
     pub cm_retry: Duration,
     /// Give up connecting (and fail the queued packets) after this long.
     pub connect_timeout: Duration,
-    /// How long `progress` polls the CQ without sleeping before it starts sleeping.
+    /// How long `progress` polls the CQ before it sleeps on the completion channel.
     pub spin: Duration,
-    /// Longest sleep between CQ polls when there is nothing to do.
-    pub idle_sleep: Duration,
     /// The connid (UD qkey); `None`: random. Bit 31 must be clear.
     pub connid: Option<u32>,
 }
@@ -80,7 +78,6 @@ impl Default for RdmConfig {
             cm_retry: Duration::from_millis(50),
             connect_timeout: Duration::from_secs(10),
             spin: Duration::from_micros(50),
-            idle_sleep: Duration::from_micros(200),
             connid: None,
         }
     }
@@ -212,6 +209,7 @@ pub struct VerbsRdmDevice {
     ud: Qp,
     srq: Srq,
     cq: Cq,
+    chan: CompChannel,
     rx: OwnedMr,
     tx: OwnedMr,
     ud_rx: OwnedMr,
@@ -292,7 +290,8 @@ impl VerbsRdmDevice {
         let caps = ctx.caps().clone();
         let pd = ctx.alloc_pd()?;
         let cqe = cfg.recv_slots + cfg.send_slots + 2 * UD_SLOTS;
-        let cq = Cq::new(&ctx, cqe)?;
+        let chan = CompChannel::new(&ctx)?;
+        let cq = Cq::with_channel(&ctx, cqe, &chan)?;
         let srq = Srq::basic(&pd, cfg.recv_slots)?;
         let ud = Qp::ud(
             &pd,
@@ -357,6 +356,7 @@ impl VerbsRdmDevice {
             ud,
             srq,
             cq,
+            chan,
             rx,
             tx,
             ud_rx,
@@ -859,11 +859,30 @@ impl RdmDevice for VerbsRdmDevice {
                 Some(t) => t - waited,
                 None => Duration::MAX,
             };
-            if waited >= self.cfg.spin {
-                std::thread::sleep(left.min(self.cfg.idle_sleep));
-            } else {
+            if waited < self.cfg.spin {
                 std::hint::spin_loop();
+                continue;
             }
+            // Sleep until a completion: arm, look once more (a completion that came before
+            // the arming raises no event), then wait on the channel — at most until the
+            // next connection-message retransmission is due.
+            self.cq.req_notify().map_err(to_io)?;
+            if self.poll_once()? > 0 || !self.events.is_empty() {
+                continue;
+            }
+            let connecting = self.peers.iter().any(|p| {
+                matches!(
+                    p.state,
+                    ConnState::ReqSent { .. } | ConnState::AwaitRtu { .. }
+                )
+            });
+            let nap = if connecting {
+                left.min(self.cfg.cm_retry)
+            } else {
+                left
+            };
+            let nap = (nap != Duration::MAX).then_some(nap);
+            self.chan.wait(nap).map_err(to_io)?;
         }
     }
 
