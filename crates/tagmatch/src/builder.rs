@@ -1,6 +1,7 @@
 //! [`Builder`]: transport, protocol thresholds, memory budget.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tagmatch_rdm::Config;
@@ -8,6 +9,7 @@ use tagmatch_transport::mem::{MemFaults, MemNetwork};
 use tagmatch_transport::udp::{UdpConfig, UdpDevice, MAX_PATH_MTU, MIN_PATH_MTU};
 
 use crate::endpoint::{Device, Endpoint};
+use crate::fast::Hub;
 use crate::Error;
 
 /// The in-process fabric: endpoints built on the same fabric reach each other without
@@ -16,6 +18,8 @@ use crate::Error;
 #[derive(Debug, Clone)]
 pub struct MemFabric {
     net: MemNetwork,
+    /// Fast-path endpoints of this fabric, by address.
+    hub: Arc<Hub>,
 }
 
 impl MemFabric {
@@ -37,6 +41,7 @@ impl MemFabric {
     pub fn with_faults(seed: u64, faults: MemFaults) -> MemFabric {
         MemFabric {
             net: MemNetwork::with_faults(seed, faults),
+            hub: Arc::new(Hub::default()),
         }
     }
 
@@ -81,6 +86,7 @@ pub struct Builder {
     udp_mtu: Option<usize>,
     udp: Option<UdpConfig>,
     wait_limit: Duration,
+    fast_path: bool,
 }
 
 impl Default for Builder {
@@ -91,6 +97,7 @@ impl Default for Builder {
             udp_mtu: None,
             udp: None,
             wait_limit: Duration::from_secs(30),
+            fast_path: true,
         }
     }
 }
@@ -175,6 +182,25 @@ impl Builder {
         self
     }
 
+    /// The in-process fast path (mem transport only; default on): tagged and untagged
+    /// messages between two endpoints of the same [`MemFabric`] that both have it skip the
+    /// EFA protocol — no packet, no region, no allocation for payloads up to 32 bytes —
+    /// and go through a per-pair lock-free lane into the receiver's matching engine, with
+    /// the same matching rules, ordering, probes, cancel, truncation, CQ data, delivery
+    /// complete and memory budget. RMA and atomics keep the protocol path. Off: every
+    /// message takes the EFA protocol over the in-memory device (as between processes).
+    ///
+    /// ```
+    /// use tagmatch::{Endpoint, MemFabric};
+    /// let f = MemFabric::new();
+    /// assert!(Endpoint::builder().mem(&f).build().unwrap().fast_path());
+    /// assert!(!Endpoint::builder().mem(&f).fast_path(false).build().unwrap().fast_path());
+    /// ```
+    pub fn fast_path(mut self, on: bool) -> Self {
+        self.fast_path = on;
+        self
+    }
+
     fn check(&self) -> Result<(), Error> {
         let cfg = &self.cfg;
         if cfg.max_medium_size > cfg.max_rdma_size {
@@ -213,8 +239,14 @@ impl Builder {
     pub fn build(self) -> Result<Endpoint, Error> {
         self.check()?;
         let transport = self.transport.clone().ok_or(Error::NoTransport)?;
+        let mut hub = None;
         let dev = match transport {
-            Transport::Mem(f) => Device::Mem(f.net.device()),
+            Transport::Mem(f) => {
+                if self.fast_path {
+                    hub = Some(f.hub.clone());
+                }
+                Device::Mem(f.net.device())
+            }
             Transport::Udp(bind) => {
                 if bind.ip().is_unspecified() {
                     return Err(Error::Config {
@@ -234,6 +266,6 @@ impl Builder {
             #[cfg(feature = "verbs")]
             Transport::Verbs(device) => return Err(Error::VerbsNotBuilt { device }),
         };
-        Ok(Endpoint::from_parts(self.cfg, dev, self.wait_limit))
+        Ok(Endpoint::from_parts(self.cfg, dev, self.wait_limit, hub))
     }
 }

@@ -95,8 +95,10 @@ mod address;
 mod builder;
 mod endpoint;
 mod error;
+mod fast;
 #[cfg(feature = "async")]
 mod future;
+mod inproc;
 mod stats;
 
 pub use address::Address;
