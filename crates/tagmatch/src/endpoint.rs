@@ -741,7 +741,9 @@ impl Endpoint {
     /// of one registration and deregistration each. Small and medium sends copy the range
     /// into packets. The region stays the caller's; keep the range unchanged until the send
     /// completes (the receiver may RDMA-read it until then). [`Endpoint::deregister`] is
-    /// refused while such sends are in flight.
+    /// refused while such sends are in flight. On the in-process fast path the range is
+    /// copied at once (like every message of the pair, to keep their order): the send is
+    /// complete when this returns.
     pub fn tsend_region(
         &mut self,
         peer: Peer,
@@ -806,6 +808,22 @@ impl Endpoint {
                 end: range.end,
                 len: mr.len(),
             });
+        }
+        if self.is_fast(pid) {
+            // The fast path copies the range at once (no packet, no registration): the
+            // send is complete, and the region free, when this returns.
+            let bytes = match self.node.endpoint().memory(mr.handle) {
+                Some(m) => m[range].to_vec(),
+                None => {
+                    self.counters.call_errors += 1;
+                    return Err(Error::UnknownRegion);
+                }
+            };
+            let r = self.fast_send(pid, tag, crate::fast::Bytes::Owned(bytes), opts, false);
+            if r.is_ok() {
+                self.counters.region_sends += 1;
+            }
+            return r;
         }
         let (off, len) = (range.start as u64, (range.end - range.start) as u64);
         let ep = self.node.endpoint_mut();
