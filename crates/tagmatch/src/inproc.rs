@@ -648,9 +648,15 @@ impl Endpoint {
                 };
                 // The protocol endpoint already counts its bytes against the budget.
                 match f.engine.arrive_held(s.env, s.len, 0, s.msg) {
-                    Ok(Arrived::Matched(m)) => {
-                        finish(node, &mut f.proto_recvs, &mut out, m.recv, m.env, m.len, m.msg)
-                    }
+                    Ok(Arrived::Matched(m)) => finish(
+                        node,
+                        &mut f.proto_recvs,
+                        &mut out,
+                        m.recv,
+                        m.env,
+                        m.len,
+                        m.msg,
+                    ),
                     Ok(Arrived::Unexpected(_)) => {}
                     Err(r) => {
                         out.counters.fast_backpressure += 1;
@@ -700,7 +706,15 @@ impl Endpoint {
                             rx.lane.ack(op);
                         }
                         if let Arrived::Matched(m) = a {
-                            finish(node, &mut f.proto_recvs, &mut out, m.recv, m.env, m.len, m.msg);
+                            finish(
+                                node,
+                                &mut f.proto_recvs,
+                                &mut out,
+                                m.recv,
+                                m.env,
+                                m.len,
+                                m.msg,
+                            );
                         }
                     }
                     Err(r) => {

@@ -173,8 +173,7 @@ fn exercise(mut a: Endpoint, mut b: Endpoint) {
         assert_eq!(st.facade.fast_sends, 0);
         assert!(st.facade.protocol(Protocol::Eager) > 0);
         assert!(
-            st.facade.protocol(Protocol::LongCts) > 0
-                || st.facade.protocol(Protocol::LongRead) > 0
+            st.facade.protocol(Protocol::LongCts) > 0 || st.facade.protocol(Protocol::LongRead) > 0
         );
     }
     assert!(st.rdm.tx_packets > 0);

@@ -127,17 +127,26 @@ fn region_sends_on_the_fast_path_copy_at_once() {
     let mr = a.register(data.clone()).unwrap();
     let regs = device_regs(&a);
     let mut sends = Vec::new();
-    for (i, range) in [0..8, 10..40, 100..20_000, 0..300_000].into_iter().enumerate() {
+    for (i, range) in [0..8, 10..40, 100..20_000, 0..300_000]
+        .into_iter()
+        .enumerate()
+    {
         sends.push(a.tsend_region(pb, 7, &mr, range.clone()).unwrap());
         // An owned send between region sends: order is kept across both.
         sends.push(a.tsend(pb, 7, vec![i as u8; 3]).unwrap());
         assert_eq!(a.region_sends_in_flight(&mr).unwrap(), 0);
     }
-    for (i, range) in [0..8, 10..40, 100..20_000, 0..300_000].into_iter().enumerate() {
+    for (i, range) in [0..8, 10..40, 100..20_000, 0..300_000]
+        .into_iter()
+        .enumerate()
+    {
         let r = b.trecv(pa, 7u64, 300_000).unwrap();
         assert!(b.wait_with(r, &mut [&mut a]).unwrap().data == data[range]);
         let r = b.trecv(ANY_SOURCE, 7u64, 8).unwrap();
-        assert_eq!(b.wait_with(r, &mut [&mut a]).unwrap().data, vec![i as u8; 3]);
+        assert_eq!(
+            b.wait_with(r, &mut [&mut a]).unwrap().data,
+            vec![i as u8; 3]
+        );
     }
     for s in sends {
         a.wait(s).unwrap();
