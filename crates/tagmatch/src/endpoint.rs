@@ -1010,10 +1010,13 @@ impl Endpoint {
     /// `poll(2)`; the in-process transport never blocks).
     pub fn progress_timeout(&mut self, timeout: Duration) -> Result<usize> {
         self.counters.progress_calls += 1;
-        self.node
-            .progress(Some(timeout))
-            .map_err(Error::io("progress"))?;
-        self.take_node();
+        if self.device_due() {
+            self.node
+                .progress(Some(timeout))
+                .map_err(Error::io("progress"))?;
+            self.take_node();
+            self.device_polled();
+        }
         self.fast_progress();
         Ok(self.ready.len())
     }
@@ -1029,6 +1032,9 @@ impl Endpoint {
     /// Takes `req`'s completion if it is ready (others stay queued).
     pub fn take_completion(&mut self, req: Request) -> Option<Completion> {
         self.take_node();
+        if self.ready.front().is_some_and(|c| c.request == req) {
+            return self.ready.pop_front();
+        }
         let i = self.ready.iter().position(|c| c.request == req)?;
         self.ready.remove(i)
     }

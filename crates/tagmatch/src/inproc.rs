@@ -31,6 +31,9 @@ const FAST_BIT: u64 = 1 << 62;
 const COMM_MSG: u32 = 0;
 const COMM_TAG: u32 = 1;
 
+/// See [`Endpoint::device_due`].
+const DEVICE_POLL_EVERY: u32 = 8;
+
 pub(crate) fn is_fast_op(op: OpId) -> bool {
     op.0 & FAST_BIT != 0
 }
@@ -120,6 +123,10 @@ pub(crate) struct Fast {
     /// Delivery-complete sends waiting for the receiver: op -> (len, tag).
     dc_pending: HashMap<u64, (u64, u64)>,
     acks: Vec<u64>,
+    /// Device polls to skip while the protocol side is idle (see `device_due`).
+    dev_skip: u32,
+    /// Protocol packets received as of the last device poll.
+    dev_rx: u64,
 }
 
 impl Fast {
@@ -142,6 +149,8 @@ impl Fast {
             proto_stalled: VecDeque::new(),
             dc_pending: HashMap::new(),
             acks: Vec::new(),
+            dev_skip: 0,
+            dev_rx: 0,
         }
     }
 
@@ -571,6 +580,46 @@ impl Endpoint {
             return false;
         }
         true
+    }
+
+    /// Whether this progress call polls the device. Always without the fast path, and
+    /// while the protocol endpoint has operations or packets in flight, or received
+    /// packets at the last poll. Otherwise (messages all take the fast path, the protocol
+    /// side idle) one call in [`DEVICE_POLL_EVERY`]: polling the in-memory device takes
+    /// the fabric-wide lock, which would otherwise cost more than a fast-path message.
+    /// Unsolicited protocol traffic (RMA into this endpoint, messages from peers without
+    /// the fast path) is picked up within that many calls, then at every call while it
+    /// keeps coming.
+    pub(crate) fn device_due(&mut self) -> bool {
+        let Some(f) = self.fast.as_deref_mut() else {
+            return true;
+        };
+        if f.dev_skip == 0 {
+            return true;
+        }
+        let ep = self.node.endpoint();
+        let (tx, rx, _) = ep.in_flight();
+        let (_, sends, rdmas) = ep.resources();
+        if tx + rx + sends + rdmas > 0 {
+            f.dev_skip = 0;
+            return true;
+        }
+        f.dev_skip -= 1;
+        false
+    }
+
+    /// After a device poll: back off if it brought nothing.
+    pub(crate) fn device_polled(&mut self) {
+        let Some(f) = self.fast.as_deref_mut() else {
+            return;
+        };
+        let rx = self.node.endpoint().stats().rx_packets;
+        f.dev_skip = if rx != f.dev_rx {
+            0
+        } else {
+            DEVICE_POLL_EVERY - 1
+        };
+        f.dev_rx = rx;
     }
 
     /// Whether no fast-path message waits at this sender for ring space.
