@@ -91,6 +91,7 @@ pub(crate) fn copy_inline(words: &[u64; INLINE_WORDS], n: usize, out: &mut [u8])
     }
 }
 
+#[inline]
 fn pack_inline(data: &[u8]) -> [u64; INLINE_WORDS] {
     let mut words = [0u64; INLINE_WORDS];
     for (i, chunk) in data.chunks(8).enumerate() {
@@ -201,10 +202,16 @@ impl TxLane {
     fn write(&mut self, tag: u64, flags: u64, len: usize, cq: u64, op: u64, words: &[u64]) {
         let s = &self.lane.slots[self.tail & (SLOTS - 1)];
         s.w[0].store(tag, Ordering::Relaxed);
-        s.w[1].store(flags << 32 | len as u64, Ordering::Relaxed);
+        // A big payload's length is its `Vec`'s: only inline lengths (≤ 32) matter here.
+        s.w[1].store(flags << 32 | (len as u64 & 0xffff_ffff), Ordering::Relaxed);
         s.w[2].store(cq, Ordering::Relaxed);
         s.w[3].store(op, Ordering::Relaxed);
-        for (d, w) in s.w[4..].iter().zip(words) {
+        let used = if flags & F_BIG != 0 {
+            0
+        } else {
+            len.div_ceil(8)
+        };
+        for (d, w) in s.w[4..].iter().zip(&words[..used.min(words.len())]) {
             d.store(*w, Ordering::Relaxed);
         }
         self.tail += 1;
@@ -278,6 +285,7 @@ pub(crate) struct RxLane {
 
 impl RxLane {
     /// The next message, if one is published; call [`RxLane::publish`] after a batch.
+    #[inline]
     pub(crate) fn pop(&mut self) -> Option<Raw> {
         if self.head == self.tail_seen {
             self.tail_seen = self.lane.tail.0.load(Ordering::Acquire);
@@ -296,7 +304,8 @@ impl RxLane {
         let big = if flags & F_BIG != 0 {
             lock(&self.lane.big).pop_front()
         } else {
-            for (d, w) in inline.iter_mut().zip(&s.w[4..]) {
+            let used = len.div_ceil(8).min(INLINE_WORDS);
+            for (d, w) in inline[..used].iter_mut().zip(&s.w[4..]) {
                 *d = w.load(Ordering::Relaxed);
             }
             None
@@ -331,6 +340,7 @@ pub(crate) struct Inbox {
 
 impl Inbox {
     /// Lanes created since `known` (the receiver's count), if any.
+    #[inline]
     pub(crate) fn new_lanes(&self, known: usize) -> Option<Vec<Arc<Lane>>> {
         if self.n_lanes.load(Ordering::Acquire) == known {
             return None;
@@ -338,12 +348,15 @@ impl Inbox {
         Some(lock(&self.lanes)[known..].to_vec())
     }
 
-    /// Takes the delivery-complete acknowledgements into `out`.
-    pub(crate) fn take_acks(&self, out: &mut Vec<u64>) {
-        if self.has_acks.load(Ordering::Acquire) {
-            self.has_acks.store(false, Ordering::Relaxed);
-            out.append(&mut lock(&self.acks));
+    /// Takes the delivery-complete acknowledgements into `out`; whether there were any.
+    #[inline]
+    pub(crate) fn take_acks(&self, out: &mut Vec<u64>) -> bool {
+        if !self.has_acks.load(Ordering::Acquire) {
+            return false;
         }
+        self.has_acks.store(false, Ordering::Relaxed);
+        out.append(&mut lock(&self.acks));
+        true
     }
 }
 

@@ -646,10 +646,11 @@ impl Endpoint {
             counters,
             ep: *id,
         };
-        f.inbox.take_acks(&mut f.acks);
-        for op in f.acks.drain(..) {
-            if let Some((len, tag)) = f.dc_pending.remove(&op) {
-                out.send_done(op, len, tag);
+        if f.inbox.take_acks(&mut f.acks) {
+            for op in f.acks.drain(..) {
+                if let Some((len, tag)) = f.dc_pending.remove(&op) {
+                    out.send_done(op, len, tag);
+                }
             }
         }
         if f.any_waiting {
@@ -721,36 +722,55 @@ impl Endpoint {
             }
         }
         for (rx, stalled) in f.rx.iter_mut().zip(f.stalled.iter_mut()) {
-            let mut taken = 0usize;
-            loop {
-                let s = match stalled.take() {
-                    Some(s) => s,
-                    None => match rx.pop() {
-                        Some(raw) => {
-                            taken += 1;
-                            let comm = if raw.flags & F_TAGGED != 0 {
-                                COMM_TAG
-                            } else {
-                                COMM_MSG
-                            };
-                            let cq_data = (raw.flags & F_CQ != 0).then_some(raw.cq_data);
-                            let dc = (raw.flags & F_DC != 0).then_some(raw.op);
-                            Stalled {
-                                env: Envelope::new(comm, rx.peer, raw.tag),
-                                len: raw.len,
-                                dc,
-                                msg: FastMsg {
-                                    payload: raw.payload(),
-                                    cq_data,
-                                },
-                            }
-                        }
-                        None => break,
-                    },
-                };
+            if stalled.is_some() {
+                let Some(s) = stalled.take() else { continue };
                 match f.engine.arrive(s.env, s.len, s.msg) {
                     Ok(a) => {
                         if let Some(op) = s.dc {
+                            rx.lane.ack(op);
+                        }
+                        if let Arrived::Matched(m) = a {
+                            finish(
+                                node,
+                                &mut f.proto_recvs,
+                                &mut out,
+                                m.recv,
+                                m.env,
+                                m.len,
+                                m.msg,
+                            );
+                        }
+                    }
+                    Err(r) => {
+                        *stalled = Some(Stalled {
+                            env: r.env,
+                            len: r.len,
+                            msg: r.msg,
+                            dc: s.dc,
+                        });
+                        continue;
+                    }
+                }
+            }
+            let mut taken = false;
+            while let Some(raw) = rx.pop() {
+                taken = true;
+                let comm = if raw.flags & F_TAGGED != 0 {
+                    COMM_TAG
+                } else {
+                    COMM_MSG
+                };
+                let cq_data = (raw.flags & F_CQ != 0).then_some(raw.cq_data);
+                let dc = (raw.flags & F_DC != 0).then_some(raw.op);
+                let env = Envelope::new(comm, rx.peer, raw.tag);
+                let len = raw.len;
+                let msg = FastMsg {
+                    payload: raw.payload(),
+                    cq_data,
+                };
+                match f.engine.arrive(env, len, msg) {
+                    Ok(a) => {
+                        if let Some(op) = dc {
                             // Delivered: matched, or held as unexpected by the receiver.
                             rx.lane.ack(op);
                         }
@@ -772,13 +792,13 @@ impl Endpoint {
                             env: r.env,
                             len: r.len,
                             msg: r.msg,
-                            dc: s.dc,
+                            dc,
                         });
                         break;
                     }
                 }
             }
-            if taken > 0 {
+            if taken {
                 rx.publish();
             }
         }
