@@ -187,8 +187,11 @@ impl Builder {
     /// EFA protocol — no packet, no region, no allocation for payloads up to 32 bytes —
     /// and go through a per-pair lock-free lane into the receiver's matching engine, with
     /// the same matching rules, ordering, probes, cancel, truncation, CQ data, delivery
-    /// complete and memory budget. RMA and atomics keep the protocol path. Off: every
-    /// message takes the EFA protocol over the in-memory device (as between processes).
+    /// complete and memory budget. RMA and atomics keep the protocol path. A fabric's
+    /// faults ([`MemFabric::with_faults`]) apply to the packet path only: the fast path
+    /// is in order and lossless. A send to an endpoint that has been dropped completes
+    /// with `OpError::SendFailed`. Off: every message takes the EFA protocol over the
+    /// in-memory device (as between processes).
     ///
     /// ```
     /// use tagmatch::{Endpoint, MemFabric};

@@ -210,7 +210,8 @@ pub struct Completion {
     pub source: Option<Peer>,
     /// Remote CQ data.
     pub cq_data: Option<u64>,
-    /// The subprotocol the operation used, when known.
+    /// The subprotocol the operation used, when known (`None` for messages of the
+    /// in-process fast path, which use none).
     pub protocol: Option<Protocol>,
 }
 

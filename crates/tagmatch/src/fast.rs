@@ -144,6 +144,8 @@ pub(crate) struct Lane {
     pub(crate) src: RawAddr,
     /// Where delivery-complete acknowledgements go (the sender's inbox).
     ack_to: Weak<Inbox>,
+    /// The receiver is gone (dropped): sends fail.
+    closed: AtomicBool,
 }
 
 impl std::fmt::Debug for Lane {
@@ -169,6 +171,7 @@ impl Lane {
             big: Mutex::new(VecDeque::new()),
             src,
             ack_to,
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -191,6 +194,17 @@ pub(crate) struct TxLane {
 }
 
 impl TxLane {
+    /// Whether the receiving endpoint has been dropped.
+    #[inline]
+    pub(crate) fn closed(&self) -> bool {
+        self.lane.closed.load(Ordering::Relaxed)
+    }
+
+    /// Drops what waits for ring space (the receiver is gone).
+    pub(crate) fn discard(&mut self) {
+        self.waiting.clear();
+    }
+
     fn has_room(&mut self) -> bool {
         if self.tail - self.head_seen < SLOTS {
             return true;
@@ -376,7 +390,9 @@ impl Hub {
     /// Removes `addr` and breaks the reference cycles through its lanes.
     pub(crate) fn unregister(&self, addr: &RawAddr) {
         if let Some(inbox) = lock(&self.inboxes).remove(addr) {
-            lock(&inbox.lanes).clear();
+            for lane in lock(&inbox.lanes).drain(..) {
+                lane.closed.store(true, Ordering::Relaxed);
+            }
         }
     }
 

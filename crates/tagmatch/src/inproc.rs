@@ -375,11 +375,33 @@ impl Endpoint {
         }
         let len = data.len() as u64;
         let tag = tag.unwrap_or(0);
+        self.counters.submitted += 1;
+        if tx.closed() {
+            // The receiving endpoint was dropped: the send fails (also an injected one),
+            // as a send to a vanished peer fails on the protocol path.
+            tx.discard();
+            Out {
+                ready: &mut self.ready,
+                counters: &mut self.counters,
+                ep,
+            }
+            .push(Completion {
+                request: Request { op: OpId(op), ep },
+                kind: OpKind::Send,
+                status: Err(OpError::SendFailed),
+                data: Vec::new(),
+                len,
+                tag,
+                source: None,
+                cq_data: None,
+                protocol: None,
+            });
+            return Ok(Request { op: OpId(op), ep });
+        }
         tx.send(tag, flags, opts.cq_data.unwrap_or(0), op, data);
         if tx.waiting() > 0 {
             f.any_waiting = true;
         }
-        self.counters.submitted += 1;
         self.counters.fast_sends += 1;
         if dc {
             f.dc_pending.insert(op, (len, tag));

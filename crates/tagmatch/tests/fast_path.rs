@@ -460,3 +460,26 @@ fn loopback_to_self() {
     a.tinject(me, 1, b"self").unwrap();
     assert_eq!(a.wait(r).unwrap().data, b"self");
 }
+
+/// A send to an endpoint that has been dropped fails (injected ones too), instead of
+/// queueing without bound.
+#[test]
+fn sends_to_a_dropped_endpoint_fail() {
+    let f = MemFabric::new();
+    let (mut a, b) = (ep(&f, true), ep(&f, true));
+    let ab = a.insert_peer(&b.address()).unwrap();
+    let s = a.tsend(ab, 1, vec![1; 8]).unwrap();
+    a.wait(s).unwrap();
+    drop(b);
+    let s = a.tsend(ab, 1, vec![1; 8]).unwrap();
+    assert!(matches!(
+        a.wait(s),
+        Err(Error::Failed {
+            error: OpError::SendFailed,
+            ..
+        })
+    ));
+    a.tinject(ab, 2, b"gone").unwrap();
+    let c = a.poll_completion().expect("the failed inject completes");
+    assert_eq!(c.status, Err(OpError::SendFailed));
+}
