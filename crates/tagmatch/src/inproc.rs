@@ -32,7 +32,7 @@ const COMM_MSG: u32 = 0;
 const COMM_TAG: u32 = 1;
 
 /// See [`Endpoint::device_due`].
-const DEVICE_POLL_EVERY: u32 = 8;
+const DEVICE_POLL_EVERY: u32 = 16;
 
 pub(crate) fn is_fast_op(op: OpId) -> bool {
     op.0 & FAST_BIT != 0
