@@ -20,6 +20,9 @@ pub struct MemFabric {
     net: MemNetwork,
     /// Fast-path endpoints of this fabric, by address.
     hub: Arc<Hub>,
+    /// Whether the fabric injects faults (reordering, delays, refusals): its delays count
+    /// device polls, so fast-path endpoints poll the device at every `progress` then.
+    faulty: bool,
 }
 
 impl MemFabric {
@@ -39,9 +42,14 @@ impl MemFabric {
     /// A fabric that reorders, delays and injects faults deterministically under `seed`
     /// (for testing an application against an unordered, EFA-like device).
     pub fn with_faults(seed: u64, faults: MemFaults) -> MemFabric {
+        let faulty = faults.reorder
+            || faults.max_delay > 0
+            || faults.send_again > 0
+            || faults.register_fail > 0;
         MemFabric {
             net: MemNetwork::with_faults(seed, faults),
             hub: Arc::new(Hub::default()),
+            faulty,
         }
     }
 
@@ -246,7 +254,7 @@ impl Builder {
         let dev = match transport {
             Transport::Mem(f) => {
                 if self.fast_path {
-                    hub = Some(f.hub.clone());
+                    hub = Some((f.hub.clone(), !f.faulty));
                 }
                 Device::Mem(f.net.device())
             }

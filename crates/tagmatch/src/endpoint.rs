@@ -395,10 +395,11 @@ impl Endpoint {
         cfg: Config,
         dev: Device,
         wait_limit: Duration,
-        hub: Option<std::sync::Arc<crate::fast::Hub>>,
+        hub: Option<(std::sync::Arc<crate::fast::Hub>, bool)>,
     ) -> Endpoint {
         static NEXT_ID: AtomicU32 = AtomicU32::new(1);
-        let fast = hub.map(|h| Box::new(crate::inproc::Fast::new(h, dev.addr(), &cfg)));
+        let fast = hub
+            .map(|(h, throttle)| Box::new(crate::inproc::Fast::new(h, dev.addr(), &cfg, throttle)));
         Endpoint {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             node: Node::new(cfg, dev),

@@ -127,10 +127,13 @@ pub(crate) struct Fast {
     dev_skip: u32,
     /// Protocol packets received as of the last device poll.
     dev_rx: u64,
+    /// Whether idle device polls may be skipped (not on a fabric with faults, whose delays
+    /// are counted in device polls).
+    throttle: bool,
 }
 
 impl Fast {
-    pub(crate) fn new(hub: Arc<Hub>, addr: RawAddr, cfg: &Config) -> Fast {
+    pub(crate) fn new(hub: Arc<Hub>, addr: RawAddr, cfg: &Config, throttle: bool) -> Fast {
         let inbox = hub.register(addr);
         let ecfg = tagmatch_engine::Config::default()
             .max_bytes(cfg.max_unexpected_bytes)
@@ -151,6 +154,7 @@ impl Fast {
             acks: Vec::new(),
             dev_skip: 0,
             dev_rx: 0,
+            throttle,
         }
     }
 
@@ -611,7 +615,8 @@ impl Endpoint {
     /// the fabric-wide lock, which would otherwise cost more than a fast-path message.
     /// Unsolicited protocol traffic (RMA into this endpoint, messages from peers without
     /// the fast path) is picked up within that many calls, then at every call while it
-    /// keeps coming.
+    /// keeps coming. On a fabric with faults every call polls (its delays are counted in
+    /// device polls: skipping them would change what the faults do).
     pub(crate) fn device_due(&mut self) -> bool {
         let Some(f) = self.fast.as_deref_mut() else {
             return true;
@@ -632,7 +637,7 @@ impl Endpoint {
 
     /// After a device poll: back off if it brought nothing.
     pub(crate) fn device_polled(&mut self) {
-        let Some(f) = self.fast.as_deref_mut() else {
+        let Some(f) = self.fast.as_deref_mut().filter(|f| f.throttle) else {
             return;
         };
         let rx = self.node.endpoint().stats().rx_packets;
