@@ -628,7 +628,12 @@ mod live {
         let target =
             match transport {
                 "mem" => {
-                    let ep = Endpoint::builder().mem(&fabric).build().map_err(fe)?;
+                    // The demo shows the EFA subprotocols: no in-process fast path.
+                    let ep = Endpoint::builder()
+                        .mem(&fabric)
+                        .fast_path(false)
+                        .build()
+                        .map_err(fe)?;
                     let r = Responder::new(ep).map_err(fe)?;
                     let a = r.ep.address();
                     demo.local = Some(r);
@@ -653,7 +658,7 @@ mod live {
         for cfg in configs() {
             let b = Endpoint::builder().rdm_config(cfg).wait_limit(LIMIT);
             let mut ep = match transport {
-                "mem" => b.mem(&fabric).build(),
+                "mem" => b.mem(&fabric).fast_path(false).build(),
                 _ => b
                     .udp("127.0.0.1:0".parse().map_err(|_| Error::new(ctx, "bind"))?)
                     .build(),

@@ -151,6 +151,10 @@ pub struct ClientArgs {
     /// Print the endpoint's counters (every layer) on stderr at the end.
     #[arg(long)]
     pub stats: bool,
+    /// `--transport mem`: turn the in-process fast path off (messages take the EFA
+    /// protocol over the in-memory device, as before the fast path existed).
+    #[arg(long)]
+    pub no_fast_path: bool,
 }
 
 /// Parses `8,4k,1m`.
@@ -258,6 +262,9 @@ pub struct Server {
     client: Option<Peer>,
     ctrl: Option<Request>,
     phase: Phase,
+    /// In-process: receive into recycled buffers and reply with `tinject` (no allocation
+    /// per message); over UDP: `trecv` and `tsend` of the received buffer (no copy).
+    reuse: bool,
     /// Runs served.
     pub runs: u64,
 }
@@ -266,11 +273,13 @@ impl Server {
     /// A server on `ep`, with its control receive posted.
     pub fn new(mut ep: Endpoint) -> Result<Server, tagmatch::Error> {
         let ctrl = ep.trecv(tagmatch::ANY_SOURCE, CTRL, CTRL_LEN)?;
+        let reuse = ep.transport() == "mem";
         Ok(Server {
             ep,
             client: None,
             ctrl: Some(ctrl),
             phase: Phase::Idle,
+            reuse,
             runs: 0,
         })
     }
@@ -323,6 +332,20 @@ impl Server {
                 let size = *size;
                 *left -= 1;
                 let more = *left > 0;
+                if self.reuse {
+                    // Reply from the received buffer, then receive the next message
+                    // into it.
+                    let mut buf = c.data;
+                    self.ep.tinject(client, DATA, &buf)?;
+                    if more {
+                        buf.resize(size, 0);
+                        let _ = self.ep.trecv_into(client, DATA, buf)?;
+                    } else {
+                        self.phase = Phase::Idle;
+                        self.ctrl = Some(self.ep.trecv(client, CTRL, CTRL_LEN)?);
+                    }
+                    return Ok(());
+                }
                 if more {
                     let _ = self.ep.trecv(client, DATA, size)?;
                 } else {
@@ -340,7 +363,13 @@ impl Server {
                 if *left_to_post > 0 {
                     *left_to_post -= 1;
                     let size = *size;
-                    let _ = self.ep.trecv(client, DATA, size)?;
+                    if self.reuse {
+                        let mut buf = c.data;
+                        buf.resize(size, 0);
+                        let _ = self.ep.trecv_into(client, DATA, buf)?;
+                    } else {
+                        let _ = self.ep.trecv(client, DATA, size)?;
+                    }
                 }
                 if *left == 0 {
                     self.phase = Phase::Idle;
@@ -394,12 +423,20 @@ impl Server {
         match test {
             Test::TagLat => {
                 self.phase = Phase::Lat { left: iters, size };
-                let _ = self.ep.trecv(client, DATA, size)?;
+                if self.reuse {
+                    let _ = self.ep.trecv_into(client, DATA, vec![0; size])?;
+                } else {
+                    let _ = self.ep.trecv(client, DATA, size)?;
+                }
             }
             Test::TagBw | Test::TagMsgrate => {
                 let first = window.min(iters);
                 for _ in 0..first {
-                    let _ = self.ep.trecv(client, DATA, size)?;
+                    if self.reuse {
+                        let _ = self.ep.trecv_into(client, DATA, vec![0; size])?;
+                    } else {
+                        let _ = self.ep.trecv(client, DATA, size)?;
+                    }
                 }
                 self.phase = Phase::Bw {
                     left_to_post: iters - first,
@@ -476,6 +513,9 @@ struct Client {
     server: Peer,
     local: Option<Server>,
     sends: VecDeque<Request>,
+    /// In-process: `tinject` from one buffer and `trecv_into` a recycled one (no
+    /// allocation per message); over UDP: `tsend` of an owned buffer, `trecv`.
+    reuse: bool,
 }
 
 impl Client {
@@ -574,6 +614,37 @@ impl Client {
         let mut rtts = Vec::new();
         let start = Instant::now();
         match test {
+            Test::TagLat if self.reuse => {
+                // Per iteration (as ucx_perftest's tag_lat loop): post a receive into the
+                // recycled buffer, inject the message from `msg`, progress until the
+                // reply completes (driving the in-process server, which receives into
+                // its own recycled buffer and injects the reply).
+                rtts.reserve(iters as usize);
+                let msg = vec![0xa5u8; size];
+                let mut buf = vec![0u8; size];
+                for i in 0..iters {
+                    let t0 = Instant::now();
+                    let r = self.ep.trecv_into(self.server, DATA, buf)?;
+                    self.ep.tinject(self.server, DATA, &msg)?;
+                    buf = self.wait(r)?.data;
+                    buf.resize(size, 0);
+                    rtts.push(t0.elapsed().as_nanos() as u64);
+                    progress.tick(i + 1, iters);
+                }
+            }
+            Test::TagBw | Test::TagMsgrate if self.reuse => {
+                // Per message: let the in-process server progress once (it takes what
+                // arrived and reposts each receive with the returned buffer), inject
+                // the next message. No send completions: injected sends have none.
+                let ack = self.ep.trecv(self.server, ACK, 1)?;
+                let msg = vec![0xa5u8; size];
+                for i in 0..iters {
+                    self.step_local()?;
+                    self.ep.tinject(self.server, DATA, &msg)?;
+                    progress.tick(i + 1, iters);
+                }
+                self.wait(ack)?;
+            }
             Test::TagLat => {
                 rtts.reserve(iters as usize);
                 let mut buf = vec![0xa5u8; size];
@@ -691,9 +762,18 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
                 return Err(Error::new(ctx, format!("--transport mem runs both sides in this process: drop the address {addr:?}")));
             }
             let fabric = MemFabric::new();
-            let sep = Endpoint::builder().mem(&fabric).build().map_err(fe(ctx))?;
+            let fast = !a.no_fast_path;
+            let sep = Endpoint::builder()
+                .mem(&fabric)
+                .fast_path(fast)
+                .build()
+                .map_err(fe(ctx))?;
             let server = Server::new(sep).map_err(fe(ctx))?;
-            let mut ep = Endpoint::builder().mem(&fabric).build().map_err(fe(ctx))?;
+            let mut ep = Endpoint::builder()
+                .mem(&fabric)
+                .fast_path(fast)
+                .build()
+                .map_err(fe(ctx))?;
             let peer = ep.insert_peer(&server.address()).map_err(fe(ctx))?;
             (
                 "mem",
@@ -702,6 +782,7 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
                     server: peer,
                     local: Some(server),
                     sends: VecDeque::new(),
+                    reuse: true,
                 },
             )
         }
@@ -725,6 +806,7 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
                     server: peer,
                     local: None,
                     sends: VecDeque::new(),
+                    reuse: false,
                 },
             )
         }
@@ -983,19 +1065,24 @@ mod tests {
             plot: None,
             path_mtu: 9000,
             stats: false,
+            no_fast_path: false,
         }
     }
 
     #[test]
     fn every_test_in_process() {
-        for t in [
-            Test::TagLat,
-            Test::TagBw,
-            Test::TagMsgrate,
-            Test::PutBw,
-            Test::GetBw,
+        for (t, no_fast_path) in [
+            (Test::TagLat, false),
+            (Test::TagLat, true),
+            (Test::TagBw, false),
+            (Test::TagBw, true),
+            (Test::TagMsgrate, false),
+            (Test::PutBw, false),
+            (Test::GetBw, false),
         ] {
-            let rows = measure(&args(t, "8,20k")).unwrap();
+            let mut a = args(t, "8,20k");
+            a.no_fast_path = no_fast_path;
+            let rows = measure(&a).unwrap();
             assert_eq!(rows.len(), 2, "{t:?}");
             assert!(
                 rows.iter().all(|r| r.bw_mbs > 0.0 && r.msgrate_mmsgs > 0.0),

@@ -1,6 +1,7 @@
 //! [`Builder`]: transport, protocol thresholds, memory budget.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tagmatch_rdm::Config;
@@ -8,6 +9,7 @@ use tagmatch_transport::mem::{MemFaults, MemNetwork};
 use tagmatch_transport::udp::{UdpConfig, UdpDevice, MAX_PATH_MTU, MIN_PATH_MTU};
 
 use crate::endpoint::{Device, Endpoint};
+use crate::fast::Hub;
 use crate::Error;
 
 /// The in-process fabric: endpoints built on the same fabric reach each other without
@@ -16,6 +18,11 @@ use crate::Error;
 #[derive(Debug, Clone)]
 pub struct MemFabric {
     net: MemNetwork,
+    /// Fast-path endpoints of this fabric, by address.
+    hub: Arc<Hub>,
+    /// Whether the fabric injects faults (reordering, delays, refusals): its delays count
+    /// device polls, so fast-path endpoints poll the device at every `progress` then.
+    faulty: bool,
 }
 
 impl MemFabric {
@@ -35,8 +42,14 @@ impl MemFabric {
     /// A fabric that reorders, delays and injects faults deterministically under `seed`
     /// (for testing an application against an unordered, EFA-like device).
     pub fn with_faults(seed: u64, faults: MemFaults) -> MemFabric {
+        let faulty = faults.reorder
+            || faults.max_delay > 0
+            || faults.send_again > 0
+            || faults.register_fail > 0;
         MemFabric {
             net: MemNetwork::with_faults(seed, faults),
+            hub: Arc::new(Hub::default()),
+            faulty,
         }
     }
 
@@ -84,6 +97,7 @@ pub struct Builder {
     #[cfg(feature = "verbs")]
     verbs: Option<tagmatch_transport::verbs::RdmConfig>,
     wait_limit: Duration,
+    fast_path: bool,
 }
 
 impl Default for Builder {
@@ -96,6 +110,7 @@ impl Default for Builder {
             #[cfg(feature = "verbs")]
             verbs: None,
             wait_limit: Duration::from_secs(30),
+            fast_path: true,
         }
     }
 }
@@ -192,6 +207,28 @@ impl Builder {
         self
     }
 
+    /// The in-process fast path (mem transport only; default on): tagged and untagged
+    /// messages between two endpoints of the same [`MemFabric`] that both have it skip the
+    /// EFA protocol — no packet, no region, no allocation for payloads up to 32 bytes —
+    /// and go through a per-pair lock-free lane into the receiver's matching engine, with
+    /// the same matching rules, ordering, probes, cancel, truncation, CQ data, delivery
+    /// complete and memory budget. RMA and atomics keep the protocol path. A fabric's
+    /// faults ([`MemFabric::with_faults`]) apply to the packet path only: the fast path
+    /// is in order and lossless. A send to an endpoint that has been dropped completes
+    /// with `OpError::SendFailed`. Off: every message takes the EFA protocol over the
+    /// in-memory device (as between processes).
+    ///
+    /// ```
+    /// use tagmatch::{Endpoint, MemFabric};
+    /// let f = MemFabric::new();
+    /// assert!(Endpoint::builder().mem(&f).build().unwrap().fast_path());
+    /// assert!(!Endpoint::builder().mem(&f).fast_path(false).build().unwrap().fast_path());
+    /// ```
+    pub fn fast_path(mut self, on: bool) -> Self {
+        self.fast_path = on;
+        self
+    }
+
     fn check(&self) -> Result<(), Error> {
         let cfg = &self.cfg;
         if cfg.max_medium_size > cfg.max_rdma_size {
@@ -230,8 +267,14 @@ impl Builder {
     pub fn build(self) -> Result<Endpoint, Error> {
         self.check()?;
         let transport = self.transport.clone().ok_or(Error::NoTransport)?;
+        let mut hub = None;
         let dev = match transport {
-            Transport::Mem(f) => Device::Mem(f.net.device()),
+            Transport::Mem(f) => {
+                if self.fast_path {
+                    hub = Some((f.hub.clone(), !f.faulty));
+                }
+                Device::Mem(f.net.device())
+            }
             Transport::Udp(bind) => {
                 if bind.ip().is_unspecified() {
                     return Err(Error::Config {
@@ -273,6 +316,6 @@ impl Builder {
                 ));
             }
         };
-        Ok(Endpoint::from_parts(self.cfg, dev, self.wait_limit))
+        Ok(Endpoint::from_parts(self.cfg, dev, self.wait_limit, hub))
     }
 }

@@ -228,7 +228,8 @@ pub struct Completion {
     pub source: Option<Peer>,
     /// Remote CQ data.
     pub cq_data: Option<u64>,
-    /// The subprotocol the operation used, when known.
+    /// The subprotocol the operation used, when known (`None` for messages of the
+    /// in-process fast path, which use none).
     pub protocol: Option<Protocol>,
 }
 
@@ -266,7 +267,7 @@ pub struct ProbeInfo {
 }
 
 impl ProbeInfo {
-    fn new(p: tagmatch_rdm::ProbeInfo, ep: u32) -> Self {
+    pub(crate) fn new(p: tagmatch_rdm::ProbeInfo, ep: u32) -> Self {
         ProbeInfo {
             source: Peer { id: p.src, ep },
             tag: p.tag,
@@ -280,10 +281,17 @@ impl ProbeInfo {
 /// it any more; [`Endpoint::mrecv`] receives it (once: it is not `Clone`).
 #[derive(Debug, PartialEq, Eq)]
 pub struct Message {
-    claim: Claim,
-    ep: u32,
+    pub(crate) claim: MsgClaim,
+    pub(crate) ep: u32,
     /// What was probed.
     pub info: ProbeInfo,
+}
+
+/// Whose claim a [`Message`] holds: the protocol endpoint's or the fast path's engine.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum MsgClaim {
+    Rdm(Claim),
+    Fast(tagmatch_engine::MsgHandle),
 }
 
 /// Where peers address a registered region: send it to them (e.g. in a message).
@@ -363,11 +371,16 @@ impl MemoryRegion {
 /// documentation for an example.
 #[derive(Debug)]
 pub struct Endpoint {
-    id: u32,
-    node: Node<Device>,
-    ready: VecDeque<Completion>,
-    counters: Counters,
+    pub(crate) id: u32,
+    pub(crate) node: Node<Device>,
+    pub(crate) ready: VecDeque<Completion>,
+    pub(crate) counters: Counters,
     wait_limit: Duration,
+    /// The in-process fast path (mem transport with [`Builder::fast_path`] on).
+    pub(crate) fast: Option<Box<crate::inproc::Fast>>,
+    /// Protocol-path extras: injected sends (no completion on success) and receives into
+    /// a caller's buffer.
+    pub(crate) extra: crate::inproc::ProtoExtras,
 }
 
 impl Endpoint {
@@ -376,7 +389,7 @@ impl Endpoint {
         Builder::default()
     }
 
-    fn pid(&mut self, p: Peer) -> Result<PeerId> {
+    pub(crate) fn pid(&mut self, p: Peer) -> Result<PeerId> {
         if p.ep == self.id {
             Ok(p.id)
         } else {
@@ -385,25 +398,34 @@ impl Endpoint {
         }
     }
 
-    fn src(&mut self, s: Source) -> Result<Option<PeerId>> {
+    pub(crate) fn src(&mut self, s: Source) -> Result<Option<PeerId>> {
         match s {
             Source::Any => Ok(None),
             Source::Peer(p) => self.pid(p).map(Some),
         }
     }
 
-    fn request(&self, op: OpId) -> Request {
+    pub(crate) fn request(&self, op: OpId) -> Request {
         Request { op, ep: self.id }
     }
 
-    pub(crate) fn from_parts(cfg: Config, dev: Device, wait_limit: Duration) -> Endpoint {
+    pub(crate) fn from_parts(
+        cfg: Config,
+        dev: Device,
+        wait_limit: Duration,
+        hub: Option<(std::sync::Arc<crate::fast::Hub>, bool)>,
+    ) -> Endpoint {
         static NEXT_ID: AtomicU32 = AtomicU32::new(1);
+        let fast = hub
+            .map(|(h, throttle)| Box::new(crate::inproc::Fast::new(h, dev.addr(), &cfg, throttle)));
         Endpoint {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             node: Node::new(cfg, dev),
             ready: VecDeque::new(),
             counters: Counters::default(),
             wait_limit,
+            fast,
+            extra: Default::default(),
         }
     }
 
@@ -452,7 +474,7 @@ impl Endpoint {
         self.insert_peer(&a)
     }
 
-    fn req(
+    pub(crate) fn req(
         &mut self,
         r: std::result::Result<OpId, tagmatch_rdm::CallError>,
         peer: Option<Peer>,
@@ -486,6 +508,9 @@ impl Endpoint {
         let data = data.into();
         trace!(peer = peer.index(), tag, len = data.len(), "tsend");
         let pid = self.pid(peer)?;
+        if self.is_fast(pid) {
+            return self.fast_send(pid, Some(tag), crate::fast::Bytes::Owned(data), opts, false);
+        }
         let r = self.node.endpoint_mut().tsend(pid, tag, data, opts);
         self.req(r, Some(peer))
     }
@@ -505,6 +530,9 @@ impl Endpoint {
         let data = data.into();
         trace!(peer = peer.index(), len = data.len(), "send");
         let pid = self.pid(peer)?;
+        if self.is_fast(pid) {
+            return self.fast_send(pid, None, crate::fast::Bytes::Owned(data), opts, false);
+        }
         let r = self.node.endpoint_mut().send(pid, data, opts);
         self.req(r, Some(peer))
     }
@@ -521,6 +549,9 @@ impl Endpoint {
         let (source, tag) = (source.into(), tag.into());
         trace!(?source, tag = tag.tag, mask = tag.mask, len, "trecv");
         let src = self.src(source)?;
+        if self.fast.is_some() {
+            return self.fast_post(Some(tag), src, crate::inproc::RecvBuf::Alloc(len));
+        }
         let r = self
             .node
             .endpoint_mut()
@@ -531,6 +562,9 @@ impl Endpoint {
     /// Untagged receive of up to `len` bytes (`fi_recv`).
     pub fn recv(&mut self, source: impl Into<Source>, len: usize) -> Result<Request> {
         let src = self.src(source.into())?;
+        if self.fast.is_some() {
+            return self.fast_post(None, src, crate::inproc::RecvBuf::Alloc(len));
+        }
         let r = self.node.endpoint_mut().recv(src, len);
         self.req(r, None)
     }
@@ -546,6 +580,9 @@ impl Endpoint {
         self.counters.probes += 1;
         let src = self.src(source).ok()?;
         let ep = self.id;
+        if self.fast.is_some() {
+            return self.fast_probe(Some(tag), src);
+        }
         self.node
             .endpoint_mut()
             .tprobe(src, tag.tag, tag.ignore())
@@ -557,6 +594,9 @@ impl Endpoint {
         self.counters.probes += 1;
         let src = self.src(source.into()).ok()?;
         let ep = self.id;
+        if self.fast.is_some() {
+            return self.fast_probe(None, src);
+        }
         self.node
             .endpoint_mut()
             .probe(src)
@@ -573,12 +613,15 @@ impl Endpoint {
         let (source, tag) = (source.into(), tag.into());
         self.counters.probes += 1;
         let src = self.src(source).ok()?;
+        if self.fast.is_some() {
+            return self.fast_mprobe(Some(tag), src);
+        }
         let (claim, info) = self
             .node
             .endpoint_mut()
             .tmprobe(src, tag.tag, tag.ignore())?;
         Some(Message {
-            claim,
+            claim: MsgClaim::Rdm(claim),
             ep: self.id,
             info: ProbeInfo::new(info, self.id),
         })
@@ -588,9 +631,12 @@ impl Endpoint {
     pub fn mprobe(&mut self, source: impl Into<Source>) -> Option<Message> {
         self.counters.probes += 1;
         let src = self.src(source.into()).ok()?;
+        if self.fast.is_some() {
+            return self.fast_mprobe(None, src);
+        }
         let (claim, info) = self.node.endpoint_mut().mprobe(src)?;
         Some(Message {
-            claim,
+            claim: MsgClaim::Rdm(claim),
             ep: self.id,
             info: ProbeInfo::new(info, self.id),
         })
@@ -601,7 +647,11 @@ impl Endpoint {
         if msg.ep != self.id {
             return Err(Error::StaleMessage);
         }
-        let r = self.node.endpoint_mut().mrecv(msg.claim, len);
+        let claim = match msg.claim {
+            MsgClaim::Rdm(c) => c,
+            MsgClaim::Fast(h) => return self.fast_mrecv(h, crate::inproc::RecvBuf::Alloc(len)),
+        };
+        let r = self.node.endpoint_mut().mrecv(claim, len);
         match r {
             Ok(op) => {
                 self.counters.submitted += 1;
@@ -618,6 +668,9 @@ impl Endpoint {
     pub fn cancel(&mut self, req: Request) -> Result<()> {
         if req.ep != self.id {
             return Err(Error::UnknownRequest(req));
+        }
+        if crate::inproc::is_fast_op(req.op) {
+            return self.fast_cancel(req);
         }
         self.node
             .endpoint_mut()
@@ -712,7 +765,9 @@ impl Endpoint {
     /// of one registration and deregistration each. Small and medium sends copy the range
     /// into packets. The region stays the caller's; keep the range unchanged until the send
     /// completes (the receiver may RDMA-read it until then). [`Endpoint::deregister`] is
-    /// refused while such sends are in flight.
+    /// refused while such sends are in flight. On the in-process fast path the range is
+    /// copied at once (like every message of the pair, to keep their order): the send is
+    /// complete when this returns.
     pub fn tsend_region(
         &mut self,
         peer: Peer,
@@ -777,6 +832,22 @@ impl Endpoint {
                 end: range.end,
                 len: mr.len(),
             });
+        }
+        if self.is_fast(pid) {
+            // The fast path copies the range at once (no packet, no registration): the
+            // send is complete, and the region free, when this returns.
+            let bytes = match self.node.endpoint().memory(mr.handle) {
+                Some(m) => m[range].to_vec(),
+                None => {
+                    self.counters.call_errors += 1;
+                    return Err(Error::UnknownRegion);
+                }
+            };
+            let r = self.fast_send(pid, tag, crate::fast::Bytes::Owned(bytes), opts, false);
+            if r.is_ok() {
+                self.counters.region_sends += 1;
+            }
+            return r;
         }
         let (off, len) = (range.start as u64, (range.end - range.start) as u64);
         let ep = self.node.endpoint_mut();
@@ -917,19 +988,23 @@ impl Endpoint {
         )
     }
 
-    fn convert(&mut self, mut c: tagmatch_rdm::Completion) -> Completion {
+    fn convert(&mut self, mut c: tagmatch_rdm::Completion) -> Option<Completion> {
         if c.kind == OpKind::Recv && (c.data.len() as u64) > c.len {
             // The receive buffer is handed back at the message's length (no copy).
             c.data.truncate(c.len as usize);
         }
         let protocol = self.node.endpoint().protocol_of(c.op);
+        if !self.adjust(&mut c) {
+            self.counters.note(&c, protocol);
+            return None;
+        }
         self.counters.note(&c, protocol);
         if let Some(p) = protocol {
             debug!(op = c.op.0, kind = ?c.kind, protocol = ?p, len = c.len, ok = c.result.is_ok(), "complete");
         } else {
             trace!(op = c.op.0, kind = ?c.kind, len = c.len, ok = c.result.is_ok(), "complete");
         }
-        Completion {
+        Some(Completion {
             request: self.request(c.op),
             kind: c.kind,
             status: c.result,
@@ -939,13 +1014,14 @@ impl Endpoint {
             source: c.src.map(|id| Peer { id, ep: self.id }),
             cq_data: c.cq_data,
             protocol,
-        }
+        })
     }
 
     fn take_node(&mut self) {
         while let Some(c) = self.node.poll_completion() {
-            let c = self.convert(c);
-            self.ready.push_back(c);
+            if let Some(c) = self.convert(c) {
+                self.ready.push_back(c);
+            }
         }
     }
 
@@ -958,10 +1034,14 @@ impl Endpoint {
     /// `poll(2)`; the in-process transport never blocks).
     pub fn progress_timeout(&mut self, timeout: Duration) -> Result<usize> {
         self.counters.progress_calls += 1;
-        self.node
-            .progress(Some(timeout))
-            .map_err(Error::io("progress"))?;
-        self.take_node();
+        if self.device_due() {
+            self.node
+                .progress(Some(timeout))
+                .map_err(Error::io("progress"))?;
+            self.take_node();
+            self.device_polled();
+        }
+        self.fast_progress();
         Ok(self.ready.len())
     }
 
@@ -976,6 +1056,9 @@ impl Endpoint {
     /// Takes `req`'s completion if it is ready (others stay queued).
     pub fn take_completion(&mut self, req: Request) -> Option<Completion> {
         self.take_node();
+        if self.ready.front().is_some_and(|c| c.request == req) {
+            return self.ready.pop_front();
+        }
         let i = self.ready.iter().position(|c| c.request == req)?;
         self.ready.remove(i)
     }
@@ -1047,9 +1130,16 @@ impl Endpoint {
     /// Progresses until every datagram has been acknowledged (UDP) or `limit` passes;
     /// returns whether it got there. Call before exiting so peers get everything.
     pub fn flush(&mut self, limit: Duration) -> Result<bool> {
+        let start = Instant::now();
         let r = self.node.flush(limit).map_err(Error::io("flush"))?;
         self.take_node();
-        Ok(r)
+        // Fast-path messages waiting for ring space leave as the receiver drains.
+        self.fast_progress();
+        while !self.fast_idle() && start.elapsed() < limit {
+            std::thread::yield_now();
+            self.fast_progress();
+        }
+        Ok(r && self.fast_idle())
     }
 
     /// Counters of every layer: facade, RDM protocol, device.
@@ -1057,7 +1147,11 @@ impl Endpoint {
         let ep = self.node.endpoint();
         let (tx, rx, unexpected) = ep.in_flight();
         let (regions, sends, rdmas) = ep.resources();
-        let matching = ep.matching_stats();
+        let mut matching = ep.matching_stats();
+        let mut unexpected = unexpected;
+        if let Some(f) = &self.fast {
+            unexpected += f.add_matching(&mut matching);
+        }
         Stats {
             matching,
             offload: OffloadStats::software_only(&matching),

@@ -81,6 +81,19 @@
 //! N long-read sends cost one registration; [`Endpoint::deregister`] is refused while such
 //! sends are in flight.
 //!
+//! Without allocation per message: [`Endpoint::tinject`] / [`Endpoint::inject`] copy from a
+//! borrowed slice and generate no completion (`fi_tinject`); [`Endpoint::trecv_into`] /
+//! [`Endpoint::recv_into`] / [`Endpoint::mrecv_into`] receive into the caller's buffer,
+//! handed back in [`Completion::data`] for reuse.
+//!
+//! # In-process fast path
+//!
+//! Endpoints on the same [`MemFabric`] (default [`Builder::fast_path`]) exchange tagged and
+//! untagged messages through per-pair lock-free lanes into the receiver's matching engine:
+//! no EFA packet, no region, and no allocation for payloads up to 32 bytes, with the same
+//! matching, ordering, probe, cancel, truncation, CQ data, delivery-complete and budget
+//! semantics as the protocol path. RMA and atomics take the protocol path.
+//!
 //! # Observability
 //!
 //! [`Endpoint::stats`] gathers counters of the facade, the protocol endpoint (packets,
@@ -95,8 +108,10 @@ mod address;
 mod builder;
 mod endpoint;
 mod error;
+mod fast;
 #[cfg(feature = "async")]
 mod future;
+mod inproc;
 mod stats;
 
 pub use address::Address;

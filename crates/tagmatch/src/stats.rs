@@ -32,6 +32,15 @@ pub struct Counters {
     pub bytes: u64,
     /// Completions per subprotocol, in [`Counters::PROTOCOLS`] order.
     pub protocols: [u64; 13],
+    /// Messages sent on the in-process fast path (no EFA packets).
+    pub fast_sends: u64,
+    /// Messages received on the in-process fast path.
+    pub fast_recvs: u64,
+    /// Times the receiver's memory budget made it stop taking messages from a fast-path
+    /// lane (or from the protocol endpoint) until receives drain it.
+    pub fast_backpressure: u64,
+    /// Sends by `tinject` / `inject` (no completion unless they fail).
+    pub injected: u64,
 }
 
 impl Counters {
@@ -165,6 +174,11 @@ impl fmt::Display for Stats {
             .map(|(p, n)| format!("{p:?} {n}"))
             .collect();
         writeln!(f, "protocols: {}", used.join(", "))?;
+        writeln!(
+            f,
+            "fast path: sends {} receives {} backpressure {} injected {}",
+            c.fast_sends, c.fast_recvs, c.fast_backpressure, c.injected
+        )?;
         writeln!(
             f,
             "queues: tx {} rx {} unexpected {} regions {} ready {}",

@@ -9,9 +9,20 @@ use tagmatch::{
 };
 
 fn mem_pair(fabric: &MemFabric) -> (Endpoint, Endpoint) {
-    let a = Endpoint::builder().mem(fabric).build().unwrap();
-    let b = Endpoint::builder().mem(fabric).build().unwrap();
-    (a, b)
+    mem_pair_fast(fabric, true)
+}
+
+/// In-process endpoints with the fast path on (the default) or off (EFA protocol over the
+/// in-memory device).
+fn mem_pair_fast(fabric: &MemFabric, fast: bool) -> (Endpoint, Endpoint) {
+    let mk = || {
+        Endpoint::builder()
+            .mem(fabric)
+            .fast_path(fast)
+            .build()
+            .unwrap()
+    };
+    (mk(), mk())
 }
 
 fn udp_pair() -> (Endpoint, Endpoint) {
@@ -153,10 +164,18 @@ fn exercise(mut a: Endpoint, mut b: Endpoint) {
     assert_eq!(b.deregister(ctr).unwrap(), 100u64.to_le_bytes().to_vec());
 
     let st = a.stats();
-    assert!(st.facade.protocol(Protocol::Eager) > 0);
-    assert!(
-        st.facade.protocol(Protocol::LongCts) > 0 || st.facade.protocol(Protocol::LongRead) > 0
-    );
+    if a.fast_path() {
+        // Every message took the fast path; RMA and atomics the protocol.
+        assert_eq!(st.facade.fast_sends, 8);
+        assert_eq!(b.stats().facade.fast_recvs, 8);
+        assert_eq!(st.facade.protocol(Protocol::Eager), 0);
+    } else {
+        assert_eq!(st.facade.fast_sends, 0);
+        assert!(st.facade.protocol(Protocol::Eager) > 0);
+        assert!(
+            st.facade.protocol(Protocol::LongCts) > 0 || st.facade.protocol(Protocol::LongRead) > 0
+        );
+    }
     assert!(st.rdm.tx_packets > 0);
     assert!(!st.to_string().is_empty());
     assert!(a.flush(Duration::from_secs(5)).unwrap());
@@ -165,16 +184,21 @@ fn exercise(mut a: Endpoint, mut b: Endpoint) {
 
 #[test]
 fn every_operation_in_process() {
-    let f = MemFabric::new();
-    let (a, b) = mem_pair(&f);
-    exercise(a, b);
+    for fast in [true, false] {
+        let f = MemFabric::new();
+        let (a, b) = mem_pair_fast(&f, fast);
+        assert_eq!(a.fast_path(), fast);
+        exercise(a, b);
+    }
 }
 
 #[test]
 fn every_operation_in_process_reordered() {
-    let f = MemFabric::with_faults(7, MemFaults::default());
-    let (a, b) = mem_pair(&f);
-    exercise(a, b);
+    for fast in [true, false] {
+        let f = MemFabric::with_faults(7, MemFaults::default());
+        let (a, b) = mem_pair_fast(&f, fast);
+        exercise(a, b);
+    }
 }
 
 #[test]
@@ -185,8 +209,14 @@ fn every_operation_over_udp() {
 
 #[test]
 fn endpoints_in_two_threads() {
+    for fast in [true, false] {
+        endpoints_in_two_threads_with(fast);
+    }
+}
+
+fn endpoints_in_two_threads_with(fast: bool) {
     let f = MemFabric::new();
-    let (mut a, mut b) = mem_pair(&f);
+    let (mut a, mut b) = mem_pair_fast(&f, fast);
     let pb = a.insert_peer(&b.address()).unwrap();
     let t = std::thread::spawn(move || {
         for i in 0..100u64 {

@@ -17,9 +17,20 @@ fn udp_pair() -> (Endpoint, Endpoint) {
 }
 
 fn mem_pair(fabric: &MemFabric) -> (Endpoint, Endpoint) {
-    let a = Endpoint::builder().mem(fabric).build().unwrap();
-    let b = Endpoint::builder().mem(fabric).build().unwrap();
-    (a, b)
+    mem_pair_fast(fabric, true)
+}
+
+/// With the fast path off, messages take the EFA protocol over the in-memory device (the
+/// registration cache of region sends is the protocol's).
+fn mem_pair_fast(fabric: &MemFabric, fast: bool) -> (Endpoint, Endpoint) {
+    let mk = || {
+        Endpoint::builder()
+            .mem(fabric)
+            .fast_path(fast)
+            .build()
+            .unwrap()
+    };
+    (mk(), mk())
 }
 
 /// Registrations and deregistrations the device made for `ep`.
@@ -100,8 +111,50 @@ fn repeated_large_sends(mut a: Endpoint, mut b: Endpoint) {
 #[test]
 fn repeated_large_sends_register_once_in_process() {
     let fabric = MemFabric::new();
-    let (a, b) = mem_pair(&fabric);
+    let (a, b) = mem_pair_fast(&fabric, false);
     repeated_large_sends(a, b);
+}
+
+/// On the fast path region sends copy the range at once: same bytes, in order with the
+/// pair's other messages, no registration, complete (region free) on return.
+#[test]
+fn region_sends_on_the_fast_path_copy_at_once() {
+    let fabric = MemFabric::new();
+    let (mut a, mut b) = mem_pair(&fabric);
+    let pb = a.insert_peer(&b.address()).unwrap();
+    let pa = b.insert_peer(&a.address()).unwrap();
+    let data: Vec<u8> = (0..300_000).map(|i| (i * 13 + i / 7) as u8).collect();
+    let mr = a.register(data.clone()).unwrap();
+    let regs = device_regs(&a);
+    let mut sends = Vec::new();
+    for (i, range) in [0..8, 10..40, 100..20_000, 0..300_000]
+        .into_iter()
+        .enumerate()
+    {
+        sends.push(a.tsend_region(pb, 7, &mr, range.clone()).unwrap());
+        // An owned send between region sends: order is kept across both.
+        sends.push(a.tsend(pb, 7, vec![i as u8; 3]).unwrap());
+        assert_eq!(a.region_sends_in_flight(&mr).unwrap(), 0);
+    }
+    for (i, range) in [0..8, 10..40, 100..20_000, 0..300_000]
+        .into_iter()
+        .enumerate()
+    {
+        let r = b.trecv(pa, 7u64, 300_000).unwrap();
+        assert!(b.wait_with(r, &mut [&mut a]).unwrap().data == data[range]);
+        let r = b.trecv(ANY_SOURCE, 7u64, 8).unwrap();
+        assert_eq!(
+            b.wait_with(r, &mut [&mut a]).unwrap().data,
+            vec![i as u8; 3]
+        );
+    }
+    for s in sends {
+        a.wait(s).unwrap();
+    }
+    assert_eq!(device_regs(&a), regs, "no registration per send");
+    assert_eq!(a.stats().facade.region_sends, 4);
+    assert_eq!(a.stats().facade.fast_sends, 8);
+    assert_eq!(a.deregister(mr).unwrap(), data);
 }
 
 #[test]
@@ -113,7 +166,7 @@ fn repeated_large_sends_register_once_over_udp() {
 #[test]
 fn deregistering_a_region_in_use_is_refused_and_hands_it_back() {
     let fabric = MemFabric::new();
-    let (mut a, mut b) = mem_pair(&fabric);
+    let (mut a, mut b) = mem_pair_fast(&fabric, false);
     let pb = a.insert_peer(&b.address()).unwrap();
     let pa = b.insert_peer(&a.address()).unwrap();
     let data = vec![0x5a; 1 << 20];
@@ -176,8 +229,14 @@ fn bad_region_sends_are_typed_errors() {
 
 #[test]
 fn stats_show_matching_counters_and_no_hw_offload() {
+    for fast in [true, false] {
+        stats_show_matching_counters_with(fast);
+    }
+}
+
+fn stats_show_matching_counters_with(fast: bool) {
     let fabric = MemFabric::new();
-    let (mut a, mut b) = mem_pair(&fabric);
+    let (mut a, mut b) = mem_pair_fast(&fabric, fast);
     let pb = a.insert_peer(&b.address()).unwrap();
     let pa = b.insert_peer(&a.address()).unwrap();
     let before = b.stats();

@@ -1,0 +1,481 @@
+//! The in-process fast path: tagged and untagged messages between two endpoints built on
+//! the same [`crate::MemFabric`] with [`crate::Builder::fast_path`] on skip the EFA wire
+//! protocol.
+//!
+//! Each ordered pair (sender, receiver) has one [`Lane`]: a single-producer,
+//! single-consumer ring of cache-line slots made of atomics (no `unsafe`), written only by
+//! the sender's endpoint and read only by the receiver's. A slot carries the envelope
+//! (tag, flags, length, CQ data, the sender's operation for delivery complete) and up to
+//! [`INLINE`] payload bytes; a larger payload travels as the sender's `Vec` through the
+//! lane's `big` queue, in slot order. The receiver drains its lanes in
+//! [`crate::Endpoint::progress`] and hands each message to its own matching engine
+//! (`tagmatch_engine::Engine`): earliest-posted / earliest-arrived matching, wildcards,
+//! probes and the memory budget are the engine's, exactly as on the protocol path; the
+//! lane is FIFO, so messages from one source are matched in send order
+//! (non-overtaking). When the budget is exhausted the receiver stops taking from that
+//! lane (the message waits, later ones queue behind it): backpressure, not loss.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use tagmatch_wire::efa::RawAddr;
+
+/// Payload bytes carried in the ring slot itself (larger payloads move as a `Vec`).
+pub(crate) const INLINE: usize = 32;
+const INLINE_WORDS: usize = INLINE / 8;
+/// Slots per lane (a power of two): 32 KiB per pair.
+const SLOTS: usize = 512;
+
+/// Slot flags (second word, bits 32..).
+pub(crate) const F_TAGGED: u64 = 1;
+pub(crate) const F_CQ: u64 = 2;
+pub(crate) const F_DC: u64 = 4;
+pub(crate) const F_BIG: u64 = 8;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one of these locks leaves consistent data (pushes and pops
+    // only): keep going.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// One cache line: tag, meta (flags << 32 | length), CQ data, sender op, inline bytes.
+#[repr(align(64))]
+struct Slot {
+    w: [AtomicU64; 8],
+}
+
+#[repr(align(64))]
+struct Index(AtomicUsize);
+
+/// A message as read from a slot (inline bytes copied out) or queued by the sender when
+/// the ring is full.
+#[derive(Debug)]
+pub(crate) struct Raw {
+    pub tag: u64,
+    pub flags: u64,
+    pub len: usize,
+    pub cq_data: u64,
+    pub op: u64,
+    pub inline: [u64; INLINE_WORDS],
+    pub big: Option<Vec<u8>>,
+}
+
+impl Raw {
+    /// The payload as the receiver stores it.
+    pub(crate) fn payload(self) -> Payload {
+        match self.big {
+            Some(v) => Payload::Heap(v),
+            None => Payload::Inline { words: self.inline },
+        }
+    }
+}
+
+/// A message's bytes inside the receiver's matching engine.
+#[derive(Debug)]
+pub(crate) enum Payload {
+    /// Up to [`INLINE`] bytes (the message's length), little-endian in words.
+    Inline { words: [u64; INLINE_WORDS] },
+    /// The sender's buffer.
+    Heap(Vec<u8>),
+    /// A message that came over the protocol path (from a peer without the fast path),
+    /// claimed from the RDM endpoint: `mrecv` it when matched.
+    Proto(tagmatch_rdm::Claim),
+}
+
+/// Copies inline words' first `n` bytes into `out`.
+pub(crate) fn copy_inline(words: &[u64; INLINE_WORDS], n: usize, out: &mut [u8]) {
+    for (i, chunk) in out[..n].chunks_mut(8).enumerate() {
+        let b = words[i].to_le_bytes();
+        chunk.copy_from_slice(&b[..chunk.len()]);
+    }
+}
+
+#[inline]
+fn pack_inline(data: &[u8]) -> [u64; INLINE_WORDS] {
+    let mut words = [0u64; INLINE_WORDS];
+    for (i, chunk) in data.chunks(8).enumerate() {
+        let mut b = [0u8; 8];
+        b[..chunk.len()].copy_from_slice(chunk);
+        words[i] = u64::from_le_bytes(b);
+    }
+    words
+}
+
+/// The bytes of a send: borrowed (copied on the way) or owned (moved when large).
+pub(crate) enum Bytes<'a> {
+    Borrowed(&'a [u8]),
+    Owned(Vec<u8>),
+}
+
+impl Bytes<'_> {
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Bytes::Borrowed(b) => b.len(),
+            Bytes::Owned(v) => v.len(),
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Bytes::Borrowed(b) => b,
+            Bytes::Owned(v) => v,
+        }
+    }
+
+    fn into_vec(self) -> Vec<u8> {
+        match self {
+            Bytes::Borrowed(b) => b.to_vec(),
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
+/// The SPSC lane from one endpoint to another.
+pub(crate) struct Lane {
+    slots: Box<[Slot]>,
+    /// Slots consumed (written by the receiver).
+    head: Index,
+    /// Slots published (written by the sender).
+    tail: Index,
+    /// Payloads larger than [`INLINE`], in the order of their `F_BIG` slots.
+    big: Mutex<VecDeque<Vec<u8>>>,
+    /// The sender's address (the receiver inserts it as a peer).
+    pub(crate) src: RawAddr,
+    /// Where delivery-complete acknowledgements go (the sender's inbox).
+    ack_to: Weak<Inbox>,
+    /// The receiver is gone (dropped): sends fail.
+    closed: AtomicBool,
+}
+
+impl std::fmt::Debug for Lane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lane")
+            .field("head", &self.head.0.load(Ordering::Relaxed))
+            .field("tail", &self.tail.0.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl Lane {
+    fn new(src: RawAddr, ack_to: Weak<Inbox>) -> Lane {
+        let slots = (0..SLOTS)
+            .map(|_| Slot {
+                w: Default::default(),
+            })
+            .collect();
+        Lane {
+            slots,
+            head: Index(AtomicUsize::new(0)),
+            tail: Index(AtomicUsize::new(0)),
+            big: Mutex::new(VecDeque::new()),
+            src,
+            ack_to,
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// Acknowledges delivery of the sender's `op` (delivery complete).
+    pub(crate) fn ack(&self, op: u64) {
+        if let Some(inbox) = self.ack_to.upgrade() {
+            lock(&inbox.acks).push(op);
+            inbox.has_acks.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// The sender's side of a lane: its cursor and the messages waiting for ring space.
+#[derive(Debug)]
+pub(crate) struct TxLane {
+    lane: Arc<Lane>,
+    tail: usize,
+    head_seen: usize,
+    waiting: VecDeque<Raw>,
+}
+
+impl TxLane {
+    /// Whether the receiving endpoint has been dropped.
+    #[inline]
+    pub(crate) fn closed(&self) -> bool {
+        self.lane.closed.load(Ordering::Relaxed)
+    }
+
+    /// Drops what waits for ring space (the receiver is gone).
+    pub(crate) fn discard(&mut self) {
+        self.waiting.clear();
+    }
+
+    fn has_room(&mut self) -> bool {
+        if self.tail - self.head_seen < SLOTS {
+            return true;
+        }
+        self.head_seen = self.lane.head.0.load(Ordering::Acquire);
+        self.tail - self.head_seen < SLOTS
+    }
+
+    fn write(&mut self, tag: u64, flags: u64, len: usize, cq: u64, op: u64, words: &[u64]) {
+        let s = &self.lane.slots[self.tail & (SLOTS - 1)];
+        s.w[0].store(tag, Ordering::Relaxed);
+        // A big payload's length is its `Vec`'s: only inline lengths (≤ 32) matter here.
+        s.w[1].store(flags << 32 | (len as u64 & 0xffff_ffff), Ordering::Relaxed);
+        s.w[2].store(cq, Ordering::Relaxed);
+        s.w[3].store(op, Ordering::Relaxed);
+        let used = if flags & F_BIG != 0 {
+            0
+        } else {
+            len.div_ceil(8)
+        };
+        for (d, w) in s.w[4..].iter().zip(&words[..used.min(words.len())]) {
+            d.store(*w, Ordering::Relaxed);
+        }
+        self.tail += 1;
+        // Publishes the slot (and any `big` payload pushed before it).
+        self.lane.tail.0.store(self.tail, Ordering::Release);
+    }
+
+    fn write_raw(&mut self, r: Raw) {
+        let flags = if let Some(v) = r.big {
+            lock(&self.lane.big).push_back(v);
+            r.flags | F_BIG
+        } else {
+            r.flags
+        };
+        self.write(r.tag, flags, r.len, r.cq_data, r.op, &r.inline);
+    }
+
+    /// Queues one message, in order behind any that wait for ring space.
+    pub(crate) fn send(&mut self, tag: u64, flags: u64, cq: u64, op: u64, data: Bytes<'_>) {
+        let len = data.len();
+        if self.waiting.is_empty() && self.has_room() {
+            if len <= INLINE {
+                let words = pack_inline(data.as_slice());
+                self.write(tag, flags, len, cq, op, &words);
+            } else {
+                lock(&self.lane.big).push_back(data.into_vec());
+                self.write(tag, flags | F_BIG, len, cq, op, &[]);
+            }
+            return;
+        }
+        let (inline, big) = if len <= INLINE {
+            (pack_inline(data.as_slice()), None)
+        } else {
+            ([0; INLINE_WORDS], Some(data.into_vec()))
+        };
+        self.waiting.push_back(Raw {
+            tag,
+            flags,
+            len,
+            cq_data: cq,
+            op,
+            inline,
+            big,
+        });
+    }
+
+    /// Moves waiting messages into the ring while it has room.
+    pub(crate) fn flush(&mut self) {
+        while !self.waiting.is_empty() && self.has_room() {
+            if let Some(r) = self.waiting.pop_front() {
+                self.write_raw(r);
+            }
+        }
+    }
+
+    /// Messages waiting for ring space.
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.len()
+    }
+}
+
+/// The receiver's side of a lane.
+#[derive(Debug)]
+pub(crate) struct RxLane {
+    pub(crate) lane: Arc<Lane>,
+    /// The sender, as a peer of the receiving endpoint.
+    pub(crate) peer: u32,
+    head: usize,
+    tail_seen: usize,
+}
+
+impl RxLane {
+    /// The next message, if one is published; call [`RxLane::publish`] after a batch.
+    #[inline]
+    pub(crate) fn pop(&mut self) -> Option<Raw> {
+        if self.head == self.tail_seen {
+            self.tail_seen = self.lane.tail.0.load(Ordering::Acquire);
+            if self.head == self.tail_seen {
+                return None;
+            }
+        }
+        let s = &self.lane.slots[self.head & (SLOTS - 1)];
+        let tag = s.w[0].load(Ordering::Relaxed);
+        let meta = s.w[1].load(Ordering::Relaxed);
+        let cq_data = s.w[2].load(Ordering::Relaxed);
+        let op = s.w[3].load(Ordering::Relaxed);
+        let flags = meta >> 32;
+        let len = (meta & 0xffff_ffff) as usize;
+        let mut inline = [0u64; INLINE_WORDS];
+        let big = if flags & F_BIG != 0 {
+            lock(&self.lane.big).pop_front()
+        } else {
+            let used = len.div_ceil(8).min(INLINE_WORDS);
+            for (d, w) in inline[..used].iter_mut().zip(&s.w[4..]) {
+                *d = w.load(Ordering::Relaxed);
+            }
+            None
+        };
+        self.head += 1;
+        Some(Raw {
+            tag,
+            flags: flags & !F_BIG,
+            len: big.as_ref().map_or(len, |v| v.len()),
+            cq_data,
+            op,
+            inline,
+            big,
+        })
+    }
+
+    /// Hands the consumed slots back to the sender.
+    pub(crate) fn publish(&self) {
+        self.lane.head.0.store(self.head, Ordering::Release);
+    }
+}
+
+/// A fast-path endpoint's mailbox on the fabric: the lanes into it and its
+/// delivery-complete acknowledgements.
+#[derive(Debug, Default)]
+pub(crate) struct Inbox {
+    lanes: Mutex<Vec<Arc<Lane>>>,
+    n_lanes: AtomicUsize,
+    acks: Mutex<Vec<u64>>,
+    has_acks: AtomicBool,
+}
+
+impl Inbox {
+    /// Lanes created since `known` (the receiver's count), if any.
+    #[inline]
+    pub(crate) fn new_lanes(&self, known: usize) -> Option<Vec<Arc<Lane>>> {
+        if self.n_lanes.load(Ordering::Acquire) == known {
+            return None;
+        }
+        Some(lock(&self.lanes)[known..].to_vec())
+    }
+
+    /// Takes the delivery-complete acknowledgements into `out`; whether there were any.
+    #[inline]
+    pub(crate) fn take_acks(&self, out: &mut Vec<u64>) -> bool {
+        if !self.has_acks.load(Ordering::Acquire) {
+            return false;
+        }
+        self.has_acks.store(false, Ordering::Relaxed);
+        out.append(&mut lock(&self.acks));
+        true
+    }
+}
+
+/// The fabric's registry of fast-path endpoints, by address.
+#[derive(Debug, Default)]
+pub(crate) struct Hub {
+    inboxes: Mutex<HashMap<RawAddr, Arc<Inbox>>>,
+}
+
+impl Hub {
+    pub(crate) fn register(&self, addr: RawAddr) -> Arc<Inbox> {
+        let inbox = Arc::new(Inbox::default());
+        lock(&self.inboxes).insert(addr, inbox.clone());
+        inbox
+    }
+
+    /// Removes `addr` and breaks the reference cycles through its lanes.
+    pub(crate) fn unregister(&self, addr: &RawAddr) {
+        if let Some(inbox) = lock(&self.inboxes).remove(addr) {
+            for lane in lock(&inbox.lanes).drain(..) {
+                lane.closed.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Opens the lane `src` → `dest` if `dest` is a fast-path endpoint of this fabric.
+    pub(crate) fn connect(
+        &self,
+        src: RawAddr,
+        src_inbox: &Arc<Inbox>,
+        dest: &RawAddr,
+    ) -> Option<TxLane> {
+        let dest = lock(&self.inboxes).get(dest).cloned()?;
+        let lane = Arc::new(Lane::new(src, Arc::downgrade(src_inbox)));
+        let mut lanes = lock(&dest.lanes);
+        lanes.push(lane.clone());
+        dest.n_lanes.store(lanes.len(), Ordering::Release);
+        Some(TxLane {
+            lane,
+            tail: 0,
+            head_seen: 0,
+            waiting: VecDeque::new(),
+        })
+    }
+}
+
+/// The receiver's cursor on a newly discovered lane from peer `peer`.
+pub(crate) fn rx_lane(lane: Arc<Lane>, peer: u32) -> RxLane {
+    RxLane {
+        lane,
+        peer,
+        head: 0,
+        tail_seen: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lane_keeps_order_across_inline_big_and_waiting() {
+        let hub = Hub::default();
+        let a = RawAddr {
+            qpn: 1,
+            ..RawAddr::default()
+        };
+        let b = RawAddr {
+            qpn: 2,
+            ..RawAddr::default()
+        };
+        let ia = hub.register(a);
+        let ib = hub.register(b);
+        let mut tx = hub.connect(a, &ia, &b).unwrap();
+        let lanes = ib.new_lanes(0).unwrap();
+        let mut rx = rx_lane(lanes[0].clone(), 0);
+        // More than the ring holds: the rest waits at the sender, in order.
+        let n = SLOTS * 2 + 7;
+        for i in 0..n {
+            let data: Vec<u8> = vec![i as u8; if i % 3 == 0 { 100 } else { i % 33 }];
+            tx.send(i as u64, F_TAGGED, 0, 0, Bytes::Owned(data));
+        }
+        assert_eq!(tx.waiting(), n - SLOTS);
+        let mut got = 0;
+        while got < n {
+            while let Some(r) = rx.pop() {
+                let want = if got % 3 == 0 { 100 } else { got % 33 };
+                assert_eq!((r.tag, r.len), (got as u64, want));
+                match r.payload() {
+                    Payload::Heap(v) => assert_eq!(v, vec![got as u8; want]),
+                    Payload::Inline { words } => {
+                        let mut out = vec![0u8; want];
+                        copy_inline(&words, want, &mut out);
+                        assert_eq!(out, vec![got as u8; want]);
+                    }
+                    Payload::Proto(_) => unreachable!(),
+                }
+                got += 1;
+            }
+            rx.publish();
+            tx.flush();
+        }
+        assert_eq!(tx.waiting(), 0);
+        assert!(hub.connect(a, &ia, &RawAddr::default()).is_none());
+        hub.unregister(&b);
+        assert!(hub.connect(a, &ia, &b).is_none());
+    }
+}

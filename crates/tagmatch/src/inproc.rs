@@ -1,0 +1,960 @@
+//! The endpoint's side of the in-process fast path (see [`crate::fast`]) and the
+//! allocation-free operations: [`Endpoint::tinject`] / [`Endpoint::inject`] (send from a
+//! borrowed slice, no completion) and [`Endpoint::trecv_into`] / [`Endpoint::recv_into`]
+//! (receive into the caller's buffer, handed back in the completion).
+//!
+//! A fast-path endpoint matches every receive in its own `tagmatch_engine::Engine`:
+//! messages from fast-path peers arrive through lanes; messages from peers without the
+//! fast path arrive over the EFA protocol and are claimed from the protocol endpoint
+//! (`mprobe`) as they become unexpected there, in its order, then matched here like the
+//! others (and `mrecv`ed from the protocol endpoint when matched). So one engine sees
+//! every arrival and earliest-posted / earliest-arrived matching holds across both paths.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use tagmatch_engine::{Arrived, Envelope, MsgHandle, Posted, RecvSpec, Source, TagSel};
+use tagmatch_rdm::{CallError, Config, OpError, OpId, OpKind, PeerId, SendOpts};
+use tagmatch_transport::Node;
+use tagmatch_wire::efa::RawAddr;
+
+use crate::endpoint::{Device, MsgClaim};
+use crate::fast::{self, Bytes, Hub, Inbox, Payload, RxLane, TxLane, F_CQ, F_DC, F_TAGGED};
+use crate::stats::Counters;
+use crate::{Completion, Endpoint, Error, Message, Peer, ProbeInfo, Request, Result, TagMatch};
+
+/// Operation ids of the fast path have this bit set (the protocol endpoint's count up
+/// from 1 and never reach it).
+const FAST_BIT: u64 = 1 << 62;
+/// Communicators of the engine: untagged and tagged messages match separately, as on
+/// the protocol path (`fi_recv` never takes an `fi_tsend`).
+const COMM_MSG: u32 = 0;
+const COMM_TAG: u32 = 1;
+
+/// See [`Endpoint::device_due`].
+const DEVICE_POLL_EVERY: u32 = 16;
+
+pub(crate) fn is_fast_op(op: OpId) -> bool {
+    op.0 & FAST_BIT != 0
+}
+
+/// Where a receive puts the bytes.
+#[derive(Debug)]
+pub(crate) enum RecvBuf {
+    /// A buffer of this length, allocated when the message matches.
+    Alloc(usize),
+    /// The caller's buffer (its length is the receive's length).
+    Into(Vec<u8>),
+}
+
+impl RecvBuf {
+    fn len(&self) -> usize {
+        match self {
+            RecvBuf::Alloc(n) => *n,
+            RecvBuf::Into(v) => v.len(),
+        }
+    }
+
+    fn into_caller(self) -> Option<Vec<u8>> {
+        match self {
+            RecvBuf::Alloc(_) => None,
+            RecvBuf::Into(v) => Some(v),
+        }
+    }
+}
+
+/// A posted receive, as the engine holds it.
+#[derive(Debug)]
+pub(crate) struct RecvCtx {
+    op: u64,
+    buf: RecvBuf,
+}
+
+/// A message, as the engine holds it.
+#[derive(Debug)]
+pub(crate) struct FastMsg {
+    payload: Payload,
+    cq_data: Option<u64>,
+}
+
+/// A message taken from a lane but refused for backpressure: it goes first once there is
+/// room (its lane is not read meanwhile, so the source's order holds).
+#[derive(Debug)]
+struct Stalled {
+    env: Envelope,
+    len: usize,
+    msg: FastMsg,
+    dc: Option<u64>,
+}
+
+#[derive(Debug)]
+enum Route {
+    Unknown,
+    Proto,
+    Fast(TxLane),
+}
+
+/// Protocol-path bookkeeping of the allocation-free operations (any transport).
+#[derive(Debug, Default)]
+pub(crate) struct ProtoExtras {
+    /// Injected sends: no completion unless they fail.
+    injected: HashSet<OpId>,
+    /// Receives into a caller's buffer.
+    into_bufs: HashMap<OpId, Vec<u8>>,
+}
+
+/// The fast-path state of an endpoint.
+#[derive(Debug)]
+pub(crate) struct Fast {
+    hub: Arc<Hub>,
+    inbox: Arc<Inbox>,
+    addr: RawAddr,
+    engine: tagmatch_engine::Engine<RecvCtx, FastMsg>,
+    /// Per peer (by index): how messages to it travel, decided at the first send.
+    routes: Vec<Route>,
+    any_waiting: bool,
+    rx: Vec<RxLane>,
+    stalled: Vec<Option<Stalled>>,
+    next_op: u64,
+    /// Protocol-path messages matched here and `mrecv`ed: protocol op -> (our op, the
+    /// caller's buffer).
+    proto_recvs: HashMap<u64, (u64, Option<Vec<u8>>)>,
+    proto_stalled: VecDeque<Stalled>,
+    /// Delivery-complete sends waiting for the receiver: op -> (len, tag).
+    dc_pending: HashMap<u64, (u64, u64)>,
+    acks: Vec<u64>,
+    /// Device polls to skip while the protocol side is idle (see `device_due`).
+    dev_skip: u32,
+    /// Protocol packets received as of the last device poll.
+    dev_rx: u64,
+    /// Whether idle device polls may be skipped (not on a fabric with faults, whose delays
+    /// are counted in device polls).
+    throttle: bool,
+}
+
+impl Fast {
+    pub(crate) fn new(hub: Arc<Hub>, addr: RawAddr, cfg: &Config, throttle: bool) -> Fast {
+        let inbox = hub.register(addr);
+        let ecfg = tagmatch_engine::Config::default()
+            .max_bytes(cfg.max_unexpected_bytes)
+            .max_messages(cfg.max_unexpected_msgs);
+        Fast {
+            hub,
+            inbox,
+            addr,
+            engine: tagmatch_engine::Engine::new(ecfg),
+            routes: Vec::new(),
+            any_waiting: false,
+            rx: Vec::new(),
+            stalled: Vec::new(),
+            next_op: FAST_BIT | 1,
+            proto_recvs: HashMap::new(),
+            proto_stalled: VecDeque::new(),
+            dc_pending: HashMap::new(),
+            acks: Vec::new(),
+            dev_skip: 0,
+            dev_rx: 0,
+            throttle,
+        }
+    }
+
+    fn op(&mut self) -> u64 {
+        let op = self.next_op;
+        self.next_op += 1;
+        op
+    }
+
+    /// Adds this engine's counters to the protocol endpoint's; returns its unexpected
+    /// depth.
+    pub(crate) fn add_matching(&self, m: &mut tagmatch_rdm::MatchCounters) -> usize {
+        let c = self.engine.counters();
+        m.posted_depth += c.posted_depth;
+        m.unexpected_depth += c.unexpected_depth;
+        m.claimed_depth += c.claimed_depth;
+        m.reorder_depth += c.reorder_depth;
+        m.bytes_held += c.bytes_held;
+        m.match_attempts += c.match_attempts;
+        m.hits += c.hits;
+        m.misses += c.misses;
+        m.cancelled += c.cancelled;
+        m.rejected_backpressure += c.rejected_backpressure;
+        m.rejected_sequence += c.rejected_sequence;
+        c.unexpected_depth
+    }
+}
+
+impl Drop for Fast {
+    fn drop(&mut self) {
+        self.hub.unregister(&self.addr);
+    }
+}
+
+/// Where completions go.
+struct Out<'a> {
+    ready: &'a mut VecDeque<Completion>,
+    counters: &'a mut Counters,
+    ep: u32,
+}
+
+impl Out<'_> {
+    fn push(&mut self, c: Completion) {
+        self.counters.completed += 1;
+        if c.status.is_err() {
+            self.counters.failed += 1;
+        }
+        self.counters.bytes += c.len;
+        self.ready.push_back(c);
+    }
+
+    fn send_done(&mut self, op: u64, len: u64, tag: u64) {
+        self.push(Completion {
+            request: Request {
+                op: OpId(op),
+                ep: self.ep,
+            },
+            kind: OpKind::Send,
+            status: Ok(()),
+            data: Vec::new(),
+            len,
+            tag,
+            source: None,
+            cq_data: None,
+            protocol: None,
+        });
+    }
+}
+
+fn spec(tag: Option<TagMatch>, src: Option<PeerId>) -> RecvSpec {
+    let src = src.map_or(Source::Any, |p| Source::Rank(p.0));
+    match tag {
+        Some(t) => RecvSpec::masked(COMM_TAG, src, t.tag, t.mask).normalized(),
+        None => RecvSpec {
+            comm: COMM_MSG,
+            src,
+            tag: TagSel::Any,
+        },
+    }
+}
+
+/// A receive met its message: copies the bytes into the receive's buffer and completes it
+/// (or, for a protocol-path message, receives it from the protocol endpoint).
+fn finish(
+    node: &mut Node<Device>,
+    proto_recvs: &mut HashMap<u64, (u64, Option<Vec<u8>>)>,
+    out: &mut Out<'_>,
+    ctx: RecvCtx,
+    env: Envelope,
+    len: usize,
+    msg: FastMsg,
+) {
+    let buf_len = ctx.buf.len();
+    let n = len.min(buf_len);
+    let data = match (msg.payload, ctx.buf) {
+        (Payload::Proto(claim), buf) => {
+            match node.endpoint_mut().mrecv(claim, buf_len) {
+                Ok(rop) => {
+                    proto_recvs.insert(rop.0, (ctx.op, buf.into_caller()));
+                }
+                Err(e) => {
+                    // The claim was taken by this endpoint and never handed out: it
+                    // cannot be stale. Report rather than lose the receive.
+                    tracing::debug!(?e, "mrecv of a claimed protocol message failed");
+                    out.push(Completion {
+                        request: Request {
+                            op: OpId(ctx.op),
+                            ep: out.ep,
+                        },
+                        kind: OpKind::Recv,
+                        status: Err(OpError::Canceled),
+                        data: Vec::new(),
+                        len: 0,
+                        tag: 0,
+                        source: None,
+                        cq_data: None,
+                        protocol: None,
+                    });
+                }
+            }
+            return;
+        }
+        (Payload::Heap(mut v), RecvBuf::Alloc(_)) => {
+            v.truncate(n);
+            v
+        }
+        (Payload::Heap(v), RecvBuf::Into(mut b)) => {
+            b[..n].copy_from_slice(&v[..n]);
+            b.truncate(n);
+            b
+        }
+        (Payload::Inline { words, .. }, RecvBuf::Alloc(_)) => {
+            let mut b = vec![0u8; n];
+            fast::copy_inline(&words, n, &mut b);
+            b
+        }
+        (Payload::Inline { words, .. }, RecvBuf::Into(mut b)) => {
+            fast::copy_inline(&words, n, &mut b);
+            b.truncate(n);
+            b
+        }
+    };
+    let status = if len > buf_len {
+        Err(OpError::Truncated {
+            msg_len: len as u64,
+            buf_len: buf_len as u64,
+        })
+    } else {
+        Ok(())
+    };
+    out.counters.fast_recvs += 1;
+    let ep = out.ep;
+    out.push(Completion {
+        request: Request {
+            op: OpId(ctx.op),
+            ep,
+        },
+        kind: OpKind::Recv,
+        status,
+        data,
+        len: len as u64,
+        tag: env.tag,
+        source: Some(Peer {
+            id: PeerId(env.src),
+            ep,
+        }),
+        cq_data: msg.cq_data,
+        protocol: None,
+    });
+}
+
+impl Endpoint {
+    /// Whether messages to `pid` take the fast path (decided at the first message, then
+    /// fixed: every message of the pair takes the same path, so order holds).
+    pub(crate) fn is_fast(&mut self, pid: PeerId) -> bool {
+        let Some(f) = self.fast.as_deref_mut() else {
+            return false;
+        };
+        let i = pid.0 as usize;
+        if i >= f.routes.len() {
+            f.routes.resize_with(i + 1, || Route::Unknown);
+        }
+        if let Route::Unknown = f.routes[i] {
+            f.routes[i] = match self.node.endpoint().peer_addr(pid) {
+                Some(a) => f
+                    .hub
+                    .connect(f.addr, &f.inbox, &a)
+                    .map_or(Route::Proto, Route::Fast),
+                None => Route::Proto,
+            };
+        }
+        matches!(f.routes[i], Route::Fast(_))
+    }
+
+    /// A send on the fast path (`is_fast(pid)` holds).
+    pub(crate) fn fast_send(
+        &mut self,
+        pid: PeerId,
+        tag: Option<u64>,
+        data: Bytes<'_>,
+        opts: SendOpts,
+        inject: bool,
+    ) -> Result<Request> {
+        let ep = self.id;
+        let Some(f) = self.fast.as_deref_mut() else {
+            return Err(Error::call(CallError::UnknownPeer, None, None));
+        };
+        let op = f.op();
+        let Some(Route::Fast(tx)) = f.routes.get_mut(pid.0 as usize) else {
+            return Err(Error::call(CallError::UnknownPeer, None, None));
+        };
+        let mut flags = 0;
+        if tag.is_some() {
+            flags |= F_TAGGED;
+        }
+        if opts.cq_data.is_some() {
+            flags |= F_CQ;
+        }
+        let dc = opts.delivery_complete && !inject;
+        if dc {
+            flags |= F_DC;
+        }
+        let len = data.len() as u64;
+        let tag = tag.unwrap_or(0);
+        self.counters.submitted += 1;
+        if tx.closed() {
+            // The receiving endpoint was dropped: the send fails (also an injected one),
+            // as a send to a vanished peer fails on the protocol path.
+            tx.discard();
+            Out {
+                ready: &mut self.ready,
+                counters: &mut self.counters,
+                ep,
+            }
+            .push(Completion {
+                request: Request { op: OpId(op), ep },
+                kind: OpKind::Send,
+                status: Err(OpError::SendFailed),
+                data: Vec::new(),
+                len,
+                tag,
+                source: None,
+                cq_data: None,
+                protocol: None,
+            });
+            return Ok(Request { op: OpId(op), ep });
+        }
+        tx.send(tag, flags, opts.cq_data.unwrap_or(0), op, data);
+        if tx.waiting() > 0 {
+            f.any_waiting = true;
+        }
+        self.counters.fast_sends += 1;
+        if dc {
+            f.dc_pending.insert(op, (len, tag));
+        } else if inject {
+            self.counters.injected += 1;
+        } else {
+            Out {
+                ready: &mut self.ready,
+                counters: &mut self.counters,
+                ep,
+            }
+            .send_done(op, len, tag);
+        }
+        Ok(Request { op: OpId(op), ep })
+    }
+
+    /// Posts a receive in the fast path's engine.
+    pub(crate) fn fast_post(
+        &mut self,
+        tag: Option<TagMatch>,
+        src: Option<PeerId>,
+        buf: RecvBuf,
+    ) -> Result<Request> {
+        let Endpoint {
+            id,
+            node,
+            ready,
+            counters,
+            fast,
+            ..
+        } = self;
+        let Some(f) = fast.as_deref_mut() else {
+            return Err(Error::call(CallError::UnknownOp, None, None));
+        };
+        let op = f.op();
+        let ctx = RecvCtx { op, buf };
+        match f.engine.post(spec(tag, src), ctx) {
+            Ok(Posted::Matched(m)) => {
+                let mut out = Out {
+                    ready,
+                    counters,
+                    ep: *id,
+                };
+                finish(
+                    node,
+                    &mut f.proto_recvs,
+                    &mut out,
+                    m.recv,
+                    m.env,
+                    m.len,
+                    m.msg,
+                );
+            }
+            Ok(Posted::Pending(_)) => {}
+            Err(_) => {
+                counters.call_errors += 1;
+                return Err(Error::call(CallError::TooManyReceives, None, None));
+            }
+        }
+        counters.submitted += 1;
+        Ok(Request {
+            op: OpId(op),
+            ep: *id,
+        })
+    }
+
+    pub(crate) fn fast_probe(
+        &mut self,
+        tag: Option<TagMatch>,
+        src: Option<PeerId>,
+    ) -> Option<ProbeInfo> {
+        let ep = self.id;
+        let f = self.fast.as_deref_mut()?;
+        let p = f.engine.probe(&spec(tag, src))?;
+        Some(ProbeInfo {
+            source: Peer {
+                id: PeerId(p.env.src),
+                ep,
+            },
+            tag: p.env.tag,
+            len: p.len as u64,
+            cq_data: p.msg.cq_data,
+        })
+    }
+
+    pub(crate) fn fast_mprobe(
+        &mut self,
+        tag: Option<TagMatch>,
+        src: Option<PeerId>,
+    ) -> Option<Message> {
+        let ep = self.id;
+        let f = self.fast.as_deref_mut()?;
+        let c = f.engine.mprobe(&spec(tag, src))?;
+        let cq_data = f.engine.claimed(c.handle).ok()?.cq_data;
+        Some(Message {
+            claim: MsgClaim::Fast(c.handle),
+            ep,
+            info: ProbeInfo {
+                source: Peer {
+                    id: PeerId(c.env.src),
+                    ep,
+                },
+                tag: c.env.tag,
+                len: c.len as u64,
+                cq_data,
+            },
+        })
+    }
+
+    pub(crate) fn fast_mrecv(&mut self, h: MsgHandle, buf: RecvBuf) -> Result<Request> {
+        let Endpoint {
+            id,
+            node,
+            ready,
+            counters,
+            fast,
+            ..
+        } = self;
+        let Some(f) = fast.as_deref_mut() else {
+            return Err(Error::StaleMessage);
+        };
+        let m = f.engine.mrecv(h).map_err(|_| Error::StaleMessage)?;
+        let op = f.op();
+        let mut out = Out {
+            ready,
+            counters,
+            ep: *id,
+        };
+        finish(
+            node,
+            &mut f.proto_recvs,
+            &mut out,
+            RecvCtx { op, buf },
+            m.env,
+            m.len,
+            m.msg,
+        );
+        counters.submitted += 1;
+        Ok(Request {
+            op: OpId(op),
+            ep: *id,
+        })
+    }
+
+    /// Cancels a fast-path receive still posted (O(posted receives)).
+    pub(crate) fn fast_cancel(&mut self, req: Request) -> Result<()> {
+        let ep = self.id;
+        let Some(f) = self.fast.as_deref_mut() else {
+            return Err(Error::UnknownRequest(req));
+        };
+        let mut found = None;
+        f.engine
+            .cancel_where(|_, r| r.op == req.op.0, |_, r| found = Some(r));
+        if found.is_none() {
+            return Err(Error::UnknownRequest(req));
+        }
+        self.counters.cancels += 1;
+        Out {
+            ready: &mut self.ready,
+            counters: &mut self.counters,
+            ep,
+        }
+        .push(Completion {
+            request: req,
+            kind: OpKind::Recv,
+            status: Err(OpError::Canceled),
+            data: Vec::new(),
+            len: 0,
+            tag: 0,
+            source: None,
+            cq_data: None,
+            protocol: None,
+        });
+        Ok(())
+    }
+
+    /// Protocol-path completion fix-ups: receives matched by the fast path's engine get
+    /// their request back, receives into a caller's buffer get it back, successful
+    /// injected sends vanish. Returns whether the completion is delivered.
+    pub(crate) fn adjust(&mut self, c: &mut tagmatch_rdm::Completion) -> bool {
+        let mut into = None;
+        if let Some(f) = self.fast.as_deref_mut() {
+            if let Some((op, buf)) = f.proto_recvs.remove(&c.op.0) {
+                c.op = OpId(op);
+                into = buf;
+            }
+        }
+        if into.is_none() && !self.extra.into_bufs.is_empty() {
+            into = self.extra.into_bufs.remove(&c.op);
+        }
+        if let Some(mut b) = into {
+            b.clear();
+            b.extend_from_slice(&c.data);
+            c.data = b;
+        }
+        if !self.extra.injected.is_empty() && self.extra.injected.remove(&c.op) && c.result.is_ok()
+        {
+            return false;
+        }
+        true
+    }
+
+    /// Whether this progress call polls the device. Always without the fast path, and
+    /// while the protocol endpoint has operations or packets in flight, or received
+    /// packets at the last poll. Otherwise (messages all take the fast path, the protocol
+    /// side idle) one call in [`DEVICE_POLL_EVERY`]: polling the in-memory device takes
+    /// the fabric-wide lock, which would otherwise cost more than a fast-path message.
+    /// Unsolicited protocol traffic (RMA into this endpoint, messages from peers without
+    /// the fast path) is picked up within that many calls, then at every call while it
+    /// keeps coming. On a fabric with faults every call polls (its delays are counted in
+    /// device polls: skipping them would change what the faults do).
+    pub(crate) fn device_due(&mut self) -> bool {
+        let Some(f) = self.fast.as_deref_mut() else {
+            return true;
+        };
+        if f.dev_skip == 0 {
+            return true;
+        }
+        let ep = self.node.endpoint();
+        let (tx, rx, _) = ep.in_flight();
+        let (_, sends, rdmas) = ep.resources();
+        if tx + rx + sends + rdmas > 0 {
+            f.dev_skip = 0;
+            return true;
+        }
+        f.dev_skip -= 1;
+        false
+    }
+
+    /// After a device poll: back off if it brought nothing.
+    pub(crate) fn device_polled(&mut self) {
+        let Some(f) = self.fast.as_deref_mut().filter(|f| f.throttle) else {
+            return;
+        };
+        let rx = self.node.endpoint().stats().rx_packets;
+        f.dev_skip = if rx != f.dev_rx {
+            0
+        } else {
+            DEVICE_POLL_EVERY - 1
+        };
+        f.dev_rx = rx;
+    }
+
+    /// Whether no fast-path message waits at this sender for ring space.
+    pub(crate) fn fast_idle(&self) -> bool {
+        self.fast.as_ref().is_none_or(|f| !f.any_waiting)
+    }
+
+    /// The fast path's share of progress: delivery-complete acknowledgements, messages
+    /// waiting for ring space, new lanes, protocol-path arrivals, then every lane.
+    pub(crate) fn fast_progress(&mut self) {
+        let Endpoint {
+            id,
+            node,
+            ready,
+            counters,
+            fast,
+            ..
+        } = self;
+        let Some(f) = fast.as_deref_mut() else {
+            return;
+        };
+        let mut out = Out {
+            ready,
+            counters,
+            ep: *id,
+        };
+        if f.inbox.take_acks(&mut f.acks) {
+            for op in f.acks.drain(..) {
+                if let Some((len, tag)) = f.dc_pending.remove(&op) {
+                    out.send_done(op, len, tag);
+                }
+            }
+        }
+        if f.any_waiting {
+            let mut any = false;
+            for r in &mut f.routes {
+                if let Route::Fast(tx) = r {
+                    tx.flush();
+                    any |= tx.waiting() > 0;
+                }
+            }
+            f.any_waiting = any;
+        }
+        if let Some(new) = f.inbox.new_lanes(f.rx.len()) {
+            for lane in new {
+                let peer = node.endpoint_mut().add_peer(lane.src);
+                f.rx.push(fast::rx_lane(lane, peer.0));
+                f.stalled.push(None);
+            }
+        }
+        // Protocol-path messages (from peers without the fast path), in the protocol
+        // endpoint's order: claim each and let this engine match it.
+        if !f.proto_stalled.is_empty() || node.endpoint().in_flight().2 > 0 {
+            'claims: loop {
+                let s = match f.proto_stalled.pop_front() {
+                    Some(s) => s,
+                    None => {
+                        let ep = node.endpoint_mut();
+                        let (claim, info, comm) = if let Some((c, i)) = ep.tmprobe(None, 0, !0) {
+                            (c, i, COMM_TAG)
+                        } else if let Some((c, i)) = ep.mprobe(None) {
+                            (c, i, COMM_MSG)
+                        } else {
+                            break 'claims;
+                        };
+                        Stalled {
+                            env: Envelope::new(comm, info.src.0, info.tag),
+                            len: info.len as usize,
+                            msg: FastMsg {
+                                payload: Payload::Proto(claim),
+                                cq_data: info.cq_data,
+                            },
+                            dc: None,
+                        }
+                    }
+                };
+                // The protocol endpoint already counts its bytes against the budget.
+                match f.engine.arrive_held(s.env, s.len, 0, s.msg) {
+                    Ok(Arrived::Matched(m)) => finish(
+                        node,
+                        &mut f.proto_recvs,
+                        &mut out,
+                        m.recv,
+                        m.env,
+                        m.len,
+                        m.msg,
+                    ),
+                    Ok(Arrived::Unexpected(_)) => {}
+                    Err(r) => {
+                        out.counters.fast_backpressure += 1;
+                        f.proto_stalled.push_front(Stalled {
+                            env: r.env,
+                            len: r.len,
+                            msg: r.msg,
+                            dc: None,
+                        });
+                        break 'claims;
+                    }
+                }
+            }
+        }
+        for (rx, stalled) in f.rx.iter_mut().zip(f.stalled.iter_mut()) {
+            if stalled.is_some() {
+                let Some(s) = stalled.take() else { continue };
+                match f.engine.arrive(s.env, s.len, s.msg) {
+                    Ok(a) => {
+                        if let Some(op) = s.dc {
+                            rx.lane.ack(op);
+                        }
+                        if let Arrived::Matched(m) = a {
+                            finish(
+                                node,
+                                &mut f.proto_recvs,
+                                &mut out,
+                                m.recv,
+                                m.env,
+                                m.len,
+                                m.msg,
+                            );
+                        }
+                    }
+                    Err(r) => {
+                        *stalled = Some(Stalled {
+                            env: r.env,
+                            len: r.len,
+                            msg: r.msg,
+                            dc: s.dc,
+                        });
+                        continue;
+                    }
+                }
+            }
+            let mut taken = false;
+            while let Some(raw) = rx.pop() {
+                taken = true;
+                let comm = if raw.flags & F_TAGGED != 0 {
+                    COMM_TAG
+                } else {
+                    COMM_MSG
+                };
+                let cq_data = (raw.flags & F_CQ != 0).then_some(raw.cq_data);
+                let dc = (raw.flags & F_DC != 0).then_some(raw.op);
+                let env = Envelope::new(comm, rx.peer, raw.tag);
+                let len = raw.len;
+                let msg = FastMsg {
+                    payload: raw.payload(),
+                    cq_data,
+                };
+                match f.engine.arrive(env, len, msg) {
+                    Ok(a) => {
+                        if let Some(op) = dc {
+                            // Delivered: matched, or held as unexpected by the receiver.
+                            rx.lane.ack(op);
+                        }
+                        if let Arrived::Matched(m) = a {
+                            finish(
+                                node,
+                                &mut f.proto_recvs,
+                                &mut out,
+                                m.recv,
+                                m.env,
+                                m.len,
+                                m.msg,
+                            );
+                        }
+                    }
+                    Err(r) => {
+                        out.counters.fast_backpressure += 1;
+                        *stalled = Some(Stalled {
+                            env: r.env,
+                            len: r.len,
+                            msg: r.msg,
+                            dc,
+                        });
+                        break;
+                    }
+                }
+            }
+            if taken {
+                rx.publish();
+            }
+        }
+    }
+
+    /// Tagged send that copies `data` (`fi_tinject`; `ucp_tag_send_nbx` with an inline
+    /// copy): `data` is free for reuse when this returns, and no completion is generated
+    /// (a failure still completes with its error). Between in-process endpoints with the
+    /// fast path, up to 32 bytes travel inside the lane's slot: no allocation.
+    ///
+    /// ```
+    /// use tagmatch::{Endpoint, MemFabric, ANY_SOURCE, ANY_TAG};
+    /// # fn main() -> Result<(), tagmatch::Error> {
+    /// let fabric = MemFabric::new();
+    /// let mut a = Endpoint::builder().mem(&fabric).build()?;
+    /// let mut b = Endpoint::builder().mem(&fabric).build()?;
+    /// let to_b = a.insert_peer(&b.address())?;
+    /// let buf = [1u8, 2, 3, 4, 5, 6, 7, 8];
+    /// a.tinject(to_b, 7, &buf)?; // buf is ours again
+    /// let r = b.trecv(ANY_SOURCE, ANY_TAG, 8)?;
+    /// let c = b.wait_with(r, &mut [&mut a])?;
+    /// assert_eq!((c.tag, &c.data[..]), (7, &buf[..]));
+    /// assert!(a.poll_completion().is_none(), "an injected send has no completion");
+    /// # Ok(()) }
+    /// ```
+    pub fn tinject(&mut self, peer: Peer, tag: u64, data: &[u8]) -> Result<()> {
+        self.inject_inner(peer, Some(tag), data)
+    }
+
+    /// Untagged [`Endpoint::tinject`] (`fi_inject`).
+    pub fn inject(&mut self, peer: Peer, data: &[u8]) -> Result<()> {
+        self.inject_inner(peer, None, data)
+    }
+
+    fn inject_inner(&mut self, peer: Peer, tag: Option<u64>, data: &[u8]) -> Result<()> {
+        tracing::trace!(peer = peer.index(), ?tag, len = data.len(), "inject");
+        let pid = self.pid(peer)?;
+        if self.is_fast(pid) {
+            return self
+                .fast_send(pid, tag, Bytes::Borrowed(data), SendOpts::default(), true)
+                .map(|_| ());
+        }
+        let ep = self.node.endpoint_mut();
+        let r = match tag {
+            Some(t) => ep.tsend(pid, t, data.to_vec(), SendOpts::default()),
+            None => ep.send(pid, data.to_vec(), SendOpts::default()),
+        };
+        let req = self.req(r, Some(peer))?;
+        self.extra.injected.insert(req.op);
+        self.counters.injected += 1;
+        Ok(())
+    }
+
+    /// Tagged receive into `buf` (its length is the receive's length): the completion's
+    /// `data` is `buf` itself, cut to the message's length, so a loop can hand it back
+    /// (`buf.resize(n, 0)` keeps its capacity) and receive without allocating.
+    ///
+    /// ```
+    /// use tagmatch::{Endpoint, MemFabric, ANY_SOURCE};
+    /// # fn main() -> Result<(), tagmatch::Error> {
+    /// let fabric = MemFabric::new();
+    /// let mut a = Endpoint::builder().mem(&fabric).build()?;
+    /// let mut b = Endpoint::builder().mem(&fabric).build()?;
+    /// let to_b = a.insert_peer(&b.address())?;
+    /// let mut buf = vec![0u8; 64];
+    /// for i in 0..3u64 {
+    ///     let r = b.trecv_into(ANY_SOURCE, i, buf)?;
+    ///     a.tinject(to_b, i, &i.to_le_bytes())?;
+    ///     let c = b.wait_with(r, &mut [&mut a])?;
+    ///     assert_eq!(c.data, i.to_le_bytes());
+    ///     buf = c.data;
+    ///     buf.resize(64, 0); // same allocation, back to 64 bytes
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn trecv_into(
+        &mut self,
+        source: impl Into<crate::Source>,
+        tag: impl Into<TagMatch>,
+        buf: Vec<u8>,
+    ) -> Result<Request> {
+        let (source, tag) = (source.into(), tag.into());
+        let src = self.src(source)?;
+        if self.fast.is_some() {
+            return self.fast_post(Some(tag), src, RecvBuf::Into(buf));
+        }
+        let r = self
+            .node
+            .endpoint_mut()
+            .trecv(src, tag.tag, !tag.mask, buf.len());
+        let req = self.req(r, None)?;
+        self.extra.into_bufs.insert(req.op, buf);
+        Ok(req)
+    }
+
+    /// Untagged [`Endpoint::trecv_into`].
+    pub fn recv_into(&mut self, source: impl Into<crate::Source>, buf: Vec<u8>) -> Result<Request> {
+        let src = self.src(source.into())?;
+        if self.fast.is_some() {
+            return self.fast_post(None, src, RecvBuf::Into(buf));
+        }
+        let r = self.node.endpoint_mut().recv(src, buf.len());
+        let req = self.req(r, None)?;
+        self.extra.into_bufs.insert(req.op, buf);
+        Ok(req)
+    }
+
+    /// Receives a claimed message into `buf` ([`Endpoint::mrecv`] without allocating).
+    pub fn mrecv_into(&mut self, msg: Message, buf: Vec<u8>) -> Result<Request> {
+        if msg.ep != self.id {
+            return Err(Error::StaleMessage);
+        }
+        match msg.claim {
+            MsgClaim::Fast(h) => self.fast_mrecv(h, RecvBuf::Into(buf)),
+            MsgClaim::Rdm(c) => {
+                let r = match self.node.endpoint_mut().mrecv(c, buf.len()) {
+                    Ok(op) => op,
+                    Err(CallError::UnknownOp) => return Err(Error::StaleMessage),
+                    Err(e) => return Err(Error::call(e, None, None)),
+                };
+                self.counters.submitted += 1;
+                self.extra.into_bufs.insert(r, buf);
+                Ok(self.request(r))
+            }
+        }
+    }
+
+    /// Whether this endpoint uses the in-process fast path ([`crate::Builder::fast_path`]).
+    pub fn fast_path(&self) -> bool {
+        self.fast.is_some()
+    }
+}

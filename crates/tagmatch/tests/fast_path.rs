@@ -1,0 +1,485 @@
+//! The in-process fast path against the EFA protocol path: the same scenarios give the same
+//! completions byte for byte; order across paths, wildcards, cancel races, threads, the
+//! memory budget, and a fast-path endpoint receiving from a peer without it.
+
+use std::time::Duration;
+
+use tagmatch::{
+    Completion, Endpoint, Error, MemFabric, OpError, OpKind, Peer, Request, SendOptions, TagMatch,
+    ANY_SOURCE, ANY_TAG,
+};
+
+fn ep(f: &MemFabric, fast: bool) -> Endpoint {
+    Endpoint::builder().mem(f).fast_path(fast).build().unwrap()
+}
+
+/// What a completion says, without the request number (fast-path numbers differ) and the
+/// subprotocol (the fast path has none): the peer as an index.
+#[derive(Debug, PartialEq)]
+struct Seen {
+    kind: OpKind,
+    status: Result<(), OpError>,
+    data: Vec<u8>,
+    len: u64,
+    tag: u64,
+    source: Option<u32>,
+    cq_data: Option<u64>,
+}
+
+fn seen(c: Completion) -> Seen {
+    Seen {
+        kind: c.kind,
+        status: c.status,
+        data: c.data,
+        len: c.len,
+        tag: c.tag,
+        source: c.source.map(|p| p.index()),
+        cq_data: c.cq_data,
+    }
+}
+
+/// Waits for `r` on `x`, progressing the others; a failed operation's completion is kept.
+fn done(x: &mut Endpoint, r: Request, others: &mut [&mut Endpoint]) -> Completion {
+    for _ in 0..2_000_000 {
+        if let Some(c) = x.take_completion(r) {
+            return c;
+        }
+        x.progress().unwrap();
+        for o in others.iter_mut() {
+            o.progress().unwrap();
+        }
+    }
+    panic!("request {r:?} did not complete");
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+/// A scripted scenario among three endpoints (a, c send to b): receives posted before
+/// and after arrival, every size class, wildcards, masks, untagged, CQ data, delivery
+/// complete, truncation, probe, mprobe, cancel, inject, receive into a caller's buffer.
+/// Returns every completion of b (and the sends' of a), in request order.
+fn scenario(fast: bool) -> Vec<Seen> {
+    let f = MemFabric::new();
+    let (mut a, mut b, mut c) = (ep(&f, fast), ep(&f, fast), ep(&f, fast));
+    let ab = a.insert_peer(&b.address()).unwrap();
+    let cb = c.insert_peer(&b.address()).unwrap();
+    let ba = b.insert_peer(&a.address()).unwrap();
+    let bc = b.insert_peer(&c.address()).unwrap();
+    let mut out = Vec::new();
+    let mut recvs = Vec::new();
+    let mut sends = Vec::new();
+
+    // Posted first: exact, ANY_SOURCE + ANY_TAG, masked, untagged from one source.
+    recvs.push(b.trecv(ba, 1u64, 64).unwrap());
+    recvs.push(b.trecv(ANY_SOURCE, ANY_TAG, 100_000).unwrap());
+    recvs.push(
+        b.trecv(ANY_SOURCE, TagMatch::masked(0x5500, 0xff00), 64)
+            .unwrap(),
+    );
+    recvs.push(b.recv(bc, 64).unwrap());
+    recvs.push(b.trecv_into(ba, 9u64, vec![0xee; 40]).unwrap());
+    let opts = SendOptions {
+        cq_data: Some(0xc0ffee),
+        delivery_complete: true,
+    };
+    for (tag, len) in [(7u64, 5000usize), (1, 8), (0x5542, 33), (9, 0)] {
+        sends.push(
+            a.tsend_with(ab, tag, pattern(len, tag as u8), opts)
+                .unwrap(),
+        );
+    }
+    // Unexpected: every size class, then receives in a different order.
+    for (tag, len) in [
+        (20u64, 1usize),
+        (21, 32),
+        (22, 70_000),
+        (23, 200_000),
+        (24, 5),
+    ] {
+        sends.push(a.tsend(ab, tag, pattern(len, tag as u8)).unwrap());
+    }
+    // Order across sources is not defined (MPI): let a's messages arrive before c sends,
+    // so that wildcard receives have one right answer on both paths.
+    let settle = |a: &mut Endpoint, b: &mut Endpoint, c: &mut Endpoint, src: Peer, tag: u64| {
+        for _ in 0..100_000 {
+            for x in [&mut *a, &mut *b, &mut *c] {
+                x.progress().unwrap();
+            }
+            if b.tprobe(src, tag).is_some() {
+                return;
+            }
+        }
+        panic!("tag {tag} did not arrive");
+    };
+    settle(&mut a, &mut b, &mut c, ba, 24);
+    c.inject(cb, b"untagged from c").unwrap();
+    c.tinject(cb, 22, &pattern(40, 3)).unwrap();
+    settle(&mut a, &mut b, &mut c, bc, 22);
+    // Probe sees the earliest matching unexpected message of a; mprobe claims c's 22.
+    let p = b.tprobe(ba, ANY_TAG).expect("probe");
+    out.push(Seen {
+        kind: OpKind::Recv,
+        status: Ok(()),
+        data: Vec::new(),
+        len: p.len,
+        tag: p.tag,
+        source: Some(p.source.index()),
+        cq_data: p.cq_data,
+    });
+    let m = b.tmprobe(bc, 22u64).expect("mprobe");
+    recvs.push(b.mrecv_into(m, vec![0; 64]).unwrap());
+    recvs.push(b.trecv(ANY_SOURCE, 22u64, 300_000).unwrap()); // a's 22, not c's (claimed)
+    recvs.push(b.trecv(ba, TagMatch::ignoring(20, 7), 64).unwrap()); // takes 20 (first)
+    recvs.push(b.trecv(ba, 23u64, 1000).unwrap()); // truncated
+    recvs.push(b.trecv(ANY_SOURCE, ANY_TAG, 64).unwrap()); // 21
+    recvs.push(b.trecv_into(ANY_SOURCE, ANY_TAG, vec![1; 3]).unwrap()); // 24, truncated
+                                                                        // Cancel one that cannot match; cancel again is refused.
+    let x = b.trecv(ANY_SOURCE, 999u64, 8).unwrap();
+    b.cancel(x).unwrap();
+    assert!(matches!(b.cancel(x), Err(Error::UnknownRequest(_))));
+    recvs.push(x);
+    for r in recvs {
+        out.push(seen(done(&mut b, r, &mut [&mut a, &mut c])));
+    }
+    for s in sends {
+        out.push(seen(done(&mut a, s, &mut [&mut b, &mut c])));
+    }
+    assert!(
+        c.poll_completion().is_none(),
+        "injected sends complete silently"
+    );
+    assert_eq!(b.stats().unexpected, 0);
+    out
+}
+
+#[test]
+fn both_paths_give_the_same_completions() {
+    let fast = scenario(true);
+    let proto = scenario(false);
+    assert_eq!(fast.len(), proto.len());
+    for (i, (x, y)) in fast.iter().zip(&proto).enumerate() {
+        assert_eq!(x, y, "completion {i}");
+    }
+    // The script is what it claims to be.
+    assert_eq!(fast[0].tag, 20, "probe: the earliest unexpected from a");
+    assert!(matches!(
+        fast[9].status,
+        Err(OpError::Truncated {
+            msg_len: 200_000,
+            buf_len: 1000
+        })
+    ));
+    assert_eq!(fast[12].status, Err(OpError::Canceled));
+}
+
+/// Non-overtaking per source and ANY_SOURCE matching when one sender takes the fast path
+/// and another (without it) the EFA protocol, into one fast-path receiver.
+#[test]
+fn order_across_paths() {
+    let f = MemFabric::new();
+    let (mut fa, mut pa, mut b) = (ep(&f, true), ep(&f, false), ep(&f, true));
+    let fb = fa.insert_peer(&b.address()).unwrap();
+    let pb = pa.insert_peer(&b.address()).unwrap();
+    let b_fa = b.insert_peer(&fa.address()).unwrap();
+    let b_pa = b.insert_peer(&pa.address()).unwrap();
+    const N: u64 = 300;
+    for i in 0..N {
+        // Alternating sizes: eager, medium, long on the protocol path.
+        let len = [8usize, 4000, 70_000][i as usize % 3];
+        let _ = fa.tsend(fb, i % 4, pattern(len, i as u8)).unwrap();
+        let _ = pa.tsend(pb, i % 4, pattern(len, i as u8)).unwrap();
+    }
+    let mut next = [0u64; 2];
+    for _ in 0..2 * N {
+        let r = b.trecv(ANY_SOURCE, ANY_TAG, 70_000).unwrap();
+        let c = done(&mut b, r, &mut [&mut fa, &mut pa]);
+        let s = c.source.unwrap();
+        let k = if s == b_fa {
+            0
+        } else {
+            assert_eq!(s, b_pa);
+            1
+        };
+        let i = next[k];
+        next[k] += 1;
+        let len = [8usize, 4000, 70_000][i as usize % 3];
+        assert_eq!(
+            (c.tag, c.data.len()),
+            (i % 4, len),
+            "source {k} message {i}"
+        );
+        assert!(c.data == pattern(len, i as u8));
+    }
+    assert_eq!(next, [N, N]);
+    let st = b.stats();
+    assert_eq!(st.facade.fast_recvs, N);
+    assert_eq!(st.unexpected, 0);
+    // Exact-source receives, posted before the messages, each path.
+    let r1 = b.trecv(b_pa, TagMatch::exact(5), 8).unwrap();
+    let r2 = b.trecv(b_fa, TagMatch::exact(5), 8).unwrap();
+    let _ = fa.tsend(fb, 5, b"fastfast".to_vec()).unwrap();
+    let _ = pa.tsend(pb, 5, b"protocol".to_vec()).unwrap();
+    assert_eq!(done(&mut b, r2, &mut [&mut fa, &mut pa]).data, b"fastfast");
+    assert_eq!(done(&mut b, r1, &mut [&mut fa, &mut pa]).data, b"protocol");
+}
+
+/// Earliest-posted wins across ANY_SOURCE, exact and masked receives.
+#[test]
+fn wildcards_take_the_earliest_posted() {
+    for fast in [true, false] {
+        let f = MemFabric::new();
+        let (mut a, mut b) = (ep(&f, fast), ep(&f, fast));
+        let ab = a.insert_peer(&b.address()).unwrap();
+        let ba = b.insert_peer(&a.address()).unwrap();
+        let r_mask = b
+            .trecv(ANY_SOURCE, TagMatch::masked(0x10, 0xf0), 8)
+            .unwrap();
+        let r_any = b.trecv(ANY_SOURCE, ANY_TAG, 8).unwrap();
+        let r_exact = b.trecv(ba, 0x11u64, 8).unwrap();
+        for tag in [0x11u64, 0x11, 0x11, 0x42] {
+            a.tinject(ab, tag, &tag.to_le_bytes()).unwrap();
+        }
+        let c1 = done(&mut b, r_mask, &mut [&mut a]);
+        let c2 = done(&mut b, r_any, &mut [&mut a]);
+        let c3 = done(&mut b, r_exact, &mut [&mut a]);
+        assert_eq!((c1.tag, c2.tag, c3.tag), (0x11, 0x11, 0x11), "fast {fast}");
+        // The 0x42 is unexpected: a masked receive that does not accept it waits.
+        let r = b
+            .trecv(ANY_SOURCE, TagMatch::masked(0x10, 0xf0), 8)
+            .unwrap();
+        for _ in 0..20 {
+            b.progress().unwrap();
+        }
+        assert!(b.take_completion(r).is_none());
+        assert_eq!(b.tprobe(ANY_SOURCE, ANY_TAG).unwrap().tag, 0x42);
+        b.cancel(r).unwrap();
+    }
+}
+
+/// A receive cancelled while its message is in flight: either the cancel wins (the message
+/// stays unexpected and the next receive gets it) or the match does — never both, never
+/// lost. Sender on another thread.
+#[test]
+fn cancel_races_lose_nothing() {
+    let f = MemFabric::new();
+    let (mut a, mut b) = (ep(&f, true), ep(&f, true));
+    let ab = a.insert_peer(&b.address()).unwrap();
+    const N: u64 = 2000;
+    let t = std::thread::spawn(move || {
+        for i in 0..N {
+            a.tinject(ab, 1, &i.to_le_bytes()).unwrap();
+            if i % 64 == 0 {
+                a.progress().unwrap();
+                std::thread::yield_now();
+            }
+        }
+        assert!(a.flush(Duration::from_secs(10)).unwrap());
+        a
+    });
+    let (mut got, mut cancelled) = (Vec::new(), 0u64);
+    while (got.len() as u64) < N {
+        let r = b.trecv(ANY_SOURCE, 1u64, 8).unwrap();
+        b.progress().unwrap();
+        match b.cancel(r) {
+            Ok(()) => {
+                let c = b.wait(r).unwrap_err();
+                assert!(matches!(
+                    c,
+                    Error::Failed {
+                        error: OpError::Canceled,
+                        ..
+                    }
+                ));
+                cancelled += 1;
+            }
+            Err(Error::UnknownRequest(_)) => {
+                let c = b.wait(r).unwrap();
+                got.push(u64::from_le_bytes(c.data[..].try_into().unwrap()));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    let _a = t.join().unwrap();
+    assert_eq!(
+        got,
+        (0..N).collect::<Vec<_>>(),
+        "in order, none lost or doubled"
+    );
+    assert!(cancelled > 0, "some cancels won");
+    assert_eq!(b.stats().facade.cancels, cancelled);
+}
+
+/// Two endpoints on two threads, both directions, more messages in flight than a lane's
+/// ring holds, allocation-free operations.
+#[test]
+fn two_threads_ping_pong_and_streams() {
+    for fast in [true, false] {
+        let f = MemFabric::new();
+        let (mut a, mut b) = (ep(&f, fast), ep(&f, fast));
+        let ab = a.insert_peer(&b.address()).unwrap();
+        let ba = b.insert_peer(&a.address()).unwrap();
+        const N: u64 = 3000;
+        let t = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 16];
+            for i in 0..N {
+                let r = b.trecv_into(ba, ANY_TAG, buf).unwrap();
+                let c = b.wait(r).unwrap();
+                assert_eq!((c.tag, &c.data[..]), (i, &i.to_le_bytes()[..]));
+                buf = c.data;
+                buf.resize(16, 0);
+            }
+            // Then a stream back, all sent before a receives.
+            for i in 0..N {
+                b.tinject(ba, i, &(i * 3).to_le_bytes()).unwrap();
+            }
+            assert!(b.flush(Duration::from_secs(20)).unwrap());
+            b
+        });
+        for i in 0..N {
+            a.tinject(ab, i, &i.to_le_bytes()).unwrap();
+        }
+        let mut buf = vec![0u8; 8];
+        for i in 0..N {
+            let r = a.trecv_into(ANY_SOURCE, i, buf).unwrap();
+            let c = a.wait(r).unwrap();
+            assert_eq!(c.data, (i * 3).to_le_bytes());
+            buf = c.data;
+        }
+        let b = t.join().unwrap();
+        assert_eq!(b.stats().facade.fast_sends, if fast { N } else { 0 });
+        assert_eq!(b.stats().facade.injected, N);
+    }
+}
+
+/// The receiver's memory budget bounds what it takes from a lane: the rest waits, in order,
+/// and arrives as receives drain the unexpected queue.
+#[test]
+fn budget_backpressure_keeps_order() {
+    // The fast path only: over the EFA protocol the receiver drops what the budget refuses
+    // (tagmatch-rdm `rx_reorder_rejected`) and nothing resends it: a protocol-path matter.
+    {
+        let fast = true;
+        let f = MemFabric::new();
+        let a = ep(&f, fast);
+        let mut b = Endpoint::builder()
+            .mem(&f)
+            .fast_path(fast)
+            .memory_budget(1 << 20, 4)
+            .build()
+            .unwrap();
+        let mut a = a;
+        let ab = a.insert_peer(&b.address()).unwrap();
+        const N: u64 = 40;
+        let sends: Vec<Request> = (0..N)
+            .map(|i| a.tsend(ab, i, pattern(100, i as u8)).unwrap())
+            .collect();
+        for _ in 0..200 {
+            a.progress().unwrap();
+            b.progress().unwrap();
+        }
+        let st = b.stats();
+        assert!(
+            st.unexpected <= 4,
+            "fast {fast}: {} unexpected",
+            st.unexpected
+        );
+        if fast {
+            assert!(st.facade.fast_backpressure > 0);
+        }
+        for i in 0..N {
+            let r = b.trecv(ANY_SOURCE, ANY_TAG, 100).unwrap();
+            let c = done(&mut b, r, &mut [&mut a]);
+            assert_eq!(
+                (c.tag, c.data.clone()),
+                (i, pattern(100, i as u8)),
+                "fast {fast}"
+            );
+        }
+        for s in sends {
+            done(&mut a, s, &mut [&mut b]).into_result().unwrap();
+        }
+    }
+}
+
+/// A fast-path endpoint and one without it talk over the EFA protocol, both ways: probes,
+/// delivery complete, CQ data, receive into a caller's buffer, untagged.
+#[test]
+fn fast_and_protocol_endpoints_interoperate() {
+    let f = MemFabric::new();
+    let (mut x, mut y) = (ep(&f, true), ep(&f, false));
+    let xy = x.insert_peer(&y.address()).unwrap();
+    let yx = y.insert_peer(&x.address()).unwrap();
+    let opts = SendOptions {
+        cq_data: Some(5),
+        delivery_complete: true,
+    };
+    let s = y.tsend_with(yx, 3, pattern(20_000, 1), opts).unwrap();
+    y.send(yx, b"untagged".to_vec()).map(|_| ()).unwrap();
+    let mut info = None;
+    for _ in 0..1000 {
+        x.progress().unwrap();
+        y.progress().unwrap();
+        info = x.tprobe(ANY_SOURCE, 3u64);
+        if info.is_some() {
+            break;
+        }
+    }
+    let info = info.expect("probe over the protocol path");
+    assert_eq!((info.len, info.cq_data, info.source), (20_000, Some(5), xy));
+    let r = x.trecv_into(xy, 3u64, vec![0; 30_000]).unwrap();
+    let c = done(&mut x, r, &mut [&mut y]);
+    assert!(c.data == pattern(20_000, 1));
+    assert_eq!(c.cq_data, Some(5));
+    done(&mut y, s, &mut [&mut x]).into_result().unwrap();
+    let m = x.mprobe(ANY_SOURCE).expect("untagged, claimed");
+    let r = x.mrecv(m, 8).unwrap();
+    assert_eq!(done(&mut x, r, &mut [&mut y]).data, b"untagged");
+    // And back: x -> y takes the protocol (y has no fast path).
+    let r = y.trecv(ANY_SOURCE, ANY_TAG, 8).unwrap();
+    x.tinject(xy, 4, b"reply").unwrap();
+    assert_eq!(done(&mut y, r, &mut [&mut x]).data, b"reply");
+    assert_eq!(x.stats().facade.fast_sends, 0);
+    assert_eq!(x.stats().facade.fast_recvs, 0);
+    assert!(
+        x.poll_completion().is_none(),
+        "the injected send completed silently"
+    );
+}
+
+/// Sending to oneself takes the fast path too.
+#[test]
+fn loopback_to_self() {
+    let f = MemFabric::new();
+    let mut a = ep(&f, true);
+    let me: Peer = a.insert_peer(&a.address()).unwrap();
+    let r = a.trecv(me, 1u64, 8).unwrap();
+    a.tinject(me, 1, b"self").unwrap();
+    assert_eq!(a.wait(r).unwrap().data, b"self");
+}
+
+/// A send to an endpoint that has been dropped fails (injected ones too), instead of
+/// queueing without bound.
+#[test]
+fn sends_to_a_dropped_endpoint_fail() {
+    let f = MemFabric::new();
+    let (mut a, b) = (ep(&f, true), ep(&f, true));
+    let ab = a.insert_peer(&b.address()).unwrap();
+    let s = a.tsend(ab, 1, vec![1; 8]).unwrap();
+    a.wait(s).unwrap();
+    drop(b);
+    let s = a.tsend(ab, 1, vec![1; 8]).unwrap();
+    assert!(matches!(
+        a.wait(s),
+        Err(Error::Failed {
+            error: OpError::SendFailed,
+            ..
+        })
+    ));
+    a.tinject(ab, 2, b"gone").unwrap();
+    let c = a.poll_completion().expect("the failed inject completes");
+    assert_eq!(c.status, Err(OpError::SendFailed));
+}
