@@ -313,6 +313,7 @@ impl Builder {
                     cfg,
                     Device::Verbs(Box::new(dev)),
                     self.wait_limit,
+                    None,
                 ));
             }
         };

@@ -1,12 +1,12 @@
 //! The facade over both transports: every operation kind, wildcards, probes, cancel, RMA,
 //! atomics, CQ data, delivery complete, and typed errors for bad input.
 
+mod common;
+
 use std::time::Duration;
 
-use tagmatch::{
-    Endpoint, Error, MemFabric, MemFaults, OpError, OpKind, Protocol, SendOptions, TagMatch,
-    ANY_SOURCE, ANY_TAG,
-};
+use common::exercise;
+use tagmatch::{Endpoint, Error, MemFabric, MemFaults, TagMatch, ANY_SOURCE, ANY_TAG};
 
 fn mem_pair(fabric: &MemFabric) -> (Endpoint, Endpoint) {
     mem_pair_fast(fabric, true)
@@ -34,152 +34,6 @@ fn udp_pair() -> (Endpoint, Endpoint) {
             .unwrap()
     };
     (mk(), mk())
-}
-
-/// Every operation between `a` and `b`, driven by this thread.
-fn exercise(mut a: Endpoint, mut b: Endpoint) {
-    let pb = a.insert_peer(&b.address()).unwrap();
-    let pa = b.insert_peer(&a.address()).unwrap();
-    assert_eq!(
-        a.insert_peer(&b.address()).unwrap(),
-        pb,
-        "same address, same peer"
-    );
-
-    // Tagged, every size class: eager, medium, long-CTS, long-read.
-    for (i, len) in [8usize, 20_000, 200_000, 1 << 20].into_iter().enumerate() {
-        let data: Vec<u8> = (0..len).map(|x| (x * 7 + i) as u8).collect();
-        let r = b.trecv(pa, TagMatch::exact(100 + i as u64), len).unwrap();
-        let s = a.tsend(pb, 100 + i as u64, data.clone()).unwrap();
-        let c = b.wait_with(r, &mut [&mut a]).unwrap();
-        assert_eq!(c.data, data, "size {len}");
-        assert_eq!(c.source, Some(pa));
-        a.wait_with(s, &mut [&mut b]).unwrap();
-    }
-
-    // ANY_SOURCE + masked tag, CQ data.
-    let r = b
-        .trecv(ANY_SOURCE, TagMatch::masked(0xAB00, 0xFF00), 16)
-        .unwrap();
-    let opts = SendOptions {
-        cq_data: Some(77),
-        delivery_complete: true,
-    };
-    let s = a.tsend_with(pb, 0xAB42, b"masked".to_vec(), opts).unwrap();
-    let c = b.wait_with(r, &mut [&mut a]).unwrap();
-    assert_eq!(
-        (c.tag, c.cq_data, &c.data[..6]),
-        (0xAB42, Some(77), &b"masked"[..])
-    );
-    a.wait_with(s, &mut [&mut b]).unwrap();
-
-    // Untagged.
-    let r = b.recv(ANY_SOURCE, 4).unwrap();
-    let s = a.send(pb, b"untg".to_vec()).unwrap();
-    assert_eq!(b.wait_with(r, &mut [&mut a]).unwrap().data, b"untg");
-    a.wait_with(s, &mut [&mut b]).unwrap();
-
-    // Probe, then mprobe + mrecv.
-    let s = a.tsend(pb, 9, b"probe me".to_vec()).unwrap();
-    a.wait_with(s, &mut [&mut b]).unwrap();
-    let mut info = None;
-    for _ in 0..100_000 {
-        b.progress().unwrap();
-        a.progress().unwrap();
-        info = b.tprobe(ANY_SOURCE, ANY_TAG);
-        if info.is_some() {
-            break;
-        }
-    }
-    let info = info.expect("probe finds the unexpected message");
-    assert_eq!((info.tag, info.len, info.source), (9, 8, pa));
-    let m = b.tmprobe(pa, 9).expect("mprobe claims it");
-    assert!(
-        b.tprobe(ANY_SOURCE, ANY_TAG).is_none(),
-        "claimed: invisible"
-    );
-    let r = b.mrecv(m, 8).unwrap();
-    assert_eq!(b.wait_with(r, &mut [&mut a]).unwrap().data, b"probe me");
-
-    // Cancel.
-    let r = b.trecv(ANY_SOURCE, 12345, 8).unwrap();
-    b.cancel(r).unwrap();
-    let c = b.wait(r).unwrap_err();
-    assert!(
-        matches!(
-            c,
-            Error::Failed {
-                error: OpError::Canceled,
-                ..
-            }
-        ),
-        "{c}"
-    );
-    assert!(matches!(b.cancel(r), Err(Error::UnknownRequest(_))));
-
-    // Truncation is reported with the first bytes.
-    let r = b.trecv(pa, 5, 2).unwrap();
-    let s = a.tsend(pb, 5, b"long".to_vec()).unwrap();
-    let e = b.wait_with(r, &mut [&mut a]).unwrap_err();
-    assert!(
-        matches!(
-            e,
-            Error::Failed {
-                error: OpError::Truncated {
-                    msg_len: 4,
-                    buf_len: 2
-                },
-                ..
-            }
-        ),
-        "{e}"
-    );
-    a.wait_with(s, &mut [&mut b]).unwrap();
-
-    // RMA: write then read back, small and large.
-    let mr = b.register(vec![0u8; 1 << 20]).unwrap();
-    let key = mr.remote_key();
-    for len in [64usize, 300_000] {
-        let data: Vec<u8> = (0..len).map(|x| (x % 251) as u8).collect();
-        let w = a.write(pb, data.clone(), key.at(16)).unwrap();
-        a.wait_with(w, &mut [&mut b]).unwrap();
-        let rd = a.read(pb, len, key.at(16)).unwrap();
-        assert_eq!(a.wait_with(rd, &mut [&mut b]).unwrap().data, data);
-        assert_eq!(&b.region(&mr).unwrap()[16..16 + len], &data[..]);
-    }
-
-    // Atomics: a counter.
-    let ctr = b.register(vec![0u8; 8]).unwrap();
-    for i in 0..5u64 {
-        let f = a.fetch_add_u64(pb, ctr.remote_key().at(0), 3).unwrap();
-        let c = a.wait_with(f, &mut [&mut b]).unwrap();
-        assert_eq!(c.data_u64(), Some(3 * i));
-        assert_eq!(c.kind, OpKind::AtomicFetch);
-    }
-    let cs = a
-        .compare_swap_u64(pb, ctr.remote_key().at(0), 15, 100)
-        .unwrap();
-    assert_eq!(a.wait_with(cs, &mut [&mut b]).unwrap().data_u64(), Some(15));
-    assert_eq!(b.region(&ctr).unwrap(), &100u64.to_le_bytes());
-    assert_eq!(b.deregister(ctr).unwrap(), 100u64.to_le_bytes().to_vec());
-
-    let st = a.stats();
-    if a.fast_path() {
-        // Every message took the fast path; RMA and atomics the protocol.
-        assert_eq!(st.facade.fast_sends, 8);
-        assert_eq!(b.stats().facade.fast_recvs, 8);
-        assert_eq!(st.facade.protocol(Protocol::Eager), 0);
-    } else {
-        assert_eq!(st.facade.fast_sends, 0);
-        assert!(st.facade.protocol(Protocol::Eager) > 0);
-        assert!(
-            st.facade.protocol(Protocol::LongCts) > 0 || st.facade.protocol(Protocol::LongRead) > 0
-        );
-    }
-    assert!(st.rdm.tx_packets > 0);
-    assert!(!st.to_string().is_empty());
-    assert!(a.flush(Duration::from_secs(5)).unwrap());
-    assert!(b.flush(Duration::from_secs(5)).unwrap());
 }
 
 #[test]

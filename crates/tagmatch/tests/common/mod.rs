@@ -136,10 +136,18 @@ pub fn exercise(mut a: Endpoint, mut b: Endpoint) {
     assert_eq!(b.deregister(ctr).unwrap(), 100u64.to_le_bytes().to_vec());
 
     let st = a.stats();
-    assert!(st.facade.protocol(Protocol::Eager) > 0);
-    assert!(
-        st.facade.protocol(Protocol::LongCts) > 0 || st.facade.protocol(Protocol::LongRead) > 0
-    );
+    if a.fast_path() {
+        // Every message took the fast path; RMA and atomics the protocol.
+        assert_eq!(st.facade.fast_sends, 8);
+        assert_eq!(b.stats().facade.fast_recvs, 8);
+        assert_eq!(st.facade.protocol(Protocol::Eager), 0);
+    } else {
+        assert_eq!(st.facade.fast_sends, 0);
+        assert!(st.facade.protocol(Protocol::Eager) > 0);
+        assert!(
+            st.facade.protocol(Protocol::LongCts) > 0 || st.facade.protocol(Protocol::LongRead) > 0
+        );
+    }
     assert!(st.rdm.tx_packets > 0);
     assert!(!st.to_string().is_empty());
     assert!(a.flush(Duration::from_secs(5)).unwrap());
