@@ -108,8 +108,9 @@ pub struct Config {
     /// Reorder window per peer, in messages (libfabric `FI_EFA_RECVWIN_SIZE` 16384).
     pub reorder_window: u32,
     /// Budget of bytes buffered for unexpected and out-of-order messages (eager and medium
-    /// data, LONGCTS_RTM first segments, runts). A message that would exceed it is dropped
-    /// and counted in `Stats::rx_reorder_rejected`.
+    /// data, LONGCTS_RTM first segments, runts). A message that would exceed it is
+    /// refused for now (`Rx::Refused`, counted in `Stats::rx_refused`): the owner
+    /// hands it in again later, so nothing is lost and memory stays bounded.
     pub max_unexpected_bytes: usize,
     /// Budget of unexpected and out-of-order messages.
     pub max_unexpected_msgs: usize,

@@ -181,6 +181,11 @@ pub struct Fabric {
     /// Every registration and deregistration asked for, in emission order (kept with
     /// [`Fabric::record_log`]).
     pub mr_log: Vec<MrRecord>,
+    /// Packets a receiver refused ([`crate::Rx::Refused`], receiver not ready), redelivered
+    /// at the next [`Fabric::drive`] (as an EFA device retries after RNR).
+    parked: Vec<Event>,
+    /// Packets refused so far.
+    pub refused: u64,
 }
 
 impl Fabric {
@@ -199,6 +204,8 @@ impl Fabric {
             record_bytes: false,
             record_log: true,
             mr_log: Vec::new(),
+            parked: Vec::new(),
+            refused: 0,
         }
     }
 
@@ -505,6 +512,7 @@ impl Fabric {
     /// Runs device events until nothing is left to do. Returns the number of events.
     pub fn drive(&mut self) -> u64 {
         let start = self.steps;
+        self.events.extend(self.parked.drain(..));
         loop {
             self.pull();
             if self.events.is_empty() {
@@ -523,7 +531,10 @@ impl Fabric {
                 Event::Deliver { from, to, bytes } => {
                     let a = self.nodes[from].ep.addr();
                     let src = self.nodes[to].ep.lookup_peer(&a.gid, a.qpn);
-                    self.nodes[to].ep.handle_packet(src, &bytes);
+                    if self.nodes[to].ep.handle_packet(src, &bytes) == crate::Rx::Refused {
+                        self.refused += 1;
+                        self.parked.push(Event::Deliver { from, to, bytes });
+                    }
                 }
                 Event::SendDone {
                     node,

@@ -128,6 +128,17 @@ pub enum Transmit {
     },
 }
 
+/// What [`crate::Endpoint::handle_packet`] did with a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rx {
+    /// Processed (or dropped as malformed, stale or unknown, and counted).
+    Consumed,
+    /// Receiver not ready: a new message that does not fit the unexpected-message budget
+    /// or lies beyond the reorder window. The endpoint kept nothing of it; hand the same
+    /// bytes in again later (after receives are posted or earlier messages arrived).
+    Refused,
+}
+
 /// Result the device reports for one sent packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendOutcome {
@@ -289,8 +300,12 @@ pub struct Stats {
     /// Packets whose content is inconsistent (bad offsets, lengths, keys, unsupported
     /// types).
     pub rx_invalid: u64,
-    /// RTM/RTA packets refused by the reorder buffer (stale, duplicate, beyond the window).
+    /// RTM/RTA packets dropped by the reorder buffer as stale or duplicate (already
+    /// processed or already held).
     pub rx_reorder_rejected: u64,
+    /// New messages refused for now ([`Rx::Refused`]: the unexpected budget is full, or the
+    /// message is beyond the reorder window) and left to the owner to redeliver.
+    pub rx_refused: u64,
     /// Packets sent.
     pub tx_packets: u64,
     /// Sends the device answered with [`SendOutcome::Again`] (re-queued).

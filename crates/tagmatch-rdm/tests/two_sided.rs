@@ -571,3 +571,68 @@ fn probe_mprobe_mrecv() {
         assert_eq!(done(&fab.completions(b), r2).data, payload(10, 8));
     }
 }
+
+/// The unexpected-message budget bounds what the receiver buffers; a message it refuses is
+/// not lost: the endpoint answers `Rx::Refused` (receiver not ready), the device hands it in
+/// again later, and every message arrives, in send order, once receives are posted.
+#[test]
+fn budget_refuses_and_redelivery_loses_nothing() {
+    for (seed, reorder) in [(11, false), (12, true), (13, true)] {
+        let cb = tagmatch_rdm::Config {
+            max_unexpected_msgs: 3,
+            max_unexpected_bytes: 2000,
+            ..small_cfg()
+        };
+        let (mut fab, a, b, ab, _) = warm_pair(seed, small_cfg(), cb, reorder);
+        // Eager (100 B) and medium (600 B, 3 packets) messages, 4 times the budget.
+        let sizes: Vec<usize> = (0..12)
+            .map(|i| if i % 3 == 2 { 600 } else { 100 })
+            .collect();
+        let sends: Vec<_> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| {
+                let data = payload(len, i as u8);
+                fab.ep(a)
+                    .tsend(ab, i as u64, data, SendOpts::default())
+                    .unwrap()
+            })
+            .collect();
+        for _ in 0..5 {
+            fab.drive();
+            let st = fab.nodes[b].ep.matching_stats();
+            assert!(
+                st.unexpected_depth + st.reorder_depth <= 3,
+                "budget exceeded: {st:?}"
+            );
+        }
+        assert!(fab.refused > 0, "seed {seed}: the budget refused nothing");
+        assert!(fab.nodes[b].ep.stats().rx_refused > 0);
+        // Every send completed at the sender (the device delivered it) before the receiver
+        // took it: the case that must not lose data.
+        let ca = fab.completions(a);
+        for s in &sends {
+            assert_eq!(done(&ca, *s).result, Ok(()));
+        }
+        // ANY_TAG receives get the messages in send order.
+        let mut got = Vec::new();
+        for _ in 0..sizes.len() {
+            let r = fab.ep(b).trecv(None, 0, u64::MAX, 1000).unwrap();
+            for _ in 0..20 {
+                fab.drive();
+                let cs = fab.completions(b);
+                if let Some(c) = cs.iter().find(|c| c.op == r) {
+                    got.push((c.tag, c.data[..c.len as usize].to_vec()));
+                    break;
+                }
+            }
+        }
+        let want: Vec<(u64, Vec<u8>)> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| (i as u64, payload(len, i as u8)))
+            .collect();
+        assert_eq!(got, want, "seed {seed}");
+        assert_eq!(fab.nodes[b].ep.stats().rx_reorder_rejected, 0);
+    }
+}

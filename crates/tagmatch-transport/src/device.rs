@@ -112,6 +112,16 @@ pub trait RdmDevice {
     fn rx_count(&self) -> u64 {
         0
     }
+
+    /// The endpoint could not take packet `bytes` from `src` now
+    /// ([`tagmatch_rdm::Rx::Refused`]: its unexpected-message budget is full, or the message
+    /// is beyond its reorder window) and kept nothing of it. A device that can, redelivers
+    /// it later, as an EFA device retries a send that met "receiver not ready" (RNR) — the
+    /// sender's send already completed, so the packet must not be lost. The default drops
+    /// it (the endpoint counted it in `Stats::rx_refused`).
+    fn refuse(&mut self, src: RawAddr, bytes: Vec<u8>) {
+        let _ = (src, bytes);
+    }
 }
 
 /// The RC / tag-matching SRQ path (the verbs device, and its software models): a

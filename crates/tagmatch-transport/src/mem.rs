@@ -152,6 +152,7 @@ impl MemNetwork {
             rdma: SoftRdma::new(salt),
             events: VecDeque::new(),
             again: Vec::new(),
+            rnr_redeliveries: 0,
         }
     }
 
@@ -171,12 +172,18 @@ pub struct MemDevice {
     rdma: SoftRdma,
     events: VecDeque<DeviceEvent>,
     again: Vec<tagmatch_rdm::SendToken>,
+    rnr_redeliveries: u64,
 }
 
 impl MemDevice {
     /// Software-RDMA counters (served and rejected requests).
     pub fn rdma_stats(&self) -> RdmaStats {
         self.rdma.stats
+    }
+
+    /// Packets the endpoint refused (receiver not ready) and this device queued again.
+    pub fn rnr_redeliveries(&self) -> u64 {
+        self.rnr_redeliveries
     }
 
     fn chunk(&self) -> usize {
@@ -343,6 +350,13 @@ impl RdmDevice for MemDevice {
 
     fn poll_event(&mut self) -> Option<DeviceEvent> {
         self.events.pop_front()
+    }
+
+    /// Receiver not ready: the packet goes back into this device's inbox and is delivered
+    /// again after the network's usual delay, until the endpoint takes it.
+    fn refuse(&mut self, src: RawAddr, bytes: Vec<u8>) {
+        self.rnr_redeliveries += 1;
+        self.net.hub().push(self.idx, src, Msg::Pkt(bytes));
     }
 
     fn is_idle(&self) -> bool {

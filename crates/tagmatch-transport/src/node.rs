@@ -32,7 +32,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::time::{Duration, Instant};
 
-use tagmatch_rdm::{Completion, Config, Endpoint, MemHandle, MrKey, OpId, PeerId};
+use tagmatch_rdm::{Completion, Config, Endpoint, MemHandle, MrKey, OpId, PeerId, Rx};
 use tagmatch_wire::efa::RawAddr;
 
 use crate::device::{DeviceEvent, RdmDevice};
@@ -114,7 +114,9 @@ impl<D: RdmDevice> Node<D> {
                             Some(p) => Some(*p),
                             None => self.ep.lookup_peer(&src.gid, src.qpn),
                         };
-                        self.ep.handle_packet(peer, &bytes);
+                        if self.ep.handle_packet(peer, &bytes) == Rx::Refused {
+                            self.dev.refuse(src, bytes);
+                        }
                     }
                     DeviceEvent::SendDone { token, outcome } => {
                         self.ep.on_send_done(token, outcome)

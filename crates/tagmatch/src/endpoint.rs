@@ -105,6 +105,15 @@ impl RdmDevice for Device {
             Device::Verbs(d) => d.rx_count(),
         }
     }
+
+    fn refuse(&mut self, src: RawAddr, bytes: Vec<u8>) {
+        match self {
+            Device::Mem(d) => d.refuse(src, bytes),
+            Device::Udp(d) => d.refuse(src, bytes),
+            #[cfg(feature = "verbs")]
+            Device::Verbs(d) => d.refuse(src, bytes),
+        }
+    }
 }
 
 /// A peer in the endpoint's address vector (`fi_addr_t`, `ucp_ep_h`).

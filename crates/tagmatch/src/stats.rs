@@ -132,7 +132,7 @@ pub struct Stats {
     /// Facade counters.
     pub facade: Counters,
     /// RDM protocol counters: packets, drops by reason (parse errors, connid mismatch,
-    /// unknown sender or operation, invalid, reorder/budget rejections), handshakes,
+    /// unknown sender or operation, invalid, stale or duplicate; and messages refused for now by the budget or the reorder window, which the device redelivers), handshakes,
     /// READ_NACK fallbacks.
     pub rdm: tagmatch_rdm::Stats,
     /// Sender-side operations in flight.
@@ -218,10 +218,10 @@ impl fmt::Display for Stats {
         let r = &self.rdm;
         writeln!(
             f,
-            "rdm: rx {} tx {} tx_again {} handshakes {} read_nacks {} drops: parse {} connid {} unknown_sender {} unknown_op {} invalid {} reorder/budget {}",
+            "rdm: rx {} tx {} tx_again {} handshakes {} read_nacks {} not-ready (redelivered) {} drops: parse {} connid {} unknown_sender {} unknown_op {} invalid {} stale/duplicate {}",
             r.rx_packets, r.tx_packets, r.tx_again, r.handshakes_sent, r.read_nacks,
-            r.rx_parse_errors, r.rx_connid_mismatch, r.rx_unknown_sender, r.rx_unknown_op,
-            r.rx_invalid, r.rx_reorder_rejected
+            r.rx_refused, r.rx_parse_errors, r.rx_connid_mismatch, r.rx_unknown_sender,
+            r.rx_unknown_op, r.rx_invalid, r.rx_reorder_rejected
         )?;
         match &self.device {
             DeviceStats::Mem(d) => write!(f, "device mem: {d:?}"),

@@ -359,10 +359,9 @@ fn two_threads_ping_pong_and_streams() {
 /// and arrives as receives drain the unexpected queue.
 #[test]
 fn budget_backpressure_keeps_order() {
-    // The fast path only: over the EFA protocol the receiver drops what the budget refuses
-    // (tagmatch-rdm `rx_reorder_rejected`) and nothing resends it: a protocol-path matter.
-    {
-        let fast = true;
+    // Both paths: the fast path stops reading the lane; over the EFA protocol the endpoint
+    // refuses the message (receiver not ready) and the in-memory device redelivers it.
+    for fast in [true, false] {
         let f = MemFabric::new();
         let a = ep(&f, fast);
         let mut b = Endpoint::builder()
@@ -389,6 +388,8 @@ fn budget_backpressure_keeps_order() {
         );
         if fast {
             assert!(st.facade.fast_backpressure > 0);
+        } else {
+            assert!(st.rdm.rx_refused > 0, "the budget refused messages");
         }
         for i in 0..N {
             let r = b.trecv(ANY_SOURCE, ANY_TAG, 100).unwrap();

@@ -10,7 +10,9 @@ mod two_sided;
 use std::collections::{HashMap, VecDeque};
 
 use slab::Slab;
-use tagmatch_engine::{Arrived, Engine, Envelope, Posted, RecvHandle, RecvSpec, Source, TagSel};
+use tagmatch_engine::{
+    Arrived, Engine, Envelope, Posted, RecvHandle, RecvSpec, RejectReason, Source, TagSel,
+};
 use tagmatch_wire::efa::{
     extra, flags, ExtraInfo, Field, HandshakeExt, Packet, PacketType, RawAddr, RawAddrHdr, Repr,
     RmaIov, RMA_IOV_LEN,

@@ -7,14 +7,20 @@ impl Endpoint {
     /// handle), `None` when the sender is not in the device's address book; then only a
     /// REQ carrying the raw-address header can be processed. Every malformed or
     /// unexpected packet is dropped and counted in [`Stats`]; nothing here panics.
-    pub fn handle_packet(&mut self, src: Option<PeerId>, bytes: &[u8]) {
+    ///
+    /// Returns [`Rx::Refused`] when a new message does not fit the unexpected-message budget
+    /// or lies beyond the reorder window: the endpoint kept nothing of it, and the owner
+    /// should hand the same bytes in again later ("receiver not ready", as an EFA device
+    /// retries a send that met RNR) — [`crate::Endpoint`] never drops such a message
+    /// itself. Everything else is [`Rx::Consumed`].
+    pub fn handle_packet(&mut self, src: Option<PeerId>, bytes: &[u8]) -> Rx {
         self.stats.rx_packets += 1;
         let pkt = match Packet::new_checked(bytes) {
             Ok(p) => p,
             Err(e) => {
                 tracing::debug!(%e, "dropping unparsable packet");
                 self.stats.rx_parse_errors += 1;
-                return;
+                return Rx::Consumed;
             }
         };
         let peer = match src.filter(|p| (p.0 as usize) < self.peers.len()) {
@@ -25,7 +31,7 @@ impl Endpoint {
                 Some(r) => self.add_peer(r.addr),
                 None => {
                     self.stats.rx_unknown_sender += 1;
-                    return;
+                    return Rx::Consumed;
                 }
             },
         };
@@ -36,7 +42,7 @@ impl Endpoint {
             if c != self.peers[peer.0 as usize].addr.qkey {
                 tracing::debug!(peer = peer.0, connid = c, "connid mismatch, dropping");
                 self.stats.rx_connid_mismatch += 1;
-                return;
+                return Rx::Consumed;
             }
         }
         // efa-rdm-protocol-v4 §2.1: "Upon receiving the 1st packet from a peer, an endpoint
@@ -60,8 +66,9 @@ impl Endpoint {
             T::EagerRtw | T::DcEagerRtw => self.on_eager_rtw(peer, &pkt),
             T::LongctsRtw | T::DcLongctsRtw | T::LongreadRtw => self.on_long_rtw(peer, &pkt),
             T::ShortRtr | T::LongctsRtr => self.on_rtr(peer, &pkt),
-            _ => self.on_sequenced(peer, &pkt),
+            _ => return self.on_sequenced(peer, &pkt),
         }
+        Rx::Consumed
     }
 
     pub(super) fn on_handshake(&mut self, peer: PeerId, pkt: &Packet<&[u8]>) {
@@ -237,12 +244,12 @@ impl Endpoint {
     }
 
     /// RTM and RTA packets: in `msg_id` order through the engine's reorder buffer.
-    pub(super) fn on_sequenced(&mut self, peer: PeerId, pkt: &Packet<&[u8]>) {
+    pub(super) fn on_sequenced(&mut self, peer: PeerId, pkt: &Packet<&[u8]>) -> Rx {
         use PacketType as T;
         let ty = pkt.pkt_type();
         let Some(msg_id) = pkt.msg_id() else {
             self.stats.rx_invalid += 1;
-            return;
+            return Rx::Consumed;
         };
         let proto = match ty {
             T::EagerMsgRtm | T::EagerTagRtm | T::DcEagerMsgRtm | T::DcEagerTagRtm => RxProto::Eager,
@@ -257,7 +264,7 @@ impl Endpoint {
             T::WriteRta | T::FetchRta | T::CompareRta | T::DcWriteRta => RxProto::Eager,
             _ => {
                 self.stats.rx_invalid += 1;
-                return;
+                return Rx::Consumed;
             }
         };
         let is_rta = matches!(
@@ -280,22 +287,22 @@ impl Endpoint {
                 }
                 _ => self.stats.rx_unknown_op += 1,
             }
-            return;
+            return Rx::Consumed;
         }
         match slot {
             Some(Slot::Pending(ib)) => {
                 self.inbound_segment(ib, proto, pkt);
-                return;
+                return Rx::Consumed;
             }
             Some(Slot::Matched(id)) => {
                 self.rx_segment(id, proto, pkt);
-                return;
+                return Rx::Consumed;
             }
             None => {}
         }
         let Some(ib) = self.new_inbound(peer, msg_id, proto, pkt) else {
             self.stats.rx_invalid += 1;
-            return;
+            return Rx::Consumed;
         };
         self.peers[peer.0 as usize]
             .msgs
@@ -323,11 +330,22 @@ impl Endpoint {
         {
             Ok(_) => {}
             Err(rej) => {
-                tracing::debug!(reason = %rej.reason, msg_id, "reorder buffer refused");
-                self.stats.rx_reorder_rejected += 1;
                 self.peers[peer.0 as usize].msgs.remove(&msg_id);
                 self.inbound.try_remove(ib);
-                return;
+                return match rej.reason {
+                    // Not now: the budget is full or the message is too far ahead. Nothing
+                    // of it was kept; the owner redelivers it later.
+                    RejectReason::Backpressure | RejectReason::WindowOverflow => {
+                        tracing::debug!(reason = %rej.reason, msg_id, "receiver not ready");
+                        self.stats.rx_refused += 1;
+                        Rx::Refused
+                    }
+                    RejectReason::Stale | RejectReason::Duplicate => {
+                        tracing::debug!(reason = %rej.reason, msg_id, "reorder buffer refused");
+                        self.stats.rx_reorder_rejected += 1;
+                        Rx::Consumed
+                    }
+                };
             }
         }
         for a in arrived {
@@ -344,6 +362,7 @@ impl Endpoint {
                 Arrived::Unexpected(_) => {}
             }
         }
+        Rx::Consumed
     }
 
     pub(super) fn new_inbound(
