@@ -174,3 +174,53 @@ fn blocked_wait_wakes_on_a_completion_from_another_thread() {
     assert!(a.flush(Duration::from_secs(10)).unwrap());
     assert!(b.flush(Duration::from_secs(10)).unwrap());
 }
+
+#[test]
+fn budget_holds_messages_back_without_losing_any() {
+    // The receiver's budget is 2 unexpected messages; the sender sends 24 (eager and
+    // medium). The endpoint refuses the excess, the verbs device holds it (one receive
+    // buffer each) and redelivers it; every message arrives, in order, once receives are
+    // posted.
+    let test = "budget_holds_messages_back_without_losing_any";
+    let cfg = RdmConfig {
+        recv_slots: 16,
+        ..RdmConfig::default()
+    };
+    let Some(mut a) = endpoint(test, cfg.clone()) else {
+        return;
+    };
+    let mut b = Endpoint::builder()
+        .verbs(&device_name())
+        .verbs_config(cfg)
+        .memory_budget(1 << 20, 2)
+        .wait_limit(Duration::from_secs(120))
+        .build()
+        .expect("a second endpoint on the device that gave the first");
+    let pb = a.insert_peer(&b.address()).unwrap();
+    let pa = b.insert_peer(&a.address()).unwrap();
+    let msg = |i: u64| -> Vec<u8> {
+        let len = if i % 4 == 3 { 20_000 } else { 64 };
+        (0..len).map(|x| (x as u64 * 7 + i) as u8).collect()
+    };
+    let sends: Vec<_> = (0..24u64)
+        .map(|i| a.tsend(pb, i, msg(i)).unwrap())
+        .collect();
+    for _ in 0..2000 {
+        a.progress().unwrap();
+        b.progress().unwrap();
+    }
+    let st = b.stats();
+    assert!(st.unexpected <= 2, "{} unexpected", st.unexpected);
+    assert!(st.rdm.rx_refused > 0, "the budget refused nothing");
+    assert!(verbs_stats(&b).rnr_held > 0);
+    for i in 0..24u64 {
+        let r = b.trecv(pa, tagmatch::ANY_TAG, 20_000).unwrap();
+        let c = b.wait_with(r, &mut [&mut a]).unwrap();
+        assert_eq!((c.tag, c.data), (i, msg(i)));
+    }
+    for s in sends {
+        a.wait_with(s, &mut [&mut b]).unwrap();
+    }
+    assert!(a.flush(Duration::from_secs(10)).unwrap());
+    assert!(b.flush(Duration::from_secs(10)).unwrap());
+}

@@ -19,6 +19,11 @@
 //!   than SRD's) into a shared receive queue of [`RdmConfig::recv_slots`] buffers of
 //!   [`RdmConfig::mtu`] bytes; the receiving QP identifies the sender. A send completes
 //!   ([`SendOutcome::Ok`]) when the peer's device acknowledged it.
+//! - **Receiver not ready.** A packet the endpoint refuses (its unexpected budget is full,
+//!   [`RdmDevice::refuse`]) is held and handed in again at every `progress`; each held
+//!   packet keeps one receive buffer out of the shared receive queue, so a sender that
+//!   keeps sending meets the RC hardware's RNR retries once the buffers are gone — the
+//!   EFA device's RNR behaviour, with memory bounded by the receive pool.
 //! - **RDMA.** None: this device reports every RDMA read or write as failed, and endpoints
 //!   on it must advertise neither `rdma_read` nor `rdma_write` (efa-rdm-protocol-v4 §2.1,
 //!   table 2.1, bits 0 and 5), so the protocol uses its emulated paths — long-CTS for
@@ -102,6 +107,9 @@ pub struct RdmStats {
     pub send_again: u64,
     /// RDMA operations refused (this device has no RDMA; see the module docs).
     pub rdma_refused: u64,
+    /// Packets the endpoint refused for now (receiver not ready) and this device held for
+    /// redelivery, counted each time.
+    pub rnr_held: u64,
 }
 
 /// Connection-message kinds (carried over UD, never seen by the endpoint).
@@ -225,6 +233,12 @@ pub struct VerbsRdmDevice {
     cm_queue: VecDeque<(usize, CmMsg)>,
     events: VecDeque<DeviceEvent>,
     again: Vec<SendToken>,
+    /// Packets the endpoint refused (receiver not ready), redelivered at each `progress`.
+    held: VecDeque<(RawAddr, Vec<u8>)>,
+    /// Receive buffers kept out of the SRQ, one per held packet (see `refuse`).
+    parked_slots: Vec<u32>,
+    /// Held packets that have no parked buffer yet: the next completed receives park.
+    rnr_debt: usize,
     wcs: Vec<Wc>,
     next_key: u64,
     next_addr: u64,
@@ -368,6 +382,9 @@ impl VerbsRdmDevice {
             cm_queue: VecDeque::new(),
             events: VecDeque::new(),
             again: Vec::new(),
+            held: VecDeque::new(),
+            parked_slots: Vec::new(),
+            rnr_debt: 0,
             wcs: Vec::with_capacity(16),
             next_key: 1,
             next_addr: 1 << 32,
@@ -711,8 +728,16 @@ impl VerbsRdmDevice {
                         });
                     }
                 }
-                self.srq
-                    .post_recv(wc.wr_id, self.rx.sge(off, self.cfg.mtu)?)?;
+                if self.rnr_debt > 0 {
+                    // A refused packet is held: keep this receive buffer out of the SRQ
+                    // for it, so held packets never outnumber the buffers and a sender
+                    // that keeps going meets the hardware's RNR retries (bounded memory).
+                    self.rnr_debt -= 1;
+                    self.parked_slots.push(slot);
+                } else {
+                    self.srq
+                        .post_recv(wc.wr_id, self.rx.sge(off, self.cfg.mtu)?)?;
+                }
             }
             WR_UD_SEND => self.free_ud_tx.push(slot),
             WR_UD_RECV => {
@@ -731,6 +756,25 @@ impl VerbsRdmDevice {
                 wr_id = wc.wr_id,
                 "verbs RDM: completion of an unknown request"
             ),
+        }
+        Ok(())
+    }
+
+    /// Hands the held packets in again and gives their parked receive buffers back to the
+    /// SRQ (a packet refused again is held again and parks the next buffer).
+    fn redeliver_held(&mut self) -> Result<()> {
+        if self.held.is_empty() {
+            return Ok(());
+        }
+        for (src, bytes) in self.held.drain(..) {
+            self.events.push_back(DeviceEvent::Recv { src, bytes });
+        }
+        // Every held packet had a parked buffer or a debt for one: none is held now.
+        self.rnr_debt = 0;
+        while let Some(slot) = self.parked_slots.pop() {
+            let off = slot as usize * self.cfg.mtu;
+            self.srq
+                .post_recv(WR_RECV | u64::from(slot), self.rx.sge(off, self.cfg.mtu)?)?;
         }
         Ok(())
     }
@@ -838,6 +882,7 @@ impl RdmDevice for VerbsRdmDevice {
         timeout: Option<Duration>,
     ) -> io::Result<()> {
         let start = Instant::now();
+        self.redeliver_held().map_err(to_io)?;
         for token in self.again.drain(..) {
             self.events.push_back(DeviceEvent::SendDone {
                 token,
@@ -896,8 +941,17 @@ impl RdmDevice for VerbsRdmDevice {
         self.events.pop_front()
     }
 
+    /// Receiver not ready: the packet is held and handed in again at the next `progress`;
+    /// one receive buffer stays out of the shared receive queue per held packet.
+    fn refuse(&mut self, src: RawAddr, bytes: Vec<u8>) {
+        self.stats.rnr_held += 1;
+        self.held.push_back((src, bytes));
+        self.rnr_debt += 1;
+    }
+
     fn is_idle(&self) -> bool {
         self.events.is_empty()
+            && self.held.is_empty()
             && self.again.is_empty()
             && self.free_tx.len() == self.cfg.send_slots as usize
             && self.peers.iter().all(|p| {
