@@ -872,6 +872,13 @@ impl Endpoint {
     }
 
     /// RMA write of `data` to the peer's `remote` (`fi_write`, `ucp_put_nbx`).
+    ///
+    /// The completion means what `fi_write`'s default (transmit complete) means: the data
+    /// left for the peer and `data` is no longer needed. On a transport that reorders
+    /// (UDP, EFA), a read issued after it may still be served before the write is
+    /// applied. For "visible at the target" completion (`FI_DELIVERY_COMPLETE`, or a
+    /// `ucp_ep_flush` after the put), use [`Endpoint::write_with`] with
+    /// `SendOptions { delivery_complete: true, .. }`.
     pub fn write(
         &mut self,
         peer: Peer,

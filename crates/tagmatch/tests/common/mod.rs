@@ -113,7 +113,13 @@ pub fn exercise(mut a: Endpoint, mut b: Endpoint) {
     let key = mr.remote_key();
     for len in [64usize, 300_000] {
         let data: Vec<u8> = (0..len).map(|x| (x % 251) as u8).collect();
-        let w = a.write(pb, data.clone(), key.at(16)).unwrap();
+        // Delivery complete: the read-back below must not overtake the write on a
+        // reordering transport (a plain write completes once transmitted).
+        let dc = SendOptions {
+            cq_data: None,
+            delivery_complete: true,
+        };
+        let w = a.write_with(pb, data.clone(), key.at(16), dc).unwrap();
         a.wait_with(w, &mut [&mut b]).unwrap();
         let rd = a.read(pb, len, key.at(16)).unwrap();
         assert_eq!(a.wait_with(rd, &mut [&mut b]).unwrap().data, data);
