@@ -3,8 +3,9 @@
 use crate::hash::{map_heap_bytes, FastMap};
 use crate::index::Index;
 use crate::list::{self, Link, Linked, Unlinked};
-use crate::slab::GenSlab;
+use crate::slab::{GenSlab, Generational};
 use crate::types::*;
+use core::num::NonZeroU32;
 
 /// Top bit of an index-map value: the list holds posted receives (else unexpected messages).
 const POSTED: u32 = 1 << 31;
@@ -79,29 +80,67 @@ fn key_of<R, M>(posted: &GenSlab<PNode<R>>, unexp: &GenSlab<UNode<M>>, v: u32) -
     }
 }
 
-/// A posted receive. `tag` holds `want & mask`; `kind` is the index it lives on. The
-/// mask is implied by the kind, except for general masks, kept in `Engine::masks` so the
-/// common node stays at 40 bytes (+ `R`).
+/// A posted receive. `tag` holds `want & mask`; the kind (the index it lives on) and
+/// whether the source is ANY share a word with the posting sequence number. The mask is
+/// implied by the kind, except for general masks, kept in `Engine::masks`, so the node is
+/// 36 bytes + `R` and, with the generation's niche marking vacant slab slots, a `u32`
+/// context makes a 40-byte slab slot.
 #[derive(Debug)]
 struct PNode<R> {
     tag: u64,
-    seq: u64,
+    /// `seq << SEQ_SHIFT | kind << 1 | src_any`.
+    seq_kind: u64,
     comm: u32,
     src: u32,
     link: Link,
-    kind: u8,
-    src_any: bool,
+    gen: NonZeroU32,
     recv: R,
 }
 
+/// Low bits of [`PNode::seq_kind`] below the posting sequence number (which therefore
+/// counts to 2^60: 36 years of receives at 10^9 per second).
+const SEQ_SHIFT: u32 = 4;
+
 impl<R> PNode<R> {
+    #[inline(always)]
+    fn new(seq: u64, kind: usize, src_any: bool, key: Envelope, gen: NonZeroU32, recv: R) -> Self {
+        PNode {
+            tag: key.tag,
+            seq_kind: (seq << SEQ_SHIFT) | ((kind as u64) << 1) | u64::from(src_any),
+            comm: key.comm,
+            src: key.src,
+            link: Link::default(),
+            gen,
+            recv,
+        }
+    }
+
+    /// Posting sequence number.
+    #[inline(always)]
+    fn seq(&self) -> u64 {
+        self.seq_kind >> SEQ_SHIFT
+    }
+
+    /// The index (`K_*`) the receive lives on.
+    #[inline(always)]
+    fn kind(&self) -> usize {
+        ((self.seq_kind >> 1) & 7) as usize
+    }
+
+    #[inline(always)]
+    fn src_any(&self) -> bool {
+        self.seq_kind & 1 != 0
+    }
+
     #[inline]
     fn matches(&self, env: &Envelope, mask: u64) -> bool {
-        self.comm == env.comm && (self.src_any || self.src == env.src) && env.tag & mask == self.tag
+        self.comm == env.comm
+            && (self.src_any() || self.src == env.src)
+            && env.tag & mask == self.tag
     }
 
     fn spec(&self, mask: u64) -> RecvSpec {
-        let src = if self.src_any {
+        let src = if self.src_any() {
             Source::Any
         } else {
             Source::Rank(self.src)
@@ -131,6 +170,20 @@ impl<R> PNode<R> {
     }
 }
 
+impl<R> Generational for PNode<R> {
+    #[inline(always)]
+    fn gen(&self) -> NonZeroU32 {
+        self.gen
+    }
+}
+
+impl<M> Generational for UNode<M> {
+    #[inline(always)]
+    fn gen(&self) -> NonZeroU32 {
+        self.gen
+    }
+}
+
 impl<R> Linked for PNode<R> {
     #[inline]
     fn link(&self, _k: usize) -> Link {
@@ -143,7 +196,7 @@ impl<R> Linked for PNode<R> {
 }
 
 /// An unexpected (or claimed) message. `len` is `u32` and the head marks live in the
-/// links (see `list`), so the node is 52 bytes + `M` (56 for a `u32` payload, a 64-byte
+/// links (see `list`), so the node is 56 bytes + `M` (60 for a `u32` payload, a 64-byte
 /// slab slot); larger payloads are refused as unexpected (see [`Engine::arrive`]). A
 /// claimed message is on no list; its `links[K_EXACT].next` is [`CLAIMED`].
 #[derive(Debug)]
@@ -151,6 +204,7 @@ struct UNode<M> {
     env: Envelope,
     links: [Link; 4],
     len: u32,
+    gen: NonZeroU32,
     msg: M,
 }
 
@@ -159,11 +213,12 @@ const CLAIMED: u32 = u32::MAX;
 
 impl<M> UNode<M> {
     #[inline]
-    fn new(env: Envelope, len: u32, msg: M) -> Self {
+    fn new(env: Envelope, len: u32, gen: NonZeroU32, msg: M) -> Self {
         UNode {
             env,
             links: [Link::default(); 4],
             len,
+            gen,
             msg,
         }
     }
@@ -454,7 +509,7 @@ impl<R, M> Engine<R, M> {
                 if v & POSTED != 0 {
                     *attempts += 1;
                     let idx = v & !POSTED;
-                    let seq = this.posted.at(idx).seq;
+                    let seq = this.posted.at(idx).seq();
                     if best.is_none_or(|(b, _)| seq < b) {
                         best = Some((seq, idx));
                     }
@@ -478,12 +533,12 @@ impl<R, M> Engine<R, M> {
                 let mut cur = head;
                 loop {
                     let n = self.posted.at(cur);
-                    if best.is_some_and(|(b, _)| n.seq > b) {
+                    if best.is_some_and(|(b, _)| n.seq() > b) {
                         break;
                     }
                     *attempts += 1;
                     if n.matches(env, self.pmask(cur)) {
-                        best = Some((n.seq, cur));
+                        best = Some((n.seq(), cur));
                         break;
                     }
                     match list::next(&self.posted, K_MASKED, head, cur) {
@@ -569,7 +624,7 @@ impl<R, M> Engine<R, M> {
     /// The tag mask of posted receive `idx`.
     #[inline]
     fn pmask(&self, idx: u32) -> u64 {
-        match self.posted.at(idx).kind as usize {
+        match self.posted.at(idx).kind() {
             K_EXACT | K_TAG => u64::MAX,
             K_SRC | K_COMM => 0,
             _ => self.masks.get(&idx).copied().unwrap_or(u64::MAX),
@@ -585,7 +640,7 @@ impl<R, M> Engine<R, M> {
         let spec = self.pspec(idx);
         let (k, env) = {
             let n = self.posted.at(idx);
-            (n.kind as usize, n.key_env())
+            (n.kind(), n.key_env())
         };
         if k == K_MASKED {
             self.masks.remove(&idx);
@@ -606,8 +661,7 @@ impl<R, M> Engine<R, M> {
     }
 
     fn alloc_unexp(&mut self, env: Envelope, len: u32, held: usize, msg: M) -> u32 {
-        let node = UNode::new(env, len, msg);
-        let idx = self.unexp.insert(node).0;
+        let idx = self.unexp.insert(|g| UNode::new(env, len, g, msg)).0;
         self.add_held_bytes(idx, len as usize, held);
         idx
     }
@@ -702,18 +756,10 @@ impl<R, M> Engine<R, M> {
         };
         let seq = self.next_seq;
         self.next_seq += 1;
-        let node = PNode {
-            tag,
-            seq,
-            comm: spec.comm,
-            src,
-            link: Link::default(),
-            kind: kind as u8,
-            src_any,
-            recv,
-        };
-        let env = node.key_env();
-        let (idx, gen) = self.posted.insert(node);
+        let env = Envelope::new(spec.comm, src, tag);
+        let (idx, gen) = self
+            .posted
+            .insert(|g| PNode::new(seq, kind, src_any, env, g, recv));
         if kind == K_MASKED {
             self.masks.insert(idx, mask);
         }
@@ -762,17 +808,10 @@ impl<R, M> Engine<R, M> {
                 self.c.misses += 1;
                 let seq = self.next_seq;
                 self.next_seq += 1;
-                let node = PNode {
-                    tag: key.tag,
-                    seq,
-                    comm: key.comm,
-                    src: key.src,
-                    link: Link::default(),
-                    kind: k as u8,
-                    src_any: k == K_TAG || k == K_COMM,
-                    recv,
-                };
-                let (idx, gen) = self.posted.insert(node);
+                let src_any = k == K_TAG || k == K_COMM;
+                let (idx, gen) = self
+                    .posted
+                    .insert(|g| PNode::new(seq, k, src_any, key, g, recv));
                 match pos {
                     Ok(pos) => {
                         let head = self.ix[k].value_at(pos) & !POSTED;
@@ -946,8 +985,8 @@ impl<R, M> Engine<R, M> {
                 });
             }
             pos => {
-                let node = UNode::new(env, len.min(u32::MAX as usize) as u32, msg);
-                let idx = self.unexp.insert(node).0;
+                let len = len.min(u32::MAX as usize) as u32;
+                let idx = self.unexp.insert(|g| UNode::new(env, len, g, msg)).0;
                 match pos {
                     Ok(pos) => {
                         let head = self.ix[K_EXACT].value_at(pos);
@@ -1292,7 +1331,7 @@ impl<R, M> Engine<R, M> {
             .get_checked(h.idx, h.gen)
             .map(|n| PostedInfo {
                 handle: h,
-                seq: n.seq,
+                seq: n.seq(),
                 spec: self.pspec(h.idx),
             })
             .ok_or(EngineError::StaleHandle)
@@ -1311,7 +1350,7 @@ impl<R, M> Engine<R, M> {
                     idx,
                     gen: self.posted.gen_of(idx),
                 },
-                seq: n.seq,
+                seq: n.seq(),
                 spec: self.pspec(idx),
             }
         })
@@ -1336,7 +1375,7 @@ impl<R, M> Engine<R, M> {
                 .indices()
                 .filter(|&i| pred(&self.pspec(i), &self.posted.at(i).recv)),
         );
-        s.sort_unstable_by_key(|&i| self.posted.at(i).seq);
+        s.sort_unstable_by_key(|&i| self.posted.at(i).seq());
         for &i in &s {
             let (spec, r) = self.take_posted(i);
             self.c.cancelled += 1;
@@ -1512,6 +1551,13 @@ impl<R, M> Engine<R, M> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The slab slot sizes the memory figures rest on: a posted receive with a `u32`
+    /// context in 40 bytes, an unexpected message with a `u32` payload in 64.
+    #[test]
+    fn slots_stay_small() {
+        assert_eq!(Engine::<u32, u32>::slot_sizes(), (40, 64));
+    }
 
     /// The key hash spreads the tags of every (comm, src), including the one whose
     /// mixing operand is zero, and keeps 4 consecutive tags in consecutive hashes.

@@ -5,7 +5,7 @@
 //! top bit of `prev` marks the list's head (slab indices stay below 2^31), so unlinking
 //! never needs the map unless the head changes, and no separate flag byte is needed.
 
-use crate::slab::GenSlab;
+use crate::slab::{GenSlab, Generational};
 
 /// Top bit of [`Link::prev`]: this node is the head of the list.
 const HEAD: u32 = 1 << 31;
@@ -29,7 +29,7 @@ impl Link {
 }
 
 /// A slab entry that sits on one or more lists.
-pub(crate) trait Linked {
+pub(crate) trait Linked: Generational {
     fn link(&self, k: usize) -> Link;
     fn link_mut(&mut self, k: usize) -> &mut Link;
 }
