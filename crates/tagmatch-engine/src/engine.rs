@@ -177,10 +177,16 @@ impl<R> Generational for PNode<R> {
     }
 }
 
+/// A message's slab generation is its claim id while claimed (the only time a handle
+/// names it), else 1.
 impl<M> Generational for UNode<M> {
     #[inline(always)]
     fn gen(&self) -> NonZeroU32 {
-        self.gen
+        if self.is_claimed() {
+            NonZeroU32::new(self.links[K_SRC].stashed()).unwrap_or(NonZeroU32::MIN)
+        } else {
+            NonZeroU32::MIN
+        }
     }
 }
 
@@ -196,36 +202,38 @@ impl<R> Linked for PNode<R> {
 }
 
 /// An unexpected (or claimed) message. `len` is `u32` and the head marks live in the
-/// links (see `list`), so the node is 56 bytes + `M` (60 for a `u32` payload, a 64-byte
-/// slab slot); larger payloads are refused as unexpected (see [`Engine::arrive`]). A
-/// claimed message is on no list; its `links[K_EXACT].next` is [`CLAIMED`].
+/// links (see `list`), so the node is 52 bytes + `M` (56 for a `u32` payload, which is
+/// also its slab slot: the links' non-zero `next` words give the slot its vacancy niche);
+/// larger payloads are refused as unexpected (see [`Engine::arrive`]). A claimed message
+/// is on no list; its `links[K_EXACT].next` is [`CLAIMED`] and its `links[K_SRC]` keeps
+/// its claim id, the generation its [`MsgHandle`] is checked against (only claimed
+/// messages have handles, so queued ones need no generation word).
 #[derive(Debug)]
 struct UNode<M> {
     env: Envelope,
     links: [Link; 4],
     len: u32,
-    gen: NonZeroU32,
     msg: M,
 }
 
-/// `links[K_EXACT].next` of a claimed message (never a slab index: those are < 2^31).
-const CLAIMED: u32 = u32::MAX;
+/// `links[K_EXACT].next` of a claimed message (never a slab index: those are at most
+/// `MAX_ENTRIES - 1` = 2^31 − 3).
+const CLAIMED: u32 = (1 << 31) - 1;
 
 impl<M> UNode<M> {
     #[inline]
-    fn new(env: Envelope, len: u32, gen: NonZeroU32, msg: M) -> Self {
+    fn new(env: Envelope, len: u32, msg: M) -> Self {
         UNode {
             env,
             links: [Link::default(); 4],
             len,
-            gen,
             msg,
         }
     }
 
     #[inline]
     fn is_claimed(&self) -> bool {
-        self.links[K_EXACT].next == CLAIMED
+        self.links[K_EXACT].next() == CLAIMED
     }
 }
 
@@ -319,6 +327,8 @@ pub struct Engine<R, M> {
     peers: FastMap<u32, Peer<M>>,
     scratch: Vec<u32>,
     c: Counters,
+    /// Last claim id given by [`Engine::mprobe`].
+    claims: u32,
 }
 
 impl<R, M> Default for Engine<R, M> {
@@ -347,6 +357,7 @@ impl<R, M> Engine<R, M> {
             peers: FastMap::default(),
             scratch: Vec::new(),
             c: Counters::default(),
+            claims: 0,
         }
     }
 
@@ -661,7 +672,7 @@ impl<R, M> Engine<R, M> {
     }
 
     fn alloc_unexp(&mut self, env: Envelope, len: u32, held: usize, msg: M) -> u32 {
-        let idx = self.unexp.insert(|g| UNode::new(env, len, g, msg)).0;
+        let idx = self.unexp.insert(|_| UNode::new(env, len, msg)).0;
         self.add_held_bytes(idx, len as usize, held);
         idx
     }
@@ -986,7 +997,7 @@ impl<R, M> Engine<R, M> {
             }
             pos => {
                 let len = len.min(u32::MAX as usize) as u32;
-                let idx = self.unexp.insert(|g| UNode::new(env, len, g, msg)).0;
+                let idx = self.unexp.insert(|_| UNode::new(env, len, msg)).0;
                 match pos {
                     Ok(pos) => {
                         let head = self.ix[K_EXACT].value_at(pos);
@@ -1270,9 +1281,16 @@ impl<R, M> Engine<R, M> {
         };
         self.c.hits += 1;
         self.unlink_unexp(idx);
-        let gen = self.unexp.gen_of(idx);
+        // The claim id: unique among the last 2^32 − 1 claims, so a handle from an
+        // earlier claim of this slot is stale.
+        self.claims = match self.claims.wrapping_add(1) {
+            0 => 1,
+            n => n,
+        };
+        let gen = self.claims;
         let n = self.unexp.at_mut(idx);
-        n.links[K_EXACT].next = CLAIMED;
+        n.links[K_EXACT].set_next(CLAIMED);
+        n.links[K_SRC] = Link::stash(gen);
         self.c.claimed_depth += 1;
         Some(Claimed {
             handle: MsgHandle { idx, gen },
@@ -1553,10 +1571,10 @@ mod tests {
     use super::*;
 
     /// The slab slot sizes the memory figures rest on: a posted receive with a `u32`
-    /// context in 40 bytes, an unexpected message with a `u32` payload in 64.
+    /// context in 40 bytes, an unexpected message with a `u32` payload in 56.
     #[test]
     fn slots_stay_small() {
-        assert_eq!(Engine::<u32, u32>::slot_sizes(), (40, 64));
+        assert_eq!(Engine::<u32, u32>::slot_sizes(), (40, 56));
     }
 
     /// The key hash spreads the tags of every (comm, src), including the one whose
