@@ -70,6 +70,9 @@ fn hash_key(k: usize, e: &Envelope) -> u64 {
 /// log2 of the number of consecutive keys kept in consecutive buckets.
 const BLOCK_BITS: u32 = 2;
 
+/// Where a list head sits: its list kind (`K_*`) and its bucket in that index.
+type At = (usize, usize);
+
 /// The envelope-shaped key of an index value (a posted receive or an unexpected message).
 #[inline(always)]
 fn key_of<R, M>(posted: &GenSlab<PNode<R>>, unexp: &GenSlab<UNode<M>>, v: u32) -> Envelope {
@@ -177,16 +180,12 @@ impl<R> Generational for PNode<R> {
     }
 }
 
-/// A message's slab generation is its claim id while claimed (the only time a handle
-/// names it), else 1.
+/// Messages need no slab generation: a [`MsgHandle`] is checked against the claim id
+/// (see [`UNode::claim_id`]).
 impl<M> Generational for UNode<M> {
     #[inline(always)]
     fn gen(&self) -> NonZeroU32 {
-        if self.is_claimed() {
-            NonZeroU32::new(self.links[K_SRC].stashed()).unwrap_or(NonZeroU32::MIN)
-        } else {
-            NonZeroU32::MIN
-        }
+        NonZeroU32::MIN
     }
 }
 
@@ -234,6 +233,12 @@ impl<M> UNode<M> {
     #[inline]
     fn is_claimed(&self) -> bool {
         self.links[K_EXACT].next() == CLAIMED
+    }
+
+    /// The claim id of a claimed message (the generation of its handle), else `None`.
+    #[inline]
+    fn claim_id(&self) -> Option<u32> {
+        self.is_claimed().then(|| self.links[K_SRC].stashed())
     }
 }
 
@@ -511,31 +516,48 @@ impl<R, M> Engine<R, M> {
 
     /// Earliest-posted receive matching `env`.
     fn search_posted(&self, env: &Envelope, attempts: &mut u64) -> Option<u32> {
+        self.search_posted_at(env, attempts).map(|(i, _)| i)
+    }
+
+    /// Bucket of the key of `e` in index `k`, and its value.
+    #[inline]
+    fn index_find(&self, k: usize, e: &Envelope) -> Option<(usize, u32)> {
+        let key = proj(k, e);
+        let (p, u) = (&self.posted, &self.unexp);
+        let ix = &self.ix[k];
+        ix.find(hash_key(k, &key), |v| proj(k, &key_of(p, u, v)) == key)
+            .ok()
+            .map(|pos| (pos, ix.value_at(pos)))
+    }
+
+    /// [`Engine::search_posted`], also giving, for a receive found at the head of a keyed
+    /// list, its list kind and bucket in that index (for [`Engine::take_posted_head`]).
+    fn search_posted_at(&self, env: &Envelope, attempts: &mut u64) -> Option<(u32, Option<At>)> {
         // matching-notes §1.1 (UCX) and §1.3 (ob1): candidates from the exact bucket and
         // the wildcard queues are merged by posting sequence number. Here each wildcard
         // kind has its own keyed FIFO, so each contributes only its head: O(1).
-        let mut best: Option<(u64, u32)> = None;
-        let mut consider = |v: Option<u32>, this: &Self, attempts: &mut u64| {
-            if let Some(v) = v {
+        let mut best: Option<(u64, u32, Option<At>)> = None;
+        let mut consider = |k: usize, this: &Self, attempts: &mut u64| {
+            if let Some((pos, v)) = this.index_find(k, env) {
                 if v & POSTED != 0 {
                     *attempts += 1;
                     let idx = v & !POSTED;
                     let seq = this.posted.at(idx).seq();
-                    if best.is_none_or(|(b, _)| seq < b) {
-                        best = Some((seq, idx));
+                    if best.is_none_or(|(b, _, _)| seq < b) {
+                        best = Some((seq, idx, Some((k, pos))));
                     }
                 }
             }
         };
-        consider(self.index_get(K_EXACT, env), self, attempts);
+        consider(K_EXACT, self, attempts);
         if self.n_kind[K_SRC] > 0 {
-            consider(self.index_get(K_SRC, env), self, attempts);
+            consider(K_SRC, self, attempts);
         }
         if self.n_kind[K_TAG] > 0 {
-            consider(self.index_get(K_TAG, env), self, attempts);
+            consider(K_TAG, self, attempts);
         }
         if self.n_kind[K_COMM] > 0 {
-            consider(self.index_get(K_COMM, env), self, attempts);
+            consider(K_COMM, self, attempts);
         }
         if self.n_kind[K_MASKED] > 0 {
             // General masks: scan this communicator's masked receives in posting order,
@@ -544,12 +566,12 @@ impl<R, M> Engine<R, M> {
                 let mut cur = head;
                 loop {
                     let n = self.posted.at(cur);
-                    if best.is_some_and(|(b, _)| n.seq() > b) {
+                    if best.is_some_and(|(b, _, _)| n.seq() > b) {
                         break;
                     }
                     *attempts += 1;
                     if n.matches(env, self.pmask(cur)) {
-                        best = Some((n.seq(), cur));
+                        best = Some((n.seq(), cur, None));
                         break;
                     }
                     match list::next(&self.posted, K_MASKED, head, cur) {
@@ -559,7 +581,7 @@ impl<R, M> Engine<R, M> {
                 }
             }
         }
-        best.map(|(_, i)| i)
+        best.map(|(_, i, at)| (i, at))
     }
 
     // ------------------------------------------------------------------ removal helpers
@@ -663,6 +685,23 @@ impl<R, M> Engine<R, M> {
             Some(n) => (spec, n.recv),
             None => unreachable!("engine invariant: receive slot {idx} is occupied"),
         }
+    }
+
+    /// Removes posted receive `idx`, the head of its keyed list `k` (not `K_MASKED`)
+    /// whose bucket in index `k` is `pos` (no index change since it was found): the
+    /// index is updated in place, without hashing the key again.
+    fn take_posted_head(&mut self, idx: u32, k: usize, pos: usize) -> R {
+        let n = match self.posted.remove(idx) {
+            Some(n) => n,
+            None => unreachable!("engine invariant: receive slot {idx} is occupied"),
+        };
+        match list::unlink_detached(&mut self.posted, k, idx, n.link) {
+            Unlinked::Empty => self.index_remove_at(k, pos),
+            Unlinked::NewHead(h) => self.ix[k].set_at(pos, h | POSTED),
+            Unlinked::Inner => {}
+        }
+        self.n_kind[k] -= 1;
+        n.recv
     }
 
     fn store_unexp(&mut self, env: Envelope, len: u32, held: usize, msg: M) {
@@ -893,7 +932,7 @@ impl<R, M> Engine<R, M> {
         self.arrive_inner(env, len, held_bytes, msg, true)
     }
 
-    #[inline]
+    #[inline(always)]
     fn arrive_inner(
         &mut self,
         env: Envelope,
@@ -920,11 +959,14 @@ impl<R, M> Engine<R, M> {
         check_budget: bool,
     ) -> Result<Arrived<R, M>, Rejected<M>> {
         let mut a = 0;
-        let found = self.search_posted(&env, &mut a);
+        let found = self.search_posted_at(&env, &mut a);
         self.c.match_attempts += a;
-        if let Some(idx) = found {
+        if let Some((idx, at)) = found {
             self.c.hits += 1;
-            let (_, recv) = self.take_posted(idx);
+            let recv = match at {
+                Some((k, pos)) => self.take_posted_head(idx, k, pos),
+                None => self.take_posted(idx).1,
+            };
             return Ok(Arrived::Matched(Match {
                 recv,
                 msg,
@@ -950,7 +992,7 @@ impl<R, M> Engine<R, M> {
 
     /// [`Engine::arrive`] when only exact receives are posted: one hash probe finds the
     /// receive, removes it from the index or stores the message.
-    #[inline]
+    #[inline(always)]
     fn arrive_exact_only(
         &mut self,
         env: Envelope,
@@ -962,7 +1004,7 @@ impl<R, M> Engine<R, M> {
         let h = hash_key(K_EXACT, &env);
         let (p, u) = (&self.posted, &self.unexp);
         let pos = self.ix[K_EXACT].find_or_reserve(h, |v| key_of(p, u, v) == env);
-        let stored = match pos {
+        match pos {
             Ok(pos) if self.ix[K_EXACT].value_at(pos) & POSTED != 0 => {
                 let idx = self.ix[K_EXACT].value_at(pos) & !POSTED;
                 let n = match self.posted.remove(idx) {
@@ -978,43 +1020,58 @@ impl<R, M> Engine<R, M> {
                 self.c.match_attempts += 1;
                 self.c.hits += 1;
                 let recv = n.recv;
-                return Ok(Arrived::Matched(Match {
+                Ok(Arrived::Matched(Match {
                     recv,
                     msg,
                     env,
                     len,
-                }));
+                }))
             }
             _ if check_budget && !self.fits(len, held) => {
                 self.c.misses += 1;
                 self.c.rejected_backpressure += 1;
-                return Err(Rejected {
+                Err(Rejected {
                     reason: RejectReason::Backpressure,
                     env,
                     len,
                     msg,
-                });
+                })
             }
             pos => {
-                let len = len.min(u32::MAX as usize) as u32;
-                let idx = self.unexp.insert(|_| UNode::new(env, len, msg)).0;
-                match pos {
-                    Ok(pos) => {
-                        let head = self.ix[K_EXACT].value_at(pos);
-                        list::push_back(&mut self.unexp, K_EXACT, Some(head), idx)
-                    }
-                    Err(pos) => {
-                        self.ix[K_EXACT].insert_at(pos, h, idx);
-                        list::push_back(&mut self.unexp, K_EXACT, None, idx);
-                    }
-                }
-                idx
+                self.store_exact_unexp(env, len, held, msg, pos, h);
+                Ok(Arrived::Unexpected(env))
             }
-        };
+        }
+    }
+
+    /// The rest of [`Engine::arrive_exact_only`] when no receive matched: stores the
+    /// message at `pos`, the answer of index `K_EXACT` for its key (hash `h`). Out of
+    /// line, so that what callers inline is the match.
+    #[inline(never)]
+    fn store_exact_unexp(
+        &mut self,
+        env: Envelope,
+        len: usize,
+        held: usize,
+        msg: M,
+        pos: Result<usize, usize>,
+        h: u64,
+    ) {
+        let len32 = len.min(u32::MAX as usize) as u32;
+        let idx = self.unexp.insert(|_| UNode::new(env, len32, msg)).0;
+        match pos {
+            Ok(pos) => {
+                let head = self.ix[K_EXACT].value_at(pos);
+                list::push_back(&mut self.unexp, K_EXACT, Some(head), idx)
+            }
+            Err(pos) => {
+                self.ix[K_EXACT].insert_at(pos, h, idx);
+                list::push_back(&mut self.unexp, K_EXACT, None, idx);
+            }
+        }
         self.c.misses += 1;
-        self.add_held_bytes(stored, len, held);
-        self.link_unexp_rest(stored, &env);
-        Ok(Arrived::Unexpected(env))
+        self.add_held_bytes(idx, len, held);
+        self.link_unexp_rest(idx, &env);
     }
 
     /// Processes a message carrying the per-source sequence number `seq` (u32, wrapping),
@@ -1301,16 +1358,16 @@ impl<R, M> Engine<R, M> {
 
     /// The payload of a claimed message.
     pub fn claimed(&self, h: MsgHandle) -> Result<&M, EngineError> {
-        match self.unexp.get_checked(h.idx, h.gen) {
-            Some(n) if n.is_claimed() => Ok(&n.msg),
+        match self.unexp.get(h.idx) {
+            Some(n) if n.claim_id() == Some(h.gen) => Ok(&n.msg),
             _ => Err(EngineError::StaleHandle),
         }
     }
 
     /// Receives a message claimed by [`Engine::mprobe`] (`MPI_Mrecv`). O(1).
     pub fn mrecv(&mut self, h: MsgHandle) -> Result<Message<M>, EngineError> {
-        match self.unexp.get_checked(h.idx, h.gen) {
-            Some(n) if n.is_claimed() => Ok(self.free_unexp(h.idx)),
+        match self.unexp.get(h.idx) {
+            Some(n) if n.claim_id() == Some(h.gen) => Ok(self.free_unexp(h.idx)),
             _ => Err(EngineError::StaleHandle),
         }
     }

@@ -110,6 +110,14 @@ impl<T: Generational> GenSlab<T> {
         }
     }
 
+    /// The entry at `idx`, if occupied (any generation).
+    pub(crate) fn get(&self, idx: u32) -> Option<&T> {
+        match self.slots.get(idx as usize) {
+            Some(Slot::Occupied(val)) => Some(val),
+            _ => None,
+        }
+    }
+
     pub(crate) fn get_checked(&self, idx: u32, gen: u32) -> Option<&T> {
         match self.slots.get(idx as usize) {
             Some(Slot::Occupied(val)) if val.gen().get() == gen => Some(val),
