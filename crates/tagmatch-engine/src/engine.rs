@@ -426,7 +426,11 @@ impl<R, M> Engine<R, M> {
         let key = proj(k, e);
         let h = hash_key(k, &key);
         let (p, u) = (&self.posted, &self.unexp);
-        match self.ix[k].find_or_reserve(h, |v| proj(k, &key_of(p, u, v)) == key) {
+        match self.ix[k].find_or_reserve(
+            h,
+            #[inline(always)]
+            |v| proj(k, &key_of(p, u, v)) == key,
+        ) {
             Ok(pos) => {
                 let head = self.ix[k].value_at(pos);
                 list::push_back(&mut self.unexp, k, Some(head & !POSTED), idx);
@@ -444,7 +448,11 @@ impl<R, M> Engine<R, M> {
         let key = proj(k, e);
         let h = hash_key(k, &key);
         let (p, u) = (&self.posted, &self.unexp);
-        match self.ix[k].find_or_reserve(h, |v| proj(k, &key_of(p, u, v)) == key) {
+        match self.ix[k].find_or_reserve(
+            h,
+            #[inline(always)]
+            |v| proj(k, &key_of(p, u, v)) == key,
+        ) {
             Ok(pos) => {
                 let head = self.ix[k].value_at(pos);
                 list::push_back(&mut self.posted, k, Some(head & !POSTED), idx);
@@ -525,9 +533,13 @@ impl<R, M> Engine<R, M> {
         let key = proj(k, e);
         let (p, u) = (&self.posted, &self.unexp);
         let ix = &self.ix[k];
-        ix.find(hash_key(k, &key), |v| proj(k, &key_of(p, u, v)) == key)
-            .ok()
-            .map(|pos| (pos, ix.value_at(pos)))
+        ix.find(
+            hash_key(k, &key),
+            #[inline(always)]
+            |v| proj(k, &key_of(p, u, v)) == key,
+        )
+        .ok()
+        .map(|pos| (pos, ix.value_at(pos)))
     }
 
     /// [`Engine::search_posted`], also giving, for a receive found at the head of a keyed
@@ -537,27 +549,20 @@ impl<R, M> Engine<R, M> {
         // the wildcard queues are merged by posting sequence number. Here each wildcard
         // kind has its own keyed FIFO, so each contributes only its head: O(1).
         let mut best: Option<(u64, u32, Option<At>)> = None;
-        let mut consider = |k: usize, this: &Self, attempts: &mut u64| {
-            if let Some((pos, v)) = this.index_find(k, env) {
+        for k in [K_EXACT, K_SRC, K_TAG, K_COMM] {
+            if k != K_EXACT && self.n_kind[k] == 0 {
+                continue;
+            }
+            if let Some((pos, v)) = self.index_find(k, env) {
                 if v & POSTED != 0 {
                     *attempts += 1;
                     let idx = v & !POSTED;
-                    let seq = this.posted.at(idx).seq();
+                    let seq = self.posted.at(idx).seq();
                     if best.is_none_or(|(b, _, _)| seq < b) {
                         best = Some((seq, idx, Some((k, pos))));
                     }
                 }
             }
-        };
-        consider(K_EXACT, self, attempts);
-        if self.n_kind[K_SRC] > 0 {
-            consider(K_SRC, self, attempts);
-        }
-        if self.n_kind[K_TAG] > 0 {
-            consider(K_TAG, self, attempts);
-        }
-        if self.n_kind[K_COMM] > 0 {
-            consider(K_COMM, self, attempts);
         }
         if self.n_kind[K_MASKED] > 0 {
             // General masks: scan this communicator's masked receives in posting order,
@@ -834,7 +839,11 @@ impl<R, M> Engine<R, M> {
         self.c.match_attempts += 1;
         let h = hash_key(k, &key);
         let (p, u) = (&self.posted, &self.unexp);
-        let pos = self.ix[k].find_or_reserve(h, |v| proj(k, &key_of(p, u, v)) == key);
+        let pos = self.ix[k].find_or_reserve(
+            h,
+            #[inline(always)]
+            |v| proj(k, &key_of(p, u, v)) == key,
+        );
         let (found, n) = match pos {
             Ok(pos) if self.ix[k].value_at(pos) & POSTED == 0 => {
                 let idx = self.ix[k].value_at(pos);
@@ -1003,7 +1012,11 @@ impl<R, M> Engine<R, M> {
     ) -> Result<Arrived<R, M>, Rejected<M>> {
         let h = hash_key(K_EXACT, &env);
         let (p, u) = (&self.posted, &self.unexp);
-        let pos = self.ix[K_EXACT].find_or_reserve(h, |v| key_of(p, u, v) == env);
+        let pos = self.ix[K_EXACT].find_or_reserve(
+            h,
+            #[inline(always)]
+            |v| key_of(p, u, v) == env,
+        );
         match pos {
             Ok(pos) if self.ix[K_EXACT].value_at(pos) & POSTED != 0 => {
                 let idx = self.ix[K_EXACT].value_at(pos) & !POSTED;
