@@ -3,8 +3,9 @@
 use crate::hash::{map_heap_bytes, FastMap};
 use crate::index::Index;
 use crate::list::{self, Link, Linked, Unlinked};
-use crate::slab::GenSlab;
+use crate::slab::{GenSlab, Generational};
 use crate::types::*;
+use core::num::NonZeroU32;
 
 /// Top bit of an index-map value: the list holds posted receives (else unexpected messages).
 const POSTED: u32 = 1 << 31;
@@ -69,6 +70,9 @@ fn hash_key(k: usize, e: &Envelope) -> u64 {
 /// log2 of the number of consecutive keys kept in consecutive buckets.
 const BLOCK_BITS: u32 = 2;
 
+/// Where a list head sits: its list kind (`K_*`) and its bucket in that index.
+type At = (usize, usize);
+
 /// The envelope-shaped key of an index value (a posted receive or an unexpected message).
 #[inline(always)]
 fn key_of<R, M>(posted: &GenSlab<PNode<R>>, unexp: &GenSlab<UNode<M>>, v: u32) -> Envelope {
@@ -79,29 +83,67 @@ fn key_of<R, M>(posted: &GenSlab<PNode<R>>, unexp: &GenSlab<UNode<M>>, v: u32) -
     }
 }
 
-/// A posted receive. `tag` holds `want & mask`; `kind` is the index it lives on. The
-/// mask is implied by the kind, except for general masks, kept in `Engine::masks` so the
-/// common node stays at 40 bytes (+ `R`).
+/// A posted receive. `tag` holds `want & mask`; the kind (the index it lives on) and
+/// whether the source is ANY share a word with the posting sequence number. The mask is
+/// implied by the kind, except for general masks, kept in `Engine::masks`, so the node is
+/// 36 bytes + `R` and, with the generation's niche marking vacant slab slots, a `u32`
+/// context makes a 40-byte slab slot.
 #[derive(Debug)]
 struct PNode<R> {
     tag: u64,
-    seq: u64,
+    /// `seq << SEQ_SHIFT | kind << 1 | src_any`.
+    seq_kind: u64,
     comm: u32,
     src: u32,
     link: Link,
-    kind: u8,
-    src_any: bool,
+    gen: NonZeroU32,
     recv: R,
 }
 
+/// Low bits of [`PNode::seq_kind`] below the posting sequence number (which therefore
+/// counts to 2^60: 36 years of receives at 10^9 per second).
+const SEQ_SHIFT: u32 = 4;
+
 impl<R> PNode<R> {
+    #[inline(always)]
+    fn new(seq: u64, kind: usize, src_any: bool, key: Envelope, gen: NonZeroU32, recv: R) -> Self {
+        PNode {
+            tag: key.tag,
+            seq_kind: (seq << SEQ_SHIFT) | ((kind as u64) << 1) | u64::from(src_any),
+            comm: key.comm,
+            src: key.src,
+            link: Link::default(),
+            gen,
+            recv,
+        }
+    }
+
+    /// Posting sequence number.
+    #[inline(always)]
+    fn seq(&self) -> u64 {
+        self.seq_kind >> SEQ_SHIFT
+    }
+
+    /// The index (`K_*`) the receive lives on.
+    #[inline(always)]
+    fn kind(&self) -> usize {
+        ((self.seq_kind >> 1) & 7) as usize
+    }
+
+    #[inline(always)]
+    fn src_any(&self) -> bool {
+        self.seq_kind & 1 != 0
+    }
+
     #[inline]
     fn matches(&self, env: &Envelope, mask: u64) -> bool {
-        self.comm == env.comm && (self.src_any || self.src == env.src) && env.tag & mask == self.tag
+        self.comm == env.comm
+            && (self.src_any() || self.src == env.src)
+            && env.tag & mask == self.tag
     }
 
     fn spec(&self, mask: u64) -> RecvSpec {
-        let src = if self.src_any {
+        let src = if self.src_any() {
             Source::Any
         } else {
             Source::Rank(self.src)
@@ -131,6 +173,22 @@ impl<R> PNode<R> {
     }
 }
 
+impl<R> Generational for PNode<R> {
+    #[inline(always)]
+    fn gen(&self) -> NonZeroU32 {
+        self.gen
+    }
+}
+
+/// Messages need no slab generation: a [`MsgHandle`] is checked against the claim id
+/// (see [`UNode::claim_id`]).
+impl<M> Generational for UNode<M> {
+    #[inline(always)]
+    fn gen(&self) -> NonZeroU32 {
+        NonZeroU32::MIN
+    }
+}
+
 impl<R> Linked for PNode<R> {
     #[inline]
     fn link(&self, _k: usize) -> Link {
@@ -143,9 +201,12 @@ impl<R> Linked for PNode<R> {
 }
 
 /// An unexpected (or claimed) message. `len` is `u32` and the head marks live in the
-/// links (see `list`), so the node is 52 bytes + `M` (56 for a `u32` payload, a 64-byte
-/// slab slot); larger payloads are refused as unexpected (see [`Engine::arrive`]). A
-/// claimed message is on no list; its `links[K_EXACT].next` is [`CLAIMED`].
+/// links (see `list`), so the node is 52 bytes + `M` (56 for a `u32` payload, which is
+/// also its slab slot: the links' non-zero `next` words give the slot its vacancy niche);
+/// larger payloads are refused as unexpected (see [`Engine::arrive`]). A claimed message
+/// is on no list; its `links[K_EXACT].next` is [`CLAIMED`] and its `links[K_SRC]` keeps
+/// its claim id, the generation its [`MsgHandle`] is checked against (only claimed
+/// messages have handles, so queued ones need no generation word).
 #[derive(Debug)]
 struct UNode<M> {
     env: Envelope,
@@ -154,8 +215,9 @@ struct UNode<M> {
     msg: M,
 }
 
-/// `links[K_EXACT].next` of a claimed message (never a slab index: those are < 2^31).
-const CLAIMED: u32 = u32::MAX;
+/// `links[K_EXACT].next` of a claimed message (never a slab index: those are at most
+/// `MAX_ENTRIES - 1` = 2^31 − 3).
+const CLAIMED: u32 = (1 << 31) - 1;
 
 impl<M> UNode<M> {
     #[inline]
@@ -170,7 +232,13 @@ impl<M> UNode<M> {
 
     #[inline]
     fn is_claimed(&self) -> bool {
-        self.links[K_EXACT].next == CLAIMED
+        self.links[K_EXACT].next() == CLAIMED
+    }
+
+    /// The claim id of a claimed message (the generation of its handle), else `None`.
+    #[inline]
+    fn claim_id(&self) -> Option<u32> {
+        self.is_claimed().then(|| self.links[K_SRC].stashed())
     }
 }
 
@@ -264,6 +332,8 @@ pub struct Engine<R, M> {
     peers: FastMap<u32, Peer<M>>,
     scratch: Vec<u32>,
     c: Counters,
+    /// Last claim id given by [`Engine::mprobe`].
+    claims: u32,
 }
 
 impl<R, M> Default for Engine<R, M> {
@@ -292,6 +362,7 @@ impl<R, M> Engine<R, M> {
             peers: FastMap::default(),
             scratch: Vec::new(),
             c: Counters::default(),
+            claims: 0,
         }
     }
 
@@ -355,7 +426,11 @@ impl<R, M> Engine<R, M> {
         let key = proj(k, e);
         let h = hash_key(k, &key);
         let (p, u) = (&self.posted, &self.unexp);
-        match self.ix[k].find_or_reserve(h, |v| proj(k, &key_of(p, u, v)) == key) {
+        match self.ix[k].find_or_reserve(
+            h,
+            #[inline(always)]
+            |v| proj(k, &key_of(p, u, v)) == key,
+        ) {
             Ok(pos) => {
                 let head = self.ix[k].value_at(pos);
                 list::push_back(&mut self.unexp, k, Some(head & !POSTED), idx);
@@ -373,7 +448,11 @@ impl<R, M> Engine<R, M> {
         let key = proj(k, e);
         let h = hash_key(k, &key);
         let (p, u) = (&self.posted, &self.unexp);
-        match self.ix[k].find_or_reserve(h, |v| proj(k, &key_of(p, u, v)) == key) {
+        match self.ix[k].find_or_reserve(
+            h,
+            #[inline(always)]
+            |v| proj(k, &key_of(p, u, v)) == key,
+        ) {
             Ok(pos) => {
                 let head = self.ix[k].value_at(pos);
                 list::push_back(&mut self.posted, k, Some(head & !POSTED), idx);
@@ -445,31 +524,45 @@ impl<R, M> Engine<R, M> {
 
     /// Earliest-posted receive matching `env`.
     fn search_posted(&self, env: &Envelope, attempts: &mut u64) -> Option<u32> {
+        self.search_posted_at(env, attempts).map(|(i, _)| i)
+    }
+
+    /// Bucket of the key of `e` in index `k`, and its value.
+    #[inline]
+    fn index_find(&self, k: usize, e: &Envelope) -> Option<(usize, u32)> {
+        let key = proj(k, e);
+        let (p, u) = (&self.posted, &self.unexp);
+        let ix = &self.ix[k];
+        ix.find(
+            hash_key(k, &key),
+            #[inline(always)]
+            |v| proj(k, &key_of(p, u, v)) == key,
+        )
+        .ok()
+        .map(|pos| (pos, ix.value_at(pos)))
+    }
+
+    /// [`Engine::search_posted`], also giving, for a receive found at the head of a keyed
+    /// list, its list kind and bucket in that index (for [`Engine::take_posted_head`]).
+    fn search_posted_at(&self, env: &Envelope, attempts: &mut u64) -> Option<(u32, Option<At>)> {
         // matching-notes §1.1 (UCX) and §1.3 (ob1): candidates from the exact bucket and
         // the wildcard queues are merged by posting sequence number. Here each wildcard
         // kind has its own keyed FIFO, so each contributes only its head: O(1).
-        let mut best: Option<(u64, u32)> = None;
-        let mut consider = |v: Option<u32>, this: &Self, attempts: &mut u64| {
-            if let Some(v) = v {
+        let mut best: Option<(u64, u32, Option<At>)> = None;
+        for k in [K_EXACT, K_SRC, K_TAG, K_COMM] {
+            if k != K_EXACT && self.n_kind[k] == 0 {
+                continue;
+            }
+            if let Some((pos, v)) = self.index_find(k, env) {
                 if v & POSTED != 0 {
                     *attempts += 1;
                     let idx = v & !POSTED;
-                    let seq = this.posted.at(idx).seq;
-                    if best.is_none_or(|(b, _)| seq < b) {
-                        best = Some((seq, idx));
+                    let seq = self.posted.at(idx).seq();
+                    if best.is_none_or(|(b, _, _)| seq < b) {
+                        best = Some((seq, idx, Some((k, pos))));
                     }
                 }
             }
-        };
-        consider(self.index_get(K_EXACT, env), self, attempts);
-        if self.n_kind[K_SRC] > 0 {
-            consider(self.index_get(K_SRC, env), self, attempts);
-        }
-        if self.n_kind[K_TAG] > 0 {
-            consider(self.index_get(K_TAG, env), self, attempts);
-        }
-        if self.n_kind[K_COMM] > 0 {
-            consider(self.index_get(K_COMM, env), self, attempts);
         }
         if self.n_kind[K_MASKED] > 0 {
             // General masks: scan this communicator's masked receives in posting order,
@@ -478,12 +571,12 @@ impl<R, M> Engine<R, M> {
                 let mut cur = head;
                 loop {
                     let n = self.posted.at(cur);
-                    if best.is_some_and(|(b, _)| n.seq > b) {
+                    if best.is_some_and(|(b, _, _)| n.seq() > b) {
                         break;
                     }
                     *attempts += 1;
                     if n.matches(env, self.pmask(cur)) {
-                        best = Some((n.seq, cur));
+                        best = Some((n.seq(), cur, None));
                         break;
                     }
                     match list::next(&self.posted, K_MASKED, head, cur) {
@@ -493,7 +586,7 @@ impl<R, M> Engine<R, M> {
                 }
             }
         }
-        best.map(|(_, i)| i)
+        best.map(|(_, i, at)| (i, at))
     }
 
     // ------------------------------------------------------------------ removal helpers
@@ -569,7 +662,7 @@ impl<R, M> Engine<R, M> {
     /// The tag mask of posted receive `idx`.
     #[inline]
     fn pmask(&self, idx: u32) -> u64 {
-        match self.posted.at(idx).kind as usize {
+        match self.posted.at(idx).kind() {
             K_EXACT | K_TAG => u64::MAX,
             K_SRC | K_COMM => 0,
             _ => self.masks.get(&idx).copied().unwrap_or(u64::MAX),
@@ -585,7 +678,7 @@ impl<R, M> Engine<R, M> {
         let spec = self.pspec(idx);
         let (k, env) = {
             let n = self.posted.at(idx);
-            (n.kind as usize, n.key_env())
+            (n.kind(), n.key_env())
         };
         if k == K_MASKED {
             self.masks.remove(&idx);
@@ -599,6 +692,23 @@ impl<R, M> Engine<R, M> {
         }
     }
 
+    /// Removes posted receive `idx`, the head of its keyed list `k` (not `K_MASKED`)
+    /// whose bucket in index `k` is `pos` (no index change since it was found): the
+    /// index is updated in place, without hashing the key again.
+    fn take_posted_head(&mut self, idx: u32, k: usize, pos: usize) -> R {
+        let n = match self.posted.remove(idx) {
+            Some(n) => n,
+            None => unreachable!("engine invariant: receive slot {idx} is occupied"),
+        };
+        match list::unlink_detached(&mut self.posted, k, idx, n.link) {
+            Unlinked::Empty => self.index_remove_at(k, pos),
+            Unlinked::NewHead(h) => self.ix[k].set_at(pos, h | POSTED),
+            Unlinked::Inner => {}
+        }
+        self.n_kind[k] -= 1;
+        n.recv
+    }
+
     fn store_unexp(&mut self, env: Envelope, len: u32, held: usize, msg: M) {
         let idx = self.alloc_unexp(env, len, held, msg);
         self.index_push_unexp(K_EXACT, &env, idx);
@@ -606,8 +716,7 @@ impl<R, M> Engine<R, M> {
     }
 
     fn alloc_unexp(&mut self, env: Envelope, len: u32, held: usize, msg: M) -> u32 {
-        let node = UNode::new(env, len, msg);
-        let idx = self.unexp.insert(node).0;
+        let idx = self.unexp.insert(|_| UNode::new(env, len, msg)).0;
         self.add_held_bytes(idx, len as usize, held);
         idx
     }
@@ -702,18 +811,10 @@ impl<R, M> Engine<R, M> {
         };
         let seq = self.next_seq;
         self.next_seq += 1;
-        let node = PNode {
-            tag,
-            seq,
-            comm: spec.comm,
-            src,
-            link: Link::default(),
-            kind: kind as u8,
-            src_any,
-            recv,
-        };
-        let env = node.key_env();
-        let (idx, gen) = self.posted.insert(node);
+        let env = Envelope::new(spec.comm, src, tag);
+        let (idx, gen) = self
+            .posted
+            .insert(|g| PNode::new(seq, kind, src_any, env, g, recv));
         if kind == K_MASKED {
             self.masks.insert(idx, mask);
         }
@@ -738,7 +839,11 @@ impl<R, M> Engine<R, M> {
         self.c.match_attempts += 1;
         let h = hash_key(k, &key);
         let (p, u) = (&self.posted, &self.unexp);
-        let pos = self.ix[k].find_or_reserve(h, |v| proj(k, &key_of(p, u, v)) == key);
+        let pos = self.ix[k].find_or_reserve(
+            h,
+            #[inline(always)]
+            |v| proj(k, &key_of(p, u, v)) == key,
+        );
         let (found, n) = match pos {
             Ok(pos) if self.ix[k].value_at(pos) & POSTED == 0 => {
                 let idx = self.ix[k].value_at(pos);
@@ -762,17 +867,10 @@ impl<R, M> Engine<R, M> {
                 self.c.misses += 1;
                 let seq = self.next_seq;
                 self.next_seq += 1;
-                let node = PNode {
-                    tag: key.tag,
-                    seq,
-                    comm: key.comm,
-                    src: key.src,
-                    link: Link::default(),
-                    kind: k as u8,
-                    src_any: k == K_TAG || k == K_COMM,
-                    recv,
-                };
-                let (idx, gen) = self.posted.insert(node);
+                let src_any = k == K_TAG || k == K_COMM;
+                let (idx, gen) = self
+                    .posted
+                    .insert(|g| PNode::new(seq, k, src_any, key, g, recv));
                 match pos {
                     Ok(pos) => {
                         let head = self.ix[k].value_at(pos) & !POSTED;
@@ -843,7 +941,7 @@ impl<R, M> Engine<R, M> {
         self.arrive_inner(env, len, held_bytes, msg, true)
     }
 
-    #[inline]
+    #[inline(always)]
     fn arrive_inner(
         &mut self,
         env: Envelope,
@@ -870,11 +968,14 @@ impl<R, M> Engine<R, M> {
         check_budget: bool,
     ) -> Result<Arrived<R, M>, Rejected<M>> {
         let mut a = 0;
-        let found = self.search_posted(&env, &mut a);
+        let found = self.search_posted_at(&env, &mut a);
         self.c.match_attempts += a;
-        if let Some(idx) = found {
+        if let Some((idx, at)) = found {
             self.c.hits += 1;
-            let (_, recv) = self.take_posted(idx);
+            let recv = match at {
+                Some((k, pos)) => self.take_posted_head(idx, k, pos),
+                None => self.take_posted(idx).1,
+            };
             return Ok(Arrived::Matched(Match {
                 recv,
                 msg,
@@ -900,7 +1001,7 @@ impl<R, M> Engine<R, M> {
 
     /// [`Engine::arrive`] when only exact receives are posted: one hash probe finds the
     /// receive, removes it from the index or stores the message.
-    #[inline]
+    #[inline(always)]
     fn arrive_exact_only(
         &mut self,
         env: Envelope,
@@ -911,8 +1012,12 @@ impl<R, M> Engine<R, M> {
     ) -> Result<Arrived<R, M>, Rejected<M>> {
         let h = hash_key(K_EXACT, &env);
         let (p, u) = (&self.posted, &self.unexp);
-        let pos = self.ix[K_EXACT].find_or_reserve(h, |v| key_of(p, u, v) == env);
-        let stored = match pos {
+        let pos = self.ix[K_EXACT].find_or_reserve(
+            h,
+            #[inline(always)]
+            |v| key_of(p, u, v) == env,
+        );
+        match pos {
             Ok(pos) if self.ix[K_EXACT].value_at(pos) & POSTED != 0 => {
                 let idx = self.ix[K_EXACT].value_at(pos) & !POSTED;
                 let n = match self.posted.remove(idx) {
@@ -928,43 +1033,58 @@ impl<R, M> Engine<R, M> {
                 self.c.match_attempts += 1;
                 self.c.hits += 1;
                 let recv = n.recv;
-                return Ok(Arrived::Matched(Match {
+                Ok(Arrived::Matched(Match {
                     recv,
                     msg,
                     env,
                     len,
-                }));
+                }))
             }
             _ if check_budget && !self.fits(len, held) => {
                 self.c.misses += 1;
                 self.c.rejected_backpressure += 1;
-                return Err(Rejected {
+                Err(Rejected {
                     reason: RejectReason::Backpressure,
                     env,
                     len,
                     msg,
-                });
+                })
             }
             pos => {
-                let node = UNode::new(env, len.min(u32::MAX as usize) as u32, msg);
-                let idx = self.unexp.insert(node).0;
-                match pos {
-                    Ok(pos) => {
-                        let head = self.ix[K_EXACT].value_at(pos);
-                        list::push_back(&mut self.unexp, K_EXACT, Some(head), idx)
-                    }
-                    Err(pos) => {
-                        self.ix[K_EXACT].insert_at(pos, h, idx);
-                        list::push_back(&mut self.unexp, K_EXACT, None, idx);
-                    }
-                }
-                idx
+                self.store_exact_unexp(env, len, held, msg, pos, h);
+                Ok(Arrived::Unexpected(env))
             }
-        };
+        }
+    }
+
+    /// The rest of [`Engine::arrive_exact_only`] when no receive matched: stores the
+    /// message at `pos`, the answer of index `K_EXACT` for its key (hash `h`). Out of
+    /// line, so that what callers inline is the match.
+    #[inline(never)]
+    fn store_exact_unexp(
+        &mut self,
+        env: Envelope,
+        len: usize,
+        held: usize,
+        msg: M,
+        pos: Result<usize, usize>,
+        h: u64,
+    ) {
+        let len32 = len.min(u32::MAX as usize) as u32;
+        let idx = self.unexp.insert(|_| UNode::new(env, len32, msg)).0;
+        match pos {
+            Ok(pos) => {
+                let head = self.ix[K_EXACT].value_at(pos);
+                list::push_back(&mut self.unexp, K_EXACT, Some(head), idx)
+            }
+            Err(pos) => {
+                self.ix[K_EXACT].insert_at(pos, h, idx);
+                list::push_back(&mut self.unexp, K_EXACT, None, idx);
+            }
+        }
         self.c.misses += 1;
-        self.add_held_bytes(stored, len, held);
-        self.link_unexp_rest(stored, &env);
-        Ok(Arrived::Unexpected(env))
+        self.add_held_bytes(idx, len, held);
+        self.link_unexp_rest(idx, &env);
     }
 
     /// Processes a message carrying the per-source sequence number `seq` (u32, wrapping),
@@ -1231,9 +1351,16 @@ impl<R, M> Engine<R, M> {
         };
         self.c.hits += 1;
         self.unlink_unexp(idx);
-        let gen = self.unexp.gen_of(idx);
+        // The claim id: unique among the last 2^32 − 1 claims, so a handle from an
+        // earlier claim of this slot is stale.
+        self.claims = match self.claims.wrapping_add(1) {
+            0 => 1,
+            n => n,
+        };
+        let gen = self.claims;
         let n = self.unexp.at_mut(idx);
-        n.links[K_EXACT].next = CLAIMED;
+        n.links[K_EXACT].set_next(CLAIMED);
+        n.links[K_SRC] = Link::stash(gen);
         self.c.claimed_depth += 1;
         Some(Claimed {
             handle: MsgHandle { idx, gen },
@@ -1244,16 +1371,16 @@ impl<R, M> Engine<R, M> {
 
     /// The payload of a claimed message.
     pub fn claimed(&self, h: MsgHandle) -> Result<&M, EngineError> {
-        match self.unexp.get_checked(h.idx, h.gen) {
-            Some(n) if n.is_claimed() => Ok(&n.msg),
+        match self.unexp.get(h.idx) {
+            Some(n) if n.claim_id() == Some(h.gen) => Ok(&n.msg),
             _ => Err(EngineError::StaleHandle),
         }
     }
 
     /// Receives a message claimed by [`Engine::mprobe`] (`MPI_Mrecv`). O(1).
     pub fn mrecv(&mut self, h: MsgHandle) -> Result<Message<M>, EngineError> {
-        match self.unexp.get_checked(h.idx, h.gen) {
-            Some(n) if n.is_claimed() => Ok(self.free_unexp(h.idx)),
+        match self.unexp.get(h.idx) {
+            Some(n) if n.claim_id() == Some(h.gen) => Ok(self.free_unexp(h.idx)),
             _ => Err(EngineError::StaleHandle),
         }
     }
@@ -1292,7 +1419,7 @@ impl<R, M> Engine<R, M> {
             .get_checked(h.idx, h.gen)
             .map(|n| PostedInfo {
                 handle: h,
-                seq: n.seq,
+                seq: n.seq(),
                 spec: self.pspec(h.idx),
             })
             .ok_or(EngineError::StaleHandle)
@@ -1311,7 +1438,7 @@ impl<R, M> Engine<R, M> {
                     idx,
                     gen: self.posted.gen_of(idx),
                 },
-                seq: n.seq,
+                seq: n.seq(),
                 spec: self.pspec(idx),
             }
         })
@@ -1336,7 +1463,7 @@ impl<R, M> Engine<R, M> {
                 .indices()
                 .filter(|&i| pred(&self.pspec(i), &self.posted.at(i).recv)),
         );
-        s.sort_unstable_by_key(|&i| self.posted.at(i).seq);
+        s.sort_unstable_by_key(|&i| self.posted.at(i).seq());
         for &i in &s {
             let (spec, r) = self.take_posted(i);
             self.c.cancelled += 1;
@@ -1512,6 +1639,13 @@ impl<R, M> Engine<R, M> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The slab slot sizes the memory figures rest on: a posted receive with a `u32`
+    /// context in 40 bytes, an unexpected message with a `u32` payload in 56.
+    #[test]
+    fn slots_stay_small() {
+        assert_eq!(Engine::<u32, u32>::slot_sizes(), (40, 56));
+    }
 
     /// The key hash spreads the tags of every (comm, src), including the one whose
     /// mixing operand is zero, and keeps 4 consecutive tags in consecutive hashes.

@@ -110,11 +110,18 @@ impl Index {
     /// Bucket holding exactly the value `v` (an engine invariant: it is present).
     #[inline(always)]
     pub(crate) fn pos_of_value(&self, hash: u64, v: u32) -> usize {
-        // Present, so the table is allocated.
-        match self.find_in(hash, |x| x == v) {
-            Ok(i) => i,
-            Err(_) => unreachable!("engine invariant: index entry {v:#x} is present"),
+        // Present, so the table is allocated and the scan from its home reaches the bucket
+        // that is exactly (hash, v): one compare per bucket.
+        let want = pack(hash as u32, v);
+        let mask = self.mask();
+        let mut i = self.home(hash as u32, mask);
+        for _ in 0..self.slots.len() {
+            if self.slots[i] == want {
+                return i;
+            }
+            i = (i + 1) & mask;
         }
+        unreachable!("engine invariant: index entry {v:#x} is present")
     }
 
     #[inline]

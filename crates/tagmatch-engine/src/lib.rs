@@ -50,10 +50,11 @@
 //!
 //! # Handles
 //!
-//! [`RecvHandle`] (from a pending post) and [`MsgHandle`] (from an mprobe) carry a slot
-//! generation: after the entry is matched, cancelled, received or purged, every use of the
-//! handle returns [`EngineError::StaleHandle`], even when the slot holds a newer entry
-//! (until the same slot has been reused 2^32 times).
+//! [`RecvHandle`] (from a pending post) carries a slot generation and [`MsgHandle`] (from
+//! an mprobe) a claim id: after the entry is matched, cancelled, received or purged, every
+//! use of the handle returns [`EngineError::StaleHandle`], even when the slot holds a
+//! newer entry (until the same slot has been reused 2^32 − 1 times, or 2^32 − 1 further
+//! messages have been claimed).
 //!
 //! # For a HW/SW split
 //!

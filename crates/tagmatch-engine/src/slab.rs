@@ -1,13 +1,34 @@
 //! A slab with per-slot generations (handles go stale when their slot is freed).
+//!
+//! The generation of an occupied slot lives in the entry itself ([`Generational`]) as a
+//! `NonZeroU32`: its zero niche tells an occupied slot from a vacant one, so a slot is
+//! exactly the size of its entry (no separate generation word or discriminant: 8 bytes
+//! per slot less than a `(gen, val)` enum).
+
+use core::num::NonZeroU32;
+
+/// An entry that stores the generation its slab gave it.
+pub(crate) trait Generational {
+    fn gen(&self) -> NonZeroU32;
+}
 
 /// One slot. The generation is bumped each time an occupied slot is freed.
 #[derive(Debug)]
 enum Slot<T> {
-    Occupied { gen: u32, val: T },
+    Occupied(T),
     Vacant { gen: u32, next_free: u32 },
 }
 
 const NONE: u32 = u32::MAX;
+
+/// The generation after `g` (wrapping, skipping zero).
+#[inline]
+fn bump(g: NonZeroU32) -> u32 {
+    match g.get().wrapping_add(1) {
+        0 => 1,
+        n => n,
+    }
+}
 
 /// Generation-checked slab. Indices are `u32`; freed slots are reused LIFO, so the
 /// memory footprint is the high-water mark of live entries.
@@ -18,7 +39,7 @@ pub(crate) struct GenSlab<T> {
     len: usize,
 }
 
-impl<T> GenSlab<T> {
+impl<T: Generational> GenSlab<T> {
     pub(crate) fn new() -> Self {
         GenSlab {
             slots: Vec::new(),
@@ -43,74 +64,84 @@ impl<T> GenSlab<T> {
         }
     }
 
-    /// Inserts; returns (index, generation). The caller keeps `len` below 2^31.
-    pub(crate) fn insert(&mut self, val: T) -> (u32, u32) {
+    /// Inserts the entry `make` builds with its generation; returns (index, generation).
+    /// The caller keeps `len` below 2^31.
+    #[inline]
+    pub(crate) fn insert(&mut self, make: impl FnOnce(NonZeroU32) -> T) -> (u32, u32) {
         self.len += 1;
         if self.free != NONE {
             let idx = self.free;
             let slot = &mut self.slots[idx as usize];
             let (gen, next) = match *slot {
                 Slot::Vacant { gen, next_free } => (gen, next_free),
-                Slot::Occupied { .. } => unreachable!("free list points at an occupied slot"),
+                Slot::Occupied(_) => unreachable!("free list points at an occupied slot"),
             };
-            *slot = Slot::Occupied { gen, val };
+            let g = NonZeroU32::new(gen).unwrap_or(NonZeroU32::MIN);
+            *slot = Slot::Occupied(make(g));
             self.free = next;
-            (idx, gen)
+            (idx, g.get())
         } else {
             let idx = self.slots.len() as u32;
-            self.slots.push(Slot::Occupied { gen: 0, val });
-            (idx, 0)
+            self.slots.push(Slot::Occupied(make(NonZeroU32::MIN)));
+            (idx, 1)
         }
     }
 
     /// Removes the entry at `idx` (any generation).
+    #[inline]
     pub(crate) fn remove(&mut self, idx: u32) -> Option<T> {
         let slot = self.slots.get_mut(idx as usize)?;
         let gen = match slot {
-            Slot::Occupied { gen, .. } => *gen,
+            Slot::Occupied(v) => bump(v.gen()),
             Slot::Vacant { .. } => return None,
         };
         let old = core::mem::replace(
             slot,
             Slot::Vacant {
-                gen: gen.wrapping_add(1),
+                gen,
                 next_free: self.free,
             },
         );
         self.free = idx;
         self.len -= 1;
         match old {
-            Slot::Occupied { val, .. } => Some(val),
+            Slot::Occupied(val) => Some(val),
             Slot::Vacant { .. } => None,
+        }
+    }
+
+    /// The entry at `idx`, if occupied (any generation).
+    pub(crate) fn get(&self, idx: u32) -> Option<&T> {
+        match self.slots.get(idx as usize) {
+            Some(Slot::Occupied(val)) => Some(val),
+            _ => None,
         }
     }
 
     pub(crate) fn get_checked(&self, idx: u32, gen: u32) -> Option<&T> {
         match self.slots.get(idx as usize) {
-            Some(Slot::Occupied { gen: g, val }) if *g == gen => Some(val),
+            Some(Slot::Occupied(val)) if val.gen().get() == gen => Some(val),
             _ => None,
         }
     }
 
     pub(crate) fn get_checked_mut(&mut self, idx: u32, gen: u32) -> Option<&mut T> {
         match self.slots.get_mut(idx as usize) {
-            Some(Slot::Occupied { gen: g, val }) if *g == gen => Some(val),
+            Some(Slot::Occupied(val)) if val.gen().get() == gen => Some(val),
             _ => None,
         }
     }
 
+    /// The generation of an occupied slot (an engine invariant).
     pub(crate) fn gen_of(&self, idx: u32) -> u32 {
-        match self.slots.get(idx as usize) {
-            Some(Slot::Occupied { gen, .. }) | Some(Slot::Vacant { gen, .. }) => *gen,
-            None => 0,
-        }
+        self.at(idx).gen().get()
     }
 
     /// Internal access to a slot known to be occupied (an engine invariant).
     #[inline]
     pub(crate) fn at(&self, idx: u32) -> &T {
         match &self.slots[idx as usize] {
-            Slot::Occupied { val, .. } => val,
+            Slot::Occupied(val) => val,
             Slot::Vacant { .. } => unreachable!("engine invariant: slot {idx} is occupied"),
         }
     }
@@ -119,7 +150,7 @@ impl<T> GenSlab<T> {
     #[inline]
     pub(crate) fn at_mut(&mut self, idx: u32) -> &mut T {
         match &mut self.slots[idx as usize] {
-            Slot::Occupied { val, .. } => val,
+            Slot::Occupied(val) => val,
             Slot::Vacant { .. } => unreachable!("engine invariant: slot {idx} is occupied"),
         }
     }
@@ -127,7 +158,7 @@ impl<T> GenSlab<T> {
     /// Occupied indices, in slot order.
     pub(crate) fn indices(&self) -> impl Iterator<Item = u32> + '_ {
         self.slots.iter().enumerate().filter_map(|(i, s)| match s {
-            Slot::Occupied { .. } => Some(i as u32),
+            Slot::Occupied(_) => Some(i as u32),
             Slot::Vacant { .. } => None,
         })
     }
@@ -135,5 +166,47 @@ impl<T> GenSlab<T> {
     /// Size of one slot in bytes.
     pub(crate) const fn slot_size() -> usize {
         core::mem::size_of::<Slot<T>>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct E {
+        gen: NonZeroU32,
+        v: u32,
+        w: u64,
+    }
+
+    impl Generational for E {
+        fn gen(&self) -> NonZeroU32 {
+            self.gen
+        }
+    }
+
+    #[test]
+    fn a_slot_is_its_entry_and_handles_go_stale() {
+        // The vacant variant fits beside the generation's niche.
+        assert_eq!(GenSlab::<E>::slot_size(), core::mem::size_of::<E>());
+        let mut s = GenSlab::new();
+        let (i, g) = s.insert(|gen| E { gen, v: 7, w: 0 });
+        assert_eq!(s.get_checked(i, g).map(|e| e.v), Some(7));
+        assert_eq!(s.remove(i).map(|e| e.v), Some(7));
+        assert!(s.get_checked(i, g).is_none());
+        assert!(s.remove(i).is_none());
+        let (j, h) = s.insert(|gen| E { gen, v: 8, w: 1 });
+        assert_eq!((j, h), (i, g + 1));
+        assert!(s.get_checked(i, g).is_none());
+        assert_eq!(s.get_checked_mut(j, h).map(|e| (e.v, e.w)), Some((8, 1)));
+        assert_eq!(s.len(), 1);
+        assert_eq!(s.indices().collect::<Vec<_>>(), [j]);
+    }
+
+    #[test]
+    fn generations_wrap_past_zero() {
+        assert_eq!(bump(NonZeroU32::MAX), 1);
+        assert_eq!(bump(NonZeroU32::MIN), 2);
     }
 }

@@ -143,8 +143,8 @@ pub struct RecvHandle {
 }
 
 /// Handle of a message claimed by [`Engine::mprobe`](crate::Engine::mprobe); only
-/// [`Engine::mrecv`](crate::Engine::mrecv) consumes it. Generation-checked like
-/// [`RecvHandle`].
+/// [`Engine::mrecv`](crate::Engine::mrecv) consumes it. Checked against the claim id
+/// of its mprobe, so it goes stale like a [`RecvHandle`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MsgHandle {
     pub(crate) idx: u32,

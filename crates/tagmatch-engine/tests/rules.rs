@@ -227,6 +227,27 @@ fn probe_peeks_mprobe_claims_mrecv_receives() {
 }
 
 #[test]
+fn a_claim_handle_goes_stale_when_its_slot_is_reused() {
+    // The freed slot of a received claimed message is reused by the next message; a
+    // handle from the first claim must not name the second one (queued or claimed).
+    let mut e = E::default();
+    let any = RecvSpec::new(0, None, None);
+    e.arrive(env(0, 1, 3), 1, 10).unwrap();
+    let c1 = e.mprobe(&any).unwrap();
+    assert_eq!(e.mrecv(c1.handle).map(|m| m.msg), Ok(10));
+    e.arrive(env(0, 1, 3), 2, 20).unwrap();
+    assert_eq!(e.claimed(c1.handle), Err(EngineError::StaleHandle));
+    assert_eq!(e.mrecv(c1.handle), Err(EngineError::StaleHandle));
+    let c2 = e.mprobe(&any).unwrap();
+    assert_ne!(c2.handle, c1.handle);
+    assert_eq!(e.claimed(c1.handle), Err(EngineError::StaleHandle));
+    assert_eq!(e.mrecv(c1.handle), Err(EngineError::StaleHandle));
+    assert_eq!(e.claimed(c2.handle), Ok(&20));
+    assert_eq!(e.mrecv(c2.handle).map(|m| m.msg), Ok(20));
+    assert_eq!(e.counters().claimed_depth, 0);
+}
+
+#[test]
 fn purge_peer_and_comm() {
     let mut e = E::default();
     pending(e.post(RecvSpec::exact(0, 1, 1), "p1"));
