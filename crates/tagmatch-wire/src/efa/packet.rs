@@ -1,6 +1,6 @@
 //! The zero-copy checked view over one EFA packet.
 
-use super::layout::{ConnidPlace, Field, Layout, PayloadKind};
+use super::layout::{ConnidPlace, Field, Layout, PayloadKind, Width};
 use super::{flags, PacketType, RawAddr, RawAddrHdr, RmaIov, PROTOCOL_VERSION, RMA_IOV_LEN};
 use super::{ExtraInfo, UserRecvQp};
 use crate::bytes::{byte, le16, le32, le64};
@@ -37,8 +37,29 @@ pub struct Packet<T: AsRef<[u8]>> {
     layout: &'static Layout,
     /// End of the mandatory header including `rma_iov[]`: where REQ optional headers start.
     rma_iov_end: u16,
-    /// End of all headers. The optional headers' offsets follow from the flags.
+    /// End of all headers.
     header_len: u16,
+    /// Where each optional header starts, computed once by the check; 0 when the packet
+    /// has none (no header starts at 0: the base header is there).
+    connid_at: u16,
+    cq_at: u16,
+    raw_at: u16,
+    /// Offsets of `msg_id` and `tag`, 0 when the type has none.
+    msg_id_at: u8,
+    tag_at: u8,
+}
+
+/// What the check learns about a packet: everything [`Packet`] keeps besides the buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Shape {
+    layout: &'static Layout,
+    rma_iov_end: u16,
+    header_len: u16,
+    connid_at: u16,
+    cq_at: u16,
+    raw_at: u16,
+    msg_id_at: u8,
+    tag_at: u8,
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
@@ -49,17 +70,23 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// of the packet; content errors say what is invalid.
     #[inline]
     pub fn new_checked(buffer: T) -> Result<Packet<T>> {
-        let b = buffer.as_ref();
-        let layout = classify(b)?;
-        // Both ends packed in one u32: a `Result` of a tuple with a reference made rustc
-        // shuffle the pointer through bytes on the hot path.
-        let ends = check(b, layout)?;
-        Ok(Packet {
+        let s = check_fast(buffer.as_ref())?;
+        Ok(Packet::with_shape(buffer, s))
+    }
+
+    #[inline(always)]
+    fn with_shape(buffer: T, s: Shape) -> Packet<T> {
+        Packet {
             buffer,
-            layout,
-            rma_iov_end: (ends >> 16) as u16,
-            header_len: ends as u16,
-        })
+            layout: s.layout,
+            rma_iov_end: s.rma_iov_end,
+            header_len: s.header_len,
+            connid_at: s.connid_at,
+            cq_at: s.cq_at,
+            raw_at: s.raw_at,
+            msg_id_at: s.msg_id_at,
+            tag_at: s.tag_at,
+        }
     }
 
     /// The underlying buffer.
@@ -99,10 +126,20 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// The value of a fixed field, or `None` if this packet type has no such field.
     #[inline]
     pub fn get(&self, field: Field) -> Option<u64> {
-        let at = self.layout.find(field)?;
-        Some(match at.width {
-            super::Width::U32 => le32(self.b(), at.offset as usize) as u64,
-            super::Width::U64 => le64(self.b(), at.offset as usize),
+        let o = self.layout.offset(field);
+        if o == 0 {
+            return None;
+        }
+        // Every field but `recv_length` has one width in all layouts, known from `field`
+        // alone; only `recv_length` asks the layout.
+        let wide = match field.fixed_width() {
+            Some(w) => w == Width::U64,
+            None => self.layout.is_wide(field),
+        };
+        Some(if wide {
+            le64(self.b(), o)
+        } else {
+            le32(self.b(), o) as u64
         })
     }
 
@@ -118,15 +155,18 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// `msg_id`, for the types that have one.
     #[inline]
     pub fn msg_id(&self) -> Option<u32> {
-        self.get32(Field::MsgId)
+        match self.msg_id_at {
+            0 => None,
+            o => Some(le32(self.b(), o as usize)),
+        }
     }
 
     /// `tag`, for the `*_TAGRTM` types.
     #[inline]
     pub fn tag(&self) -> Option<u64> {
-        match self.layout.offset(Field::Tag) {
+        match self.tag_at {
             0 => None,
-            o => Some(le64(self.b(), o)),
+            o => Some(le64(self.b(), o as usize)),
         }
     }
 
@@ -146,28 +186,32 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// `CONNID_HDR` is set.
     #[inline]
     pub fn connid(&self) -> Option<u32> {
-        let o = match self.layout.connid {
-            _ if self.flags() & flags::CONNID_HDR == 0 => return None,
-            ConnidPlace::Fixed(o) => o as usize,
-            ConnidPlace::CtsDataTrailer => self.layout.size as usize,
-            ConnidPlace::Handshake => self.handshake_opt(flags::CONNID_HDR)?,
-            ConnidPlace::ReqOptional => self.header_len() - 4,
-        };
-        Some(le32(self.b(), o))
+        match self.connid_at {
+            0 => None,
+            o => Some(le32(self.b(), o as usize)),
+        }
     }
 
     /// The sender's connid: the connid header, or for a REQ with a raw address, its `qkey`
     /// (wire-layouts §A.6).
+    #[inline]
     pub fn sender_connid(&self) -> Option<u32> {
-        self.connid()
-            .or_else(|| self.raw_addr().map(|r| r.addr.qkey))
+        // wire-layouts §A.6: the raw address header is u32 addr_len, then the 32-byte
+        // efa_ep_addr whose qkey is at 20; the check made sure all 4 + addr_len ≥ 36
+        // bytes are there.
+        match (self.connid_at, self.raw_at) {
+            (0, 0) => None,
+            (0, r) => Some(le32(self.b(), r as usize + 4 + 20)),
+            (c, _) => Some(le32(self.b(), c as usize)),
+        }
     }
 
     /// The REQ raw-address optional header.
     pub fn raw_addr(&self) -> Option<RawAddrHdr> {
-        let o = (self.layout.connid == ConnidPlace::ReqOptional
-            && self.flags() & flags::REQ_OPT_RAW_ADDR_HDR != 0)
-            .then_some(self.rma_iov_end as usize)?;
+        let o = match self.raw_at {
+            0 => return None,
+            o => o as usize,
+        };
         let b = self.b();
         Some(RawAddrHdr {
             addr_len: le32(b, o),
@@ -178,12 +222,10 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// The REQ CQ-data optional header.
     #[inline]
     pub fn cq_data(&self) -> Option<u64> {
-        let fl = self.flags();
-        (self.layout.connid == ConnidPlace::ReqOptional && fl & flags::REQ_OPT_CQ_DATA_HDR != 0)
-            .then(|| {
-                let connid = if fl & flags::CONNID_HDR != 0 { 4 } else { 0 };
-                le64(self.b(), self.header_len() - 8 - connid)
-            })
+        match self.cq_at {
+            0 => None,
+            o => Some(le64(self.b(), o as usize)),
+        }
     }
 
     /// The `rma_iov[]` array ending the mandatory header (empty for types without one).
@@ -324,8 +366,8 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
         }
         let b = self.buffer.as_mut();
         match at.width {
-            super::Width::U32 => crate::bytes::put_le32(b, at.offset as usize, value as u32),
-            super::Width::U64 => crate::bytes::put_le64(b, at.offset as usize, value),
+            Width::U32 => crate::bytes::put_le32(b, at.offset as usize, value as u32),
+            Width::U64 => crate::bytes::put_le64(b, at.offset as usize, value),
         }
         Ok(())
     }
@@ -339,12 +381,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
             }
             .into());
         }
-        let o = match self.layout.connid {
-            ConnidPlace::Fixed(o) => o as usize,
-            ConnidPlace::CtsDataTrailer => self.layout.size as usize,
-            ConnidPlace::Handshake => self.handshake_opt(flags::CONNID_HDR).unwrap_or(0),
-            ConnidPlace::ReqOptional => self.header_len() - 4,
-        };
+        let o = self.connid_at as usize;
         crate::bytes::put_le32(self.buffer.as_mut(), o, connid);
         Ok(())
     }
@@ -422,6 +459,222 @@ fn need(part: Part, needed: usize, n: usize) -> Result<()> {
 #[inline]
 fn o16(v: usize) -> u16 {
     v as u16
+}
+
+/// Type IDs as `match` patterns.
+mod id {
+    use super::PacketType as P;
+    pub const CTS: u8 = P::Cts as u8;
+    pub const CTSDATA: u8 = P::CtsData as u8;
+    pub const READRSP: u8 = P::ReadRsp as u8;
+    pub const EOR: u8 = P::Eor as u8;
+    pub const ATOMRSP: u8 = P::AtomRsp as u8;
+    pub const RECEIPT: u8 = P::Receipt as u8;
+    pub const READ_NACK: u8 = P::ReadNack as u8;
+    pub const PEER_ERROR: u8 = P::PeerError as u8;
+    pub const EAGER_MSGRTM: u8 = P::EagerMsgRtm as u8;
+    pub const EAGER_TAGRTM: u8 = P::EagerTagRtm as u8;
+    pub const MEDIUM_MSGRTM: u8 = P::MediumMsgRtm as u8;
+    pub const MEDIUM_TAGRTM: u8 = P::MediumTagRtm as u8;
+    pub const LONGCTS_MSGRTM: u8 = P::LongctsMsgRtm as u8;
+    pub const LONGCTS_TAGRTM: u8 = P::LongctsTagRtm as u8;
+    pub const LONGREAD_MSGRTM: u8 = P::LongreadMsgRtm as u8;
+    pub const LONGREAD_TAGRTM: u8 = P::LongreadTagRtm as u8;
+    pub const DC_EAGER_MSGRTM: u8 = P::DcEagerMsgRtm as u8;
+    pub const DC_EAGER_TAGRTM: u8 = P::DcEagerTagRtm as u8;
+    pub const DC_MEDIUM_MSGRTM: u8 = P::DcMediumMsgRtm as u8;
+    pub const DC_MEDIUM_TAGRTM: u8 = P::DcMediumTagRtm as u8;
+    pub const DC_LONGCTS_MSGRTM: u8 = P::DcLongctsMsgRtm as u8;
+    pub const DC_LONGCTS_TAGRTM: u8 = P::DcLongctsTagRtm as u8;
+    pub const RUNTREAD_MSGRTM: u8 = P::RuntreadMsgRtm as u8;
+    pub const RUNTREAD_TAGRTM: u8 = P::RuntreadTagRtm as u8;
+}
+
+/// The check `new_checked` runs: one `match` on the type byte selects a code path with the
+/// type's sizes and offsets as constants, for every type whose header has no array (the
+/// REQ message types and the fixed-size control packets). It only ever accepts: anything
+/// it does not accept outright (a short buffer, a bad version, a bad raw address, a type
+/// with `rma_iov[]` or `extra_info[]`, an unknown type) goes to [`check_table`], which
+/// decides and names the error. So errors are the table path's by construction, and an
+/// accepted packet gets the same [`Shape`] from both (the `fast_path_agrees_*` tests).
+#[inline(always)]
+fn check_fast(b: &[u8]) -> Result<Shape> {
+    use super::layout as l;
+    // wire-layouts §A.1: "A receiver only rejects version < 4". A buffer shorter than two
+    // bytes reads as version 0 here; one shorter than the base header reads as flags 0
+    // and then fails every size test below (the smallest header is 8 bytes).
+    if byte(b, 1) < PROTOCOL_VERSION {
+        return check_table(b);
+    }
+    let fl = le16(b, 2);
+    // Mandatory header sizes and offsets: wire-layouts §A.5 and §A.6, as in layout.rs
+    // (tag: the last 8 bytes of a *_TAGRTM mandatory header; msg_id at 4 in every RTM).
+    match byte(b, 0) {
+        id::EAGER_MSGRTM => req::<8, 0>(b, fl, &l::EAGER_MSGRTM),
+        id::EAGER_TAGRTM => req::<16, 8>(b, fl, &l::EAGER_TAGRTM),
+        id::MEDIUM_MSGRTM => req::<24, 0>(b, fl, &l::MEDIUM_MSGRTM),
+        id::MEDIUM_TAGRTM => req::<32, 24>(b, fl, &l::MEDIUM_TAGRTM),
+        id::LONGCTS_MSGRTM => req::<24, 0>(b, fl, &l::LONGCTS_MSGRTM),
+        id::LONGCTS_TAGRTM => req::<32, 24>(b, fl, &l::LONGCTS_TAGRTM),
+        id::LONGREAD_MSGRTM => req::<24, 0>(b, fl, &l::LONGREAD_MSGRTM),
+        id::LONGREAD_TAGRTM => req::<32, 24>(b, fl, &l::LONGREAD_TAGRTM),
+        id::DC_EAGER_MSGRTM => req::<16, 0>(b, fl, &l::DC_EAGER_MSGRTM),
+        id::DC_EAGER_TAGRTM => req::<24, 16>(b, fl, &l::DC_EAGER_TAGRTM),
+        id::DC_MEDIUM_MSGRTM => req::<32, 0>(b, fl, &l::DC_MEDIUM_MSGRTM),
+        id::DC_MEDIUM_TAGRTM => req::<40, 32>(b, fl, &l::DC_MEDIUM_TAGRTM),
+        id::DC_LONGCTS_MSGRTM => req::<24, 0>(b, fl, &l::DC_LONGCTS_MSGRTM),
+        id::DC_LONGCTS_TAGRTM => req::<32, 24>(b, fl, &l::DC_LONGCTS_TAGRTM),
+        id::RUNTREAD_MSGRTM => req::<40, 0>(b, fl, &l::RUNTREAD_MSGRTM),
+        id::RUNTREAD_TAGRTM => req::<48, 40>(b, fl, &l::RUNTREAD_TAGRTM),
+        // wire-layouts §A.5: size, then the offset of connid (padding without CONNID_HDR).
+        id::CTS => ctrl::<24, 4, 0>(b, fl, &l::CTS),
+        id::READRSP => ctrl::<24, 4, 0>(b, fl, &l::READRSP),
+        id::EOR => ctrl::<16, 12, 0>(b, fl, &l::EOR),
+        id::ATOMRSP => ctrl::<24, 4, 0>(b, fl, &l::ATOMRSP),
+        id::RECEIPT => ctrl::<16, 12, 8>(b, fl, &l::RECEIPT),
+        id::READ_NACK => ctrl::<16, 12, 0>(b, fl, &l::READ_NACK),
+        id::PEER_ERROR => ctrl::<20, 16, 0>(b, fl, &l::PEER_ERROR),
+        id::CTSDATA => ctsdata(b, fl),
+        _ => check_table(b),
+    }
+}
+
+/// A REQ type without `rma_iov[]`: `SIZE`-byte mandatory header, `msg_id` at 4, `tag` at
+/// `TAG` (0: untagged).
+#[inline(always)]
+fn req<const SIZE: u16, const TAG: u8>(
+    b: &[u8],
+    fl: u16,
+    layout: &'static Layout,
+) -> Result<Shape> {
+    // wire-layouts §A.6: optional headers after the mandatory header, in the fixed order
+    // raw address (u32 addr_len, then addr_len bytes), CQ data (u64), connid (u32); raw
+    // address and connid are mutually exclusive.
+    let size = SIZE as usize;
+    let raw = fl & flags::REQ_OPT_RAW_ADDR_HDR != 0;
+    let cq = fl & flags::REQ_OPT_CQ_DATA_HDR != 0;
+    let con = fl & flags::CONNID_HDR != 0;
+    let mut raw_len = 0;
+    if raw {
+        // 0 when addr_len is past the end, which the range test sends to the table path.
+        let addr_len = le32(b, size);
+        if con || !(RawAddrHdr::MIN_ADDR_LEN..=RawAddrHdr::MAX_ADDR_LEN).contains(&addr_len) {
+            return check_table(b);
+        }
+        raw_len = 4 + addr_len as usize;
+    }
+    let cq_at = size + raw_len;
+    let connid_at = cq_at + 8 * cq as usize;
+    let end = connid_at + 4 * con as usize;
+    if b.len() < end {
+        return check_table(b);
+    }
+    Ok(Shape {
+        layout,
+        rma_iov_end: SIZE,
+        header_len: o16(end),
+        connid_at: if con { o16(connid_at) } else { 0 },
+        cq_at: if cq { o16(cq_at) } else { 0 },
+        raw_at: if raw { SIZE } else { 0 },
+        msg_id_at: 4,
+        tag_at: TAG,
+    })
+}
+
+/// A fixed-size control packet whose connid sits at `CONNID` in the mandatory header
+/// (wire-layouts §A.7); `msg_id` at `MSG_ID` (0: none).
+#[inline(always)]
+fn ctrl<const SIZE: u16, const CONNID: u16, const MSG_ID: u8>(
+    b: &[u8],
+    fl: u16,
+    layout: &'static Layout,
+) -> Result<Shape> {
+    if b.len() < SIZE as usize {
+        return check_table(b);
+    }
+    Ok(Shape {
+        layout,
+        rma_iov_end: SIZE,
+        header_len: SIZE,
+        connid_at: if fl & flags::CONNID_HDR != 0 {
+            CONNID
+        } else {
+            0
+        },
+        cq_at: 0,
+        raw_at: 0,
+        msg_id_at: MSG_ID,
+        tag_at: 0,
+    })
+}
+
+/// CTSDATA.
+#[inline(always)]
+fn ctsdata(b: &[u8], fl: u16) -> Result<Shape> {
+    // wire-layouts §A.5: CTSDATA is 24 bytes; "With CONNID_HDR, an 8-byte
+    // efa_rdm_ctsdata_opt_connid_hdr follows at 24: connid u32, then 4 bytes of padding."
+    let con = fl & flags::CONNID_HDR != 0;
+    let end = 24 + 8 * con as usize;
+    if b.len() < end {
+        return check_table(b);
+    }
+    Ok(Shape {
+        layout: &super::layout::CTSDATA,
+        rma_iov_end: 24,
+        header_len: o16(end),
+        connid_at: if con { 24 } else { 0 },
+        cq_at: 0,
+        raw_at: 0,
+        msg_id_at: 0,
+        tag_at: 0,
+    })
+}
+
+/// The reference check, driven by the layout table: base header, then [`check`] on the
+/// type's layout row, then where each optional header starts. [`check_fast`] hands it
+/// every packet it does not accept itself, and the tests hold the two to the same result.
+#[inline(never)]
+fn check_table(b: &[u8]) -> Result<Shape> {
+    let layout = classify(b)?;
+    let ends = check(b, layout)?;
+    let rma_iov_end = (ends >> 16) as u16;
+    let header_len = ends as u16;
+    let fl = le16(b, 2);
+    let connid = fl & flags::CONNID_HDR != 0;
+    let at = |present: bool, o: u16| if present { o } else { 0 };
+    let (connid_at, cq_at, raw_at) = match layout.connid {
+        ConnidPlace::Fixed(o) => (at(connid, o as u16), 0, 0),
+        ConnidPlace::CtsDataTrailer => (at(connid, layout.size as u16), 0, 0),
+        // wire-layouts §A.5: connid is the first HANDSHAKE optional header, right after
+        // extra_info[nextra_p3 - 3] (nextra_p3 checked by `handshake_headers`).
+        ConnidPlace::Handshake => {
+            let words = le32(b, 4).saturating_sub(3) as u16;
+            (at(connid, 8 + 8 * words), 0, 0)
+        }
+        // wire-layouts §A.6: raw address right after rma_iov[], then CQ data, then
+        // connid, which ends the headers.
+        ConnidPlace::ReqOptional => {
+            let connid_len = if connid { 4 } else { 0 };
+            (
+                at(connid, header_len - 4),
+                at(
+                    fl & flags::REQ_OPT_CQ_DATA_HDR != 0,
+                    header_len - 8 - connid_len,
+                ),
+                at(fl & flags::REQ_OPT_RAW_ADDR_HDR != 0, rma_iov_end),
+            )
+        }
+    };
+    Ok(Shape {
+        layout,
+        rma_iov_end,
+        header_len,
+        connid_at,
+        cq_at,
+        raw_at,
+        msg_id_at: layout.offset(Field::MsgId) as u8,
+        tag_at: layout.offset(Field::Tag) as u8,
+    })
 }
 
 /// The base header: length, version and type (efa-rdm-protocol-v4 §1.3).
@@ -569,4 +822,119 @@ fn req_optional_headers(b: &[u8], fl: u16, mut pos: usize) -> Result<usize> {
         pos += 4;
     }
     Ok(pos)
+}
+
+// The §E vectors of the integration tests, for their bytes. The module names types through
+// the `tagmatch_wire` dev-dependency (a second build of this crate), so the tests below use
+// only the bytes.
+#[cfg(test)]
+#[path = "../../tests/common/mod.rs"]
+mod test_vectors;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quickcheck::{QuickCheck, TestResult};
+
+    use super::test_vectors as vectors;
+
+    /// The per-type path and the table path give the same result: the same error, or the
+    /// same shape (layout row, header ends, optional-header and field offsets).
+    fn agree(b: &[u8]) -> core::result::Result<(), String> {
+        let fast = check_fast(b);
+        let table = check_table(b);
+        if fast == table {
+            Ok(())
+        } else {
+            Err(format!("{b:02x?}: fast {fast:?} != table {table:?}"))
+        }
+    }
+
+    /// Every prefix of `b`, and `b` itself.
+    fn agree_every_cut(b: &[u8]) -> core::result::Result<(), String> {
+        (0..=b.len()).try_for_each(|cut| agree(&b[..cut]))
+    }
+
+    #[test]
+    fn fast_path_agrees_on_every_truncation_of_the_vectors() {
+        let vs = vectors::efa_vectors();
+        assert!(vs.len() > 20);
+        let mut accepted = 0;
+        for v in vs {
+            agree_every_cut(&v.bytes).unwrap_or_else(|e| panic!("{}: {e}", v.name));
+            accepted += check_fast(&v.bytes).is_ok() as usize;
+        }
+        // Not a vacuous agreement: the vectors are valid packets.
+        assert!(accepted > 20);
+    }
+
+    /// Every type ID (wire or not), versions 3 and 4, every combination of the flags that
+    /// shape a REQ or control header (raw address, CQ data, connid) with and without
+    /// unrelated bits, an `addr_len` at every 8-byte offset in and out of its range, every
+    /// length up to past the largest header.
+    #[test]
+    fn fast_path_agrees_on_every_type_flag_and_length() {
+        let shaping = [
+            flags::REQ_OPT_RAW_ADDR_HDR,
+            flags::REQ_OPT_CQ_DATA_HDR,
+            flags::CONNID_HDR,
+        ];
+        let mut accepted = [0usize; 256];
+        for ty in 0..=255u8 {
+            for version in [3u8, 4] {
+                for combo in 0..8 {
+                    let base: u16 = (0..3)
+                        .filter(|i| combo & (1 << i) != 0)
+                        .map(|i| shaping[i])
+                        .sum();
+                    for extra in [0, flags::REQ_MSG | flags::REQ_READ_NACK | 0x0100] {
+                        for addr_len in [0u32, 31, 32, 36, 64, 65, u32::MAX] {
+                            let fl = base | extra;
+                            let mut b = Vec::from([ty, version]);
+                            b.extend_from_slice(&fl.to_le_bytes());
+                            // msg_id / counts at 4 stay small so RTW/RTA/HANDSHAKE headers
+                            // are reachable; addr_len at 8, 16, ..., 64.
+                            b.extend_from_slice(&3u32.to_le_bytes());
+                            while b.len() < 120 {
+                                let word = if b.len() % 8 == 0 { addr_len } else { 0 };
+                                b.extend_from_slice(&word.to_le_bytes());
+                            }
+                            agree_every_cut(&b).unwrap();
+                            accepted[ty as usize] += check_fast(&b).is_ok() as usize;
+                        }
+                    }
+                }
+            }
+        }
+        // Every wire type was accepted at least once, so each fast arm was compared on
+        // packets it accepts, not only on rejections.
+        for &t in PacketType::ALL {
+            assert!(accepted[t as usize] > 0, "{} never accepted", t.name());
+        }
+    }
+
+    fn arbitrary_agree(ty: u8, version: u8, fl: u16, body: Vec<u8>) -> TestResult {
+        let ids: Vec<u8> = PacketType::ALL.iter().map(|t| *t as u8).collect();
+        // Mostly wire types and versions ≥ 4, so that the fast paths are reached.
+        let ty = if ty % 8 == 0 {
+            ty
+        } else {
+            ids[ty as usize % ids.len()]
+        };
+        let version = if version % 8 == 0 { version } else { 4 };
+        let mut b = Vec::from([ty, version]);
+        b.extend_from_slice(&fl.to_le_bytes());
+        b.extend_from_slice(&body);
+        match agree_every_cut(&b) {
+            Ok(()) => TestResult::passed(),
+            Err(e) => TestResult::error(e),
+        }
+    }
+
+    #[test]
+    fn fast_path_agrees_on_arbitrary_bytes() {
+        QuickCheck::new()
+            .tests(2000)
+            .quickcheck(arbitrary_agree as fn(u8, u8, u16, Vec<u8>) -> TestResult);
+    }
 }
