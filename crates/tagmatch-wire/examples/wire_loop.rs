@@ -9,10 +9,14 @@
 //! done
 //! ```
 //!
-//! (difference of the two totals) / 100000 = instructions per operation. Operations:
+//! (difference of the two totals) / 100000 = instructions per operation; for `view256` and
+//! `baseline256` (one batch of 256 headers per iteration) use 1000 and 2000 iterations and
+//! divide by 256000. Operations:
 //! `view` (checked view + msg_id, tag, connid, payload length of an EAGER_TAGRTM with a
 //! connid header and 64 bytes of payload), `baseline` (the same loads at fixed offsets, no
-//! checks), `repr` (`Repr::parse_bytes`), `emit` (`Repr::emit`).
+//! checks), `repr` (`Repr::parse_bytes`), `emit` (`Repr::emit`), `view256` and `baseline256`
+//! (the loops of the bench's `decode_x256/EAGER_TAGRTM`, 256 different headers, the view
+//! inlined into the loop as there).
 
 use std::hint::black_box;
 use std::process::ExitCode;
@@ -41,6 +45,41 @@ fn baseline(d: &[u8]) -> Option<(u8, u32, u64, u32, usize)> {
     ))
 }
 
+/// The loop body of the bench's `decode_x256/EAGER_TAGRTM/view`: 256 different headers,
+/// the checked view inlined into the loop as in the bench.
+#[inline(never)]
+fn view256(batch: &[Vec<u8>]) -> u64 {
+    let mut acc = 0u64;
+    for d in batch {
+        let Ok(p) = Packet::new_checked(&d[..]) else {
+            return 0;
+        };
+        acc = acc
+            .wrapping_add(p.msg_id().unwrap_or(0) as u64)
+            .wrapping_add(p.tag().unwrap_or(0))
+            .wrapping_add(p.connid().unwrap_or(0) as u64)
+            .wrapping_add(p.payload().len() as u64);
+    }
+    acc
+}
+
+/// The loop body of the bench's `decode_x256/EAGER_TAGRTM/baseline`.
+#[inline(never)]
+fn baseline256(batch: &[Vec<u8>]) -> u64 {
+    let le32 = |d: &[u8], o: usize| u32::from_le_bytes(d[o..o + 4].try_into().unwrap());
+    let le64 = |d: &[u8], o: usize| u64::from_le_bytes(d[o..o + 8].try_into().unwrap());
+    let mut acc = 0u64;
+    for d in batch {
+        acc = acc
+            .wrapping_add(d[0] as u64)
+            .wrapping_add(le32(d, 4) as u64)
+            .wrapping_add(le64(d, 8))
+            .wrapping_add(le32(d, 16) as u64)
+            .wrapping_add((d.len() - 20) as u64);
+    }
+    acc
+}
+
 #[inline(never)]
 fn repr(d: &[u8]) -> Option<Repr<'_>> {
     Repr::parse_bytes(d).ok()
@@ -54,7 +93,7 @@ fn emit(r: &Repr<'_>, out: &mut [u8]) -> Option<usize> {
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let (Some(op), Some(n)) = (args.next(), args.next().and_then(|n| n.parse::<u64>().ok())) else {
-        eprintln!("usage: wire_loop view|baseline|repr|emit <iterations>");
+        eprintln!("usage: wire_loop view|baseline|view256|baseline256|repr|emit <iterations>");
         return ExitCode::from(2);
     };
     let payload = [0xABu8; 64];
@@ -70,10 +109,27 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let mut out = vec![0u8; 256];
+    // The bench's decode_x256 batch.
+    let batch: Vec<Vec<u8>> = (0..256u32)
+        .map(|i| {
+            let r = Repr {
+                payload: &payload[..(i as usize % 64)],
+                connid: Some(0xA1B2_C3D4 ^ i),
+                ..Repr::new(PacketType::EagerTagRtm)
+                    .with(Field::MsgId, i as u64)
+                    .with(Field::Tag, 0x1122_3344_5566_7788 ^ i as u64)
+            };
+            let mut v = vec![0u8; r.buffer_len()];
+            let _ = r.emit(&mut v);
+            v
+        })
+        .collect();
     for _ in 0..n {
         let ok = match op.as_str() {
             "view" => black_box(view(black_box(&bytes))).is_some(),
             "baseline" => black_box(baseline(black_box(&bytes))).is_some(),
+            "view256" => black_box(view256(black_box(&batch))) != 0,
+            "baseline256" => black_box(baseline256(black_box(&batch))) != 0,
             "repr" => black_box(repr(black_box(&bytes))).is_some(),
             "emit" => black_box(emit(black_box(&eager), &mut out)).is_some(),
             other => {

@@ -68,7 +68,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     ///
     /// Length errors name the part that does not fit and the bytes needed from the start
     /// of the packet; content errors say what is invalid.
-    #[inline]
+    #[inline(always)]
     pub fn new_checked(buffer: T) -> Result<Packet<T>> {
         let s = check_fast(buffer.as_ref())?;
         Ok(Packet::with_shape(buffer, s))
@@ -490,26 +490,36 @@ mod id {
     pub const RUNTREAD_TAGRTM: u8 = P::RuntreadTagRtm as u8;
 }
 
-/// The check `new_checked` runs: one `match` on the type byte selects a code path with the
-/// type's sizes and offsets as constants, for every type whose header has no array (the
-/// REQ message types and the fixed-size control packets). It only ever accepts: anything
-/// it does not accept outright (a short buffer, a bad version, a bad raw address, a type
-/// with `rma_iov[]` or `extra_info[]`, an unknown type) goes to [`check_table`], which
-/// decides and names the error. So errors are the table path's by construction, and an
-/// accepted packet gets the same [`Shape`] from both (the `fast_path_agrees_*` tests).
+/// The check `new_checked` runs: [`accept`], and whatever it does not accept outright goes
+/// to [`check_table`], which decides and names the error. So errors are the table path's by
+/// construction, and an accepted packet gets the same [`Shape`] from both (the
+/// `fast_path_agrees_*` tests).
 #[inline(always)]
 fn check_fast(b: &[u8]) -> Result<Shape> {
-    use super::layout as l;
-    // wire-layouts §A.1: "A receiver only rejects version < 4". A buffer shorter than two
-    // bytes reads as version 0 here; one shorter than the base header reads as flags 0
-    // and then fails every size test below (the smallest header is 8 bytes).
-    if byte(b, 1) < PROTOCOL_VERSION {
-        return check_table(b);
+    match accept(b) {
+        Some(s) => Ok(s),
+        None => check_table(b),
     }
-    let fl = le16(b, 2);
+}
+
+/// One `match` on the type byte selects a code path with the type's sizes and offsets as
+/// constants, for every type whose header has no array: the REQ message types and the
+/// fixed-size control packets. `None` for anything it does not accept outright: a short
+/// buffer, a bad version, a bad raw address, a type with `rma_iov[]` or `extra_info[]`, an
+/// unknown type.
+#[inline(always)]
+fn accept(b: &[u8]) -> Option<Shape> {
+    use super::layout as l;
+    // efa-rdm-protocol-v4 §1.3: the 4-byte base header (type u8, version u8, flags u16);
+    // wire-layouts §A.1: "A receiver only rejects version < 4".
+    let h = u32::from_le_bytes(*b.first_chunk::<4>()?);
+    if ((h >> 8) as u8) < PROTOCOL_VERSION {
+        return None;
+    }
+    let fl = (h >> 16) as u16;
     // Mandatory header sizes and offsets: wire-layouts §A.5 and §A.6, as in layout.rs
     // (tag: the last 8 bytes of a *_TAGRTM mandatory header; msg_id at 4 in every RTM).
-    match byte(b, 0) {
+    match h as u8 {
         id::EAGER_MSGRTM => req::<8, 0>(b, fl, &l::EAGER_MSGRTM),
         id::EAGER_TAGRTM => req::<16, 8>(b, fl, &l::EAGER_TAGRTM),
         id::MEDIUM_MSGRTM => req::<24, 0>(b, fl, &l::MEDIUM_MSGRTM),
@@ -535,7 +545,7 @@ fn check_fast(b: &[u8]) -> Result<Shape> {
         id::READ_NACK => ctrl::<16, 12, 0>(b, fl, &l::READ_NACK),
         id::PEER_ERROR => ctrl::<20, 16, 0>(b, fl, &l::PEER_ERROR),
         id::CTSDATA => ctsdata(b, fl),
-        _ => check_table(b),
+        _ => None,
     }
 }
 
@@ -546,36 +556,42 @@ fn req<const SIZE: u16, const TAG: u8>(
     b: &[u8],
     fl: u16,
     layout: &'static Layout,
-) -> Result<Shape> {
+) -> Option<Shape> {
     // wire-layouts §A.6: optional headers after the mandatory header, in the fixed order
     // raw address (u32 addr_len, then addr_len bytes), CQ data (u64), connid (u32); raw
     // address and connid are mutually exclusive.
     let size = SIZE as usize;
-    let raw = fl & flags::REQ_OPT_RAW_ADDR_HDR != 0;
-    let cq = fl & flags::REQ_OPT_CQ_DATA_HDR != 0;
-    let con = fl & flags::CONNID_HDR != 0;
-    let mut raw_len = 0;
-    if raw {
-        // 0 when addr_len is past the end, which the range test sends to the table path.
-        let addr_len = le32(b, size);
-        if con || !(RawAddrHdr::MIN_ADDR_LEN..=RawAddrHdr::MAX_ADDR_LEN).contains(&addr_len) {
-            return check_table(b);
+    let con = (fl >> 15) as usize; // CONNID_HDR
+    let (mut cq_at, mut raw_at) = (0, 0);
+    let mut connid_at = size;
+    if fl & (flags::REQ_OPT_RAW_ADDR_HDR | flags::REQ_OPT_CQ_DATA_HDR) != 0 {
+        if fl & flags::REQ_OPT_RAW_ADDR_HDR != 0 {
+            // 0 when addr_len is past the end, which the range test hands on.
+            let addr_len = le32(b, size);
+            if con != 0
+                || !(RawAddrHdr::MIN_ADDR_LEN..=RawAddrHdr::MAX_ADDR_LEN).contains(&addr_len)
+            {
+                return None;
+            }
+            raw_at = SIZE;
+            connid_at += 4 + addr_len as usize;
         }
-        raw_len = 4 + addr_len as usize;
+        if fl & flags::REQ_OPT_CQ_DATA_HDR != 0 {
+            cq_at = o16(connid_at);
+            connid_at += 8;
+        }
     }
-    let cq_at = size + raw_len;
-    let connid_at = cq_at + 8 * cq as usize;
-    let end = connid_at + 4 * con as usize;
+    let end = connid_at + 4 * con;
     if b.len() < end {
-        return check_table(b);
+        return None;
     }
-    Ok(Shape {
+    Some(Shape {
         layout,
         rma_iov_end: SIZE,
         header_len: o16(end),
-        connid_at: if con { o16(connid_at) } else { 0 },
-        cq_at: if cq { o16(cq_at) } else { 0 },
-        raw_at: if raw { SIZE } else { 0 },
+        connid_at: if con != 0 { o16(connid_at) } else { 0 },
+        cq_at,
+        raw_at,
         msg_id_at: 4,
         tag_at: TAG,
     })
@@ -588,11 +604,11 @@ fn ctrl<const SIZE: u16, const CONNID: u16, const MSG_ID: u8>(
     b: &[u8],
     fl: u16,
     layout: &'static Layout,
-) -> Result<Shape> {
+) -> Option<Shape> {
     if b.len() < SIZE as usize {
-        return check_table(b);
+        return None;
     }
-    Ok(Shape {
+    Some(Shape {
         layout,
         rma_iov_end: SIZE,
         header_len: SIZE,
@@ -610,15 +626,15 @@ fn ctrl<const SIZE: u16, const CONNID: u16, const MSG_ID: u8>(
 
 /// CTSDATA.
 #[inline(always)]
-fn ctsdata(b: &[u8], fl: u16) -> Result<Shape> {
+fn ctsdata(b: &[u8], fl: u16) -> Option<Shape> {
     // wire-layouts §A.5: CTSDATA is 24 bytes; "With CONNID_HDR, an 8-byte
     // efa_rdm_ctsdata_opt_connid_hdr follows at 24: connid u32, then 4 bytes of padding."
     let con = fl & flags::CONNID_HDR != 0;
     let end = 24 + 8 * con as usize;
     if b.len() < end {
-        return check_table(b);
+        return None;
     }
-    Ok(Shape {
+    Some(Shape {
         layout: &super::layout::CTSDATA,
         rma_iov_end: 24,
         header_len: o16(end),
@@ -632,7 +648,7 @@ fn ctsdata(b: &[u8], fl: u16) -> Result<Shape> {
 
 /// The reference check, driven by the layout table: base header, then [`check`] on the
 /// type's layout row, then where each optional header starts. [`check_fast`] hands it
-/// every packet it does not accept itself, and the tests hold the two to the same result.
+/// every packet [`accept`] does not accept, and the tests hold the two to the same result.
 #[inline(never)]
 fn check_table(b: &[u8]) -> Result<Shape> {
     let layout = classify(b)?;
