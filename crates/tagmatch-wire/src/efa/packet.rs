@@ -44,9 +44,13 @@ pub struct Packet<T: AsRef<[u8]>> {
     connid_at: u16,
     cq_at: u16,
     raw_at: u16,
-    /// Offsets of `msg_id` and `tag`, 0 when the type has none.
-    msg_id_at: u8,
-    tag_at: u8,
+    /// `msg_id`, `tag` and connid, the fields every REQ receive path reads, loaded by the
+    /// check where their offsets are constants and the length is known (no bounds test per
+    /// field); kept equal to the bytes by [`Packet::set`] and [`Packet::set_connid`], the
+    /// only ways to write the header through a view.
+    msg_id: Option<u32>,
+    tag: Option<u64>,
+    connid: Option<u32>,
 }
 
 /// What the check learns about a packet: everything [`Packet`] keeps besides the buffer.
@@ -58,8 +62,9 @@ struct Shape {
     connid_at: u16,
     cq_at: u16,
     raw_at: u16,
-    msg_id_at: u8,
-    tag_at: u8,
+    msg_id: Option<u32>,
+    tag: Option<u64>,
+    connid: Option<u32>,
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
@@ -84,8 +89,9 @@ impl<T: AsRef<[u8]>> Packet<T> {
             connid_at: s.connid_at,
             cq_at: s.cq_at,
             raw_at: s.raw_at,
-            msg_id_at: s.msg_id_at,
-            tag_at: s.tag_at,
+            msg_id: s.msg_id,
+            tag: s.tag,
+            connid: s.connid,
         }
     }
 
@@ -155,19 +161,13 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// `msg_id`, for the types that have one.
     #[inline]
     pub fn msg_id(&self) -> Option<u32> {
-        match self.msg_id_at {
-            0 => None,
-            o => Some(le32(self.b(), o as usize)),
-        }
+        self.msg_id
     }
 
     /// `tag`, for the `*_TAGRTM` types.
     #[inline]
     pub fn tag(&self) -> Option<u64> {
-        match self.tag_at {
-            0 => None,
-            o => Some(le64(self.b(), o as usize)),
-        }
+        self.tag
     }
 
     /// `send_id`, for the types that have one.
@@ -186,10 +186,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// `CONNID_HDR` is set.
     #[inline]
     pub fn connid(&self) -> Option<u32> {
-        match self.connid_at {
-            0 => None,
-            o => Some(le32(self.b(), o as usize)),
-        }
+        self.connid
     }
 
     /// The sender's connid: the connid header, or for a REQ with a raw address, its `qkey`
@@ -199,10 +196,10 @@ impl<T: AsRef<[u8]>> Packet<T> {
         // wire-layouts §A.6: the raw address header is u32 addr_len, then the 32-byte
         // efa_ep_addr whose qkey is at 20; the check made sure all 4 + addr_len ≥ 36
         // bytes are there.
-        match (self.connid_at, self.raw_at) {
-            (0, 0) => None,
-            (0, r) => Some(le32(self.b(), r as usize + 4 + 20)),
-            (c, _) => Some(le32(self.b(), c as usize)),
+        match (self.connid, self.raw_at) {
+            (Some(c), _) => Some(c),
+            (None, 0) => None,
+            (None, r) => Some(le32(self.b(), r as usize + 4 + 20)),
         }
     }
 
@@ -369,6 +366,11 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
             Width::U32 => crate::bytes::put_le32(b, at.offset as usize, value as u32),
             Width::U64 => crate::bytes::put_le64(b, at.offset as usize, value),
         }
+        match field {
+            Field::MsgId => self.msg_id = Some(value as u32),
+            Field::Tag => self.tag = Some(value),
+            _ => {}
+        }
         Ok(())
     }
 
@@ -383,6 +385,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
         }
         let o = self.connid_at as usize;
         crate::bytes::put_le32(self.buffer.as_mut(), o, connid);
+        self.connid = Some(connid);
         Ok(())
     }
 
@@ -411,6 +414,14 @@ impl<'a> Packet<&'a [u8]> {
         b.get(self.layout.size as usize..self.rma_iov_end as usize)
             .and_then(RmaIov::slice_from_bytes)
             .unwrap_or(&[])
+    }
+}
+
+/// A 4-byte field at its layout offset, `None` when the layout has none.
+fn field32(b: &[u8], layout: &Layout, field: Field) -> Option<u32> {
+    match layout.offset(field) {
+        0 => None,
+        o => Some(le32(b, o)),
     }
 }
 
@@ -552,7 +563,7 @@ fn accept(b: &[u8]) -> Option<Shape> {
 /// A REQ type without `rma_iov[]`: `SIZE`-byte mandatory header, `msg_id` at 4, `tag` at
 /// `TAG` (0: untagged).
 #[inline(always)]
-fn req<const SIZE: u16, const TAG: u8>(
+fn req<const SIZE: usize, const TAG: usize>(
     b: &[u8],
     fl: u16,
     layout: &'static Layout,
@@ -560,20 +571,19 @@ fn req<const SIZE: u16, const TAG: u8>(
     // wire-layouts §A.6: optional headers after the mandatory header, in the fixed order
     // raw address (u32 addr_len, then addr_len bytes), CQ data (u64), connid (u32); raw
     // address and connid are mutually exclusive.
-    let size = SIZE as usize;
     let con = (fl >> 15) as usize; // CONNID_HDR
     let (mut cq_at, mut raw_at) = (0, 0);
-    let mut connid_at = size;
+    let mut connid_at = SIZE;
     if fl & (flags::REQ_OPT_RAW_ADDR_HDR | flags::REQ_OPT_CQ_DATA_HDR) != 0 {
         if fl & flags::REQ_OPT_RAW_ADDR_HDR != 0 {
             // 0 when addr_len is past the end, which the range test hands on.
-            let addr_len = le32(b, size);
+            let addr_len = le32(b, SIZE);
             if con != 0
                 || !(RawAddrHdr::MIN_ADDR_LEN..=RawAddrHdr::MAX_ADDR_LEN).contains(&addr_len)
             {
                 return None;
             }
-            raw_at = SIZE;
+            raw_at = SIZE as u16;
             connid_at += 4 + addr_len as usize;
         }
         if fl & flags::REQ_OPT_CQ_DATA_HDR != 0 {
@@ -582,45 +592,43 @@ fn req<const SIZE: u16, const TAG: u8>(
         }
     }
     let end = connid_at + 4 * con;
-    if b.len() < end {
-        return None;
-    }
+    let h = b.get(..end)?;
+    // The mandatory header as an array: the field loads below need no bounds test.
+    let m = h.first_chunk::<SIZE>()?;
+    let connid = (con != 0).then(|| le32(h, connid_at));
     Some(Shape {
         layout,
-        rma_iov_end: SIZE,
+        rma_iov_end: SIZE as u16,
         header_len: o16(end),
         connid_at: if con != 0 { o16(connid_at) } else { 0 },
         cq_at,
         raw_at,
-        msg_id_at: 4,
-        tag_at: TAG,
+        msg_id: Some(m_le32(m, 4)),
+        tag: (TAG != 0).then(|| m_le64(m, TAG)),
+        connid,
     })
 }
 
 /// A fixed-size control packet whose connid sits at `CONNID` in the mandatory header
 /// (wire-layouts §A.7); `msg_id` at `MSG_ID` (0: none).
 #[inline(always)]
-fn ctrl<const SIZE: u16, const CONNID: u16, const MSG_ID: u8>(
+fn ctrl<const SIZE: usize, const CONNID: usize, const MSG_ID: usize>(
     b: &[u8],
     fl: u16,
     layout: &'static Layout,
 ) -> Option<Shape> {
-    if b.len() < SIZE as usize {
-        return None;
-    }
+    let m = b.first_chunk::<SIZE>()?;
+    let con = fl & flags::CONNID_HDR != 0;
     Some(Shape {
         layout,
-        rma_iov_end: SIZE,
-        header_len: SIZE,
-        connid_at: if fl & flags::CONNID_HDR != 0 {
-            CONNID
-        } else {
-            0
-        },
+        rma_iov_end: SIZE as u16,
+        header_len: SIZE as u16,
+        connid_at: if con { CONNID as u16 } else { 0 },
         cq_at: 0,
         raw_at: 0,
-        msg_id_at: MSG_ID,
-        tag_at: 0,
+        msg_id: (MSG_ID != 0).then(|| m_le32(m, MSG_ID)),
+        tag: None,
+        connid: con.then(|| m_le32(m, CONNID)),
     })
 }
 
@@ -641,9 +649,22 @@ fn ctsdata(b: &[u8], fl: u16) -> Option<Shape> {
         connid_at: if con { 24 } else { 0 },
         cq_at: 0,
         raw_at: 0,
-        msg_id_at: 0,
-        tag_at: 0,
+        msg_id: None,
+        tag: None,
+        connid: con.then(|| le32(b, 24)),
     })
+}
+
+/// A little-endian u32 at a constant offset of a mandatory header.
+#[inline(always)]
+fn m_le32<const N: usize>(m: &[u8; N], o: usize) -> u32 {
+    le32(m, o)
+}
+
+/// A little-endian u64 at a constant offset of a mandatory header.
+#[inline(always)]
+fn m_le64<const N: usize>(m: &[u8; N], o: usize) -> u64 {
+    le64(m, o)
 }
 
 /// The reference check, driven by the layout table: base header, then [`check`] on the
@@ -688,8 +709,15 @@ fn check_table(b: &[u8]) -> Result<Shape> {
         connid_at,
         cq_at,
         raw_at,
-        msg_id_at: layout.offset(Field::MsgId) as u8,
-        tag_at: layout.offset(Field::Tag) as u8,
+        msg_id: field32(b, layout, Field::MsgId),
+        tag: match layout.offset(Field::Tag) {
+            0 => None,
+            o => Some(le64(b, o)),
+        },
+        connid: match connid_at {
+            0 => None,
+            o => Some(le32(b, o as usize)),
+        },
     })
 }
 
@@ -927,6 +955,47 @@ mod tests {
         for &t in PacketType::ALL {
             assert!(accepted[t as usize] > 0, "{} never accepted", t.name());
         }
+    }
+
+    /// The fields the view loads at check time stay equal to the bytes after the view
+    /// rewrites them: for every vector with a msg_id, tag or connid, the rewritten view
+    /// reads what a fresh check of the rewritten bytes reads.
+    #[test]
+    fn rewritten_fields_read_back_through_the_view() {
+        let mut rewritten = 0;
+        for v in vectors::efa_vectors() {
+            let mut bytes = v.bytes.clone();
+            let Ok(mut p) = Packet::new_checked(&mut bytes[..]) else {
+                continue;
+            };
+            let had = (p.msg_id(), p.tag(), p.connid());
+            if p.msg_id().is_some() {
+                p.set(Field::MsgId, 0x0BAD_F00D).unwrap();
+                assert_eq!(p.msg_id(), Some(0x0BAD_F00D), "{}", v.name);
+            }
+            if p.tag().is_some() {
+                p.set(Field::Tag, 0x0123_4567_89AB_CDEF).unwrap();
+                assert_eq!(p.tag(), Some(0x0123_4567_89AB_CDEF), "{}", v.name);
+            }
+            if p.connid().is_some() {
+                p.set_connid(0x7E57).unwrap();
+                assert_eq!(p.connid(), Some(0x7E57), "{}", v.name);
+            } else {
+                assert!(p.set_connid(1).is_err(), "{}", v.name);
+                assert_eq!(p.connid(), None, "{}", v.name);
+            }
+            let seen = (p.msg_id(), p.tag(), p.connid(), p.sender_connid());
+            let fresh = Packet::new_checked(p.into_inner()).unwrap();
+            let again = (
+                fresh.msg_id(),
+                fresh.tag(),
+                fresh.connid(),
+                fresh.sender_connid(),
+            );
+            assert_eq!(seen, again, "{}", v.name);
+            rewritten += (had != (seen.0, seen.1, seen.2)) as usize;
+        }
+        assert!(rewritten > 20);
     }
 
     fn arbitrary_agree(ty: u8, version: u8, fl: u16, body: Vec<u8>) -> TestResult {
