@@ -14,14 +14,15 @@
 //! divide by 256000. Operations:
 //! `view` (checked view + msg_id, tag, connid, payload length of an EAGER_TAGRTM with a
 //! connid header and 64 bytes of payload), `baseline` (the same loads at fixed offsets, no
-//! checks), `repr` (`Repr::parse_bytes`), `emit` (`Repr::emit`), `view256` and `baseline256`
+//! checks), `medium` and `medium_baseline` (the same for the bench's MEDIUM_TAGRTM with a raw
+//! address and CQ data), `repr` (`Repr::parse_bytes`), `emit` (`Repr::emit`), `view256` and `baseline256`
 //! (the loops of the bench's `decode_x256/EAGER_TAGRTM`, 256 different headers, the view
 //! inlined into the loop as there).
 
 use std::hint::black_box;
 use std::process::ExitCode;
 
-use tagmatch_wire::efa::{Field, Packet, PacketType, Repr};
+use tagmatch_wire::efa::{Field, Packet, PacketType, RawAddr, RawAddrHdr, Repr};
 
 /// What the receive path reads: msg_id, tag, connid, payload length.
 type Fields = (Option<u32>, Option<u64>, Option<u32>, usize);
@@ -42,6 +43,48 @@ fn baseline(d: &[u8]) -> Option<(u8, u32, u64, u32, usize)> {
         le64(8)?,
         le32(16)?,
         d.len().checked_sub(20)?,
+    ))
+}
+
+/// What the bench's `decode/MEDIUM_TAGRTM+raw+cq/view` reads.
+type MediumFields = (
+    Option<u32>,
+    Option<u64>,
+    Option<u64>,
+    Option<u64>,
+    Option<u32>,
+    Option<u64>,
+    usize,
+);
+
+#[inline(never)]
+fn medium(d: &[u8]) -> Option<MediumFields> {
+    let p = Packet::new_checked(d).ok()?;
+    Some((
+        p.msg_id(),
+        p.get(Field::MsgLength),
+        p.get(Field::SegOffset),
+        p.tag(),
+        p.sender_connid(),
+        p.cq_data(),
+        p.payload().len(),
+    ))
+}
+
+#[inline(never)]
+fn medium_baseline(d: &[u8]) -> Option<(u8, u32, u64, u64, u64, u32, u64, usize)> {
+    let le32 = |o: usize| Some(u32::from_le_bytes(d.get(o..o + 4)?.try_into().ok()?));
+    let le64 = |o: usize| Some(u64::from_le_bytes(d.get(o..o + 8)?.try_into().ok()?));
+    let alen = le32(32)? as usize;
+    Some((
+        *d.first()?,
+        le32(4)?,
+        le64(8)?,
+        le64(16)?,
+        le64(24)?,
+        le32(36 + 20)?,
+        le64(36 + alen)?,
+        d.len().checked_sub(44 + alen)?,
     ))
 }
 
@@ -80,6 +123,11 @@ fn baseline256(batch: &[Vec<u8>]) -> u64 {
     acc
 }
 
+/// Runs `f` `n` times; false as soon as it fails.
+fn repeat(n: u64, mut f: impl FnMut() -> bool) -> bool {
+    (0..n).all(|_| f())
+}
+
 #[inline(never)]
 fn repr(d: &[u8]) -> Option<Repr<'_>> {
     Repr::parse_bytes(d).ok()
@@ -93,7 +141,7 @@ fn emit(r: &Repr<'_>, out: &mut [u8]) -> Option<usize> {
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let (Some(op), Some(n)) = (args.next(), args.next().and_then(|n| n.parse::<u64>().ok())) else {
-        eprintln!("usage: wire_loop view|baseline|view256|baseline256|repr|emit <iterations>");
+        eprintln!("usage: wire_loop view|baseline|medium|medium_baseline|view256|baseline256|repr|emit <iterations>");
         return ExitCode::from(2);
     };
     let payload = [0xABu8; 64];
@@ -104,6 +152,25 @@ fn main() -> ExitCode {
             .with(Field::MsgId, 7)
             .with(Field::Tag, 0x1122_3344_5566_7788)
     };
+    let medium_repr = Repr {
+        payload: &payload,
+        raw_addr: Some(RawAddrHdr::new(RawAddr {
+            gid: [0xfe; 16],
+            qpn: 16,
+            qkey: 0xA1B2_C3D4,
+            next: 0,
+        })),
+        cq_data: Some(0xCAFE_BABE_1234_5678),
+        ..Repr::new(PacketType::MediumTagRtm)
+            .with(Field::MsgId, 3)
+            .with(Field::MsgLength, 0x10000)
+            .with(Field::SegOffset, 0x2000)
+            .with(Field::Tag, 0x1122_3344_5566_7788)
+    };
+    let mut medium_bytes = vec![0u8; medium_repr.buffer_len()];
+    if medium_repr.emit(&mut medium_bytes).is_err() {
+        return ExitCode::FAILURE;
+    }
     let mut bytes = vec![0u8; eager.buffer_len()];
     if eager.emit(&mut bytes).is_err() {
         return ExitCode::FAILURE;
@@ -124,22 +191,26 @@ fn main() -> ExitCode {
             v
         })
         .collect();
-    for _ in 0..n {
-        let ok = match op.as_str() {
-            "view" => black_box(view(black_box(&bytes))).is_some(),
-            "baseline" => black_box(baseline(black_box(&bytes))).is_some(),
-            "view256" => black_box(view256(black_box(&batch))) != 0,
-            "baseline256" => black_box(baseline256(black_box(&batch))) != 0,
-            "repr" => black_box(repr(black_box(&bytes))).is_some(),
-            "emit" => black_box(emit(black_box(&eager), &mut out)).is_some(),
-            other => {
-                eprintln!("unknown operation {other}");
-                return ExitCode::from(2);
-            }
-        };
-        if !ok {
-            return ExitCode::FAILURE;
+    // The operation is chosen once, outside the loop, so the loop around each call is the
+    // same few instructions for every operation.
+    let ok = match op.as_str() {
+        "view" => repeat(n, || black_box(view(black_box(&bytes))).is_some()),
+        "baseline" => repeat(n, || black_box(baseline(black_box(&bytes))).is_some()),
+        "medium" => repeat(n, || black_box(medium(black_box(&medium_bytes))).is_some()),
+        "medium_baseline" => repeat(n, || {
+            black_box(medium_baseline(black_box(&medium_bytes))).is_some()
+        }),
+        "view256" => repeat(n, || black_box(view256(black_box(&batch))) != 0),
+        "baseline256" => repeat(n, || black_box(baseline256(black_box(&batch))) != 0),
+        "repr" => repeat(n, || black_box(repr(black_box(&bytes))).is_some()),
+        "emit" => repeat(n, || black_box(emit(black_box(&eager), &mut out)).is_some()),
+        other => {
+            eprintln!("unknown operation {other}");
+            return ExitCode::from(2);
         }
+    };
+    if !ok {
+        return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
 }
