@@ -17,7 +17,9 @@
 //! checks), `medium` and `medium_baseline` (the same for the bench's MEDIUM_TAGRTM with a raw
 //! address and CQ data), `repr` (`Repr::parse_bytes`), `emit` (`Repr::emit`), `view256` and `baseline256`
 //! (the loops of the bench's `decode_x256/EAGER_TAGRTM`, 256 different headers, the view
-//! inlined into the loop as there).
+//! inlined into the loop as there), `checked_by_hand256` (for comparison: the same loop
+//! with a hand-written decoder that checks what the view checks for EAGER_TAGRTM, at
+//! hard-coded offsets).
 
 use std::hint::black_box;
 use std::process::ExitCode;
@@ -128,6 +130,39 @@ fn repeat(n: u64, mut f: impl FnMut() -> bool) -> bool {
     (0..n).all(|_| f())
 }
 
+/// For comparison only (not in the bench): a hand-written decoder that knows the one type
+/// it accepts and checks what the view checks for it — length, version ≥ 4, type, no raw
+/// address or CQ data, the connid flag — with the EAGER_TAGRTM offsets hard-coded.
+#[inline(never)]
+fn checked_by_hand256(batch: &[Vec<u8>]) -> u64 {
+    let mut acc = 0u64;
+    for d in batch {
+        let Some(h) = d.first_chunk::<16>() else {
+            return 0;
+        };
+        let fl = u16::from_le_bytes([h[2], h[3]]);
+        if h[1] < 4 || h[0] != 65 || fl & 3 != 0 {
+            return 0;
+        }
+        let (connid, end) = if fl & 0x8000 != 0 {
+            match d.get(16..20) {
+                Some(c) => (u32::from_le_bytes([c[0], c[1], c[2], c[3]]), 20),
+                None => return 0,
+            }
+        } else {
+            (0, 16)
+        };
+        let msg_id = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
+        let tag = u64::from_le_bytes([h[8], h[9], h[10], h[11], h[12], h[13], h[14], h[15]]);
+        acc = acc
+            .wrapping_add(msg_id as u64)
+            .wrapping_add(tag)
+            .wrapping_add(connid as u64)
+            .wrapping_add((d.len() - end) as u64);
+    }
+    acc
+}
+
 #[inline(never)]
 fn repr(d: &[u8]) -> Option<Repr<'_>> {
     Repr::parse_bytes(d).ok()
@@ -141,7 +176,7 @@ fn emit(r: &Repr<'_>, out: &mut [u8]) -> Option<usize> {
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let (Some(op), Some(n)) = (args.next(), args.next().and_then(|n| n.parse::<u64>().ok())) else {
-        eprintln!("usage: wire_loop view|baseline|medium|medium_baseline|view256|baseline256|repr|emit <iterations>");
+        eprintln!("usage: wire_loop view|baseline|medium|medium_baseline|view256|baseline256|checked_by_hand256|repr|emit <iterations>");
         return ExitCode::from(2);
     };
     let payload = [0xABu8; 64];
@@ -202,6 +237,7 @@ fn main() -> ExitCode {
         }),
         "view256" => repeat(n, || black_box(view256(black_box(&batch))) != 0),
         "baseline256" => repeat(n, || black_box(baseline256(black_box(&batch))) != 0),
+        "checked_by_hand256" => repeat(n, || black_box(checked_by_hand256(black_box(&batch))) != 0),
         "repr" => repeat(n, || black_box(repr(black_box(&bytes))).is_some()),
         "emit" => repeat(n, || black_box(emit(black_box(&eager), &mut out)).is_some()),
         other => {
