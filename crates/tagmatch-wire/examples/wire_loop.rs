@@ -59,6 +59,10 @@ type MediumFields = (
     usize,
 );
 
+/// What `medium_baseline` loads: type, msg_id, msg_length, seg_offset, tag, qkey, CQ data,
+/// payload length.
+type MediumLoads = (u8, u32, u64, u64, u64, u32, u64, usize);
+
 #[inline(never)]
 fn medium(d: &[u8]) -> Option<MediumFields> {
     let p = Packet::new_checked(d).ok()?;
@@ -74,7 +78,7 @@ fn medium(d: &[u8]) -> Option<MediumFields> {
 }
 
 #[inline(never)]
-fn medium_baseline(d: &[u8]) -> Option<(u8, u32, u64, u64, u64, u32, u64, usize)> {
+fn medium_baseline(d: &[u8]) -> Option<MediumLoads> {
     let le32 = |o: usize| Some(u32::from_le_bytes(d.get(o..o + 4)?.try_into().ok()?));
     let le64 = |o: usize| Some(u64::from_le_bytes(d.get(o..o + 8)?.try_into().ok()?));
     let alen = le32(32)? as usize;
