@@ -32,7 +32,8 @@
 //! assert_eq!(pkt.connid(), Some(0xA1B2C3D4));
 //! assert_eq!(Repr::parse(&pkt), repr);
 //! ```
-#![no_std]
+// no_std; the unit tests use std (and share the integration tests' vector module).
+#![cfg_attr(not(test), no_std)]
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

@@ -104,6 +104,20 @@ impl Field {
         Field::ALL.iter().copied().find(|f| f.name() == name)
     }
 
+    /// The width `field` has in every layout that has it, or `None` for `recv_length`,
+    /// the one field whose width depends on the type (u64 in CTS, u32 in the RTRs).
+    pub(crate) const fn fixed_width(self) -> Option<Width> {
+        match self {
+            Field::Tag
+            | Field::MsgLength
+            | Field::SegOffset
+            | Field::SegLength
+            | Field::RuntLength => Some(Width::U64),
+            Field::RecvLength => None,
+            _ => Some(Width::U32),
+        }
+    }
+
     /// Fields whose value is derived from the representation rather than stored in
     /// [`Fields`](super::Fields): `rma_iov_count` from the `rma_iov` slice and `nextra_p3`
     /// from the `extra_info` word count.
@@ -246,6 +260,12 @@ impl Layout {
         self.present
     }
 
+    /// Whether `field` is 8 bytes wide in this layout.
+    #[inline]
+    pub(crate) fn is_wide(&self, field: Field) -> bool {
+        self.wide & (1 << field as u32) != 0
+    }
+
     /// Whether the layout has `field`.
     #[inline]
     pub fn has(&self, field: Field) -> bool {
@@ -316,7 +336,7 @@ const fn req(
 
 // wire-layouts §A.5: CTS (3), 24 bytes: 0 base; 4 connid/padding; 8 send_id; 12 recv_id;
 // 16 recv_length u64.
-static CTS: Layout = ctrl(
+pub(super) static CTS: Layout = ctrl(
     PacketType::Cts,
     24,
     &[
@@ -328,7 +348,7 @@ static CTS: Layout = ctrl(
 );
 // wire-layouts §A.5: CTSDATA (4), 24 bytes: 0 base; 4 recv_id; 8 seg_length u64;
 // 16 seg_offset u64; with CONNID_HDR an 8-byte connid header follows at 24.
-static CTSDATA: Layout = Layout::new(
+pub(super) static CTSDATA: Layout = Layout::new(
     PacketType::CtsData,
     24,
     &[
@@ -341,28 +361,28 @@ static CTSDATA: Layout = Layout::new(
     PayloadKind::Data,
 );
 // wire-layouts §A.5 / §D.6: READRSP (5): 4 connid; 8 recv_id; 12 send_id; 16 seg_length.
-static READRSP: Layout = ctrl(
+pub(super) static READRSP: Layout = ctrl(
     PacketType::ReadRsp,
     24,
     &[u32_at(RecvId, 8), u32_at(SendId, 12), u64_at(SegLength, 16)],
     4,
 );
 // wire-layouts §A.5: EOR (7), 16 bytes: 4 send_id; 8 recv_id; 12 connid.
-static EOR: Layout = ctrl(
+pub(super) static EOR: Layout = ctrl(
     PacketType::Eor,
     16,
     &[u32_at(SendId, 4), u32_at(RecvId, 8)],
     12,
 );
 // wire-layouts §A.5: ATOMRSP (8), 24 bytes: 4 connid; 8 reserved; 12 recv_id; 16 seg_length.
-static ATOMRSP: Layout = ctrl(
+pub(super) static ATOMRSP: Layout = ctrl(
     PacketType::AtomRsp,
     24,
     &[u32_at(RecvId, 12), u64_at(SegLength, 16)],
     4,
 );
 // wire-layouts §A.5: HANDSHAKE (9): 4 nextra_p3 u32; 8 extra_info[nextra_p3 - 3] u64.
-static HANDSHAKE: Layout = Layout::new(
+pub(super) static HANDSHAKE: Layout = Layout::new(
     PacketType::Handshake,
     8,
     &[u32_at(NextraP3, 4)],
@@ -371,14 +391,14 @@ static HANDSHAKE: Layout = Layout::new(
     PayloadKind::Data,
 );
 // wire-layouts §A.5: RECEIPT (10), 16 bytes: 4 tx_id; 8 msg_id; 12 connid.
-static RECEIPT: Layout = ctrl(
+pub(super) static RECEIPT: Layout = ctrl(
     PacketType::Receipt,
     16,
     &[u32_at(TxId, 4), u32_at(MsgId, 8)],
     12,
 );
 // wire-layouts §A.5: READ_NACK (11): same layout as EOR.
-static READ_NACK: Layout = ctrl(
+pub(super) static READ_NACK: Layout = ctrl(
     PacketType::ReadNack,
     16,
     &[u32_at(SendId, 4), u32_at(RecvId, 8)],
@@ -386,7 +406,7 @@ static READ_NACK: Layout = ctrl(
 );
 // wire-layouts §A.5: PEER_ERROR (12), 20 bytes: 4 op_id; 8 ref_kind; 12 prov_errno;
 // 16 connid.
-static PEER_ERROR: Layout = ctrl(
+pub(super) static PEER_ERROR: Layout = ctrl(
     PacketType::PeerError,
     20,
     &[u32_at(OpId, 4), u32_at(RefKind, 8), u32_at(ProvErrno, 12)],
@@ -396,14 +416,14 @@ static PEER_ERROR: Layout = ctrl(
 // wire-layouts §A.6, mandatory REQ headers. "The tag is always the last 8 bytes of the
 // mandatory header."
 // EAGER_MSG/TAG (64/65): 4 msg_id; [8 tag].
-static EAGER_MSGRTM: Layout = req(
+pub(super) static EAGER_MSGRTM: Layout = req(
     PacketType::EagerMsgRtm,
     8,
     &[u32_at(MsgId, 4)],
     false,
     PayloadKind::Data,
 );
-static EAGER_TAGRTM: Layout = req(
+pub(super) static EAGER_TAGRTM: Layout = req(
     PacketType::EagerTagRtm,
     16,
     &[u32_at(MsgId, 4), u64_at(Tag, 8)],
@@ -411,7 +431,7 @@ static EAGER_TAGRTM: Layout = req(
     PayloadKind::Data,
 );
 // MEDIUM (66/67): 4 msg_id; 8 msg_length (total message length, §D.5); 16 seg_offset; [24 tag].
-static MEDIUM_MSGRTM: Layout = req(
+pub(super) static MEDIUM_MSGRTM: Layout = req(
     PacketType::MediumMsgRtm,
     24,
     &[
@@ -422,7 +442,7 @@ static MEDIUM_MSGRTM: Layout = req(
     false,
     PayloadKind::Data,
 );
-static MEDIUM_TAGRTM: Layout = req(
+pub(super) static MEDIUM_TAGRTM: Layout = req(
     PacketType::MediumTagRtm,
     32,
     &[
@@ -449,28 +469,28 @@ const LONGCTS_TAG_FIELDS: &[FieldAt] = &[
     u32_at(CreditRequest, 20),
     u64_at(Tag, 24),
 ];
-static LONGCTS_MSGRTM: Layout = req(
+pub(super) static LONGCTS_MSGRTM: Layout = req(
     PacketType::LongctsMsgRtm,
     24,
     LONGCTS_MSG_FIELDS,
     false,
     PayloadKind::Data,
 );
-static LONGCTS_TAGRTM: Layout = req(
+pub(super) static LONGCTS_TAGRTM: Layout = req(
     PacketType::LongctsTagRtm,
     32,
     LONGCTS_TAG_FIELDS,
     false,
     PayloadKind::Data,
 );
-static DC_LONGCTS_MSGRTM: Layout = req(
+pub(super) static DC_LONGCTS_MSGRTM: Layout = req(
     PacketType::DcLongctsMsgRtm,
     24,
     LONGCTS_MSG_FIELDS,
     false,
     PayloadKind::Data,
 );
-static DC_LONGCTS_TAGRTM: Layout = req(
+pub(super) static DC_LONGCTS_TAGRTM: Layout = req(
     PacketType::DcLongctsTagRtm,
     32,
     LONGCTS_TAG_FIELDS,
@@ -478,7 +498,7 @@ static DC_LONGCTS_TAGRTM: Layout = req(
     PayloadKind::Data,
 );
 // EAGER_RTW (70): 4 rma_iov_count; 8 rma_iov[].
-static EAGER_RTW: Layout = req(
+pub(super) static EAGER_RTW: Layout = req(
     PacketType::EagerRtw,
     8,
     &[u32_at(RmaIovCount, 4)],
@@ -493,14 +513,14 @@ const LONGCTS_RTW_FIELDS: &[FieldAt] = &[
     u32_at(SendId, 16),
     u32_at(CreditRequest, 20),
 ];
-static LONGCTS_RTW: Layout = req(
+pub(super) static LONGCTS_RTW: Layout = req(
     PacketType::LongctsRtw,
     24,
     LONGCTS_RTW_FIELDS,
     true,
     PayloadKind::Data,
 );
-static DC_LONGCTS_RTW: Layout = req(
+pub(super) static DC_LONGCTS_RTW: Layout = req(
     PacketType::DcLongctsRtw,
     24,
     LONGCTS_RTW_FIELDS,
@@ -515,14 +535,14 @@ const RTR_FIELDS: &[FieldAt] = &[
     u32_at(RecvId, 16),
     u32_at(RecvLength, 20),
 ];
-static SHORT_RTR: Layout = req(
+pub(super) static SHORT_RTR: Layout = req(
     PacketType::ShortRtr,
     24,
     RTR_FIELDS,
     true,
     PayloadKind::Data,
 );
-static LONGCTS_RTR: Layout = req(
+pub(super) static LONGCTS_RTR: Layout = req(
     PacketType::LongctsRtr,
     24,
     RTR_FIELDS,
@@ -532,7 +552,7 @@ static LONGCTS_RTR: Layout = req(
 // WRITE/FETCH/COMPARE/DC_WRITE RTA (74/75/76/141): 4 msg_id; 8 rma_iov_count;
 // 12 atomic_datatype; 16 atomic_op; 20 padding (WRITE) / recv_id (FETCH, COMPARE) /
 // send_id (DC_WRITE); 24 rma_iov[].
-static WRITE_RTA: Layout = req(
+pub(super) static WRITE_RTA: Layout = req(
     PacketType::WriteRta,
     24,
     &[
@@ -551,21 +571,21 @@ const RTA_RECV_FIELDS: &[FieldAt] = &[
     u32_at(AtomicOp, 16),
     u32_at(RecvId, 20),
 ];
-static FETCH_RTA: Layout = req(
+pub(super) static FETCH_RTA: Layout = req(
     PacketType::FetchRta,
     24,
     RTA_RECV_FIELDS,
     true,
     PayloadKind::Data,
 );
-static COMPARE_RTA: Layout = req(
+pub(super) static COMPARE_RTA: Layout = req(
     PacketType::CompareRta,
     24,
     RTA_RECV_FIELDS,
     true,
     PayloadKind::BufCompare,
 );
-static DC_WRITE_RTA: Layout = req(
+pub(super) static DC_WRITE_RTA: Layout = req(
     PacketType::DcWriteRta,
     24,
     &[
@@ -579,7 +599,7 @@ static DC_WRITE_RTA: Layout = req(
     PayloadKind::Data,
 );
 // LONGREAD (128/129): 4 msg_id; 8 msg_length; 16 send_id; 20 read_iov_count; [24 tag].
-static LONGREAD_MSGRTM: Layout = req(
+pub(super) static LONGREAD_MSGRTM: Layout = req(
     PacketType::LongreadMsgRtm,
     24,
     &[
@@ -591,7 +611,7 @@ static LONGREAD_MSGRTM: Layout = req(
     false,
     PayloadKind::ReadIov,
 );
-static LONGREAD_TAGRTM: Layout = req(
+pub(super) static LONGREAD_TAGRTM: Layout = req(
     PacketType::LongreadTagRtm,
     32,
     &[
@@ -606,7 +626,7 @@ static LONGREAD_TAGRTM: Layout = req(
 );
 // LONGREAD_RTW (130): 4 rma_iov_count; 8 msg_length; 16 send_id; 20 read_iov_count;
 // 24 rma_iov[].
-static LONGREAD_RTW: Layout = req(
+pub(super) static LONGREAD_RTW: Layout = req(
     PacketType::LongreadRtw,
     24,
     &[
@@ -619,14 +639,14 @@ static LONGREAD_RTW: Layout = req(
     PayloadKind::ReadIov,
 );
 // DC_EAGER (133/134): 4 msg_id; 8 send_id; 12 padding; [16 tag].
-static DC_EAGER_MSGRTM: Layout = req(
+pub(super) static DC_EAGER_MSGRTM: Layout = req(
     PacketType::DcEagerMsgRtm,
     16,
     &[u32_at(MsgId, 4), u32_at(SendId, 8)],
     false,
     PayloadKind::Data,
 );
-static DC_EAGER_TAGRTM: Layout = req(
+pub(super) static DC_EAGER_TAGRTM: Layout = req(
     PacketType::DcEagerTagRtm,
     24,
     &[u32_at(MsgId, 4), u32_at(SendId, 8), u64_at(Tag, 16)],
@@ -635,7 +655,7 @@ static DC_EAGER_TAGRTM: Layout = req(
 );
 // DC_MEDIUM (135/136): 4 msg_id; 8 send_id; 12 padding; 16 msg_length; 24 seg_offset;
 // [32 tag].
-static DC_MEDIUM_MSGRTM: Layout = req(
+pub(super) static DC_MEDIUM_MSGRTM: Layout = req(
     PacketType::DcMediumMsgRtm,
     32,
     &[
@@ -647,7 +667,7 @@ static DC_MEDIUM_MSGRTM: Layout = req(
     false,
     PayloadKind::Data,
 );
-static DC_MEDIUM_TAGRTM: Layout = req(
+pub(super) static DC_MEDIUM_TAGRTM: Layout = req(
     PacketType::DcMediumTagRtm,
     40,
     &[
@@ -661,7 +681,7 @@ static DC_MEDIUM_TAGRTM: Layout = req(
     PayloadKind::Data,
 );
 // DC_EAGER_RTW (139): 4 rma_iov_count; 8 send_id; 12 padding; 16 rma_iov[].
-static DC_EAGER_RTW: Layout = req(
+pub(super) static DC_EAGER_RTW: Layout = req(
     PacketType::DcEagerRtw,
     16,
     &[u32_at(RmaIovCount, 4), u32_at(SendId, 8)],
@@ -670,7 +690,7 @@ static DC_EAGER_RTW: Layout = req(
 );
 // RUNTREAD (145/146): 4 msg_id; 8 msg_length; 16 send_id; 20 read_iov_count;
 // 24 seg_offset; 32 runt_length; [40 tag].
-static RUNTREAD_MSGRTM: Layout = req(
+pub(super) static RUNTREAD_MSGRTM: Layout = req(
     PacketType::RuntreadMsgRtm,
     40,
     &[
@@ -684,7 +704,7 @@ static RUNTREAD_MSGRTM: Layout = req(
     false,
     PayloadKind::ReadIovRunt,
 );
-static RUNTREAD_TAGRTM: Layout = req(
+pub(super) static RUNTREAD_TAGRTM: Layout = req(
     PacketType::RuntreadTagRtm,
     48,
     &[
@@ -770,5 +790,21 @@ mod tests {
         }
         let rows = BY_ID.iter().filter(|l| l.is_some()).count();
         assert_eq!(rows, PacketType::ALL.len());
+    }
+
+    #[test]
+    fn fixed_widths_agree_with_every_layout() {
+        for &t in PacketType::ALL {
+            let l = of(t);
+            for at in l.fields {
+                if let Some(w) = at.field.fixed_width() {
+                    assert_eq!(w, at.width, "{} {}", t.name(), at.field.name());
+                }
+                assert_eq!(l.is_wide(at.field), at.width == Width::U64);
+            }
+        }
+        // recv_length really has two widths, so it must ask the layout.
+        assert!(of(PacketType::Cts).is_wide(RecvLength));
+        assert!(!of(PacketType::ShortRtr).is_wide(RecvLength));
     }
 }

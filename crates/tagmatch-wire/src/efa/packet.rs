@@ -1,6 +1,6 @@
 //! The zero-copy checked view over one EFA packet.
 
-use super::layout::{ConnidPlace, Field, Layout, PayloadKind};
+use super::layout::{ConnidPlace, Field, Layout, PayloadKind, Width};
 use super::{flags, PacketType, RawAddr, RawAddrHdr, RmaIov, PROTOCOL_VERSION, RMA_IOV_LEN};
 use super::{ExtraInfo, UserRecvQp};
 use crate::bytes::{byte, le16, le32, le64};
@@ -37,8 +37,34 @@ pub struct Packet<T: AsRef<[u8]>> {
     layout: &'static Layout,
     /// End of the mandatory header including `rma_iov[]`: where REQ optional headers start.
     rma_iov_end: u16,
-    /// End of all headers. The optional headers' offsets follow from the flags.
+    /// End of all headers.
     header_len: u16,
+    /// Where each optional header starts, computed once by the check; 0 when the packet
+    /// has none (no header starts at 0: the base header is there).
+    connid_at: u16,
+    cq_at: u16,
+    raw_at: u16,
+    /// `msg_id`, `tag` and connid, the fields every REQ receive path reads, loaded by the
+    /// check where their offsets are constants and the length is known (no bounds test per
+    /// field); kept equal to the bytes by [`Packet::set`] and [`Packet::set_connid`], the
+    /// only ways to write the header through a view.
+    msg_id: Option<u32>,
+    tag: Option<u64>,
+    connid: Option<u32>,
+}
+
+/// What the check learns about a packet: everything [`Packet`] keeps besides the buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Shape {
+    layout: &'static Layout,
+    rma_iov_end: u16,
+    header_len: u16,
+    connid_at: u16,
+    cq_at: u16,
+    raw_at: u16,
+    msg_id: Option<u32>,
+    tag: Option<u64>,
+    connid: Option<u32>,
 }
 
 impl<T: AsRef<[u8]>> Packet<T> {
@@ -47,19 +73,30 @@ impl<T: AsRef<[u8]>> Packet<T> {
     ///
     /// Length errors name the part that does not fit and the bytes needed from the start
     /// of the packet; content errors say what is invalid.
-    #[inline]
+    // Always inlined: the per-type match is larger than rustc's inlining threshold, and
+    // called out of line it returns the view through memory, which cost more than the
+    // check itself (the bench's x256 loop: 109 instructions per header out of line, 66
+    // inlined, before the field loads moved into the check).
+    #[inline(always)]
     pub fn new_checked(buffer: T) -> Result<Packet<T>> {
-        let b = buffer.as_ref();
-        let layout = classify(b)?;
-        // Both ends packed in one u32: a `Result` of a tuple with a reference made rustc
-        // shuffle the pointer through bytes on the hot path.
-        let ends = check(b, layout)?;
-        Ok(Packet {
+        let s = check_fast(buffer.as_ref())?;
+        Ok(Packet::with_shape(buffer, s))
+    }
+
+    #[inline(always)]
+    fn with_shape(buffer: T, s: Shape) -> Packet<T> {
+        Packet {
             buffer,
-            layout,
-            rma_iov_end: (ends >> 16) as u16,
-            header_len: ends as u16,
-        })
+            layout: s.layout,
+            rma_iov_end: s.rma_iov_end,
+            header_len: s.header_len,
+            connid_at: s.connid_at,
+            cq_at: s.cq_at,
+            raw_at: s.raw_at,
+            msg_id: s.msg_id,
+            tag: s.tag,
+            connid: s.connid,
+        }
     }
 
     /// The underlying buffer.
@@ -99,10 +136,20 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// The value of a fixed field, or `None` if this packet type has no such field.
     #[inline]
     pub fn get(&self, field: Field) -> Option<u64> {
-        let at = self.layout.find(field)?;
-        Some(match at.width {
-            super::Width::U32 => le32(self.b(), at.offset as usize) as u64,
-            super::Width::U64 => le64(self.b(), at.offset as usize),
+        let o = self.layout.offset(field);
+        if o == 0 {
+            return None;
+        }
+        // Every field but `recv_length` has one width in all layouts, known from `field`
+        // alone; only `recv_length` asks the layout.
+        let wide = match field.fixed_width() {
+            Some(w) => w == Width::U64,
+            None => self.layout.is_wide(field),
+        };
+        Some(if wide {
+            le64(self.b(), o)
+        } else {
+            le32(self.b(), o) as u64
         })
     }
 
@@ -118,16 +165,13 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// `msg_id`, for the types that have one.
     #[inline]
     pub fn msg_id(&self) -> Option<u32> {
-        self.get32(Field::MsgId)
+        self.msg_id
     }
 
     /// `tag`, for the `*_TAGRTM` types.
     #[inline]
     pub fn tag(&self) -> Option<u64> {
-        match self.layout.offset(Field::Tag) {
-            0 => None,
-            o => Some(le64(self.b(), o)),
-        }
+        self.tag
     }
 
     /// `send_id`, for the types that have one.
@@ -146,28 +190,29 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// `CONNID_HDR` is set.
     #[inline]
     pub fn connid(&self) -> Option<u32> {
-        let o = match self.layout.connid {
-            _ if self.flags() & flags::CONNID_HDR == 0 => return None,
-            ConnidPlace::Fixed(o) => o as usize,
-            ConnidPlace::CtsDataTrailer => self.layout.size as usize,
-            ConnidPlace::Handshake => self.handshake_opt(flags::CONNID_HDR)?,
-            ConnidPlace::ReqOptional => self.header_len() - 4,
-        };
-        Some(le32(self.b(), o))
+        self.connid
     }
 
     /// The sender's connid: the connid header, or for a REQ with a raw address, its `qkey`
     /// (wire-layouts §A.6).
+    #[inline]
     pub fn sender_connid(&self) -> Option<u32> {
-        self.connid()
-            .or_else(|| self.raw_addr().map(|r| r.addr.qkey))
+        // wire-layouts §A.6: the raw address header is u32 addr_len, then the 32-byte
+        // efa_ep_addr whose qkey is at 20; the check made sure all 4 + addr_len ≥ 36
+        // bytes are there.
+        match (self.connid, self.raw_at) {
+            (Some(c), _) => Some(c),
+            (None, 0) => None,
+            (None, r) => Some(le32(self.b(), r as usize + 4 + 20)),
+        }
     }
 
     /// The REQ raw-address optional header.
     pub fn raw_addr(&self) -> Option<RawAddrHdr> {
-        let o = (self.layout.connid == ConnidPlace::ReqOptional
-            && self.flags() & flags::REQ_OPT_RAW_ADDR_HDR != 0)
-            .then_some(self.rma_iov_end as usize)?;
+        let o = match self.raw_at {
+            0 => return None,
+            o => o as usize,
+        };
         let b = self.b();
         Some(RawAddrHdr {
             addr_len: le32(b, o),
@@ -178,12 +223,10 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// The REQ CQ-data optional header.
     #[inline]
     pub fn cq_data(&self) -> Option<u64> {
-        let fl = self.flags();
-        (self.layout.connid == ConnidPlace::ReqOptional && fl & flags::REQ_OPT_CQ_DATA_HDR != 0)
-            .then(|| {
-                let connid = if fl & flags::CONNID_HDR != 0 { 4 } else { 0 };
-                le64(self.b(), self.header_len() - 8 - connid)
-            })
+        match self.cq_at {
+            0 => None,
+            o => Some(le64(self.b(), o as usize)),
+        }
     }
 
     /// The `rma_iov[]` array ending the mandatory header (empty for types without one).
@@ -324,8 +367,13 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
         }
         let b = self.buffer.as_mut();
         match at.width {
-            super::Width::U32 => crate::bytes::put_le32(b, at.offset as usize, value as u32),
-            super::Width::U64 => crate::bytes::put_le64(b, at.offset as usize, value),
+            Width::U32 => crate::bytes::put_le32(b, at.offset as usize, value as u32),
+            Width::U64 => crate::bytes::put_le64(b, at.offset as usize, value),
+        }
+        match field {
+            Field::MsgId => self.msg_id = Some(value as u32),
+            Field::Tag => self.tag = Some(value),
+            _ => {}
         }
         Ok(())
     }
@@ -339,13 +387,9 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
             }
             .into());
         }
-        let o = match self.layout.connid {
-            ConnidPlace::Fixed(o) => o as usize,
-            ConnidPlace::CtsDataTrailer => self.layout.size as usize,
-            ConnidPlace::Handshake => self.handshake_opt(flags::CONNID_HDR).unwrap_or(0),
-            ConnidPlace::ReqOptional => self.header_len() - 4,
-        };
+        let o = self.connid_at as usize;
         crate::bytes::put_le32(self.buffer.as_mut(), o, connid);
+        self.connid = Some(connid);
         Ok(())
     }
 
@@ -374,6 +418,14 @@ impl<'a> Packet<&'a [u8]> {
         b.get(self.layout.size as usize..self.rma_iov_end as usize)
             .and_then(RmaIov::slice_from_bytes)
             .unwrap_or(&[])
+    }
+}
+
+/// A 4-byte field at its layout offset, `None` when the layout has none.
+fn field32(b: &[u8], layout: &Layout, field: Field) -> Option<u32> {
+    match layout.offset(field) {
+        0 => None,
+        o => Some(le32(b, o)),
     }
 }
 
@@ -422,6 +474,255 @@ fn need(part: Part, needed: usize, n: usize) -> Result<()> {
 #[inline]
 fn o16(v: usize) -> u16 {
     v as u16
+}
+
+/// Type IDs as `match` patterns.
+mod id {
+    use super::PacketType as P;
+    pub const CTS: u8 = P::Cts as u8;
+    pub const CTSDATA: u8 = P::CtsData as u8;
+    pub const READRSP: u8 = P::ReadRsp as u8;
+    pub const EOR: u8 = P::Eor as u8;
+    pub const ATOMRSP: u8 = P::AtomRsp as u8;
+    pub const RECEIPT: u8 = P::Receipt as u8;
+    pub const READ_NACK: u8 = P::ReadNack as u8;
+    pub const PEER_ERROR: u8 = P::PeerError as u8;
+    pub const EAGER_MSGRTM: u8 = P::EagerMsgRtm as u8;
+    pub const EAGER_TAGRTM: u8 = P::EagerTagRtm as u8;
+    pub const MEDIUM_MSGRTM: u8 = P::MediumMsgRtm as u8;
+    pub const MEDIUM_TAGRTM: u8 = P::MediumTagRtm as u8;
+    pub const LONGCTS_MSGRTM: u8 = P::LongctsMsgRtm as u8;
+    pub const LONGCTS_TAGRTM: u8 = P::LongctsTagRtm as u8;
+    pub const LONGREAD_MSGRTM: u8 = P::LongreadMsgRtm as u8;
+    pub const LONGREAD_TAGRTM: u8 = P::LongreadTagRtm as u8;
+    pub const DC_EAGER_MSGRTM: u8 = P::DcEagerMsgRtm as u8;
+    pub const DC_EAGER_TAGRTM: u8 = P::DcEagerTagRtm as u8;
+    pub const DC_MEDIUM_MSGRTM: u8 = P::DcMediumMsgRtm as u8;
+    pub const DC_MEDIUM_TAGRTM: u8 = P::DcMediumTagRtm as u8;
+    pub const DC_LONGCTS_MSGRTM: u8 = P::DcLongctsMsgRtm as u8;
+    pub const DC_LONGCTS_TAGRTM: u8 = P::DcLongctsTagRtm as u8;
+    pub const RUNTREAD_MSGRTM: u8 = P::RuntreadMsgRtm as u8;
+    pub const RUNTREAD_TAGRTM: u8 = P::RuntreadTagRtm as u8;
+}
+
+/// The check `new_checked` runs: [`accept`], and whatever it does not accept outright goes
+/// to [`check_table`], which decides and names the error. So errors are the table path's by
+/// construction, and an accepted packet gets the same [`Shape`] from both (the
+/// `fast_path_agrees_*` tests).
+#[inline(always)]
+fn check_fast(b: &[u8]) -> Result<Shape> {
+    match accept(b) {
+        Some(s) => Ok(s),
+        None => check_table(b),
+    }
+}
+
+/// One `match` on the type byte selects a code path with the type's sizes and offsets as
+/// constants, for every type whose header has no array: the REQ message types and the
+/// fixed-size control packets. `None` for anything it does not accept outright: a short
+/// buffer, a bad version, a bad raw address, a type with `rma_iov[]` or `extra_info[]`, an
+/// unknown type.
+#[inline(always)]
+fn accept(b: &[u8]) -> Option<Shape> {
+    use super::layout as l;
+    // efa-rdm-protocol-v4 §1.3: the 4-byte base header (type u8, version u8, flags u16);
+    // wire-layouts §A.1: "A receiver only rejects version < 4".
+    let h = u32::from_le_bytes(*b.first_chunk::<4>()?);
+    if ((h >> 8) as u8) < PROTOCOL_VERSION {
+        return None;
+    }
+    let fl = (h >> 16) as u16;
+    // Mandatory header sizes and offsets: wire-layouts §A.5 and §A.6, as in layout.rs
+    // (tag: the last 8 bytes of a *_TAGRTM mandatory header; msg_id at 4 in every RTM).
+    match h as u8 {
+        id::EAGER_MSGRTM => req::<8, 0>(b, fl, &l::EAGER_MSGRTM),
+        id::EAGER_TAGRTM => req::<16, 8>(b, fl, &l::EAGER_TAGRTM),
+        id::MEDIUM_MSGRTM => req::<24, 0>(b, fl, &l::MEDIUM_MSGRTM),
+        id::MEDIUM_TAGRTM => req::<32, 24>(b, fl, &l::MEDIUM_TAGRTM),
+        id::LONGCTS_MSGRTM => req::<24, 0>(b, fl, &l::LONGCTS_MSGRTM),
+        id::LONGCTS_TAGRTM => req::<32, 24>(b, fl, &l::LONGCTS_TAGRTM),
+        id::LONGREAD_MSGRTM => req::<24, 0>(b, fl, &l::LONGREAD_MSGRTM),
+        id::LONGREAD_TAGRTM => req::<32, 24>(b, fl, &l::LONGREAD_TAGRTM),
+        id::DC_EAGER_MSGRTM => req::<16, 0>(b, fl, &l::DC_EAGER_MSGRTM),
+        id::DC_EAGER_TAGRTM => req::<24, 16>(b, fl, &l::DC_EAGER_TAGRTM),
+        id::DC_MEDIUM_MSGRTM => req::<32, 0>(b, fl, &l::DC_MEDIUM_MSGRTM),
+        id::DC_MEDIUM_TAGRTM => req::<40, 32>(b, fl, &l::DC_MEDIUM_TAGRTM),
+        id::DC_LONGCTS_MSGRTM => req::<24, 0>(b, fl, &l::DC_LONGCTS_MSGRTM),
+        id::DC_LONGCTS_TAGRTM => req::<32, 24>(b, fl, &l::DC_LONGCTS_TAGRTM),
+        id::RUNTREAD_MSGRTM => req::<40, 0>(b, fl, &l::RUNTREAD_MSGRTM),
+        id::RUNTREAD_TAGRTM => req::<48, 40>(b, fl, &l::RUNTREAD_TAGRTM),
+        // wire-layouts §A.5: size, then the offset of connid (padding without CONNID_HDR).
+        id::CTS => ctrl::<24, 4, 0>(b, fl, &l::CTS),
+        id::READRSP => ctrl::<24, 4, 0>(b, fl, &l::READRSP),
+        id::EOR => ctrl::<16, 12, 0>(b, fl, &l::EOR),
+        id::ATOMRSP => ctrl::<24, 4, 0>(b, fl, &l::ATOMRSP),
+        id::RECEIPT => ctrl::<16, 12, 8>(b, fl, &l::RECEIPT),
+        id::READ_NACK => ctrl::<16, 12, 0>(b, fl, &l::READ_NACK),
+        id::PEER_ERROR => ctrl::<20, 16, 0>(b, fl, &l::PEER_ERROR),
+        id::CTSDATA => ctsdata(b, fl),
+        _ => None,
+    }
+}
+
+/// A REQ type without `rma_iov[]`: `SIZE`-byte mandatory header, `msg_id` at 4, `tag` at
+/// `TAG` (0: untagged).
+#[inline(always)]
+fn req<const SIZE: usize, const TAG: usize>(
+    b: &[u8],
+    fl: u16,
+    layout: &'static Layout,
+) -> Option<Shape> {
+    // wire-layouts §A.6: optional headers after the mandatory header, in the fixed order
+    // raw address (u32 addr_len, then addr_len bytes), CQ data (u64), connid (u32); raw
+    // address and connid are mutually exclusive.
+    let con = (fl >> 15) as usize; // CONNID_HDR
+    let (mut cq_at, mut raw_at) = (0, 0);
+    let mut connid_at = SIZE;
+    if fl & (flags::REQ_OPT_RAW_ADDR_HDR | flags::REQ_OPT_CQ_DATA_HDR) != 0 {
+        if fl & flags::REQ_OPT_RAW_ADDR_HDR != 0 {
+            // 0 when addr_len is past the end, which the range test hands on.
+            let addr_len = le32(b, SIZE);
+            if con != 0
+                || !(RawAddrHdr::MIN_ADDR_LEN..=RawAddrHdr::MAX_ADDR_LEN).contains(&addr_len)
+            {
+                return None;
+            }
+            raw_at = SIZE as u16;
+            connid_at += 4 + addr_len as usize;
+        }
+        if fl & flags::REQ_OPT_CQ_DATA_HDR != 0 {
+            cq_at = o16(connid_at);
+            connid_at += 8;
+        }
+    }
+    let end = connid_at + 4 * con;
+    let h = b.get(..end)?;
+    // The mandatory header as an array: the field loads below need no bounds test.
+    let m = h.first_chunk::<SIZE>()?;
+    let connid = (con != 0).then(|| le32(h, connid_at));
+    Some(Shape {
+        layout,
+        rma_iov_end: SIZE as u16,
+        header_len: o16(end),
+        connid_at: if con != 0 { o16(connid_at) } else { 0 },
+        cq_at,
+        raw_at,
+        msg_id: Some(m_le32(m, 4)),
+        tag: (TAG != 0).then(|| m_le64(m, TAG)),
+        connid,
+    })
+}
+
+/// A fixed-size control packet whose connid sits at `CONNID` in the mandatory header
+/// (wire-layouts §A.7); `msg_id` at `MSG_ID` (0: none).
+#[inline(always)]
+fn ctrl<const SIZE: usize, const CONNID: usize, const MSG_ID: usize>(
+    b: &[u8],
+    fl: u16,
+    layout: &'static Layout,
+) -> Option<Shape> {
+    let m = b.first_chunk::<SIZE>()?;
+    let con = fl & flags::CONNID_HDR != 0;
+    Some(Shape {
+        layout,
+        rma_iov_end: SIZE as u16,
+        header_len: SIZE as u16,
+        connid_at: if con { CONNID as u16 } else { 0 },
+        cq_at: 0,
+        raw_at: 0,
+        msg_id: (MSG_ID != 0).then(|| m_le32(m, MSG_ID)),
+        tag: None,
+        connid: con.then(|| m_le32(m, CONNID)),
+    })
+}
+
+/// CTSDATA.
+#[inline(always)]
+fn ctsdata(b: &[u8], fl: u16) -> Option<Shape> {
+    // wire-layouts §A.5: CTSDATA is 24 bytes; "With CONNID_HDR, an 8-byte
+    // efa_rdm_ctsdata_opt_connid_hdr follows at 24: connid u32, then 4 bytes of padding."
+    let con = fl & flags::CONNID_HDR != 0;
+    let end = 24 + 8 * con as usize;
+    if b.len() < end {
+        return None;
+    }
+    Some(Shape {
+        layout: &super::layout::CTSDATA,
+        rma_iov_end: 24,
+        header_len: o16(end),
+        connid_at: if con { 24 } else { 0 },
+        cq_at: 0,
+        raw_at: 0,
+        msg_id: None,
+        tag: None,
+        connid: con.then(|| le32(b, 24)),
+    })
+}
+
+/// A little-endian u32 at a constant offset of a mandatory header.
+#[inline(always)]
+fn m_le32<const N: usize>(m: &[u8; N], o: usize) -> u32 {
+    le32(m, o)
+}
+
+/// A little-endian u64 at a constant offset of a mandatory header.
+#[inline(always)]
+fn m_le64<const N: usize>(m: &[u8; N], o: usize) -> u64 {
+    le64(m, o)
+}
+
+/// The reference check, driven by the layout table: base header, then [`check`] on the
+/// type's layout row, then where each optional header starts. [`check_fast`] hands it
+/// every packet [`accept`] does not accept, and the tests hold the two to the same result.
+#[inline(never)]
+fn check_table(b: &[u8]) -> Result<Shape> {
+    let layout = classify(b)?;
+    let ends = check(b, layout)?;
+    let rma_iov_end = (ends >> 16) as u16;
+    let header_len = ends as u16;
+    let fl = le16(b, 2);
+    let connid = fl & flags::CONNID_HDR != 0;
+    let at = |present: bool, o: u16| if present { o } else { 0 };
+    let (connid_at, cq_at, raw_at) = match layout.connid {
+        ConnidPlace::Fixed(o) => (at(connid, o as u16), 0, 0),
+        ConnidPlace::CtsDataTrailer => (at(connid, layout.size as u16), 0, 0),
+        // wire-layouts §A.5: connid is the first HANDSHAKE optional header, right after
+        // extra_info[nextra_p3 - 3] (nextra_p3 checked by `handshake_headers`).
+        ConnidPlace::Handshake => {
+            let words = le32(b, 4).saturating_sub(3) as u16;
+            (at(connid, 8 + 8 * words), 0, 0)
+        }
+        // wire-layouts §A.6: raw address right after rma_iov[], then CQ data, then
+        // connid, which ends the headers.
+        ConnidPlace::ReqOptional => {
+            let connid_len = if connid { 4 } else { 0 };
+            (
+                at(connid, header_len - 4),
+                at(
+                    fl & flags::REQ_OPT_CQ_DATA_HDR != 0,
+                    header_len - 8 - connid_len,
+                ),
+                at(fl & flags::REQ_OPT_RAW_ADDR_HDR != 0, rma_iov_end),
+            )
+        }
+    };
+    Ok(Shape {
+        layout,
+        rma_iov_end,
+        header_len,
+        connid_at,
+        cq_at,
+        raw_at,
+        msg_id: field32(b, layout, Field::MsgId),
+        tag: match layout.offset(Field::Tag) {
+            0 => None,
+            o => Some(le64(b, o)),
+        },
+        connid: match connid_at {
+            0 => None,
+            o => Some(le32(b, o as usize)),
+        },
+    })
 }
 
 /// The base header: length, version and type (efa-rdm-protocol-v4 §1.3).
@@ -569,4 +870,160 @@ fn req_optional_headers(b: &[u8], fl: u16, mut pos: usize) -> Result<usize> {
         pos += 4;
     }
     Ok(pos)
+}
+
+// The §E vectors of the integration tests, for their bytes. The module names types through
+// the `tagmatch_wire` dev-dependency (a second build of this crate), so the tests below use
+// only the bytes.
+#[cfg(test)]
+#[path = "../../tests/common/mod.rs"]
+mod test_vectors;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quickcheck::{QuickCheck, TestResult};
+
+    use super::test_vectors as vectors;
+
+    /// The per-type path and the table path give the same result: the same error, or the
+    /// same shape (layout row, header ends, optional-header and field offsets).
+    fn agree(b: &[u8]) -> core::result::Result<(), String> {
+        let fast = check_fast(b);
+        let table = check_table(b);
+        if fast == table {
+            Ok(())
+        } else {
+            Err(format!("{b:02x?}: fast {fast:?} != table {table:?}"))
+        }
+    }
+
+    /// Every prefix of `b`, and `b` itself.
+    fn agree_every_cut(b: &[u8]) -> core::result::Result<(), String> {
+        (0..=b.len()).try_for_each(|cut| agree(&b[..cut]))
+    }
+
+    #[test]
+    fn fast_path_agrees_on_every_truncation_of_the_vectors() {
+        let vs = vectors::efa_vectors();
+        assert!(vs.len() > 20);
+        let mut accepted = 0;
+        for v in vs {
+            agree_every_cut(&v.bytes).unwrap_or_else(|e| panic!("{}: {e}", v.name));
+            accepted += check_fast(&v.bytes).is_ok() as usize;
+        }
+        // Not a vacuous agreement: the vectors are valid packets.
+        assert!(accepted > 20);
+    }
+
+    /// Every type ID (wire or not), versions 3 and 4, every combination of the flags that
+    /// shape a REQ or control header (raw address, CQ data, connid) with and without
+    /// unrelated bits, an `addr_len` at every 8-byte offset in and out of its range, every
+    /// length up to past the largest header.
+    #[test]
+    fn fast_path_agrees_on_every_type_flag_and_length() {
+        let shaping = [
+            flags::REQ_OPT_RAW_ADDR_HDR,
+            flags::REQ_OPT_CQ_DATA_HDR,
+            flags::CONNID_HDR,
+        ];
+        let mut accepted = [0usize; 256];
+        for ty in 0..=255u8 {
+            for version in [3u8, 4] {
+                for combo in 0..8 {
+                    let base: u16 = (0..3)
+                        .filter(|i| combo & (1 << i) != 0)
+                        .map(|i| shaping[i])
+                        .sum();
+                    for extra in [0, flags::REQ_MSG | flags::REQ_READ_NACK | 0x0100] {
+                        for addr_len in [0u32, 31, 32, 36, 64, 65, u32::MAX] {
+                            let fl = base | extra;
+                            let mut b = Vec::from([ty, version]);
+                            b.extend_from_slice(&fl.to_le_bytes());
+                            // msg_id / counts at 4 stay small so RTW/RTA/HANDSHAKE headers
+                            // are reachable; addr_len at 8, 16, ..., 64.
+                            b.extend_from_slice(&3u32.to_le_bytes());
+                            while b.len() < 120 {
+                                let word = if b.len() % 8 == 0 { addr_len } else { 0 };
+                                b.extend_from_slice(&word.to_le_bytes());
+                            }
+                            agree_every_cut(&b).unwrap();
+                            accepted[ty as usize] += check_fast(&b).is_ok() as usize;
+                        }
+                    }
+                }
+            }
+        }
+        // Every wire type was accepted at least once, so each fast arm was compared on
+        // packets it accepts, not only on rejections.
+        for &t in PacketType::ALL {
+            assert!(accepted[t as usize] > 0, "{} never accepted", t.name());
+        }
+    }
+
+    /// The fields the view loads at check time stay equal to the bytes after the view
+    /// rewrites them: for every vector with a msg_id, tag or connid, the rewritten view
+    /// reads what a fresh check of the rewritten bytes reads.
+    #[test]
+    fn rewritten_fields_read_back_through_the_view() {
+        let mut rewritten = 0;
+        for v in vectors::efa_vectors() {
+            let mut bytes = v.bytes.clone();
+            let Ok(mut p) = Packet::new_checked(&mut bytes[..]) else {
+                continue;
+            };
+            let had = (p.msg_id(), p.tag(), p.connid());
+            if p.msg_id().is_some() {
+                p.set(Field::MsgId, 0x0BAD_F00D).unwrap();
+                assert_eq!(p.msg_id(), Some(0x0BAD_F00D), "{}", v.name);
+            }
+            if p.tag().is_some() {
+                p.set(Field::Tag, 0x0123_4567_89AB_CDEF).unwrap();
+                assert_eq!(p.tag(), Some(0x0123_4567_89AB_CDEF), "{}", v.name);
+            }
+            if p.connid().is_some() {
+                p.set_connid(0x7E57).unwrap();
+                assert_eq!(p.connid(), Some(0x7E57), "{}", v.name);
+            } else {
+                assert!(p.set_connid(1).is_err(), "{}", v.name);
+                assert_eq!(p.connid(), None, "{}", v.name);
+            }
+            let seen = (p.msg_id(), p.tag(), p.connid(), p.sender_connid());
+            let fresh = Packet::new_checked(p.into_inner()).unwrap();
+            let again = (
+                fresh.msg_id(),
+                fresh.tag(),
+                fresh.connid(),
+                fresh.sender_connid(),
+            );
+            assert_eq!(seen, again, "{}", v.name);
+            rewritten += (had != (seen.0, seen.1, seen.2)) as usize;
+        }
+        assert!(rewritten > 20);
+    }
+
+    fn arbitrary_agree(ty: u8, version: u8, fl: u16, body: Vec<u8>) -> TestResult {
+        let ids: Vec<u8> = PacketType::ALL.iter().map(|t| *t as u8).collect();
+        // Mostly wire types and versions ≥ 4, so that the fast paths are reached.
+        let ty = if ty % 8 == 0 {
+            ty
+        } else {
+            ids[ty as usize % ids.len()]
+        };
+        let version = if version % 8 == 0 { version } else { 4 };
+        let mut b = Vec::from([ty, version]);
+        b.extend_from_slice(&fl.to_le_bytes());
+        b.extend_from_slice(&body);
+        match agree_every_cut(&b) {
+            Ok(()) => TestResult::passed(),
+            Err(e) => TestResult::error(e),
+        }
+    }
+
+    #[test]
+    fn fast_path_agrees_on_arbitrary_bytes() {
+        QuickCheck::new()
+            .tests(2000)
+            .quickcheck(arbitrary_agree as fn(u8, u8, u16, Vec<u8>) -> TestResult);
+    }
 }
