@@ -89,6 +89,15 @@ fn bench(c: &mut Criterion) {
             black_box((p.msg_id(), p.tag(), p.connid(), p.payload().len()))
         })
     });
+    // The same through `new_checked_as`: the type known in advance, as on a receive path
+    // that dispatched on the type byte.
+    g.bench_function("EAGER_TAGRTM/view_as", |b| {
+        b.iter(|| {
+            let p =
+                Packet::new_checked_as(black_box(&eager_b[..]), PacketType::EagerTagRtm).unwrap();
+            black_box((p.msg_id(), p.tag(), p.connid(), p.payload().len()))
+        })
+    });
     g.bench_function("EAGER_TAGRTM/baseline", |b| {
         b.iter(|| {
             let d = black_box(&eager_b[..]);
@@ -101,6 +110,21 @@ fn bench(c: &mut Criterion) {
     g.bench_function("MEDIUM_TAGRTM+raw+cq/view", |b| {
         b.iter(|| {
             let p = Packet::new_checked(black_box(&medium_b[..])).unwrap();
+            black_box((
+                p.msg_id(),
+                p.get(Field::MsgLength),
+                p.get(Field::SegOffset),
+                p.tag(),
+                p.sender_connid(),
+                p.cq_data(),
+                p.payload().len(),
+            ))
+        })
+    });
+    g.bench_function("MEDIUM_TAGRTM+raw+cq/view_as", |b| {
+        b.iter(|| {
+            let p =
+                Packet::new_checked_as(black_box(&medium_b[..]), PacketType::MediumTagRtm).unwrap();
             black_box((
                 p.msg_id(),
                 p.get(Field::MsgLength),
@@ -204,6 +228,20 @@ fn bench(c: &mut Criterion) {
             let mut acc = 0u64;
             for d in black_box(&batch) {
                 let p = Packet::new_checked(&d[..]).unwrap();
+                acc = acc
+                    .wrapping_add(p.msg_id().unwrap_or(0) as u64)
+                    .wrapping_add(p.tag().unwrap_or(0))
+                    .wrapping_add(p.connid().unwrap_or(0) as u64)
+                    .wrapping_add(p.payload().len() as u64);
+            }
+            acc
+        })
+    });
+    g.bench_function("EAGER_TAGRTM/view_as", |b| {
+        b.iter(|| {
+            let mut acc = 0u64;
+            for d in black_box(&batch) {
+                let p = Packet::new_checked_as(&d[..], PacketType::EagerTagRtm).unwrap();
                 acc = acc
                     .wrapping_add(p.msg_id().unwrap_or(0) as u64)
                     .wrapping_add(p.tag().unwrap_or(0))

@@ -35,6 +35,13 @@ fn view(d: &[u8]) -> Option<Fields> {
     Some((p.msg_id(), p.tag(), p.connid(), p.payload().len()))
 }
 
+/// `view` through `Packet::new_checked_as` (the type known, as after a dispatch).
+#[inline(never)]
+fn view_as(d: &[u8]) -> Option<Fields> {
+    let p = Packet::new_checked_as(d, PacketType::EagerTagRtm).ok()?;
+    Some((p.msg_id(), p.tag(), p.connid(), p.payload().len()))
+}
+
 #[inline(never)]
 fn baseline(d: &[u8]) -> Option<(u8, u32, u64, u32, usize)> {
     let le32 = |o: usize| Some(u32::from_le_bytes(d.get(o..o + 4)?.try_into().ok()?));
@@ -77,6 +84,21 @@ fn medium(d: &[u8]) -> Option<MediumFields> {
     ))
 }
 
+/// `medium` through `Packet::new_checked_as`.
+#[inline(never)]
+fn medium_as(d: &[u8]) -> Option<MediumFields> {
+    let p = Packet::new_checked_as(d, PacketType::MediumTagRtm).ok()?;
+    Some((
+        p.msg_id(),
+        p.get(Field::MsgLength),
+        p.get(Field::SegOffset),
+        p.tag(),
+        p.sender_connid(),
+        p.cq_data(),
+        p.payload().len(),
+    ))
+}
+
 #[inline(never)]
 fn medium_baseline(d: &[u8]) -> Option<MediumLoads> {
     let le32 = |o: usize| Some(u32::from_le_bytes(d.get(o..o + 4)?.try_into().ok()?));
@@ -101,6 +123,23 @@ fn view256(batch: &[Vec<u8>]) -> u64 {
     let mut acc = 0u64;
     for d in batch {
         let Ok(p) = Packet::new_checked(&d[..]) else {
+            return 0;
+        };
+        acc = acc
+            .wrapping_add(p.msg_id().unwrap_or(0) as u64)
+            .wrapping_add(p.tag().unwrap_or(0))
+            .wrapping_add(p.connid().unwrap_or(0) as u64)
+            .wrapping_add(p.payload().len() as u64);
+    }
+    acc
+}
+
+/// `view256` through `Packet::new_checked_as`.
+#[inline(never)]
+fn view_as256(batch: &[Vec<u8>]) -> u64 {
+    let mut acc = 0u64;
+    for d in batch {
+        let Ok(p) = Packet::new_checked_as(&d[..], PacketType::EagerTagRtm) else {
             return 0;
         };
         acc = acc
@@ -240,6 +279,11 @@ fn main() -> ExitCode {
             black_box(medium_baseline(black_box(&medium_bytes))).is_some()
         }),
         "view256" => repeat(n, || black_box(view256(black_box(&batch))) != 0),
+        "view_as256" => repeat(n, || black_box(view_as256(black_box(&batch))) != 0),
+        "view_as" => repeat(n, || black_box(view_as(black_box(&bytes))).is_some()),
+        "medium_as" => repeat(n, || {
+            black_box(medium_as(black_box(&medium_bytes))).is_some()
+        }),
         "baseline256" => repeat(n, || black_box(baseline256(black_box(&batch))) != 0),
         "checked_by_hand256" => repeat(n, || black_box(checked_by_hand256(black_box(&batch))) != 0),
         "repr" => repeat(n, || black_box(repr(black_box(&bytes))).is_some()),

@@ -148,12 +148,23 @@ pub enum ContentError {
     },
     /// Emit: the packet would be longer than a u32/usize can describe.
     TooLong,
+    /// [`crate::efa::Packet::new_checked_as`]: a valid packet of another type than the one
+    /// asked for.
+    WrongType {
+        /// The C name of the type asked for (without `EFA_RDM_`).
+        expected: &'static str,
+        /// The type ID on the wire.
+        found: u8,
+    },
 }
 
 impl fmt::Display for ContentError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
             ContentError::UnknownType(t) => write!(f, "unknown packet type {t}"),
+            ContentError::WrongType { expected, found } => {
+                write!(f, "packet type {found} where {expected} was expected")
+            }
             ContentError::RetiredType(t) => write!(f, "retired packet type {t}"),
             ContentError::LocalOnlyType(t) => {
                 write!(f, "packet type {t} is local-only and never on the wire")

@@ -83,6 +83,32 @@ impl<T: AsRef<[u8]>> Packet<T> {
         Ok(Packet::with_shape(buffer, s))
     }
 
+    /// [`Packet::new_checked`] for a packet that must be of type `ty`: the form of a
+    /// receive path that has already dispatched on the type byte (`match bytes[0]`), or
+    /// that expects one type (a CTS in answer to a LONGCTS_RTM). Called with a constant
+    /// `ty`, the check is that type's own code path — constant sizes and offsets, no
+    /// dispatch on the type byte, no per-field bounds tests once inlined.
+    ///
+    /// A valid packet of another type is [`ContentError::WrongType`]; every other error
+    /// is the one [`Packet::new_checked`] gives.
+    ///
+    /// ```
+    /// use tagmatch_wire::efa::{Packet, PacketType};
+    /// let bytes = [0x41, 0x04, 0x00, 0x00, 0x07, 0, 0, 0, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, b'h', b'i'];
+    /// let pkt = Packet::new_checked_as(&bytes[..], PacketType::EagerTagRtm).unwrap();
+    /// assert_eq!((pkt.msg_id(), pkt.tag()), (Some(7), Some(0x1122334455667788)));
+    /// let e = Packet::new_checked_as(&bytes[..], PacketType::MediumTagRtm).unwrap_err();
+    /// assert_eq!(e.to_string(), "packet type 65 where MEDIUM_TAGRTM was expected");
+    /// ```
+    #[inline(always)]
+    pub fn new_checked_as(buffer: T, ty: PacketType) -> Result<Packet<T>> {
+        let s = match accept_as(buffer.as_ref(), ty) {
+            Some(s) => s,
+            None => check_as(buffer.as_ref(), ty)?,
+        };
+        Ok(Packet::with_shape(buffer, s))
+    }
+
     #[inline(always)]
     fn with_shape(buffer: T, s: Shape) -> Packet<T> {
         Packet {
@@ -524,17 +550,58 @@ fn check_fast(b: &[u8]) -> Result<Shape> {
 /// unknown type.
 #[inline(always)]
 fn accept(b: &[u8]) -> Option<Shape> {
-    use super::layout as l;
+    let (ty, fl) = base(b)?;
+    accept_type(b, fl, ty)
+}
+
+/// [`accept`] for a packet that must be of type `want`: with `want` a constant, the type
+/// byte is compared once and [`accept_type`]'s match folds to that type's arm.
+#[inline(always)]
+fn accept_as(b: &[u8], want: PacketType) -> Option<Shape> {
+    let (ty, fl) = base(b)?;
+    if ty != want as u8 {
+        return None;
+    }
+    accept_type(b, fl, want as u8)
+}
+
+/// What [`Packet::new_checked_as`] does with a packet [`accept_as`] did not accept: the
+/// table check decides (and names any error), and a valid packet of another type is
+/// [`ContentError::WrongType`].
+#[inline(never)]
+#[cold]
+fn check_as(b: &[u8], want: PacketType) -> Result<Shape> {
+    let s = check_table(b)?;
+    if s.layout.pkt_type == want {
+        Ok(s)
+    } else {
+        Err(Error::Content(ContentError::WrongType {
+            expected: want.name(),
+            found: s.layout.pkt_type.id(),
+        }))
+    }
+}
+
+/// The base header: type ID and flags, `None` when shorter than 4 bytes or older than
+/// version 4.
+#[inline(always)]
+fn base(b: &[u8]) -> Option<(u8, u16)> {
     // efa-rdm-protocol-v4 §1.3: the 4-byte base header (type u8, version u8, flags u16);
     // wire-layouts §A.1: "A receiver only rejects version < 4".
     let h = u32::from_le_bytes(*b.first_chunk::<4>()?);
     if ((h >> 8) as u8) < PROTOCOL_VERSION {
         return None;
     }
-    let fl = (h >> 16) as u16;
+    Some((h as u8, (h >> 16) as u16))
+}
+
+/// The per-type paths of [`accept`], selected by type ID.
+#[inline(always)]
+fn accept_type(b: &[u8], fl: u16, ty: u8) -> Option<Shape> {
+    use super::layout as l;
     // Mandatory header sizes and offsets: wire-layouts §A.5 and §A.6, as in layout.rs
     // (tag: the last 8 bytes of a *_TAGRTM mandatory header; msg_id at 4 in every RTM).
-    match h as u8 {
+    match ty {
         id::EAGER_MSGRTM => req::<8, 0>(b, fl, &l::EAGER_MSGRTM),
         id::EAGER_TAGRTM => req::<16, 8>(b, fl, &l::EAGER_TAGRTM),
         id::MEDIUM_MSGRTM => req::<24, 0>(b, fl, &l::MEDIUM_MSGRTM),
@@ -891,11 +958,36 @@ mod tests {
     fn agree(b: &[u8]) -> core::result::Result<(), String> {
         let fast = check_fast(b);
         let table = check_table(b);
-        if fast == table {
-            Ok(())
-        } else {
-            Err(format!("{b:02x?}: fast {fast:?} != table {table:?}"))
+        if fast != table {
+            return Err(format!("{b:02x?}: fast {fast:?} != table {table:?}"));
         }
+        agree_as(b, &table)
+    }
+
+    /// `new_checked_as` for the packet's own type and two others (a REQ and a control
+    /// type): the table's shape when the type is the packet's, `WrongType` for a valid
+    /// packet of another type, the table's error otherwise.
+    fn agree_as(b: &[u8], table: &Result<Shape>) -> core::result::Result<(), String> {
+        let own = b.first().and_then(|&t| PacketType::from_id(t).ok());
+        let others = [PacketType::EagerTagRtm, PacketType::Cts];
+        for ty in own.into_iter().chain(others) {
+            let got = match accept_as(b, ty) {
+                Some(s) => Ok(s),
+                None => check_as(b, ty),
+            };
+            let want = match table {
+                Ok(s) if s.layout.pkt_type == ty => Ok(*s),
+                Ok(s) => Err(Error::Content(ContentError::WrongType {
+                    expected: ty.name(),
+                    found: s.layout.pkt_type.id(),
+                })),
+                Err(e) => Err(*e),
+            };
+            if got != want {
+                return Err(format!("{b:02x?} as {}: {got:?} != {want:?}", ty.name()));
+            }
+        }
+        Ok(())
     }
 
     /// Every prefix of `b`, and `b` itself.
