@@ -15,7 +15,10 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(p.pkt_type(), ty);
                 assert_eq!(q.pkt_type(), ty);
                 assert_eq!(p.header_len(), q.header_len());
-                assert_eq!((p.msg_id(), p.tag(), p.connid()), (q.msg_id(), q.tag(), q.connid()));
+                assert_eq!(
+                    (p.msg_id(), p.tag(), p.connid()),
+                    (q.msg_id(), q.tag(), q.connid())
+                );
             }
             (Ok(p), Err(e)) => assert_ne!(p.pkt_type(), ty, "{e}"),
             (Err(e), Err(f)) => assert_eq!(e, f),
@@ -29,8 +32,19 @@ fuzz_target!(|data: &[u8]| {
             for f in Field::ALL {
                 let _ = p.get(f);
             }
-            let _ = (p.rma_iov(), p.raw_addr(), p.cq_data(), p.connid(), p.sender_connid());
-            let _ = (p.extra_info(), p.host_id(), p.device_version(), p.user_recv_qp());
+            let _ = (
+                p.rma_iov(),
+                p.raw_addr(),
+                p.cq_data(),
+                p.connid(),
+                p.sender_connid(),
+            );
+            let _ = (
+                p.extra_info(),
+                p.host_id(),
+                p.device_version(),
+                p.user_recv_qp(),
+            );
             let _ = (p.hmem_p2p(), p.read_iov(), p.data(), p.compare_operands());
             let r = Repr::parse(&p);
             assert_eq!(r.header_len(), p.header_len());
