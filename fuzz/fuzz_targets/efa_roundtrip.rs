@@ -7,7 +7,9 @@ use libfuzzer_sys::fuzz_target;
 use tagmatch_wire::efa::Repr;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(r1) = Repr::parse_bytes(data) else { return };
+    let Ok(r1) = Repr::parse_bytes(data) else {
+        return;
+    };
     let mut out1 = vec![0u8; r1.buffer_len()];
     let n = r1.emit(&mut out1).expect("a parsed packet must emit");
     assert_eq!(n, data.len());

@@ -86,7 +86,7 @@ fn demo_runs_every_subprotocol_between_two_processes_over_udp() {
 #[test]
 fn demo_rejects_bad_arguments() {
     assert!(fails(&["demo", "--transport", "carrier-pigeon"]).contains("expected mem or udp"));
-    assert!(fails(&["demo", "--transport", "verbs"]).contains("not implemented yet"));
+    assert!(fails(&["demo", "--transport", "verbs"]).contains("Builder::verbs"));
     assert!(fails(&["demo", "--hex"]).contains("--packets"));
 }
 
