@@ -30,13 +30,17 @@ const DATA: u64 = 0x7A6D_0000_0000_0003;
 const ACK: u64 = 0x7A6D_0000_0000_0004;
 const CTRL_LEN: usize = 32;
 const QUIT: u8 = 255;
-/// How long a UDP side busy-polls (progress without blocking) while it waits, before it
-/// blocks in poll(2). During a run every wait is far shorter, so both sides busy-poll as
-/// `ucx_perftest` and `fi_pingpong` do: a side that blocked would be woken through the
-/// scheduler, which on a loaded machine costs more than the round trip (median one-way
-/// latency 7 µs spinning against 120–170 µs with a 64-call spin, measured at load
-/// average 5). An idle side (between runs, a server without client) blocks after it.
-const SPIN_FOR: Duration = Duration::from_millis(20);
+/// How long a UDP side busy-polls (progresses without blocking) in a wait of the latency
+/// test before it blocks in poll(2). Every wait of a run is far shorter, so both sides
+/// busy-poll through the ping-pong, as `ucx_perftest` and `fi_pingpong` do: a side that
+/// blocked is woken through the scheduler, which on a loaded machine costs more than the
+/// round trip (median one-way latency 7–8 µs against 120–170 µs with a 64-call spin, at
+/// load average 5). An idle side (a server without client) blocks after it.
+const SPIN_LAT: Duration = Duration::from_millis(20);
+/// The same for the streaming tests, where both sides have work (copies, serving reads):
+/// on this 2-core machine, busy-polling through them slowed `tag_bw 1m` 2–3× under load
+/// (a waiting side's spin takes the core the other side's work needs).
+const SPIN_BW: Duration = Duration::from_micros(100);
 /// How long a UDP side blocks at most when idle.
 const IDLE_WAIT: Duration = Duration::from_millis(1);
 
@@ -446,7 +450,12 @@ fn run_server(a: ServerArgs) -> Result<(), Error> {
         // Spin while busy (lowest latency), block in poll(2) when idle.
         let mut idle = Instant::now();
         while !s.done() {
-            let t = if idle.elapsed() > SPIN_FOR {
+            let spin = if matches!(s.phase, Phase::Lat { .. }) {
+                SPIN_LAT
+            } else {
+                SPIN_BW
+            };
+            let t = if idle.elapsed() > spin {
                 IDLE_WAIT
             } else {
                 Duration::ZERO
@@ -479,6 +488,8 @@ struct Client {
     server: Peer,
     local: Option<Server>,
     sends: VecDeque<Request>,
+    /// How long a wait busy-polls ([`SPIN_LAT`] or [`SPIN_BW`], by test).
+    spin: Duration,
 }
 
 impl Client {
@@ -515,7 +526,7 @@ impl Client {
             if let Some(c) = self.ep.take_completion(r) {
                 return c.into_result();
             }
-            self.pump(start.elapsed() < SPIN_FOR)?;
+            self.pump(start.elapsed() < self.spin)?;
             n = n.wrapping_add(1);
             if n % 4096 == 0 && start.elapsed() > Duration::from_secs(30) {
                 return Err(tagmatch::Error::Timeout {
@@ -574,6 +585,11 @@ impl Client {
         window: u64,
         progress: &mut Progress,
     ) -> Result<(Vec<u64>, Duration), tagmatch::Error> {
+        self.spin = if test == Test::TagLat {
+            SPIN_LAT
+        } else {
+            SPIN_BW
+        };
         let key = self.ctrl(test.code(), size, iters, window)?;
         let mut rtts = Vec::new();
         let start = Instant::now();
@@ -706,6 +722,7 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
                     server: peer,
                     local: Some(server),
                     sends: VecDeque::new(),
+                    spin: SPIN_BW,
                 },
             )
         }
@@ -729,6 +746,7 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
                     server: peer,
                     local: None,
                     sends: VecDeque::new(),
+                    spin: SPIN_BW,
                 },
             )
         }
