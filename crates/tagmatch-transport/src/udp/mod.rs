@@ -401,6 +401,9 @@ pub struct UdpDevice {
     max_inflight_bytes: usize,
     /// When the socket was last read or waited on (see `timers`).
     last_read: Option<Instant>,
+    /// The last batched receive got at most one datagram: `progress` tries `recvfrom`
+    /// first.
+    rx_narrow: bool,
     stats: UdpStats,
 }
 
@@ -449,6 +452,7 @@ impl UdpDevice {
             again: Vec::new(),
             max_inflight_bytes,
             last_read: None,
+            rx_narrow: false,
             stats: UdpStats::default(),
             cfg,
         })
@@ -1174,8 +1178,18 @@ impl RdmDevice for UdpDevice {
         let read_at = Instant::now();
         // After a busy-poll hit, the rest of the socket is read now only if a timer is
         // due (it must not fire with an ACK unread); otherwise at the next `progress`.
-        if !hit || next.is_some_and(|n| n <= read_at) {
-            self.receive(mem, 16, self.rx_bufs.len())?;
+        // Likewise after a one-datagram receive that found one (`rx_narrow`: the last
+        // batched receive got at most one datagram, as in a ping-pong, so `recvfrom` is
+        // tried first; it needs no message-header arrays, a cheaper spin of the owner).
+        let timer_due = next.is_some_and(|n| n <= read_at);
+        if !hit && self.rx_narrow {
+            hit = self.receive(mem, 1, 1)? > 0;
+            // The next `progress` reads a whole batch.
+            self.rx_narrow = !hit;
+        }
+        if !hit || timer_due {
+            let n = self.receive(mem, 16, self.rx_bufs.len())?;
+            self.rx_narrow = n <= 1;
         }
         let absent = self
             .last_read
