@@ -39,8 +39,9 @@
 //!   [`RECV_WINDOW`] frames per connection.
 //! - **Non-blocking socket, batched syscalls** (`sendmmsg`/`recvmmsg` on Linux; `sendto` and
 //!   `recvfrom` for one datagram), received datagrams parsed in place; a blocking
-//!   `progress` busy-polls for [`UdpConfig::spin`] when an answer is expected, then waits
-//!   in `ppoll` until the next retransmission or ACK deadline: no busy-spin when idle.
+//!   `progress` busy-polls for [`UdpConfig::spin`] (default zero) when an answer is
+//!   expected, then waits in `ppoll` until the next retransmission or ACK deadline: no
+//!   busy-spin when idle.
 //! - **Address**: the socket address and a random connid ([`crate::UdpAddr`],
 //!   `udp://127.0.0.1:4000/0x1a2b3c4d`), which is also the endpoint's raw address.
 //!
@@ -159,7 +160,12 @@ pub struct UdpConfig {
     /// RDMA operation is in flight, i.e. an answer is expected soon (UCX and libfabric
     /// progress loops spin likewise): an answer that arrives within it costs no wake-up.
     /// Bounded by the `progress` timeout and the next timer; an idle device (nothing in
-    /// flight) never spins. Zero: block at once. Default 50 µs.
+    /// flight) never spins. Worth it only where each communicating thread has a core of
+    /// its own: where threads outnumber cores, the spin holds the core the peer needs to
+    /// answer (on a shared 2-core machine, 50 µs made the two-thread ping-pong of
+    /// `examples/udp_bench.rs` 5× slower, 130 against 25 µs round trip). Default zero:
+    /// block at once; owners that busy-poll do it by calling `progress` with a zero
+    /// timeout, as `tagmatch perf` does.
     pub spin: Duration,
 }
 
@@ -180,7 +186,7 @@ impl UdpConfig {
             max_conns: 4096,
             shim: None,
             ack_delay: Duration::from_micros(200),
-            spin: Duration::from_micros(50),
+            spin: Duration::ZERO,
         }
     }
 }
