@@ -37,6 +37,11 @@ const QUIT: u8 = 255;
 /// round trip (median one-way latency 7–8 µs against 120–170 µs with a 64-call spin, at
 /// load average 5). An idle side (a server without client) blocks after it.
 const SPIN_LAT: Duration = Duration::from_millis(20);
+/// Largest latency-test message size that busy-polls ([`SPIN_LAT`]); larger ones wait as
+/// the streaming tests do ([`SPIN_BW`]): a 1 MiB ping-pong is two bulk transfers, and
+/// busy-polling through it tripled its round trip on this 2-core machine (2.3 ms against
+/// 6–13 ms one-way).
+const SPIN_LAT_MAX: usize = 64 << 10;
 /// The same for the streaming tests, where both sides have work (copies, serving reads):
 /// on this 2-core machine, busy-polling through them slowed `tag_bw 1m` 2–3× under load
 /// (a waiting side's spin takes the core the other side's work needs).
@@ -450,7 +455,7 @@ fn run_server(a: ServerArgs) -> Result<(), Error> {
         // Spin while busy (lowest latency), block in poll(2) when idle.
         let mut idle = Instant::now();
         while !s.done() {
-            let spin = if matches!(s.phase, Phase::Lat { .. }) {
+            let spin = if matches!(s.phase, Phase::Lat { size, .. } if size <= SPIN_LAT_MAX) {
                 SPIN_LAT
             } else {
                 SPIN_BW
@@ -585,7 +590,7 @@ impl Client {
         window: u64,
         progress: &mut Progress,
     ) -> Result<(Vec<u64>, Duration), tagmatch::Error> {
-        self.spin = if test == Test::TagLat {
+        self.spin = if test == Test::TagLat && size <= SPIN_LAT_MAX {
             SPIN_LAT
         } else {
             SPIN_BW
