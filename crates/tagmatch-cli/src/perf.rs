@@ -30,9 +30,22 @@ const DATA: u64 = 0x7A6D_0000_0000_0003;
 const ACK: u64 = 0x7A6D_0000_0000_0004;
 const CTRL_LEN: usize = 32;
 const QUIT: u8 = 255;
-/// Progress calls that find nothing before a UDP side blocks in poll(2) instead of
-/// spinning (the machine may be shared; a spinning peer would steal the other's core).
-const SPINS: u32 = 64;
+/// How long a UDP side busy-polls (progresses without blocking) in a wait of the latency
+/// test before it blocks in poll(2). Every wait of a run is far shorter, so both sides
+/// busy-poll through the ping-pong, as `ucx_perftest` and `fi_pingpong` do: a side that
+/// blocked is woken through the scheduler, which on a loaded machine costs more than the
+/// round trip (median one-way latency 7–8 µs against 120–170 µs with a 64-call spin, at
+/// load average 5). An idle side (a server without client) blocks after it.
+const SPIN_LAT: Duration = Duration::from_millis(20);
+/// Largest latency-test message size that busy-polls ([`SPIN_LAT`]); larger ones wait as
+/// the streaming tests do ([`SPIN_BW`]): a 1 MiB ping-pong is two bulk transfers, and
+/// busy-polling through it tripled its round trip on this 2-core machine (2.3 ms against
+/// 6–13 ms one-way).
+const SPIN_LAT_MAX: usize = 64 << 10;
+/// The same for the streaming tests, where both sides have work (copies, serving reads):
+/// on this 2-core machine, busy-polling through them slowed `tag_bw 1m` 2–3× under load
+/// (a waiting side's spin takes the core the other side's work needs).
+const SPIN_BW: Duration = Duration::from_micros(100);
 /// How long a UDP side blocks at most when idle.
 const IDLE_WAIT: Duration = Duration::from_millis(1);
 
@@ -477,16 +490,20 @@ fn run_server(a: ServerArgs) -> Result<(), Error> {
     .map_err(|e| Error::new("perf server", e))?;
     loop {
         // Spin while busy (lowest latency), block in poll(2) when idle.
-        let mut idle = 0u32;
+        let mut idle = Instant::now();
         while !s.done() {
-            let t = if idle > SPINS {
+            let spin = if matches!(s.phase, Phase::Lat { size, .. } if size <= SPIN_LAT_MAX) {
+                SPIN_LAT
+            } else {
+                SPIN_BW
+            };
+            let t = if idle.elapsed() > spin {
                 IDLE_WAIT
             } else {
                 Duration::ZERO
             };
-            match s.step_timeout(t).map_err(fe("perf server"))? {
-                0 => idle = idle.saturating_add(1),
-                _ => idle = 0,
+            if s.step_timeout(t).map_err(fe("perf server"))? > 0 {
+                idle = Instant::now();
             }
         }
         s.ep.flush(Duration::from_secs(2))
@@ -516,16 +533,19 @@ struct Client {
     /// In-process: `tinject` from one buffer and `trecv_into` a recycled one (no
     /// allocation per message); over UDP: `tsend` of an owned buffer, `trecv`.
     reuse: bool,
+    /// How long a wait busy-polls ([`SPIN_LAT`] or [`SPIN_BW`], by test).
+    spin: Duration,
 }
 
 impl Client {
-    fn pump(&mut self, spins: u32) -> Result<(), tagmatch::Error> {
+    /// Progresses once; `spinning`: without blocking.
+    fn pump(&mut self, spinning: bool) -> Result<(), tagmatch::Error> {
         match &mut self.local {
             Some(s) => {
                 self.ep.progress()?;
                 s.step()?;
             }
-            None if spins > SPINS => {
+            None if !spinning => {
                 self.ep.progress_timeout(IDLE_WAIT)?;
             }
             None => {
@@ -551,7 +571,7 @@ impl Client {
             if let Some(c) = self.ep.take_completion(r) {
                 return c.into_result();
             }
-            self.pump(n)?;
+            self.pump(start.elapsed() < self.spin)?;
             n = n.wrapping_add(1);
             if n % 4096 == 0 && start.elapsed() > Duration::from_secs(30) {
                 return Err(tagmatch::Error::Timeout {
@@ -610,6 +630,11 @@ impl Client {
         window: u64,
         progress: &mut Progress,
     ) -> Result<(Vec<u64>, Duration), tagmatch::Error> {
+        self.spin = if test == Test::TagLat && size <= SPIN_LAT_MAX {
+            SPIN_LAT
+        } else {
+            SPIN_BW
+        };
         let key = self.ctrl(test.code(), size, iters, window)?;
         let mut rtts = Vec::new();
         let start = Instant::now();
@@ -783,6 +808,7 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
                     local: Some(server),
                     sends: VecDeque::new(),
                     reuse: true,
+                    spin: SPIN_BW,
                 },
             )
         }
@@ -807,6 +833,7 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
                     local: None,
                     sends: VecDeque::new(),
                     reuse: false,
+                    spin: SPIN_BW,
                 },
             )
         }

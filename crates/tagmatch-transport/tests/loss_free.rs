@@ -124,6 +124,9 @@ fn an_ack_waiting_in_the_socket_beats_the_timer() {
         let mut u = UdpConfig::new("127.0.0.1:0".parse().expect("addr"));
         u.initial_rto = Duration::from_millis(rto);
         u.min_rto = Duration::from_millis(rto);
+        // b acknowledges at the end of the progress that received (no delayed ACK), so
+        // that the ACK is in a's socket before a sleeps.
+        u.ack_delay = Duration::ZERO;
         Node::new(Config::default(), UdpDevice::bind(u).expect("bind"))
     };
     let mut a = cfg(200);

@@ -194,35 +194,44 @@ fn ipv6_addresses_work_too() {
 
 /// `progress` sleeps until the next retransmission deadline instead of spinning: with one
 /// unacknowledged frame to a silent peer, every call (timeout far beyond the RTO) ends with
-/// about one retransmission. A spinning device would return at once, with none.
+/// about one retransmission. A spinning device would return at once, with none. Without a
+/// busy-poll budget (the default), each call receives at most twice; with one, each call
+/// spins that long, then blocks all the same.
 #[test]
 fn progress_waits_for_the_retransmission_deadline() {
-    let mut u = UdpConfig::new("127.0.0.1:0".parse().expect("addr"));
-    u.initial_rto = Duration::from_millis(10);
-    u.min_rto = Duration::from_millis(10);
-    u.max_rto = Duration::from_millis(40);
-    let mut a = Node::new(Config::default(), UdpDevice::bind(u).expect("bind"));
-    let silent = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    let peer = UdpAddr {
-        sock: silent.local_addr().expect("addr"),
-        connid: 5,
-    };
-    let p = a.add_peer(peer.to_raw());
-    a.endpoint_mut()
-        .send(p, vec![1; 10], SendOpts::default())
-        .expect("send");
-    a.progress(Some(Duration::ZERO)).expect("progress");
-    let calls = 6;
-    for _ in 0..calls {
-        a.progress(Some(Duration::from_secs(5))).expect("progress");
+    for spin in [Duration::ZERO, Duration::from_micros(50)] {
+        let mut u = UdpConfig::new("127.0.0.1:0".parse().expect("addr"));
+        u.initial_rto = Duration::from_millis(10);
+        u.min_rto = Duration::from_millis(10);
+        u.max_rto = Duration::from_millis(40);
+        u.spin = spin;
+        let mut a = Node::new(Config::default(), UdpDevice::bind(u).expect("bind"));
+        let silent = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let peer = UdpAddr {
+            sock: silent.local_addr().expect("addr"),
+            connid: 5,
+        };
+        let p = a.add_peer(peer.to_raw());
+        a.endpoint_mut()
+            .send(p, vec![1; 10], SendOpts::default())
+            .expect("send");
+        a.progress(Some(Duration::ZERO)).expect("progress");
+        let calls = 6;
+        for _ in 0..calls {
+            a.progress(Some(Duration::from_secs(5))).expect("progress");
+        }
+        let st = a.device().stats();
+        assert!(
+            st.retransmits >= calls - 2,
+            "spin {spin:?}: {} retransmissions in {calls} blocking calls",
+            st.retransmits
+        );
+        assert!(st.sock.poll_calls >= calls - 2, "spin {spin:?}: {st:?}");
+        assert_eq!(st.spin_hits, 0, "spin {spin:?}: {st:?}");
+        if spin.is_zero() {
+            assert!(st.sock.recv_calls <= 2 * (calls + 1), "{st:?}");
+        }
     }
-    let st = a.device().stats();
-    assert!(
-        st.retransmits >= calls - 2,
-        "{} retransmissions in {calls} blocking calls",
-        st.retransmits
-    );
-    assert!(st.sock.recv_calls <= 2 * (calls + 1), "{st:?}");
 }
 
 /// A send queue far smaller than a message: the device answers `Again` (at its next

@@ -1,12 +1,14 @@
 //! The socket: non-blocking UDP with batched system calls (`sendmmsg`/`recvmmsg` through
-//! `nix` on Linux and Android; one datagram per call elsewhere) and `poll` for readiness.
+//! `nix` on Linux and Android; one datagram per call elsewhere; a lone datagram goes with
+//! `sendto`, which needs no message-header arrays) and `ppoll` (`poll` elsewhere) for
+//! readiness. Datagrams are received into the caller's buffers and handed over in place.
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::time::Duration;
 
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::poll::{PollFd, PollFlags};
 
 /// Receive buffer size: the largest datagram of a 9000-byte path plus slack.
 pub const RX_BUF: usize = 9216;
@@ -29,13 +31,14 @@ pub struct SockStats {
     pub tx_errors: u64,
     /// Datagrams longer than the receive buffer (dropped).
     pub rx_truncated: u64,
+    /// `poll`/`ppoll` calls (blocking waits).
+    pub poll_calls: u64,
 }
 
 /// A non-blocking UDP socket with batched IO.
 #[derive(Debug)]
 pub struct Sock {
     sock: UdpSocket,
-    rx_bufs: Vec<Vec<u8>>,
     /// The kernel's receive buffer size (`SO_RCVBUF` as read back), 0 if unknown.
     rcvbuf: usize,
     /// Counters.
@@ -47,9 +50,8 @@ fn to_io(e: nix::Error) -> io::Error {
 }
 
 impl Sock {
-    /// Binds `addr`, non-blocking, with room for `batch` datagrams of at most `rx_len`
-    /// bytes per receive call.
-    pub fn bind(addr: SocketAddr, batch: usize, rx_len: usize) -> io::Result<Sock> {
+    /// Binds `addr`, non-blocking.
+    pub fn bind(addr: SocketAddr) -> io::Result<Sock> {
         let sock = UdpSocket::bind(addr)?;
         sock.set_nonblocking(true)?;
         #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -72,7 +74,6 @@ impl Sock {
         let rcvbuf = 0;
         Ok(Sock {
             sock,
-            rx_bufs: vec![vec![0u8; rx_len.max(1)]; batch.max(1)],
             rcvbuf,
             stats: SockStats::default(),
         })
@@ -90,22 +91,36 @@ impl Sock {
     }
 
     /// Waits until the socket is readable (or writable, with `want_write`) or `timeout`
-    /// passes (`None`: no limit). Rounds up to whole milliseconds, so it never spins.
-    pub fn wait(&self, want_write: bool, timeout: Option<Duration>) -> io::Result<()> {
+    /// passes (`None`: no limit). `ppoll` on Linux and Android, to the microsecond (a
+    /// delayed ACK's deadline is a fraction of a millisecond away); elsewhere `poll`,
+    /// rounded up to whole milliseconds so that it never spins.
+    pub fn wait(&mut self, want_write: bool, timeout: Option<Duration>) -> io::Result<()> {
         let mut flags = PollFlags::POLLIN;
         if want_write {
             flags |= PollFlags::POLLOUT;
         }
-        let t = match timeout {
-            None => PollTimeout::NONE,
-            Some(d) if d.is_zero() => PollTimeout::ZERO,
-            Some(d) => {
-                let ms = d.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
-                PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
-            }
-        };
+        self.stats.poll_calls += 1;
         let mut fds = [PollFd::new(self.sock.as_fd(), flags)];
-        match poll(&mut fds, t) {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        let r = {
+            use nix::sys::time::TimeSpec;
+            let t = timeout.map(|d| TimeSpec::from_duration(d.min(Duration::from_secs(1 << 30))));
+            nix::poll::ppoll(&mut fds, t, None)
+        };
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        let r = {
+            use nix::poll::{poll, PollTimeout};
+            let t = match timeout {
+                None => PollTimeout::NONE,
+                Some(d) if d.is_zero() => PollTimeout::ZERO,
+                Some(d) => {
+                    let ms = d.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
+                    PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
+                }
+            };
+            poll(&mut fds, t)
+        };
+        match r {
             Ok(_) | Err(nix::errno::Errno::EINTR) => Ok(()),
             Err(e) => Err(to_io(e)),
         }
@@ -121,7 +136,11 @@ impl Sock {
         while !q.is_empty() {
             let n = q.len().min(batch.max(1));
             self.stats.send_calls += 1;
-            match self.send_batch(q.range(..n)) {
+            let r = match q.front() {
+                Some((a, d)) if n == 1 => self.sock.send_to(d, a).map(|_| 1),
+                _ => self.send_batch(q.range(..n)),
+            };
+            match r {
                 Ok(sent) => {
                     let sent = sent.clamp(1, n);
                     self.stats.tx_datagrams += sent as u64;
@@ -179,74 +198,108 @@ impl Sock {
         }
     }
 
-    /// Receives what is waiting (at most `max_calls` batched calls) into `out`.
-    pub fn recv_all(
+    /// One receive call (`recvmmsg` of up to `bufs.len()` datagrams where available;
+    /// `recvfrom` for a single buffer, which needs no message-header arrays, and
+    /// elsewhere), without waiting. Datagram *j* of the call lands in `bufs[j]`;
+    /// `got` is cleared and gets `(j, sender, length)` of each datagram kept (a datagram
+    /// longer than its buffer is counted and dropped). Returns how many datagrams the call
+    /// returned, 0 when nothing was waiting; errors that report an earlier datagram's fate
+    /// (`ECONNREFUSED`) and interruptions also give 0.
+    pub fn recv_batch(
         &mut self,
-        out: &mut Vec<(SocketAddr, Vec<u8>)>,
-        max_calls: usize,
-    ) -> io::Result<()> {
-        for _ in 0..max_calls {
-            self.stats.recv_calls += 1;
-            match self.recv_batch(out) {
-                Ok(n) if n < self.rx_bufs.len() => return Ok(()),
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                // ECONNREFUSED and friends report an earlier datagram's fate: ignore.
-                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {}
-                Err(e) => return Err(e),
+        bufs: &mut [Vec<u8>],
+        got: &mut Vec<(usize, SocketAddr, usize)>,
+    ) -> io::Result<usize> {
+        got.clear();
+        self.stats.recv_calls += 1;
+        match self.recv_raw(bufs, got) {
+            Ok(n) => {
+                self.stats.rx_datagrams += got.len() as u64;
+                Ok(n)
             }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::Interrupted
+                        | io::ErrorKind::ConnectionRefused
+                ) =>
+            {
+                Ok(0)
+            }
+            Err(e) => Err(e),
         }
-        Ok(())
+    }
+
+    /// `recvfrom` into `b`. The buffers are longer than any datagram the device sends
+    /// ([`RX_BUF`] above the largest path's, [`RX_BUF_LOOPBACK`] above UDP's 65,507-byte
+    /// limit), so a datagram that fills `b` was cut: dropped and counted.
+    fn recv_one(
+        &mut self,
+        b: &mut [u8],
+        got: &mut Vec<(usize, SocketAddr, usize)>,
+    ) -> io::Result<usize> {
+        let (len, a) = self.sock.recv_from(b)?;
+        if len >= b.len() {
+            self.stats.rx_truncated += 1;
+        } else {
+            got.push((0, a, len));
+        }
+        Ok(1)
     }
 
     #[cfg(any(target_os = "linux", target_os = "android"))]
-    fn recv_batch(&mut self, out: &mut Vec<(SocketAddr, Vec<u8>)>) -> io::Result<usize> {
+    fn recv_raw(
+        &mut self,
+        bufs: &mut [Vec<u8>],
+        got: &mut Vec<(usize, SocketAddr, usize)>,
+    ) -> io::Result<usize> {
+        if let [b] = bufs {
+            return self.recv_one(b, got);
+        }
         use nix::sys::socket::{recvmmsg, MsgFlags, MultiHeaders, SockaddrLike, SockaddrStorage};
         use std::io::IoSliceMut;
         use std::os::fd::AsRawFd;
         let fd = self.sock.as_raw_fd();
-        let mut got: Vec<(Option<SocketAddr>, usize, bool)> = Vec::new();
-        {
-            let mut hdrs = MultiHeaders::<SockaddrStorage>::preallocate(self.rx_bufs.len(), None);
-            let mut iovs: Vec<[IoSliceMut<'_>; 1]> = self
-                .rx_bufs
-                .iter_mut()
-                .map(|b| [IoSliceMut::new(&mut b[..])])
-                .collect();
-            let res = recvmmsg(fd, &mut hdrs, iovs.iter_mut(), MsgFlags::MSG_DONTWAIT, None)
-                .map_err(to_io)?;
-            for r in res {
-                let addr = r.address.and_then(|a: SockaddrStorage| {
-                    let _ = a.family();
-                    if let Some(v4) = a.as_sockaddr_in() {
-                        Some(SocketAddr::V4((*v4).into()))
-                    } else {
-                        a.as_sockaddr_in6().map(|v6| SocketAddr::V6((*v6).into()))
-                    }
-                });
-                got.push((addr, r.bytes, r.flags.contains(MsgFlags::MSG_TRUNC)));
-            }
-        }
-        let n = got.len();
-        for (i, (addr, len, trunc)) in got.into_iter().enumerate() {
-            if trunc || len > self.rx_bufs[i].len() {
+        let mut hdrs = MultiHeaders::<SockaddrStorage>::preallocate(bufs.len(), None);
+        let mut iovs: Vec<[IoSliceMut<'_>; 1]> = bufs
+            .iter_mut()
+            .map(|b| [IoSliceMut::new(&mut b[..])])
+            .collect();
+        let cap = iovs.first().map_or(0, |v| v[0].len());
+        let res = recvmmsg(fd, &mut hdrs, iovs.iter_mut(), MsgFlags::MSG_DONTWAIT, None)
+            .map_err(to_io)?;
+        let mut n = 0;
+        for (j, r) in res.enumerate() {
+            n += 1;
+            if r.flags.contains(MsgFlags::MSG_TRUNC) || r.bytes > cap {
                 self.stats.rx_truncated += 1;
                 continue;
             }
+            let addr = r.address.and_then(|a: SockaddrStorage| {
+                let _ = a.family();
+                if let Some(v4) = a.as_sockaddr_in() {
+                    Some(SocketAddr::V4((*v4).into()))
+                } else {
+                    a.as_sockaddr_in6().map(|v6| SocketAddr::V6((*v6).into()))
+                }
+            });
             if let Some(a) = addr {
-                self.stats.rx_datagrams += 1;
-                out.push((a, self.rx_bufs[i][..len].to_vec()));
+                got.push((j, a, r.bytes));
             }
         }
         Ok(n)
     }
 
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    fn recv_batch(&mut self, out: &mut Vec<(SocketAddr, Vec<u8>)>) -> io::Result<usize> {
-        let (len, a) = self.sock.recv_from(&mut self.rx_bufs[0])?;
-        self.stats.rx_datagrams += 1;
-        out.push((a, self.rx_bufs[0][..len].to_vec()));
-        Ok(1)
+    fn recv_raw(
+        &mut self,
+        bufs: &mut [Vec<u8>],
+        got: &mut Vec<(usize, SocketAddr, usize)>,
+    ) -> io::Result<usize> {
+        match bufs.first_mut() {
+            Some(b) => self.recv_one(b, got),
+            None => Ok(0),
+        }
     }
 }
