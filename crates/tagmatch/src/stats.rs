@@ -85,6 +85,9 @@ impl Counters {
 
 /// Device counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+// A snapshot returned by value from `stats()`; boxing the UDP counters would only make
+// matching on it clumsier.
+#[allow(clippy::large_enum_variant)]
 pub enum DeviceStats {
     /// In-process device: software-RDMA requests served and rejected.
     Mem(RdmaStats),
@@ -227,9 +230,10 @@ impl fmt::Display for Stats {
             DeviceStats::Mem(d) => write!(f, "device mem: {d:?}"),
             DeviceStats::Udp(u) => write!(
                 f,
-                "device udp: frames sent {} received {} retransmits {} fast_retransmits {} duplicates {} bad_frames {} wrong_connid {} beyond_window {} send_again {}",
+                "device udp: frames sent {} received {} retransmits {} fast_retransmits {} duplicates {} bad_frames {} wrong_connid {} beyond_window {} send_again {} not-ready held {} not-ready unacknowledged {}",
                 u.frames_sent, u.frames_received, u.retransmits, u.fast_retransmits,
-                u.duplicates, u.bad_frames, u.wrong_connid, u.beyond_window, u.send_again
+                u.duplicates, u.bad_frames, u.wrong_connid, u.beyond_window, u.send_again,
+                u.rnr_held, u.rnr_dropped
             ),
             #[cfg(feature = "verbs")]
             DeviceStats::Verbs(v) => write!(

@@ -307,3 +307,67 @@ fn random_calls_with_bad_arguments_never_panic() {
     let _ = a.stats().to_string();
     let _ = b.stats().to_string();
 }
+
+/// Over UDP, a receiver whose unexpected budget is full loses nothing: the endpoint refuses
+/// (receiver not ready), the device holds up to `RNR_HELD_MAX` packets per connection and
+/// leaves later ones unacknowledged so the sender retransmits them; every message arrives,
+/// in order, once receives are posted.
+#[test]
+fn budget_over_udp_holds_and_retransmits_without_loss() {
+    let mut a = Endpoint::builder()
+        .udp("127.0.0.1:0".parse().unwrap())
+        .wait_limit(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let mut b = Endpoint::builder()
+        .udp("127.0.0.1:0".parse().unwrap())
+        .memory_budget(1 << 20, 2)
+        .wait_limit(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let pb = a.insert_peer(&b.address()).unwrap();
+    let pa = b.insert_peer(&a.address()).unwrap();
+    const N: u64 = 200;
+    let msg = |i: u64| -> Vec<u8> { (0..64).map(|x| (x as u64 * 3 + i) as u8).collect() };
+    // Two waves: the first fills the held packets past RNR_HELD_MAX (a whole receive batch
+    // is acknowledged before the endpoint sees it), the second meets the full hold and is
+    // left unacknowledged.
+    let mut sends = Vec::new();
+    for wave in 0..2 {
+        for i in wave * N / 2..(wave + 1) * N / 2 {
+            sends.push(a.tsend(pb, i, msg(i)).unwrap());
+        }
+        for _ in 0..1500 {
+            a.progress().unwrap();
+            b.progress().unwrap();
+        }
+    }
+    let st = b.stats();
+    assert!(st.unexpected <= 2, "{} unexpected", st.unexpected);
+    assert!(st.rdm.rx_refused > 0, "the budget refused nothing");
+    let tagmatch::DeviceStats::Udp(u) = st.device else {
+        panic!("not a UDP device")
+    };
+    assert!(u.rnr_held > 0, "{u:?}");
+    assert!(
+        u.rnr_dropped > 0,
+        "more than RNR_HELD_MAX were refused: {u:?}"
+    );
+    let tagmatch::DeviceStats::Udp(ua) = a.stats().device else {
+        panic!("not a UDP device")
+    };
+    assert!(
+        ua.retransmits > 0,
+        "the sender retried what was left unacknowledged"
+    );
+    for i in 0..N {
+        let r = b.trecv(pa, ANY_TAG, 64).unwrap();
+        let c = b.wait_with(r, &mut [&mut a]).unwrap();
+        assert_eq!((c.tag, c.data), (i, msg(i)));
+    }
+    for s in sends {
+        a.wait_with(s, &mut [&mut b]).unwrap();
+    }
+    assert!(a.flush(Duration::from_secs(10)).unwrap());
+    assert!(b.flush(Duration::from_secs(10)).unwrap());
+}

@@ -111,6 +111,16 @@ pub const LOOPBACK_RDMA_DATAGRAM: usize = 32_000;
 pub const MAX_INFLIGHT_BYTES: usize = 1 << 20;
 /// How far beyond the cumulative ack a received sequence number may be.
 pub const RECV_WINDOW: u32 = 1 << 16;
+/// Packets the endpoint refused (receiver not ready, [`RdmDevice::refuse`]) held per
+/// connection for redelivery. Beyond it, new packet frames of that connection are left
+/// unacknowledged (dropped as if lost), so the sender's retransmission timer, with its
+/// backoff, retries them — the RNR retry of an EFA device. (The next frame in order is
+/// taken up to twice this many: held packets may be waiting for it.) Held memory per
+/// connection stays below twice this many packets plus what one `progress` receives (at most the sender's
+/// unacknowledged window, [`MAX_INFLIGHT_BYTES`]). A receiver that stays not ready longer
+/// than the sender's [`UdpConfig::peer_timeout`] fails the sender's connection, as RNR
+/// retries run out on a NIC.
+pub const RNR_HELD_MAX: usize = 64;
 /// Received in-order frames after which a pure ACK goes at the end of the `progress` that
 /// received them instead of waiting for [`UdpConfig::ack_delay`] (TCP acknowledges every
 /// second full segment at once, QUIC every second ack-eliciting packet): a stream is
@@ -218,6 +228,12 @@ pub struct UdpStats {
     pub wrong_connid: u64,
     /// Frames too far ahead of the receive window (dropped, retransmitted later).
     pub beyond_window: u64,
+    /// Packets the endpoint refused (receiver not ready) and the device held for
+    /// redelivery, counted each time.
+    pub rnr_held: u64,
+    /// Packet frames left unacknowledged because [`RNR_HELD_MAX`] packets of their
+    /// connection were held (the sender retransmits them).
+    pub rnr_dropped: u64,
     /// Frame bodies that did not parse (RDMA messages).
     pub bad_bodies: u64,
     /// Sends refused with `Again` (queue full).
@@ -263,6 +279,11 @@ struct Conn {
     reads: VecDeque<ReadJob>,
     /// Body bytes of the frames in `unacked`.
     unacked_bytes: usize,
+    /// Packets the endpoint refused for now, redelivered at each `progress`.
+    held: VecDeque<Vec<u8>>,
+    /// Packet frames handed up since the current `progress` began (the endpoint has not
+    /// seen them yet, so they may be refused too).
+    fresh: usize,
 }
 
 impl Conn {
@@ -281,6 +302,8 @@ impl Conn {
             tx_order: 0,
             reads: VecDeque::new(),
             unacked_bytes: 0,
+            held: VecDeque::new(),
+            fresh: 0,
         }
     }
 
@@ -312,6 +335,7 @@ impl Conn {
         self.unacked.is_empty()
             && self.waiting.is_empty()
             && self.reads.is_empty()
+            && self.held.is_empty()
             && !self.ack.needed()
     }
 }
@@ -904,6 +928,21 @@ impl UdpDevice {
             self.stats.beyond_window += 1;
             return;
         }
+        // Receiver not ready: the endpoint refuses this peer's packets (some are held) and
+        // enough are held or waiting for it.
+        // Not recorded as received: the sender's timer sends it again. The next frame in
+        // order is taken up to twice the limit: held packets may be waiting for exactly
+        // that one (the endpoint's reorder buffer holds successors against the same
+        // budget), and refusing it would leave them waiting for ever.
+        let limit = if seq == c.cum + 1 {
+            2 * RNR_HELD_MAX
+        } else {
+            RNR_HELD_MAX
+        };
+        if h.kind == KIND_PKT && !c.held.is_empty() && c.held.len() + c.fresh >= limit {
+            self.stats.rnr_dropped += 1;
+            return;
+        }
         let arrival = if seq == c.cum + 1 && c.ooo.is_empty() {
             Arrival::InOrder
         } else {
@@ -923,6 +962,7 @@ impl UdpDevice {
         }
         self.stats.frames_received += 1;
         if h.kind == KIND_PKT {
+            c.fresh += 1;
             self.events.push_back(DeviceEvent::Recv {
                 src: peer,
                 bytes: body.to_vec(),
@@ -1149,6 +1189,9 @@ impl RdmDevice for UdpDevice {
         timeout: Option<Duration>,
     ) -> io::Result<()> {
         let now = Instant::now();
+        for c in self.conns.values_mut() {
+            c.fresh = 0;
+        }
         self.fill_windows(mem, Some(now));
         // No timer fires before the socket is read (see `timers`): an overdue deadline
         // only makes the wait zero.
@@ -1156,7 +1199,8 @@ impl RdmDevice for UdpDevice {
         self.flush()?;
         let busy = !self.events.is_empty()
             || !self.again.is_empty()
-            || self.shim.as_ref().is_some_and(|s| s.held() > 0);
+            || self.shim.as_ref().is_some_and(|s| s.held() > 0)
+            || self.conns.values().any(|c| !c.held.is_empty());
         let wait = if busy {
             Some(Duration::ZERO)
         } else {
@@ -1207,6 +1251,15 @@ impl RdmDevice for UdpDevice {
         self.fill_windows(mem, Some(now));
         self.acks(now);
         self.flush()?;
+        // Held packets go up again after the socket was read, so that the receive above
+        // still saw how many are held (and left new packet frames unacknowledged beyond
+        // RNR_HELD_MAX).
+        for c in self.conns.values_mut() {
+            for bytes in c.held.drain(..) {
+                self.events
+                    .push_back(DeviceEvent::Recv { src: c.peer, bytes });
+            }
+        }
         for token in self.again.drain(..) {
             self.events.push_back(DeviceEvent::SendDone {
                 token,
@@ -1227,6 +1280,16 @@ impl RdmDevice for UdpDevice {
 
     fn rx_count(&self) -> u64 {
         self.sock.stats.rx_datagrams
+    }
+
+    /// Receiver not ready: the packet is held on its connection and handed in again at
+    /// every `progress` (see [`RNR_HELD_MAX`] for what bounds it).
+    fn refuse(&mut self, src: RawAddr, bytes: Vec<u8>) {
+        let a = UdpAddr::from_raw(&src);
+        if let Some(c) = self.conns.get_mut(&(a.sock, a.connid)) {
+            self.stats.rnr_held += 1;
+            c.held.push_back(bytes);
+        }
     }
 
     fn is_idle(&self) -> bool {
