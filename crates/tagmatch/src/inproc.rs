@@ -236,6 +236,37 @@ fn spec(tag: Option<TagMatch>, src: Option<PeerId>) -> RecvSpec {
     }
 }
 
+/// Hands one lane message to the engine: matched (then completed), or queued as
+/// unexpected; either way a delivery-complete send is acknowledged to its sender. Refused
+/// by the budget: the message comes back, to wait at the head of its lane.
+fn arrive(
+    engine: &mut tagmatch_engine::Engine<RecvCtx, FastMsg>,
+    node: &mut Node<Device>,
+    proto_recvs: &mut HashMap<u64, (u64, Option<Vec<u8>>)>,
+    out: &mut Out<'_>,
+    lane: &crate::fast::Lane,
+    s: Stalled,
+) -> Result<(), Stalled> {
+    match engine.arrive(s.env, s.len, s.msg) {
+        Ok(a) => {
+            if let Some(op) = s.dc {
+                // Delivered: matched, or held as unexpected by the receiver.
+                lane.ack(op);
+            }
+            if let Arrived::Matched(m) = a {
+                finish(node, proto_recvs, out, m.recv, m.env, m.len, m.msg);
+            }
+            Ok(())
+        }
+        Err(r) => Err(Stalled {
+            env: r.env,
+            len: r.len,
+            msg: r.msg,
+            dc: s.dc,
+        }),
+    }
+}
+
 /// A receive met its message: copies the bytes into the receive's buffer and completes it
 /// (or, for a protocol-path message, receives it from the protocol endpoint).
 fn finish(
@@ -751,32 +782,16 @@ impl Endpoint {
         for (rx, stalled) in f.rx.iter_mut().zip(f.stalled.iter_mut()) {
             if stalled.is_some() {
                 let Some(s) = stalled.take() else { continue };
-                match f.engine.arrive(s.env, s.len, s.msg) {
-                    Ok(a) => {
-                        if let Some(op) = s.dc {
-                            rx.lane.ack(op);
-                        }
-                        if let Arrived::Matched(m) = a {
-                            finish(
-                                node,
-                                &mut f.proto_recvs,
-                                &mut out,
-                                m.recv,
-                                m.env,
-                                m.len,
-                                m.msg,
-                            );
-                        }
-                    }
-                    Err(r) => {
-                        *stalled = Some(Stalled {
-                            env: r.env,
-                            len: r.len,
-                            msg: r.msg,
-                            dc: s.dc,
-                        });
-                        continue;
-                    }
+                if let Err(again) = arrive(
+                    &mut f.engine,
+                    node,
+                    &mut f.proto_recvs,
+                    &mut out,
+                    &rx.lane,
+                    s,
+                ) {
+                    *stalled = Some(again);
+                    continue;
                 }
             }
             let mut taken = false;
@@ -795,34 +810,18 @@ impl Endpoint {
                     payload: raw.payload(),
                     cq_data,
                 };
-                match f.engine.arrive(env, len, msg) {
-                    Ok(a) => {
-                        if let Some(op) = dc {
-                            // Delivered: matched, or held as unexpected by the receiver.
-                            rx.lane.ack(op);
-                        }
-                        if let Arrived::Matched(m) = a {
-                            finish(
-                                node,
-                                &mut f.proto_recvs,
-                                &mut out,
-                                m.recv,
-                                m.env,
-                                m.len,
-                                m.msg,
-                            );
-                        }
-                    }
-                    Err(r) => {
-                        out.counters.fast_backpressure += 1;
-                        *stalled = Some(Stalled {
-                            env: r.env,
-                            len: r.len,
-                            msg: r.msg,
-                            dc,
-                        });
-                        break;
-                    }
+                let s = Stalled { env, len, msg, dc };
+                if let Err(again) = arrive(
+                    &mut f.engine,
+                    node,
+                    &mut f.proto_recvs,
+                    &mut out,
+                    &rx.lane,
+                    s,
+                ) {
+                    out.counters.fast_backpressure += 1;
+                    *stalled = Some(again);
+                    break;
                 }
             }
             if taken {

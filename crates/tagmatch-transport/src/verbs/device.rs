@@ -24,6 +24,13 @@ fn last_os_error(call: &'static str) -> Error {
     }
 }
 
+/// Reports a failed `ibv_destroy_*`/`ibv_dereg_*` (a destructor cannot return it).
+fn destroyed(call: &'static str, rc: c_int) {
+    if rc != 0 {
+        tracing::warn!(rc, "{call} failed");
+    }
+}
+
 fn check_rc(call: &'static str, rc: c_int) -> Result<()> {
     if rc == 0 {
         Ok(())
@@ -459,10 +466,9 @@ struct RawMr {
 impl Drop for RawMr {
     fn drop(&mut self) {
         // SAFETY: registered by ibv_reg_mr, deregistered exactly once; the PD is alive (held).
-        let rc = unsafe { sys::ibv_dereg_mr(self.mr.as_ptr()) };
-        if rc != 0 {
-            tracing::warn!(rc, "ibv_dereg_mr failed");
-        }
+        destroyed("ibv_dereg_mr", unsafe {
+            sys::ibv_dereg_mr(self.mr.as_ptr())
+        });
     }
 }
 
@@ -721,10 +727,9 @@ impl Drop for CqInner {
     fn drop(&mut self) {
         // SAFETY: created by ibv_create_cq(_ex) and destroyed exactly once; QPs and SRQs
         // completing on it hold an `Rc` of it, so they were destroyed first.
-        let rc = unsafe { sys::ibv_destroy_cq(self.cq.as_ptr()) };
-        if rc != 0 {
-            tracing::warn!(rc, "ibv_destroy_cq failed");
-        }
+        destroyed("ibv_destroy_cq", unsafe {
+            sys::ibv_destroy_cq(self.cq.as_ptr())
+        });
     }
 }
 
@@ -930,10 +935,9 @@ impl Drop for SrqInner {
     fn drop(&mut self) {
         // SAFETY: created by ibv_create_srq_ex, destroyed exactly once; QPs attached to it
         // hold an `Rc` of it and were destroyed first.
-        let rc = unsafe { sys::ibv_destroy_srq(self.srq.as_ptr()) };
-        if rc != 0 {
-            tracing::warn!(rc, "ibv_destroy_srq failed");
-        }
+        destroyed("ibv_destroy_srq", unsafe {
+            sys::ibv_destroy_srq(self.srq.as_ptr())
+        });
     }
 }
 
@@ -1070,10 +1074,9 @@ impl Drop for QpInner {
     fn drop(&mut self) {
         // SAFETY: created by ibv_create_qp, destroyed exactly once, before its CQs, SRQ and
         // PD (held by this struct).
-        let rc = unsafe { sys::ibv_destroy_qp(self.qp.as_ptr()) };
-        if rc != 0 {
-            tracing::warn!(rc, "ibv_destroy_qp failed");
-        }
+        destroyed("ibv_destroy_qp", unsafe {
+            sys::ibv_destroy_qp(self.qp.as_ptr())
+        });
     }
 }
 
@@ -1413,10 +1416,9 @@ impl std::fmt::Debug for Ah {
 impl Drop for Ah {
     fn drop(&mut self) {
         // SAFETY: created by ibv_create_ah, destroyed exactly once, before its PD (held).
-        let rc = unsafe { sys::ibv_destroy_ah(self.ah.as_ptr()) };
-        if rc != 0 {
-            tracing::warn!(rc, "ibv_destroy_ah failed");
-        }
+        destroyed("ibv_destroy_ah", unsafe {
+            sys::ibv_destroy_ah(self.ah.as_ptr())
+        });
     }
 }
 
@@ -1455,10 +1457,9 @@ impl Drop for ChanInner {
     fn drop(&mut self) {
         // SAFETY: created by ibv_create_comp_channel, destroyed exactly once, after every CQ
         // using it (each holds this handle) and before its context (held).
-        let rc = unsafe { sys::ibv_destroy_comp_channel(self.ch.as_ptr()) };
-        if rc != 0 {
-            tracing::warn!(rc, "ibv_destroy_comp_channel failed");
-        }
+        destroyed("ibv_destroy_comp_channel", unsafe {
+            sys::ibv_destroy_comp_channel(self.ch.as_ptr())
+        });
     }
 }
 
