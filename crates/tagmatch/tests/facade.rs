@@ -5,36 +5,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::exercise;
+use common::{exercise, mem_pair, mem_pair_fast, udp_pair};
 use tagmatch::{Endpoint, Error, MemFabric, MemFaults, TagMatch, ANY_SOURCE, ANY_TAG};
-
-fn mem_pair(fabric: &MemFabric) -> (Endpoint, Endpoint) {
-    mem_pair_fast(fabric, true)
-}
-
-/// In-process endpoints with the fast path on (the default) or off (EFA protocol over the
-/// in-memory device).
-fn mem_pair_fast(fabric: &MemFabric, fast: bool) -> (Endpoint, Endpoint) {
-    let mk = || {
-        Endpoint::builder()
-            .mem(fabric)
-            .fast_path(fast)
-            .build()
-            .unwrap()
-    };
-    (mk(), mk())
-}
-
-fn udp_pair() -> (Endpoint, Endpoint) {
-    let mk = || {
-        Endpoint::builder()
-            .udp("127.0.0.1:0".parse().unwrap())
-            .wait_limit(Duration::from_secs(20))
-            .build()
-            .unwrap()
-    };
-    (mk(), mk())
-}
 
 #[test]
 fn every_operation_in_process() {

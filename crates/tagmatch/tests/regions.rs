@@ -1,37 +1,10 @@
 //! Sends from registered regions (the registration cache for repeated large sends) and the
 //! matching / HW-SW sections of `stats()`, over both transports.
 
-use std::time::Duration;
+mod common;
 
+use common::{mem_pair, mem_pair_fast, udp_pair};
 use tagmatch::{DeviceStats, Endpoint, Error, MemFabric, Protocol, TagMatch, ANY_SOURCE};
-
-fn udp_pair() -> (Endpoint, Endpoint) {
-    let mk = || {
-        Endpoint::builder()
-            .udp("127.0.0.1:0".parse().unwrap())
-            .wait_limit(Duration::from_secs(20))
-            .build()
-            .unwrap()
-    };
-    (mk(), mk())
-}
-
-fn mem_pair(fabric: &MemFabric) -> (Endpoint, Endpoint) {
-    mem_pair_fast(fabric, true)
-}
-
-/// With the fast path off, messages take the EFA protocol over the in-memory device (the
-/// registration cache of region sends is the protocol's).
-fn mem_pair_fast(fabric: &MemFabric, fast: bool) -> (Endpoint, Endpoint) {
-    let mk = || {
-        Endpoint::builder()
-            .mem(fabric)
-            .fast_path(fast)
-            .build()
-            .unwrap()
-    };
-    (mk(), mk())
-}
 
 /// Registrations and deregistrations the device made for `ep`.
 fn device_regs(ep: &Endpoint) -> (u64, u64) {

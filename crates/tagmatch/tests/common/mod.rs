@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use tagmatch::{
-    Endpoint, Error, OpError, OpKind, Protocol, SendOptions, TagMatch, ANY_SOURCE, ANY_TAG,
+    Endpoint, Error, MemFabric, OpError, OpKind, Protocol, SendOptions, TagMatch, ANY_SOURCE,
+    ANY_TAG,
 };
 
 /// Every operation between `a` and `b`, driven by this thread.
@@ -158,4 +159,32 @@ pub fn exercise(mut a: Endpoint, mut b: Endpoint) {
     assert!(!st.to_string().is_empty());
     assert!(a.flush(Duration::from_secs(5)).unwrap());
     assert!(b.flush(Duration::from_secs(5)).unwrap());
+}
+
+pub fn mem_pair(fabric: &MemFabric) -> (Endpoint, Endpoint) {
+    mem_pair_fast(fabric, true)
+}
+
+/// In-process endpoints with the fast path on (the default) or off (EFA protocol over the
+/// in-memory device).
+pub fn mem_pair_fast(fabric: &MemFabric, fast: bool) -> (Endpoint, Endpoint) {
+    let mk = || {
+        Endpoint::builder()
+            .mem(fabric)
+            .fast_path(fast)
+            .build()
+            .unwrap()
+    };
+    (mk(), mk())
+}
+
+pub fn udp_pair() -> (Endpoint, Endpoint) {
+    let mk = || {
+        Endpoint::builder()
+            .udp("127.0.0.1:0".parse().unwrap())
+            .wait_limit(Duration::from_secs(20))
+            .build()
+            .unwrap()
+    };
+    (mk(), mk())
 }
