@@ -1203,13 +1203,20 @@ impl<R, M> Engine<R, M> {
         let peer = self.peers.entry(src).or_insert_with(|| Peer::new(initial));
         let d = seq.wrapping_sub(peer.expected);
         if d == 0 {
+            // The next message in order is admitted over the budget when successors of it
+            // are held: they count against the same budget and wait for it, so refusing
+            // it would leave the source stuck for ever. Each message admitted so fills a
+            // gap below held ones, which entered within the budget and the reorder window:
+            // the overshoot is at most, per source, the gaps below its held messages.
+            // Otherwise the budget applies.
+            let check_budget = peer.occupied == 0;
             match item {
                 Item::Msg {
                     env,
                     len,
                     held,
                     msg,
-                } => match self.arrive_inner(env, len, held, msg, true) {
+                } => match self.arrive_inner(env, len, held, msg, check_budget) {
                     Ok(a) => sink(Ordered::Arrived(a)),
                     Err(r) => {
                         let item = Item::Msg {

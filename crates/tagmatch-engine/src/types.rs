@@ -361,8 +361,14 @@ pub struct Config {
     /// 0 and 1 both mean "no out-of-order arrival accepted".
     pub reorder_window: u32,
     /// Budget of payload bytes held by the engine (unexpected + reorder buffer + claimed).
+    /// One exception, for both budgets: [`Engine::deliver`](crate::Engine::deliver)
+    /// admits a source's next message in order over the budget when messages after it are
+    /// held out of order (they wait for it; refusing it would leave the source stuck).
+    /// Out-of-order arrivals themselves enter only within the budget, so the overshoot is
+    /// at most, per source, the gaps below its held messages (within the reorder window).
     pub max_bytes: usize,
-    /// Budget of entries held by the engine (unexpected + reorder buffer + claimed).
+    /// Budget of entries held by the engine (unexpected + reorder buffer + claimed); see
+    /// [`Config::max_bytes`] for the one exception.
     pub max_messages: usize,
     /// Limit of posted receives.
     pub max_posted: usize,

@@ -451,14 +451,47 @@ fn message_count_budget_includes_held_and_claimed() {
         e.arrive(env(0, 0, 0), 0, 3).unwrap_err().reason,
         RejectReason::Backpressure
     );
-    // draining a held message into the unexpected queue never fails
+    // The next in order from source 1, whose seq 1 is held, is admitted over the budget:
+    // the held successor waits for it (refusing it would leave source 1 stuck for ever).
+    // Draining a held message into the unexpected queue never fails.
+    assert_eq!(e.deliver(env(0, 1, 0), 0, 0, 4, |_| {}), Ok(2));
+    // 2, 4 and 1 queued, 0 claimed: one over the budget of 3.
     assert_eq!(
-        e.deliver(env(0, 1, 0), 0, 0, 4, |_| {}).unwrap_err().reason,
-        RejectReason::Backpressure
+        (e.counters().unexpected_depth, e.counters().claimed_depth),
+        (3, 1)
     );
     e.mrecv(c.handle).unwrap();
-    assert_eq!(e.deliver(env(0, 1, 0), 0, 0, 4, |_| {}), Ok(2));
-    assert_eq!(e.counters().unexpected_depth, 3);
+    // Without held successors the budget applies to the next in order too.
+    assert_eq!(
+        e.deliver(env(0, 1, 0), 2, 0, 5, |_| {}).unwrap_err().reason,
+        RejectReason::Backpressure
+    );
+}
+
+/// Out-of-order successors fill the budget and match posted receives once their
+/// predecessor arrives; the predecessor itself matches nothing. It must be admitted, or the
+/// source never progresses (receiver-not-ready redelivery would refuse it for ever).
+#[test]
+fn next_in_order_is_admitted_when_held_successors_fill_the_budget() {
+    let mut e = E::new(Config::default().max_messages(2));
+    pending(e.post(RecvSpec::exact(0, 7, 1), "r1"));
+    pending(e.post(RecvSpec::exact(0, 7, 2), "r2"));
+    e.deliver(env(0, 7, 1), 1, 0, 11, |_| {}).unwrap();
+    e.deliver(env(0, 7, 2), 2, 0, 12, |_| {}).unwrap();
+    assert_eq!(e.pressure(), Pressure::Full);
+    let mut got = Vec::new();
+    let n = e
+        .deliver(env(0, 7, 0), 0, 0, 10, |a| {
+            got.push(match a {
+                Arrived::Matched(m) => (m.msg, Some(m.recv)),
+                Arrived::Unexpected(en) => (en.tag as u32 + 10, None),
+            })
+        })
+        .unwrap();
+    assert_eq!(n, 3);
+    assert_eq!(got, vec![(10, None), (11, Some("r1")), (12, Some("r2"))]);
+    assert_eq!(e.counters().unexpected_depth, 1);
+    assert_eq!(e.counters().reorder_depth, 0);
 }
 
 #[test]

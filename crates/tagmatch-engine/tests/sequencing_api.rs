@@ -40,9 +40,11 @@ fn held_bytes_count_against_the_budget_and_len_is_what_probes_report() {
         Ok(0)
     );
     assert_eq!(e.counters().bytes_held, 60);
-    // 41 held bytes would exceed the budget (60 + 41 > 100), whatever the length.
+    // 41 held bytes would exceed the budget (60 + 41 > 100), whatever the length: refused
+    // for a source with no held successors (source 1's next in order, whose seq 2 is held,
+    // would be admitted over the budget; see rules.rs).
     let r = e
-        .deliver_held(env(0, 1, 9), 1, 1, 41, 71, |_| {})
+        .deliver_held(env(0, 2, 9), 0, 1, 41, 71, |_| {})
         .unwrap_err();
     assert_eq!(
         (r.reason, r.len, r.msg),

@@ -56,6 +56,8 @@ impl Default for MemFaults {
 #[derive(Debug)]
 enum Msg {
     Pkt(Vec<u8>),
+    /// A packet the receiving endpoint refused, queued again (counted in `Hub::rnr`).
+    Refused(Vec<u8>),
     Rdma(RdmaMsg),
 }
 
@@ -66,6 +68,12 @@ struct Inflight {
     msg: Msg,
 }
 
+/// Refused packets (receiver not ready) a device may have queued for redelivery before
+/// sends to it are answered [`SendOutcome::Again`]: what keeps a receiver that does not
+/// receive from making the fabric grow without bound (the senders' endpoints queue and
+/// resubmit, as with a full send queue).
+pub const RNR_QUEUED_MAX: usize = 64;
+
 #[derive(Debug)]
 struct Hub {
     rng: XorShift,
@@ -73,6 +81,8 @@ struct Hub {
     faults: MemFaults,
     addrs: Vec<RawAddr>,
     inboxes: Vec<Vec<Inflight>>,
+    /// Refused packets queued again per device (see [`RNR_QUEUED_MAX`]).
+    rnr: Vec<usize>,
     mtu: usize,
 }
 
@@ -107,6 +117,7 @@ impl MemNetwork {
             faults,
             addrs: Vec::new(),
             inboxes: Vec::new(),
+            rnr: Vec::new(),
             mtu: 8928,
         })))
     }
@@ -143,6 +154,7 @@ impl MemNetwork {
         };
         hub.addrs.push(addr);
         hub.inboxes.push(Vec::new());
+        hub.rnr.push(0);
         let salt = hub.rng.next_u64() as u32;
         MemDevice {
             net: self.clone(),
@@ -222,6 +234,7 @@ impl RdmDevice for MemDevice {
                     None => SendOutcome::Error,
                     Some(_) if bytes.len() > self.mtu => SendOutcome::Error,
                     Some(_) if hub.rng.chance(again) => SendOutcome::Again,
+                    Some(to) if hub.rnr[to] >= RNR_QUEUED_MAX => SendOutcome::Again,
                     Some(to) => {
                         hub.push(to, self.addr, Msg::Pkt(bytes));
                         SendOutcome::Ok
@@ -334,6 +347,13 @@ impl RdmDevice for MemDevice {
                 Msg::Pkt(bytes) => self
                     .events
                     .push_back(DeviceEvent::Recv { src: m.from, bytes }),
+                Msg::Refused(bytes) => {
+                    let mut hub = self.net.hub();
+                    hub.rnr[self.idx] = hub.rnr[self.idx].saturating_sub(1);
+                    drop(hub);
+                    self.events
+                        .push_back(DeviceEvent::Recv { src: m.from, bytes });
+                }
                 Msg::Rdma(r) if r.is_request() => {
                     let resp = self.rdma.serve(r, mem, chunk);
                     self.send_rdma(&m.from, resp);
@@ -356,7 +376,9 @@ impl RdmDevice for MemDevice {
     /// again after the network's usual delay, until the endpoint takes it.
     fn refuse(&mut self, src: RawAddr, bytes: Vec<u8>) {
         self.rnr_redeliveries += 1;
-        self.net.hub().push(self.idx, src, Msg::Pkt(bytes));
+        let mut hub = self.net.hub();
+        hub.rnr[self.idx] += 1;
+        hub.push(self.idx, src, Msg::Refused(bytes));
     }
 
     fn is_idle(&self) -> bool {

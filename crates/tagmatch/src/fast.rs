@@ -197,7 +197,9 @@ impl TxLane {
     /// Whether the receiving endpoint has been dropped.
     #[inline]
     pub(crate) fn closed(&self) -> bool {
-        self.lane.closed.load(Ordering::Relaxed)
+        // Acquire: pairs with the Release in `unregister`, so the receiver's acks made
+        // before it was dropped are visible once this reads `true`.
+        self.lane.closed.load(Ordering::Acquire)
     }
 
     /// Drops what waits for ring space (the receiver is gone).
@@ -391,7 +393,7 @@ impl Hub {
     pub(crate) fn unregister(&self, addr: &RawAddr) {
         if let Some(inbox) = lock(&self.inboxes).remove(addr) {
             for lane in lock(&inbox.lanes).drain(..) {
-                lane.closed.store(true, Ordering::Relaxed);
+                lane.closed.store(true, Ordering::Release);
             }
         }
     }

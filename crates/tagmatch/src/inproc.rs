@@ -26,6 +26,10 @@ use crate::{Completion, Endpoint, Error, Message, Peer, ProbeInfo, Request, Resu
 /// Operation ids of the fast path have this bit set (the protocol endpoint's count up
 /// from 1 and never reach it).
 const FAST_BIT: u64 = 1 << 62;
+/// Messages a lane queues at the sender, behind a full ring, before sends on it fail with
+/// [`Error::TooManyOps`] (the ring holds 512 more).
+pub(crate) const MAX_LANE_WAITING: usize = 1 << 16;
+
 /// Communicators of the engine: untagged and tagged messages match separately, as on
 /// the protocol path (`fi_recv` never takes an `fi_tsend`).
 const COMM_MSG: u32 = 0;
@@ -121,7 +125,9 @@ pub(crate) struct Fast {
     proto_recvs: HashMap<u64, (u64, Option<Vec<u8>>)>,
     proto_stalled: VecDeque<Stalled>,
     /// Delivery-complete sends waiting for the receiver: op -> (len, tag).
-    dc_pending: HashMap<u64, (u64, u64)>,
+    /// Delivery-complete sends waiting for the receiver's ack: length, tag, and the route
+    /// (peer index) they went on, to fail them if that receiver is dropped.
+    dc_pending: HashMap<u64, (u64, u64, usize)>,
     acks: Vec<u64>,
     /// Device polls to skip while the protocol side is idle (see `device_due`).
     dev_skip: u32,
@@ -207,13 +213,17 @@ impl Out<'_> {
     }
 
     fn send_done(&mut self, op: u64, len: u64, tag: u64) {
+        self.send_result(op, len, tag, Ok(()));
+    }
+
+    fn send_result(&mut self, op: u64, len: u64, tag: u64, status: Result<(), OpError>) {
         self.push(Completion {
             request: Request {
                 op: OpId(op),
                 ep: self.ep,
             },
             kind: OpKind::Send,
-            status: Ok(()),
+            status,
             data: Vec::new(),
             len,
             tag,
@@ -397,6 +407,13 @@ impl Endpoint {
         let Some(Route::Fast(tx)) = f.routes.get_mut(pid.0 as usize) else {
             return Err(Error::call(CallError::UnknownPeer, None, None));
         };
+        if tx.waiting() >= MAX_LANE_WAITING {
+            // The receiver takes nothing (its budget is full and it posts no receives):
+            // the sender is told, as with too many operations in flight on the protocol
+            // path, instead of queueing without bound.
+            self.counters.call_errors += 1;
+            return Err(Error::TooManyOps);
+        }
         let mut flags = 0;
         if tag.is_some() {
             flags |= F_TAGGED;
@@ -439,7 +456,7 @@ impl Endpoint {
         }
         self.counters.fast_sends += 1;
         if dc {
-            f.dc_pending.insert(op, (len, tag));
+            f.dc_pending.insert(op, (len, tag, pid.0 as usize));
         } else if inject {
             self.counters.injected += 1;
         } else {
@@ -706,8 +723,45 @@ impl Endpoint {
         };
         if f.inbox.take_acks(&mut f.acks) {
             for op in f.acks.drain(..) {
-                if let Some((len, tag)) = f.dc_pending.remove(&op) {
+                if let Some((len, tag, _)) = f.dc_pending.remove(&op) {
                     out.send_done(op, len, tag);
+                }
+            }
+        }
+        if !f.dc_pending.is_empty() {
+            // A receiver dropped before it took a delivery-complete message never acks
+            // it: those sends fail (what waited for ring space is dropped with them).
+            let gone: Vec<usize> = f
+                .routes
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(i, r)| match r {
+                    Route::Fast(tx) if tx.closed() => {
+                        tx.discard();
+                        Some(i)
+                    }
+                    _ => None,
+                })
+                .collect();
+            if !gone.is_empty() {
+                // Acks the receiver made before it went count (see `TxLane::closed`).
+                if f.inbox.take_acks(&mut f.acks) {
+                    for op in f.acks.drain(..) {
+                        if let Some((len, tag, _)) = f.dc_pending.remove(&op) {
+                            out.send_done(op, len, tag);
+                        }
+                    }
+                }
+                let failed: Vec<u64> = f
+                    .dc_pending
+                    .iter()
+                    .filter(|(_, (_, _, r))| gone.contains(r))
+                    .map(|(op, _)| *op)
+                    .collect();
+                for op in failed {
+                    if let Some((len, tag, _)) = f.dc_pending.remove(&op) {
+                        out.send_result(op, len, tag, Err(OpError::SendFailed));
+                    }
                 }
             }
         }

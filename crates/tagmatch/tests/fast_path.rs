@@ -484,3 +484,92 @@ fn sends_to_a_dropped_endpoint_fail() {
     let c = a.poll_completion().expect("the failed inject completes");
     assert_eq!(c.status, Err(OpError::SendFailed));
 }
+
+/// A delivery-complete send whose receiver is dropped before taking the message fails
+/// instead of waiting for ever; one the receiver took before going completes.
+#[test]
+fn delivery_complete_to_a_dropped_receiver_fails() {
+    let f = MemFabric::new();
+    let mut a = ep(&f, true);
+    let mut b = ep(&f, true);
+    let ab = a.insert_peer(&b.address()).unwrap();
+    let dc = SendOptions {
+        cq_data: None,
+        delivery_complete: true,
+    };
+    // Taken by b (matched), then b goes: completes.
+    let r = b.trecv(ANY_SOURCE, ANY_TAG, 8).unwrap();
+    let s1 = a.tsend_with(ab, 1, b"taken".to_vec(), dc).unwrap();
+    done(&mut b, r, &mut [&mut a]);
+    // Never taken: b is dropped with it in its lane.
+    let s2 = a.tsend_with(ab, 2, b"orphan".to_vec(), dc).unwrap();
+    drop(b);
+    let c1 = done(&mut a, s1, &mut []);
+    assert_eq!(c1.status, Ok(()));
+    let c2 = done(&mut a, s2, &mut []);
+    assert_eq!(c2.status, Err(OpError::SendFailed));
+}
+
+/// A receiver that takes nothing (budget full, no receives posted) pushes back on its
+/// sender instead of letting the sender's side grow without bound: on the fast path sends
+/// fail with `TooManyOps` once the lane's queue is full; over the protocol the in-memory
+/// device answers `Again` and sends stay incomplete. Then everything arrives, in order.
+#[test]
+fn a_receiver_that_takes_nothing_pushes_back_on_its_sender() {
+    for fast in [true, false] {
+        let f = MemFabric::new();
+        let mut a = ep(&f, fast);
+        let mut b = Endpoint::builder()
+            .mem(&f)
+            .fast_path(fast)
+            .memory_budget(1 << 20, 2)
+            .build()
+            .unwrap();
+        let ab = a.insert_peer(&b.address()).unwrap();
+        let limit = if fast { 70_000 } else { 1_000 };
+        let mut sends = Vec::new();
+        let mut refused = false;
+        for i in 0..limit as u64 {
+            match a.tsend(ab, i, pattern(16, i as u8)) {
+                Ok(r) => sends.push(r),
+                Err(Error::TooManyOps) => {
+                    refused = true;
+                    break;
+                }
+                Err(e) => panic!("fast {fast}: {e}"),
+            }
+            if i % 64 == 0 {
+                a.progress().unwrap();
+                b.progress().unwrap();
+            }
+        }
+        for _ in 0..500 {
+            a.progress().unwrap();
+            b.progress().unwrap();
+        }
+        let completed = sends
+            .iter()
+            .filter(|&&s| a.take_completion(s).is_some())
+            .count();
+        if fast {
+            assert!(refused, "the lane's queue never filled");
+            assert!(sends.len() < 70_000);
+        } else {
+            assert!(
+                completed < 200,
+                "protocol: {completed} of {} sends completed against a full receiver",
+                sends.len()
+            );
+        }
+        for (i, _) in sends.iter().enumerate() {
+            let r = b.trecv(ANY_SOURCE, ANY_TAG, 16).unwrap();
+            let c = done(&mut b, r, &mut [&mut a]);
+            assert_eq!(
+                (c.tag, c.data),
+                (i as u64, pattern(16, i as u8)),
+                "fast {fast}"
+            );
+        }
+        assert!(a.flush(Duration::from_secs(10)).unwrap(), "fast {fast}");
+    }
+}

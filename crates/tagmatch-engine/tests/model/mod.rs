@@ -163,7 +163,10 @@ impl Model {
             .expected;
         let d = seq.wrapping_sub(expected);
         if d == 0 {
-            let r = self.arrive(m, true);
+            // The next in order is admitted over the budget when successors of it are held:
+            // they wait for it, and refusing it would leave them waiting for ever.
+            let successors = !self.peers[&src].held.is_empty();
+            let r = self.arrive(m, !successors);
             let rejected = matches!(r, Out::Rejected(..));
             out.push(r);
             if rejected {
