@@ -224,3 +224,21 @@ fn budget_holds_messages_back_without_losing_any() {
     assert!(a.flush(Duration::from_secs(10)).unwrap());
     assert!(b.flush(Duration::from_secs(10)).unwrap());
 }
+
+#[test]
+fn an_endpoint_sends_to_itself() {
+    let test = "an_endpoint_sends_to_itself";
+    let Some(mut a) = endpoint(test, RdmConfig::default()) else {
+        return;
+    };
+    let me = a.insert_peer(&a.address()).unwrap();
+    for (tag, len) in [(1u64, 16usize), (2, 20_000), (3, 300_000)] {
+        let data: Vec<u8> = (0..len).map(|x| (x as u64 * 5 + tag) as u8).collect();
+        let r = a.trecv(me, TagMatch::exact(tag), len).unwrap();
+        let s = a.tsend(me, tag, data.clone()).unwrap();
+        assert_eq!(a.wait(r).unwrap().data, data, "{len} bytes");
+        a.wait(s).unwrap();
+    }
+    assert_eq!(verbs_stats(&a).connects, 0, "no connection to itself");
+    assert!(a.flush(Duration::from_secs(10)).unwrap());
+}

@@ -227,7 +227,8 @@ pub struct VerbsRdmDevice {
     by_addr: HashMap<([u8; 16], u16, u32, u64), usize>,
     by_qpn: HashMap<u32, usize>,
     free_tx: Vec<u32>,
-    tx_owner: Vec<Option<(SendToken, usize)>>,
+    /// Per send buffer: the send's token, its peer and the QP it was posted on.
+    tx_owner: Vec<Option<(SendToken, usize, u32)>>,
     free_ud_tx: Vec<u32>,
     /// Connection messages waiting for a UD send buffer.
     cm_queue: VecDeque<(usize, CmMsg)>,
@@ -437,8 +438,9 @@ impl VerbsRdmDevice {
         self.psn_seed & 0x00ff_ffff
     }
 
-    /// A fresh RC QP for peer `i`, replacing any earlier one.
+    /// A fresh RC QP for peer `i`, replacing any earlier one (whose sends in flight fail).
     fn new_rc(&mut self, i: usize) -> Result<()> {
+        self.reset_peer(i);
         let qp = Qp::rc(
             &self.pd,
             &self.cq,
@@ -452,9 +454,6 @@ impl VerbsRdmDevice {
         )?;
         let psn = self.next_psn();
         let local = qp.endpoint(psn);
-        if let Some(old) = self.peers[i].qp.take() {
-            self.by_qpn.remove(&old.qpn());
-        }
         self.by_qpn.insert(qp.qpn(), i);
         let p = &mut self.peers[i];
         p.local = Some(local);
@@ -560,6 +559,26 @@ impl VerbsRdmDevice {
         }
     }
 
+    /// Drops peer `i`'s QP (the device stops using its buffers) and fails the sends that
+    /// were in flight on it: a destroyed QP completes nothing more.
+    fn reset_peer(&mut self, i: usize) {
+        if let Some(old) = self.peers[i].qp.take() {
+            self.by_qpn.remove(&old.qpn());
+        }
+        for slot in 0..self.tx_owner.len() {
+            if matches!(self.tx_owner[slot], Some((_, p, _)) if p == i) {
+                if let Some((token, _, _)) = self.tx_owner[slot].take() {
+                    self.free_tx.push(slot as u32);
+                    self.stats.tx_errors += 1;
+                    self.events.push_back(DeviceEvent::SendDone {
+                        token,
+                        outcome: SendOutcome::Error,
+                    });
+                }
+            }
+        }
+    }
+
     fn fail_peer(&mut self, i: usize) {
         self.peers[i].state = ConnState::Failed;
         while let Some((token, _)) = self.peers[i].queued.pop_front() {
@@ -591,7 +610,10 @@ impl VerbsRdmDevice {
                     // A retransmitted request: our REP was lost.
                     self.send_cm(i, CM_REP);
                 } else {
-                    self.stats.cm_dropped += 1;
+                    // The peer set up a new QP (its side of the connection failed, e.g. a
+                    // send error): ours is useless to it. Accept the new one (`new_rc` fails
+                    // what was in flight on the old QP).
+                    self.accept(i, msg.rc);
                 }
             }
             (CM_REP, ConnState::ReqSent { .. }) => {
@@ -671,12 +693,14 @@ impl VerbsRdmDevice {
                 let off = slot as usize * self.cfg.mtu;
                 self.tx.copy_in(off, &bytes);
                 let r = match (&self.peers[i].qp, self.tx.sge(off, bytes.len())) {
-                    (Some(qp), Ok(sge)) => qp.post_send(WR_SEND | u64::from(slot), sge),
+                    (Some(qp), Ok(sge)) => qp
+                        .post_send(WR_SEND | u64::from(slot), sge)
+                        .map(|()| qp.qpn()),
                     (None, _) => Err(Error::Invalid("no QP".into())),
                     (_, Err(e)) => Err(e),
                 };
                 match r {
-                    Ok(()) => self.tx_owner[slot as usize] = Some((token, i)),
+                    Ok(qpn) => self.tx_owner[slot as usize] = Some((token, i, qpn)),
                     Err(e) => {
                         tracing::warn!(error = %e, "verbs RDM: post_send failed");
                         self.free_tx.push(slot);
@@ -696,8 +720,12 @@ impl VerbsRdmDevice {
         let slot = (wc.wr_id & !WR_KIND) as u32;
         match wc.wr_id & WR_KIND {
             WR_SEND => {
-                self.free_tx.push(slot);
-                if let Some((token, i)) = self.tx_owner[slot as usize].take() {
+                // A completion of a QP since reset (`reset_peer` already failed its sends
+                // and freed their buffers) is stale: nothing to do.
+                let owner = self.tx_owner[slot as usize];
+                if let Some((token, i, _)) = owner.filter(|o| o.2 == wc.qp_num) {
+                    self.tx_owner[slot as usize] = None;
+                    self.free_tx.push(slot);
                     let outcome = if ok {
                         self.stats.tx_packets += 1;
                         SendOutcome::Ok
@@ -823,6 +851,21 @@ impl RdmDevice for VerbsRdmDevice {
                     self.events.push_back(DeviceEvent::SendDone {
                         token,
                         outcome: SendOutcome::Error,
+                    });
+                    return;
+                }
+                if addr_key(&dest) == addr_key(&self.addr) {
+                    // To this endpoint itself: looped back here, as a NIC loops back a send
+                    // to its own address (no connection to set up).
+                    self.stats.tx_packets += 1;
+                    self.stats.rx_packets += 1;
+                    self.events.push_back(DeviceEvent::Recv {
+                        src: self.addr,
+                        bytes,
+                    });
+                    self.events.push_back(DeviceEvent::SendDone {
+                        token,
+                        outcome: SendOutcome::Ok,
                     });
                     return;
                 }
