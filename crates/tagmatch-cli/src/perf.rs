@@ -276,7 +276,8 @@ pub struct Server {
     ctrl: Option<Request>,
     phase: Phase,
     /// In-process: receive into recycled buffers and reply with `tinject` (no allocation
-    /// per message); over UDP: `trecv` and `tsend` of the received buffer (no copy).
+    /// per message); over UDP: the latency test replies with `tsend` of the received
+    /// buffer (no copy). Streaming tests receive into recycled buffers on every transport.
     reuse: bool,
     /// Runs served.
     pub runs: u64,
@@ -375,14 +376,11 @@ impl Server {
                 *left -= 1;
                 if *left_to_post > 0 {
                     *left_to_post -= 1;
-                    let size = *size;
-                    if self.reuse {
-                        let mut buf = c.data;
-                        buf.resize(size, 0);
-                        let _ = self.ep.trecv_into(client, DATA, buf)?;
-                    } else {
-                        let _ = self.ep.trecv(client, DATA, size)?;
-                    }
+                    // Every transport: the next receive goes into the buffer that came
+                    // back (no allocation or zeroing per message).
+                    let mut buf = c.data;
+                    buf.resize(*size, 0);
+                    let _ = self.ep.trecv_into(client, DATA, buf)?;
                 }
                 if *left == 0 {
                     self.phase = Phase::Idle;
@@ -445,11 +443,7 @@ impl Server {
             Test::TagBw | Test::TagMsgrate => {
                 let first = window.min(iters);
                 for _ in 0..first {
-                    if self.reuse {
-                        let _ = self.ep.trecv_into(client, DATA, vec![0; size])?;
-                    } else {
-                        let _ = self.ep.trecv(client, DATA, size)?;
-                    }
+                    let _ = self.ep.trecv_into(client, DATA, vec![0; size])?;
                 }
                 self.phase = Phase::Bw {
                     left_to_post: iters - first,
@@ -687,15 +681,20 @@ impl Client {
             Test::TagBw | Test::TagMsgrate => {
                 let ack = self.ep.trecv(self.server, ACK, 1)?;
                 let w = window.max(1) as usize;
+                // Over the protocol, every message is sent from one registered region, as
+                // ucx_perftest sends from one preallocated buffer: no allocation, fill or
+                // copy per message, and the region's registration is reused.
+                let mr = self.ep.register(vec![0xa5u8; size.max(1)])?;
                 for i in 0..iters {
                     self.step_local()?;
                     self.reap_sends(w - 1)?;
-                    let s = self.ep.tsend(self.server, DATA, vec![0xa5u8; size])?;
+                    let s = self.ep.tsend_region(self.server, DATA, &mr, 0..size)?;
                     self.sends.push_back(s);
                     progress.tick(i + 1, iters);
                 }
                 self.reap_sends(0)?;
                 self.wait(ack)?;
+                self.ep.deregister(mr)?;
             }
             Test::PutBw | Test::GetBw => {
                 let w = window.max(1) as usize;
