@@ -234,7 +234,14 @@ impl RdmDevice for MemDevice {
                     None => SendOutcome::Error,
                     Some(_) if bytes.len() > self.mtu => SendOutcome::Error,
                     Some(_) if hub.rng.chance(again) => SendOutcome::Again,
-                    Some(to) if hub.rnr[to] >= RNR_QUEUED_MAX => SendOutcome::Again,
+                    // Only REQ packets wait (wire-layouts §A.2: type ≥ 64): control
+                    // packets always get through to a not-ready receiver.
+                    Some(to)
+                        if hub.rnr[to] >= RNR_QUEUED_MAX
+                            && bytes.first().is_some_and(|&t| t >= 64) =>
+                    {
+                        SendOutcome::Again
+                    }
                     Some(to) => {
                         hub.push(to, self.addr, Msg::Pkt(bytes));
                         SendOutcome::Ok

@@ -343,3 +343,63 @@ fn budget_over_udp_holds_and_retransmits_without_loss() {
     assert!(a.flush(Duration::from_secs(10)).unwrap());
     assert!(b.flush(Duration::from_secs(10)).unwrap());
 }
+
+/// A receiver whose budget is full and whose senders are held back (receiver not ready)
+/// still completes its own operations: only new messages wait, control packets (here the
+/// READRSP and CTSDATA of an emulated read) always get through. In-process without the
+/// fast path, and over UDP.
+#[test]
+fn a_full_receiver_still_completes_its_own_reads() {
+    let cfg = tagmatch_rdm::Config {
+        direct_read: false,
+        direct_write: false,
+        ..tagmatch_rdm::Config::default()
+    };
+    let f = MemFabric::new();
+    let mk = |udp: bool, budget: bool| {
+        let b = Endpoint::builder()
+            .rdm_config(cfg)
+            .wait_limit(Duration::from_secs(20));
+        let b = if budget {
+            b.memory_budget(1 << 20, 2)
+        } else {
+            b
+        };
+        if udp {
+            b.udp("127.0.0.1:0".parse().unwrap()).build().unwrap()
+        } else {
+            b.mem(&f).fast_path(false).build().unwrap()
+        }
+    };
+    for udp in [false, true] {
+        let (mut a, mut b) = (mk(udp, false), mk(udp, true));
+        let ab = a.insert_peer(&b.address()).unwrap();
+        let ba = b.insert_peer(&a.address()).unwrap();
+        let data: Vec<u8> = (0..100_000).map(|x| (x % 249) as u8).collect();
+        let mr = a.register(data.clone()).unwrap();
+        // Flood b: far more than its budget and than its device holds back.
+        let sends: Vec<_> = (0..300u64)
+            .map(|i| a.tsend(ab, i, vec![i as u8; 32]).unwrap())
+            .collect();
+        for _ in 0..2000 {
+            a.progress().unwrap();
+            b.progress().unwrap();
+        }
+        assert!(b.stats().rdm.rx_refused > 0, "udp {udp}: b was never full");
+        // b reads from a (emulated: RTR to a, READRSP/CTSDATA back) without receiving.
+        for len in [512usize, 100_000] {
+            let r = b.read(ba, len, mr.remote_key().at(0)).unwrap();
+            let c = b.wait_with(r, &mut [&mut a]).unwrap();
+            assert_eq!(c.data, &data[..len], "udp {udp}, {len} bytes");
+        }
+        // Then everything that was held back arrives, in order.
+        for i in 0..300u64 {
+            let r = b.trecv(ba, ANY_TAG, 32).unwrap();
+            let c = b.wait_with(r, &mut [&mut a]).unwrap();
+            assert_eq!((c.tag, c.data), (i, vec![i as u8; 32]), "udp {udp}");
+        }
+        for s in sends {
+            a.wait_with(s, &mut [&mut b]).unwrap();
+        }
+    }
+}

@@ -112,8 +112,9 @@ pub const MAX_INFLIGHT_BYTES: usize = 1 << 20;
 /// How far beyond the cumulative ack a received sequence number may be.
 pub const RECV_WINDOW: u32 = 1 << 16;
 /// Packets the endpoint refused (receiver not ready, [`RdmDevice::refuse`]) held per
-/// connection for redelivery. Beyond it, new packet frames of that connection are left
-/// unacknowledged (dropped as if lost), so the sender's retransmission timer, with its
+/// connection for redelivery. Beyond it, new REQ packet frames (new messages) of that
+/// connection are left unacknowledged (dropped as if lost; control packets always get
+/// through), so the sender's retransmission timer, with its
 /// backoff, retries them — the RNR retry of an EFA device. (The next frame in order is
 /// taken up to twice this many: held packets may be waiting for it.) Held memory per
 /// connection stays below twice this many packets plus what one `progress` receives (at most the sender's
@@ -281,8 +282,8 @@ struct Conn {
     unacked_bytes: usize,
     /// Packets the endpoint refused for now, redelivered at each `progress`.
     held: VecDeque<Vec<u8>>,
-    /// Packet frames handed up since the current `progress` began (the endpoint has not
-    /// seen them yet, so they may be refused too).
+    /// REQ packet frames handed up since the current `progress` began (the endpoint has
+    /// not seen them yet, so they may be refused too).
     fresh: usize,
 }
 
@@ -939,7 +940,12 @@ impl UdpDevice {
         } else {
             RNR_HELD_MAX
         };
-        if h.kind == KIND_PKT && !c.held.is_empty() && c.held.len() + c.fresh >= limit {
+        // Only REQ packets (new messages, the only ones an endpoint refuses): control
+        // packets (CTS, CTSDATA, READRSP, EOR, ...) always get through, or an operation the
+        // not-ready receiver waits for could never finish.
+        // wire-layouts §A.2: "any type ≥ 64 is treated as a REQ".
+        let req = body.first().is_some_and(|&t| t >= 64);
+        if h.kind == KIND_PKT && req && !c.held.is_empty() && c.held.len() + c.fresh >= limit {
             self.stats.rnr_dropped += 1;
             return;
         }
@@ -962,7 +968,7 @@ impl UdpDevice {
         }
         self.stats.frames_received += 1;
         if h.kind == KIND_PKT {
-            c.fresh += 1;
+            c.fresh += usize::from(req);
             self.events.push_back(DeviceEvent::Recv {
                 src: peer,
                 bytes: body.to_vec(),

@@ -21,9 +21,9 @@
 //!   ([`SendOutcome::Ok`]) when the peer's device acknowledged it.
 //! - **Receiver not ready.** A packet the endpoint refuses (its unexpected budget is full,
 //!   [`RdmDevice::refuse`]) is held and handed in again at every `progress`; each held
-//!   packet keeps one receive buffer out of the shared receive queue, so a sender that
-//!   keeps sending meets the RC hardware's RNR retries once the buffers are gone — the
-//!   EFA device's RNR behaviour, with memory bounded by the receive pool.
+//!   packet keeps one receive buffer out of the shared receive queue, up to half of them,
+//!   so a sender that keeps sending meets the RC hardware's RNR retries — the EFA device's
+//!   RNR behaviour — while control packets still find buffers.
 //! - **RDMA.** None: this device reports every RDMA read or write as failed, and endpoints
 //!   on it must advertise neither `rdma_read` nor `rdma_write` (efa-rdm-protocol-v4 §2.1,
 //!   table 2.1, bits 0 and 5), so the protocol uses its emulated paths — long-CTS for
@@ -756,10 +756,12 @@ impl VerbsRdmDevice {
                         });
                     }
                 }
-                if self.rnr_debt > 0 {
+                if self.rnr_debt > 0 && self.parked_slots.len() < self.cfg.recv_slots as usize / 2 {
                     // A refused packet is held: keep this receive buffer out of the SRQ
-                    // for it, so held packets never outnumber the buffers and a sender
-                    // that keeps going meets the hardware's RNR retries (bounded memory).
+                    // for it, so a sender that keeps going meets the hardware's RNR
+                    // retries. At most half the buffers: control packets (CTS, READRSP,
+                    // EOR, ...) must still find one, or an operation the not-ready
+                    // receiver waits for could never finish.
                     self.rnr_debt -= 1;
                     self.parked_slots.push(slot);
                 } else {
