@@ -29,32 +29,30 @@ pub(crate) enum Device {
     Verbs(Box<tagmatch_transport::verbs::VerbsRdmDevice>),
 }
 
+/// `$body` with `$d` bound to whichever device `$dev` holds (every variant implements
+/// [`RdmDevice`]).
+macro_rules! with_device {
+    ($dev:expr, $d:ident => $body:expr) => {
+        match $dev {
+            Device::Mem($d) => $body,
+            Device::Udp($d) => $body,
+            #[cfg(feature = "verbs")]
+            Device::Verbs($d) => $body,
+        }
+    };
+}
+
 impl RdmDevice for Device {
     fn addr(&self) -> RawAddr {
-        match self {
-            Device::Mem(d) => d.addr(),
-            Device::Udp(d) => d.addr(),
-            #[cfg(feature = "verbs")]
-            Device::Verbs(d) => d.addr(),
-        }
+        with_device!(self, d => d.addr())
     }
 
     fn mtu(&self) -> usize {
-        match self {
-            Device::Mem(d) => d.mtu(),
-            Device::Udp(d) => d.mtu(),
-            #[cfg(feature = "verbs")]
-            Device::Verbs(d) => d.mtu(),
-        }
+        with_device!(self, d => d.mtu())
     }
 
     fn submit(&mut self, t: Transmit, mem: &mut dyn MemoryAccess) {
-        match self {
-            Device::Mem(d) => d.submit(t, mem),
-            Device::Udp(d) => d.submit(t, mem),
-            #[cfg(feature = "verbs")]
-            Device::Verbs(d) => d.submit(t, mem),
-        }
+        with_device!(self, d => d.submit(t, mem))
     }
 
     fn progress(
@@ -62,57 +60,27 @@ impl RdmDevice for Device {
         mem: &mut dyn MemoryAccess,
         timeout: Option<Duration>,
     ) -> io::Result<()> {
-        match self {
-            Device::Mem(d) => d.progress(mem, timeout),
-            Device::Udp(d) => d.progress(mem, timeout),
-            #[cfg(feature = "verbs")]
-            Device::Verbs(d) => d.progress(mem, timeout),
-        }
+        with_device!(self, d => d.progress(mem, timeout))
     }
 
     fn flush_tx(&mut self, mem: &mut dyn MemoryAccess) -> io::Result<()> {
-        match self {
-            Device::Mem(d) => d.flush_tx(mem),
-            Device::Udp(d) => d.flush_tx(mem),
-            #[cfg(feature = "verbs")]
-            Device::Verbs(d) => d.flush_tx(mem),
-        }
+        with_device!(self, d => d.flush_tx(mem))
     }
 
     fn poll_event(&mut self) -> Option<DeviceEvent> {
-        match self {
-            Device::Mem(d) => d.poll_event(),
-            Device::Udp(d) => d.poll_event(),
-            #[cfg(feature = "verbs")]
-            Device::Verbs(d) => d.poll_event(),
-        }
+        with_device!(self, d => d.poll_event())
     }
 
     fn is_idle(&self) -> bool {
-        match self {
-            Device::Mem(d) => d.is_idle(),
-            Device::Udp(d) => d.is_idle(),
-            #[cfg(feature = "verbs")]
-            Device::Verbs(d) => d.is_idle(),
-        }
+        with_device!(self, d => d.is_idle())
     }
 
     fn rx_count(&self) -> u64 {
-        match self {
-            Device::Mem(d) => d.rx_count(),
-            Device::Udp(d) => d.rx_count(),
-            #[cfg(feature = "verbs")]
-            Device::Verbs(d) => d.rx_count(),
-        }
+        with_device!(self, d => d.rx_count())
     }
 
     fn refuse(&mut self, src: RawAddr, bytes: Vec<u8>) {
-        match self {
-            Device::Mem(d) => d.refuse(src, bytes),
-            Device::Udp(d) => d.refuse(src, bytes),
-            #[cfg(feature = "verbs")]
-            Device::Verbs(d) => d.refuse(src, bytes),
-        }
+        with_device!(self, d => d.refuse(src, bytes))
     }
 }
 
