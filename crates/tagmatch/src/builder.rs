@@ -215,8 +215,12 @@ impl Builder {
     /// complete and memory budget. RMA and atomics keep the protocol path. A fabric's
     /// faults ([`MemFabric::with_faults`]) apply to the packet path only: the fast path
     /// is in order and lossless. A send to an endpoint that has been dropped completes
-    /// with `OpError::SendFailed`. Off: every message takes the EFA protocol over the
-    /// in-memory device (as between processes).
+    /// with `OpError::SendFailed`. Lanes (32 KiB each) live only while both ends do: the
+    /// messages a dropped sender sent (also those still queued at it for ring space) are
+    /// still received, then its lane is released; the lanes to a dropped receiver are
+    /// released by the sender's next `progress`, so endpoints that come and go cost
+    /// nothing once gone (`Stats::fast_lanes_in` / `fast_lanes_out`). Off: every message
+    /// takes the EFA protocol over the in-memory device (as between processes).
     ///
     /// ```
     /// use tagmatch::{Endpoint, MemFabric};

@@ -1133,8 +1133,10 @@ impl Endpoint {
         let (regions, sends, rdmas) = ep.resources();
         let mut matching = ep.matching_stats();
         let mut unexpected = unexpected;
+        let mut lanes = (0, 0);
         if let Some(f) = &self.fast {
             unexpected += f.add_matching(&mut matching);
+            lanes = f.lanes();
         }
         Stats {
             matching,
@@ -1148,6 +1150,8 @@ impl Endpoint {
             device_sends_pending: sends,
             device_rdma_pending: rdmas,
             ready_completions: self.ready.len(),
+            fast_lanes_in: lanes.0,
+            fast_lanes_out: lanes.1,
             device: match self.node.device() {
                 Device::Mem(d) => DeviceStats::Mem(d.rdma_stats()),
                 Device::Udp(d) => DeviceStats::Udp(d.stats()),

@@ -14,6 +14,16 @@
 //! lane is FIFO, so messages from one source are matched in send order
 //! (non-overtaking). When the budget is exhausted the receiver stops taking from that
 //! lane (the message waits, later ones queue behind it): backpressure, not loss.
+//!
+//! Lanes live only as long as both ends need them. When the sender's endpoint is dropped,
+//! the messages still waiting at it for ring space move into the lane (`orphans`), and
+//! the lane is marked as closed by the sender; the receiver keeps taking from it (nothing
+//! sent is lost) and, once the lane is drained (every message handed to its engine),
+//! releases it. When the receiver is dropped, its lanes are closed and the senders
+//! release them at their next `progress` (sends to it then fail). So endpoints that come
+//! and go (clients of a server) leave no lane behind and cost the survivors nothing per
+//! `progress`. The [`Inbox`] of each endpoint is told by a flag when one of its lanes was
+//! closed by the other end, so neither side scans its lanes while none closed.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -146,6 +156,11 @@ pub(crate) struct Lane {
     ack_to: Weak<Inbox>,
     /// The receiver is gone (dropped): sends fail.
     closed: AtomicBool,
+    /// The sender is gone (dropped): once drained, the receiver releases the lane.
+    sender_gone: AtomicBool,
+    /// What waited at the sender for ring space when it was dropped, in order after the
+    /// ring's messages (written once, before `sender_gone` is set).
+    orphans: Mutex<VecDeque<Raw>>,
 }
 
 impl std::fmt::Debug for Lane {
@@ -172,6 +187,16 @@ impl Lane {
             src,
             ack_to,
             closed: AtomicBool::new(false),
+            sender_gone: AtomicBool::new(false),
+            orphans: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// Marks the lane closed by its receiver and tells the sender's inbox.
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        if let Some(inbox) = self.ack_to.upgrade() {
+            inbox.peers_closed.store(true, Ordering::Release);
         }
     }
 
@@ -185,12 +210,34 @@ impl Lane {
 }
 
 /// The sender's side of a lane: its cursor and the messages waiting for ring space.
+/// Dropping it (the sending endpoint goes) hands those messages to the lane and marks
+/// the lane closed by the sender, for the receiver to drain and release.
 #[derive(Debug)]
 pub(crate) struct TxLane {
     lane: Arc<Lane>,
+    /// The receiver's inbox, told when this side goes.
+    dest: Weak<Inbox>,
     tail: usize,
     head_seen: usize,
     waiting: VecDeque<Raw>,
+}
+
+impl Drop for TxLane {
+    fn drop(&mut self) {
+        if self.closed() {
+            // The receiver is gone too: nobody reads the lane any more.
+            return;
+        }
+        if !self.waiting.is_empty() {
+            lock(&self.lane.orphans).extend(self.waiting.drain(..));
+        }
+        // Release: the receiver that reads `true` sees the last published slots and the
+        // orphans.
+        self.lane.sender_gone.store(true, Ordering::Release);
+        if let Some(inbox) = self.dest.upgrade() {
+            inbox.senders_gone.store(true, Ordering::Release);
+        }
+    }
 }
 
 impl TxLane {
@@ -338,30 +385,74 @@ impl RxLane {
         })
     }
 
+    /// [`RxLane::pop`], then, once the sender is gone and the ring is empty, what waited
+    /// at the sender when it went.
+    pub(crate) fn pop_any(&mut self) -> Option<Raw> {
+        if let Some(r) = self.pop() {
+            return Some(r);
+        }
+        // Acquire: pairs with the sender's Release in `TxLane::drop`; the ring is read
+        // again after it, so slots published just before the sender went are not missed.
+        if !self.lane.sender_gone.load(Ordering::Acquire) {
+            return None;
+        }
+        if let Some(r) = self.pop() {
+            return Some(r);
+        }
+        lock(&self.lane.orphans).pop_front()
+    }
+
+    /// Whether the sender is gone.
+    pub(crate) fn sender_gone(&self) -> bool {
+        self.lane.sender_gone.load(Ordering::Acquire)
+    }
+
+    /// Whether the sender is gone and every message it sent has been taken.
+    pub(crate) fn drained(&mut self) -> bool {
+        self.lane.sender_gone.load(Ordering::Acquire)
+            && self.head == self.lane.tail.0.load(Ordering::Acquire)
+            && lock(&self.lane.orphans).is_empty()
+    }
+
     /// Hands the consumed slots back to the sender.
     pub(crate) fn publish(&self) {
         self.lane.head.0.store(self.head, Ordering::Release);
     }
 }
 
-/// A fast-path endpoint's mailbox on the fabric: the lanes into it and its
-/// delivery-complete acknowledgements.
+/// A fast-path endpoint's mailbox on the fabric: lanes opened to it and not yet taken by
+/// its endpoint, its delivery-complete acknowledgements, and flags set when the other end
+/// of one of its lanes went.
 #[derive(Debug, Default)]
 pub(crate) struct Inbox {
-    lanes: Mutex<Vec<Arc<Lane>>>,
-    n_lanes: AtomicUsize,
+    /// New lanes, and whether the endpoint is gone (then no lane is added).
+    fresh: Mutex<Fresh>,
+    has_fresh: AtomicBool,
     acks: Mutex<Vec<u64>>,
     has_acks: AtomicBool,
+    /// A sender of one of the lanes into this endpoint was dropped.
+    senders_gone: AtomicBool,
+    /// A receiver of one of this endpoint's lanes was dropped.
+    peers_closed: AtomicBool,
+}
+
+#[derive(Debug, Default)]
+struct Fresh {
+    lanes: Vec<Arc<Lane>>,
+    gone: bool,
 }
 
 impl Inbox {
-    /// Lanes created since `known` (the receiver's count), if any.
+    /// Takes the lanes opened since the last call into `out`; whether there were any.
     #[inline]
-    pub(crate) fn new_lanes(&self, known: usize) -> Option<Vec<Arc<Lane>>> {
-        if self.n_lanes.load(Ordering::Acquire) == known {
-            return None;
+    pub(crate) fn take_new_lanes(&self, out: &mut Vec<Arc<Lane>>) -> bool {
+        if !self.has_fresh.load(Ordering::Acquire) {
+            return false;
         }
-        Some(lock(&self.lanes)[known..].to_vec())
+        let mut f = lock(&self.fresh);
+        self.has_fresh.store(false, Ordering::Relaxed);
+        out.append(&mut f.lanes);
+        true
     }
 
     /// Takes the delivery-complete acknowledgements into `out`; whether there were any.
@@ -373,6 +464,18 @@ impl Inbox {
         self.has_acks.store(false, Ordering::Relaxed);
         out.append(&mut lock(&self.acks));
         true
+    }
+
+    /// Whether a sender of a lane into this endpoint went since the last call.
+    #[inline]
+    pub(crate) fn take_senders_gone(&self) -> bool {
+        self.senders_gone.load(Ordering::Relaxed) && self.senders_gone.swap(false, Ordering::AcqRel)
+    }
+
+    /// Whether a receiver of one of this endpoint's lanes went since the last call.
+    #[inline]
+    pub(crate) fn take_peers_closed(&self) -> bool {
+        self.peers_closed.load(Ordering::Relaxed) && self.peers_closed.swap(false, Ordering::AcqRel)
     }
 }
 
@@ -389,11 +492,19 @@ impl Hub {
         inbox
     }
 
-    /// Removes `addr` and breaks the reference cycles through its lanes.
-    pub(crate) fn unregister(&self, addr: &RawAddr) {
-        if let Some(inbox) = lock(&self.inboxes).remove(addr) {
-            for lane in lock(&inbox.lanes).drain(..) {
-                lane.closed.store(true, Ordering::Release);
+    /// Removes `addr` (its endpoint is dropped) and closes the lanes into it: those its
+    /// endpoint took (`taken`) and those opened since.
+    pub(crate) fn unregister(&self, addr: &RawAddr, taken: &[RxLane]) {
+        let inbox = lock(&self.inboxes).remove(addr);
+        for rx in taken {
+            rx.lane.close();
+        }
+        if let Some(inbox) = inbox {
+            let mut f = lock(&inbox.fresh);
+            // No lane is added after this (see `connect`).
+            f.gone = true;
+            for lane in f.lanes.drain(..) {
+                lane.close();
             }
         }
     }
@@ -407,11 +518,16 @@ impl Hub {
     ) -> Option<TxLane> {
         let dest = lock(&self.inboxes).get(dest).cloned()?;
         let lane = Arc::new(Lane::new(src, Arc::downgrade(src_inbox)));
-        let mut lanes = lock(&dest.lanes);
-        lanes.push(lane.clone());
-        dest.n_lanes.store(lanes.len(), Ordering::Release);
+        let mut f = lock(&dest.fresh);
+        if f.gone {
+            // Unregistered since the lookup: as if it had not been found.
+            return None;
+        }
+        f.lanes.push(lane.clone());
+        dest.has_fresh.store(true, Ordering::Release);
         Some(TxLane {
             lane,
+            dest: Arc::downgrade(&dest),
             tail: 0,
             head_seen: 0,
             waiting: VecDeque::new(),
@@ -447,7 +563,9 @@ mod tests {
         let ia = hub.register(a);
         let ib = hub.register(b);
         let mut tx = hub.connect(a, &ia, &b).unwrap();
-        let lanes = ib.new_lanes(0).unwrap();
+        let mut lanes = Vec::new();
+        assert!(ib.take_new_lanes(&mut lanes));
+        assert!(!ib.take_new_lanes(&mut lanes), "taken once");
         let mut rx = rx_lane(lanes[0].clone(), 0);
         // More than the ring holds: the rest waits at the sender, in order.
         let n = SLOTS * 2 + 7;
@@ -477,7 +595,59 @@ mod tests {
         }
         assert_eq!(tx.waiting(), 0);
         assert!(hub.connect(a, &ia, &RawAddr::default()).is_none());
-        hub.unregister(&b);
+        assert!(!tx.closed());
+        hub.unregister(&b, &[rx]);
+        assert!(tx.closed(), "the receiver's lanes are closed");
+        assert!(ia.take_peers_closed(), "and the sender is told");
+        assert!(!ia.take_peers_closed());
         assert!(hub.connect(a, &ia, &b).is_none());
+    }
+
+    /// A sender dropped with messages in the ring and waiting for ring space hands the
+    /// waiting ones to the lane: the receiver gets all of them, in order, then sees the
+    /// lane drained.
+    #[test]
+    fn a_dropped_sender_leaves_nothing_behind_in_its_queue() {
+        let hub = Hub::default();
+        let (a, b) = (
+            RawAddr {
+                qpn: 1,
+                ..RawAddr::default()
+            },
+            RawAddr {
+                qpn: 2,
+                ..RawAddr::default()
+            },
+        );
+        let ia = hub.register(a);
+        let ib = hub.register(b);
+        let mut tx = hub.connect(a, &ia, &b).unwrap();
+        let n = SLOTS + 100;
+        for i in 0..n {
+            let len = if i % 2 == 0 { 40 } else { 8 };
+            tx.send(i as u64, F_TAGGED, 0, 0, Bytes::Owned(vec![i as u8; len]));
+        }
+        assert_eq!(tx.waiting(), 100);
+        let mut lanes = Vec::new();
+        assert!(ib.take_new_lanes(&mut lanes));
+        let mut rx = rx_lane(lanes.pop().unwrap(), 0);
+        // Some taken before the sender goes.
+        for i in 0..10 {
+            assert_eq!(rx.pop_any().unwrap().tag, i);
+        }
+        assert!(!rx.sender_gone() && !rx.drained());
+        assert!(!ib.take_senders_gone());
+        drop(tx);
+        assert!(ib.take_senders_gone(), "the receiver is told");
+        assert!(!ib.take_senders_gone());
+        assert!(!rx.drained(), "messages are left");
+        let mut got = 10;
+        while let Some(r) = rx.pop_any() {
+            let len = if got % 2 == 0 { 40 } else { 8 };
+            assert_eq!((r.tag, r.len), (got as u64, len));
+            got += 1;
+        }
+        assert_eq!(got, n);
+        assert!(rx.drained());
     }
 }

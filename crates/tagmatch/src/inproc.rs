@@ -96,6 +96,8 @@ enum Route {
     Unknown,
     Proto,
     Fast(TxLane),
+    /// Was `Fast`, and the receiver has been dropped: its lane is released, sends fail.
+    Gone,
 }
 
 /// Protocol-path bookkeeping of the allocation-free operations (any transport).
@@ -117,8 +119,13 @@ pub(crate) struct Fast {
     /// Per peer (by index): how messages to it travel, decided at the first send.
     routes: Vec<Route>,
     any_waiting: bool,
+    /// The lanes into this endpoint, and the message each holds back for the budget.
     rx: Vec<RxLane>,
     stalled: Vec<Option<Stalled>>,
+    /// Lanes just taken from the inbox (kept to reuse its allocation).
+    new_lanes: Vec<Arc<fast::Lane>>,
+    /// Some lane's sender is gone and the lane is not released yet (see `fast_progress`).
+    reap: bool,
     next_op: u64,
     /// Protocol-path messages matched here and `mrecv`ed: protocol op -> (our op, the
     /// caller's buffer).
@@ -153,6 +160,8 @@ impl Fast {
             any_waiting: false,
             rx: Vec::new(),
             stalled: Vec::new(),
+            new_lanes: Vec::new(),
+            reap: false,
             next_op: FAST_BIT | 1,
             proto_recvs: HashMap::new(),
             proto_stalled: VecDeque::new(),
@@ -187,11 +196,22 @@ impl Fast {
         m.rejected_sequence += c.rejected_sequence;
         c.unexpected_depth
     }
+
+    /// Lanes into this endpoint (read by it) and lanes out of it (to live receivers).
+    pub(crate) fn lanes(&self) -> (usize, usize) {
+        let out = self
+            .routes
+            .iter()
+            .filter(|r| matches!(r, Route::Fast(_)))
+            .count();
+        (self.rx.len(), out)
+    }
 }
 
 impl Drop for Fast {
     fn drop(&mut self) {
-        self.hub.unregister(&self.addr);
+        // The lanes out of this endpoint go with `routes` (see `TxLane`'s `Drop`).
+        self.hub.unregister(&self.addr, &self.rx);
     }
 }
 
@@ -387,7 +407,7 @@ impl Endpoint {
                 None => Route::Proto,
             };
         }
-        matches!(f.routes[i], Route::Fast(_))
+        matches!(f.routes[i], Route::Fast(_) | Route::Gone)
     }
 
     /// A send on the fast path (`is_fast(pid)` holds).
@@ -404,10 +424,15 @@ impl Endpoint {
             return Err(Error::call(CallError::UnknownPeer, None, None));
         };
         let op = f.op();
-        let Some(Route::Fast(tx)) = f.routes.get_mut(pid.0 as usize) else {
-            return Err(Error::call(CallError::UnknownPeer, None, None));
+        let tx = match f.routes.get_mut(pid.0 as usize) {
+            Some(Route::Fast(tx)) => Some(tx),
+            Some(Route::Gone) => None,
+            _ => return Err(Error::call(CallError::UnknownPeer, None, None)),
         };
-        if tx.waiting() >= MAX_LANE_WAITING {
+        if tx
+            .as_ref()
+            .is_some_and(|tx| tx.waiting() >= MAX_LANE_WAITING)
+        {
             // The receiver takes nothing (its budget is full and it posts no receives):
             // the sender is told, as with too many operations in flight on the protocol
             // path, instead of queueing without bound.
@@ -428,10 +453,17 @@ impl Endpoint {
         let len = data.len() as u64;
         let tag = tag.unwrap_or(0);
         self.counters.submitted += 1;
-        if tx.closed() {
+        let tx = match tx {
+            Some(tx) if !tx.closed() => Some(tx),
+            Some(tx) => {
+                tx.discard();
+                None
+            }
+            None => None,
+        };
+        let Some(tx) = tx else {
             // The receiving endpoint was dropped: the send fails (also an injected one),
             // as a send to a vanished peer fails on the protocol path.
-            tx.discard();
             Out {
                 ready: &mut self.ready,
                 counters: &mut self.counters,
@@ -449,7 +481,7 @@ impl Endpoint {
                 protocol: None,
             });
             return Ok(Request { op: OpId(op), ep });
-        }
+        };
         tx.send(tag, flags, opts.cq_data.unwrap_or(0), op, data);
         if tx.waiting() > 0 {
             f.any_waiting = true;
@@ -728,22 +760,18 @@ impl Endpoint {
                 }
             }
         }
-        if !f.dc_pending.is_empty() {
-            // A receiver dropped before it took a delivery-complete message never acks
-            // it: those sends fail (what waited for ring space is dropped with them).
-            let gone: Vec<usize> = f
-                .routes
-                .iter_mut()
-                .enumerate()
-                .filter_map(|(i, r)| match r {
-                    Route::Fast(tx) if tx.closed() => {
-                        tx.discard();
-                        Some(i)
-                    }
-                    _ => None,
-                })
-                .collect();
-            if !gone.is_empty() {
+        if f.inbox.take_peers_closed() {
+            // A receiver went: its lanes are released (sends to it fail from now on), and
+            // a delivery-complete send it never acknowledged fails (what waited for ring
+            // space is dropped with the lane).
+            let mut gone = Vec::new();
+            for (i, r) in f.routes.iter_mut().enumerate() {
+                if matches!(r, Route::Fast(tx) if tx.closed()) {
+                    *r = Route::Gone;
+                    gone.push(i);
+                }
+            }
+            if !gone.is_empty() && !f.dc_pending.is_empty() {
                 // Acks the receiver made before it went count (see `TxLane::closed`).
                 if f.inbox.take_acks(&mut f.acks) {
                     for op in f.acks.drain(..) {
@@ -775,13 +803,17 @@ impl Endpoint {
             }
             f.any_waiting = any;
         }
-        if let Some(new) = f.inbox.new_lanes(f.rx.len()) {
-            for lane in new {
+        if f.inbox.take_new_lanes(&mut f.new_lanes) {
+            for lane in f.new_lanes.drain(..) {
                 let peer = node.endpoint_mut().add_peer(lane.src);
                 f.rx.push(fast::rx_lane(lane, peer.0));
                 f.stalled.push(None);
             }
         }
+        if f.inbox.take_senders_gone() {
+            f.reap = true;
+        }
+        let reap = f.reap;
         // Protocol-path messages (from peers without the fast path), in the protocol
         // endpoint's order: claim each and let this engine match it.
         if !f.proto_stalled.is_empty() || node.endpoint().in_flight().2 > 0 {
@@ -849,7 +881,8 @@ impl Endpoint {
                 }
             }
             let mut taken = false;
-            while let Some(raw) = rx.pop() {
+            // While a sender is gone, also what waited at it when it went.
+            while let Some(raw) = if reap { rx.pop_any() } else { rx.pop() } {
                 taken = true;
                 let comm = if raw.flags & F_TAGGED != 0 {
                     COMM_TAG
@@ -881,6 +914,24 @@ impl Endpoint {
             if taken {
                 rx.publish();
             }
+        }
+        if reap {
+            // Lanes whose sender is gone and whose every message reached the engine are
+            // released; one still holding messages back (budget) is kept and looked at
+            // again at the next call.
+            let mut left = false;
+            let mut i = 0;
+            while i < f.rx.len() {
+                if f.stalled[i].is_none() && f.rx[i].drained() {
+                    f.rx.swap_remove(i);
+                    f.stalled.swap_remove(i);
+                    out.counters.fast_lanes_released += 1;
+                } else {
+                    left |= f.rx[i].sender_gone();
+                    i += 1;
+                }
+            }
+            f.reap = left;
         }
     }
 

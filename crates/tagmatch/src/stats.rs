@@ -41,6 +41,9 @@ pub struct Counters {
     pub fast_backpressure: u64,
     /// Sends by `tinject` / `inject` (no completion unless they fail).
     pub injected: u64,
+    /// Fast-path lanes into this endpoint released because their sender was dropped
+    /// (after every message in them was taken).
+    pub fast_lanes_released: u64,
 }
 
 impl Counters {
@@ -152,6 +155,11 @@ pub struct Stats {
     pub device_rdma_pending: usize,
     /// Completions waiting for `poll_completion`.
     pub ready_completions: usize,
+    /// In-process fast path: lanes into this endpoint that its `progress` reads (one per
+    /// live sender, plus those of dropped senders not drained yet).
+    pub fast_lanes_in: usize,
+    /// In-process fast path: lanes out of this endpoint to receivers still alive.
+    pub fast_lanes_out: usize,
     /// The matching engine: posted, unexpected, claimed and reorder-buffer depths, bytes
     /// held, match attempts (candidates inspected), hits, misses, cancels, rejections.
     pub matching: tagmatch_rdm::MatchCounters,
@@ -179,8 +187,14 @@ impl fmt::Display for Stats {
         writeln!(f, "protocols: {}", used.join(", "))?;
         writeln!(
             f,
-            "fast path: sends {} receives {} backpressure {} injected {}",
-            c.fast_sends, c.fast_recvs, c.fast_backpressure, c.injected
+            "fast path: sends {} receives {} backpressure {} injected {} lanes in {} out {} released {}",
+            c.fast_sends,
+            c.fast_recvs,
+            c.fast_backpressure,
+            c.injected,
+            self.fast_lanes_in,
+            self.fast_lanes_out,
+            c.fast_lanes_released
         )?;
         writeln!(
             f,

@@ -573,3 +573,104 @@ fn a_receiver_that_takes_nothing_pushes_back_on_its_sender() {
         assert!(a.flush(Duration::from_secs(10)).unwrap(), "fast {fast}");
     }
 }
+
+/// Senders that come and go (clients of a server) leave no lane behind at the receiver:
+/// every message a client sent before it was dropped is received (also those still
+/// waiting at the client for ring space, and large ones), in order per client, and once a
+/// dropped client's lane is drained the server releases it, so the server's lane count
+/// returns to the number of live clients. Likewise a sender releases its lanes to
+/// receivers that were dropped.
+#[test]
+fn lanes_of_dropped_endpoints_are_released_after_draining() {
+    const CLIENTS: u64 = 120;
+    fn msg(client: u64, i: u64) -> Vec<u8> {
+        pattern(if i % 5 == 0 { 100 } else { 12 }, (client + i) as u8)
+    }
+    // Every 10th client sends more than a lane's ring holds (512 slots) before it is
+    // dropped: the rest is still waiting at the client then.
+    fn count(client: u64) -> u64 {
+        if client % 10 == 0 {
+            600
+        } else {
+            3 + client % 4
+        }
+    }
+    /// Receives `n` messages; checks each client's are its own, in order.
+    fn take(server: &mut Endpoint, live: &mut Endpoint, next: &mut [u64], n: u64) {
+        for _ in 0..n {
+            let r = server.trecv(ANY_SOURCE, ANY_TAG, 128).unwrap();
+            let c = done(server, r, &mut [live]);
+            let (client, i) = (c.tag >> 32, c.tag & 0xffff_ffff);
+            if client == CLIENTS {
+                assert_eq!(c.data, vec![7; 8], "the live client's");
+            } else {
+                assert_eq!(i, next[client as usize], "client {client}: in order");
+                assert_eq!(c.data, msg(client, i), "client {client} message {i}");
+            }
+            next[client as usize] += 1;
+        }
+    }
+    let f = MemFabric::new();
+    let mut server = ep(&f, true);
+    let mut live = ep(&f, true);
+    let to_server = live.insert_peer(&server.address()).unwrap();
+    // Messages received per client; the live client's last.
+    let mut next = vec![0u64; CLIENTS as usize + 1];
+    let mut sent = 0u64;
+    for client in 0..CLIENTS {
+        let mut c = ep(&f, true);
+        let p = c.insert_peer(&server.address()).unwrap();
+        for i in 0..count(client) {
+            let _ = c.tsend(p, client << 32 | i, msg(client, i)).unwrap();
+        }
+        sent += count(client);
+        drop(c);
+        // The live client keeps sending meanwhile.
+        let _ = live.tsend(to_server, CLIENTS << 32, vec![7; 8]).unwrap();
+        sent += 1;
+        if client % 3 == 2 {
+            // Part of the backlog is received as clients go.
+            let got: u64 = next.iter().sum();
+            take(&mut server, &mut live, &mut next, (sent - got).min(25));
+            // A dropped client's lane goes once all its messages reached the engine.
+            let pending = (0..=client)
+                .filter(|&c| next[c as usize] < count(c))
+                .count();
+            let lanes = server.stats().fast_lanes_in;
+            assert!(
+                lanes <= 1 + pending,
+                "{lanes} lanes, {pending} clients pending"
+            );
+        }
+    }
+    let got: u64 = next.iter().sum();
+    take(&mut server, &mut live, &mut next, sent - got);
+    for client in 0..CLIENTS {
+        assert_eq!(next[client as usize], count(client), "client {client}");
+    }
+    assert_eq!(next[CLIENTS as usize], CLIENTS);
+    server.progress().unwrap();
+    let st = server.stats();
+    assert_eq!(st.fast_lanes_in, 1, "only the live client's lane is left");
+    assert_eq!(st.facade.fast_lanes_released, CLIENTS);
+    assert_eq!(st.facade.fast_recvs, sent);
+
+    // The other way: a sender to receivers that are dropped releases those lanes.
+    let mut servers: Vec<Endpoint> = (0..20).map(|_| ep(&f, true)).collect();
+    for s in &mut servers {
+        let p = live.insert_peer(&s.address()).unwrap();
+        let _sent_at_once = live.tsend(p, 1, vec![1; 8]).unwrap();
+    }
+    assert_eq!(live.stats().fast_lanes_out, 21);
+    servers.truncate(5);
+    live.progress().unwrap();
+    assert_eq!(
+        live.stats().fast_lanes_out,
+        6,
+        "lanes to dropped receivers released"
+    );
+    drop(servers);
+    drop(server);
+    live.progress().unwrap();
+    assert_eq!(live.stats().fast_lanes_out, 0);
+}
