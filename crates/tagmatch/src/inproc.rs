@@ -806,7 +806,11 @@ impl Endpoint {
         if f.inbox.take_new_lanes(&mut f.new_lanes) {
             for lane in f.new_lanes.drain(..) {
                 let peer = node.endpoint_mut().add_peer(lane.src);
-                f.rx.push(fast::rx_lane(lane, peer.0));
+                let rx = fast::rx_lane(lane, peer.0);
+                // Its sender may have gone already, its notice taken by an earlier call
+                // (before the lane was taken here).
+                f.reap |= rx.sender_gone();
+                f.rx.push(rx);
                 f.stalled.push(None);
             }
         }

@@ -674,3 +674,42 @@ fn lanes_of_dropped_endpoints_are_released_after_draining() {
     live.progress().unwrap();
     assert_eq!(live.stats().fast_lanes_out, 0);
 }
+
+/// Clients created, used and dropped on another thread while the server receives: every
+/// message arrives and every lane is released once drained.
+#[test]
+fn clients_on_another_thread_come_and_go() {
+    const CLIENTS: u64 = 60;
+    const EACH: u64 = 5;
+    let f = MemFabric::new();
+    let mut server = ep(&f, true);
+    let addr = server.address();
+    let f2 = f.clone();
+    let t = std::thread::spawn(move || {
+        for client in 0..CLIENTS {
+            let mut c = ep(&f2, true);
+            let p = c.insert_peer(&addr).unwrap();
+            for i in 0..EACH {
+                c.tinject(p, client << 32 | i, &pattern(40, i as u8))
+                    .unwrap();
+            }
+            if client % 2 == 0 {
+                std::thread::yield_now();
+            }
+        }
+    });
+    let mut next = vec![0u64; CLIENTS as usize];
+    for _ in 0..CLIENTS * EACH {
+        let r = server.trecv(ANY_SOURCE, ANY_TAG, 64).unwrap();
+        let c = server.wait(r).unwrap();
+        let (client, i) = ((c.tag >> 32) as usize, c.tag & 0xffff_ffff);
+        assert_eq!(i, next[client], "client {client}: in order");
+        assert_eq!(c.data, pattern(40, i as u8));
+        next[client] += 1;
+    }
+    t.join().unwrap();
+    server.progress().unwrap();
+    let st = server.stats();
+    assert_eq!(st.fast_lanes_in, 0, "every client's lane released");
+    assert_eq!(st.facade.fast_lanes_released, CLIENTS);
+}
