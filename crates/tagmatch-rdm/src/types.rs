@@ -135,7 +135,9 @@ pub enum Rx {
     Consumed,
     /// Receiver not ready: a new message that does not fit the unexpected-message budget
     /// or lies beyond the reorder window. The endpoint kept nothing of it; hand the same
-    /// bytes in again later (after receives are posted or earlier messages arrived).
+    /// bytes in again later, once [`crate::Endpoint::admission_epoch`] moved (a receive
+    /// was posted, a message received, earlier messages arrived): before, it would be
+    /// refused again.
     Refused,
 }
 

@@ -119,9 +119,22 @@ pub trait RdmDevice {
     /// it later, as an EFA device retries a send that met "receiver not ready" (RNR) — the
     /// sender's send already completed, so the packet must not be lost. The default drops
     /// it (the endpoint counted it in `Stats::rx_refused`).
+    ///
+    /// The device should hand refused packets in again only after
+    /// [`RdmDevice::retry_refused`], and not count them as work that keeps `progress`
+    /// from blocking until then: the endpoint would refuse them again, and an owner
+    /// waiting in `progress` for its own operations would spin at full CPU while the
+    /// receiver is not ready. New packets, completions and timers are handled as usual.
     fn refuse(&mut self, src: RawAddr, bytes: Vec<u8>) {
         let _ = (src, bytes);
     }
+
+    /// Packets refused earlier may be admissible now (something that can make them so
+    /// happened: a receive was posted, a message received, a peer's reorder window moved;
+    /// see `tagmatch_rdm::Endpoint::admission_epoch`): hand every held one in again at the
+    /// next [`RdmDevice::progress`]. [`crate::Node`] calls it only then. The default does
+    /// nothing: a device that redelivers at every `progress` stays correct, only busier.
+    fn retry_refused(&mut self) {}
 }
 
 /// The RC / tag-matching SRQ path (the verbs device, and its software models): a

@@ -165,6 +165,7 @@ impl MemNetwork {
             events: VecDeque::new(),
             again: Vec::new(),
             rnr_redeliveries: 0,
+            parked: Vec::new(),
         }
     }
 
@@ -185,6 +186,8 @@ pub struct MemDevice {
     events: VecDeque<DeviceEvent>,
     again: Vec<tagmatch_rdm::SendToken>,
     rnr_redeliveries: u64,
+    /// Refused packets waiting for [`RdmDevice::retry_refused`] (counted in `Hub::rnr`).
+    parked: Vec<(RawAddr, Vec<u8>)>,
 }
 
 impl MemDevice {
@@ -379,18 +382,29 @@ impl RdmDevice for MemDevice {
         self.events.pop_front()
     }
 
-    /// Receiver not ready: the packet goes back into this device's inbox and is delivered
-    /// again after the network's usual delay, until the endpoint takes it.
+    /// Receiver not ready: the packet is parked until [`RdmDevice::retry_refused`], then
+    /// goes back into this device's inbox and is delivered again after the network's
+    /// usual delay, until the endpoint takes it.
     fn refuse(&mut self, src: RawAddr, bytes: Vec<u8>) {
         self.rnr_redeliveries += 1;
+        self.net.hub().rnr[self.idx] += 1;
+        self.parked.push((src, bytes));
+    }
+
+    fn retry_refused(&mut self) {
+        if self.parked.is_empty() {
+            return;
+        }
         let mut hub = self.net.hub();
-        hub.rnr[self.idx] += 1;
-        hub.push(self.idx, src, Msg::Refused(bytes));
+        for (src, bytes) in self.parked.drain(..) {
+            hub.push(self.idx, src, Msg::Refused(bytes));
+        }
     }
 
     fn is_idle(&self) -> bool {
         self.events.is_empty()
             && self.again.is_empty()
+            && self.parked.is_empty()
             && self.rdma.pending() == 0
             && self.net.hub().inboxes[self.idx].is_empty()
     }

@@ -45,6 +45,9 @@ pub struct Node<D: RdmDevice> {
     completions: VecDeque<Completion>,
     /// Peers inserted through [`Node::add_peer`], by their whole address (connid included).
     exact: HashMap<([u8; 16], u16, u32), PeerId>,
+    /// The endpoint's admission epoch when it refused the first packet the device holds
+    /// since the device was last asked to retry (see [`Node::progress`]).
+    refused_at: Option<u64>,
 }
 
 impl<D: RdmDevice> Node<D> {
@@ -57,6 +60,7 @@ impl<D: RdmDevice> Node<D> {
             dev,
             completions: VecDeque::new(),
             exact: HashMap::new(),
+            refused_at: None,
         }
     }
 
@@ -115,6 +119,10 @@ impl<D: RdmDevice> Node<D> {
                             None => self.ep.lookup_peer(&src.gid, src.qpn),
                         };
                         if self.ep.handle_packet(peer, &bytes) == Rx::Refused {
+                            // Refusing changed nothing: the epoch is the one it was
+                            // refused at (the earliest of the held packets' is kept).
+                            let epoch = self.ep.admission_epoch();
+                            self.refused_at.get_or_insert(epoch);
                             self.dev.refuse(src, bytes);
                         }
                     }
@@ -142,8 +150,21 @@ impl<D: RdmDevice> Node<D> {
     /// at most `timeout`, `None` for no limit, only when there is nothing to do at once),
     /// and feeds what it reports to the endpoint. Returns the completions ready for
     /// [`Node::poll_completion`].
+    ///
+    /// Packets the endpoint refused (receiver not ready) and the device holds are handed
+    /// in again only when the endpoint's [`Endpoint::admission_epoch`] moved since the
+    /// earliest of them was refused ([`RdmDevice::retry_refused`]); until then they are
+    /// no work: a receiver that is not ready blocks in the device like an idle one, and
+    /// wakes for new packets, completions and timers.
     pub fn progress(&mut self, timeout: Option<Duration>) -> io::Result<usize> {
         let moved = self.pump();
+        if self
+            .refused_at
+            .is_some_and(|e| e != self.ep.admission_epoch())
+        {
+            self.refused_at = None;
+            self.dev.retry_refused();
+        }
         let t = if moved > 0 {
             Some(Duration::ZERO)
         } else {

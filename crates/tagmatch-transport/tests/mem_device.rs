@@ -249,3 +249,83 @@ fn same_seed_same_run() {
     let z = run(12, faults());
     assert_ne!(x, z, "another seed schedules differently");
 }
+
+/// Packets the endpoint refused are handed in again only when its admission epoch moved,
+/// and every cause of a refusal has a move that undoes it: here messages beyond a small
+/// reorder window (reordering network) are refused although every receive is posted up
+/// front, and are taken once earlier messages arrive (the window moves) — with no
+/// further call by the application. Then a full budget: refused packets stay parked
+/// (not redelivered at every progress) until receives are posted.
+#[test]
+fn refused_packets_come_back_when_they_can_be_taken() {
+    let net = MemNetwork::with_faults(
+        7,
+        MemFaults {
+            reorder: true,
+            max_delay: 20,
+            ..MemFaults::default()
+        },
+    );
+    let small = tagmatch_rdm::Config {
+        reorder_window: 2,
+        max_unexpected_msgs: 2,
+        ..config()
+    };
+    let mut a = Node::new(config(), net.device());
+    let mut b = Node::new(small, net.device());
+    let ab = a.add_peer(b.addr());
+    const N: u64 = 60;
+    // Window: every receive posted first.
+    let recvs: Vec<OpId> = (0..N)
+        .map(|_| b.endpoint_mut().trecv(None, 0, !0, 16).unwrap())
+        .collect();
+    for i in 0..N {
+        a.endpoint_mut()
+            .tsend(ab, i, payload(16, i), SendOpts::default())
+            .unwrap();
+    }
+    let mut got = HashMap::new();
+    for _ in 0..100_000 {
+        a.progress(Some(Duration::ZERO)).unwrap();
+        b.progress(Some(Duration::ZERO)).unwrap();
+        while let Some(c) = b.poll_completion() {
+            got.insert(c.op, c);
+        }
+        if got.len() == recvs.len() {
+            break;
+        }
+    }
+    assert!(
+        b.endpoint().stats().rx_refused > 0,
+        "nothing was beyond the window"
+    );
+    assert_eq!(got.len(), recvs.len(), "every message matched");
+    for (i, r) in recvs.iter().enumerate() {
+        assert_eq!(got[r].tag, i as u64, "in order");
+        assert_eq!(got[r].data, payload(16, i as u64));
+    }
+    // Budget: no receive posted, two messages fit.
+    for i in 0..20 {
+        a.endpoint_mut()
+            .tsend(ab, 100 + i, payload(16, i), SendOpts::default())
+            .unwrap();
+    }
+    for _ in 0..300 {
+        a.progress(Some(Duration::ZERO)).unwrap();
+        b.progress(Some(Duration::ZERO)).unwrap();
+    }
+    let refused = b.endpoint().stats().rx_refused;
+    for _ in 0..300 {
+        b.progress(Some(Duration::ZERO)).unwrap();
+    }
+    assert_eq!(
+        b.endpoint().stats().rx_refused,
+        refused,
+        "parked, not handed in at every progress"
+    );
+    for i in 0..20 {
+        let r = b.endpoint_mut().trecv(None, 0, !0, 16).unwrap();
+        let c = b.wait(r, Duration::from_secs(10)).unwrap();
+        assert_eq!((c.tag, c.data), (100 + i, payload(16, i)));
+    }
+}

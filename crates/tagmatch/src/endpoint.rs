@@ -82,6 +82,10 @@ impl RdmDevice for Device {
     fn refuse(&mut self, src: RawAddr, bytes: Vec<u8>) {
         with_device!(self, d => d.refuse(src, bytes))
     }
+
+    fn retry_refused(&mut self) {
+        with_device!(self, d => d.retry_refused())
+    }
 }
 
 /// A peer in the endpoint's address vector (`fi_addr_t`, `ucp_ep_h`).

@@ -346,6 +346,8 @@ pub struct Endpoint {
     next_op: u64,
     protocols: HashMap<OpId, Protocol>,
     protocol_order: VecDeque<OpId>,
+    /// See [`Endpoint::admission_epoch`].
+    admission: u64,
 }
 
 /// How many operations [`Endpoint::protocol_of`] remembers.
@@ -384,7 +386,20 @@ impl Endpoint {
             next_op: 1,
             protocols: HashMap::new(),
             protocol_order: VecDeque::new(),
+            admission: 0,
         }
+    }
+
+    /// A counter that moves whenever a packet this endpoint refused
+    /// ([`crate::Rx::Refused`]: receiver not ready) may have become admissible: a receive
+    /// was posted (the message may match it instead of needing the budget), an
+    /// unexpected message was received (`mrecv`, or matched by a receive: budget freed),
+    /// or messages were processed in order (a peer's reorder window moved, and matched
+    /// messages took receives). While it stays put, refused packets would be refused
+    /// again: the owner need not hand them in (and need not spin doing so) —
+    /// `tagmatch_transport::Node` asks the device to redeliver them only when it moved.
+    pub fn admission_epoch(&self) -> u64 {
+        self.admission
     }
 
     /// This endpoint's raw address.

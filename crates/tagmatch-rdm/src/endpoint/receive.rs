@@ -328,7 +328,12 @@ impl Endpoint {
             .engine
             .deliver(env, msg_id, len, ib as u32, |a| arrived.push(a))
         {
-            Ok(_) => {}
+            Ok(0) => {}
+            Ok(_) => {
+                // Processed in order: the peer's reorder window moved (a message refused
+                // as too far ahead may fit now).
+                self.admission += 1;
+            }
             Err(rej) => {
                 self.peers[peer.0 as usize].msgs.remove(&msg_id);
                 self.inbound.try_remove(ib);

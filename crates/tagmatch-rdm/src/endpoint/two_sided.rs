@@ -624,6 +624,9 @@ impl Endpoint {
             return Err(CallError::TooManyOps);
         };
         self.mem[mem].owner = Owner::Rx(id);
+        // A refused message may match this receive, or the unexpected message it takes
+        // frees budget.
+        self.admission += 1;
         match self.engine.post(Self::spec(comm, src, tag), id) {
             Ok(Posted::Matched(m)) => self.on_match(id, m.msg as usize),
             Ok(Posted::Pending(h)) => {
@@ -711,6 +714,8 @@ impl Endpoint {
             .engine
             .mrecv(claim.0)
             .map_err(|_| CallError::UnknownOp)?;
+        // Its budget is freed.
+        self.admission += 1;
         let op = self.new_op();
         let mem = self.new_region(vec![0; len], Owner::App);
         let mut r = RxOp::new(op, RxKind::Recv);

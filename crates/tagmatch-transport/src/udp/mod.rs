@@ -280,7 +280,8 @@ struct Conn {
     reads: VecDeque<ReadJob>,
     /// Body bytes of the frames in `unacked`.
     unacked_bytes: usize,
-    /// Packets the endpoint refused for now, redelivered at each `progress`.
+    /// Packets the endpoint refused for now, redelivered at the `progress` after
+    /// `retry_refused`.
     held: VecDeque<Vec<u8>>,
     /// REQ packet frames handed up since the current `progress` began (the endpoint has
     /// not seen them yet, so they may be refused too).
@@ -435,6 +436,9 @@ pub struct UdpDevice {
     /// The last batched receive got at most one datagram: `progress` tries `recvfrom`
     /// first.
     rx_narrow: bool,
+    /// [`RdmDevice::retry_refused`] was called: the held packets go up at the next
+    /// `progress` (until then they are no work, see `busy` there).
+    rnr_retry: bool,
     stats: UdpStats,
 }
 
@@ -484,6 +488,7 @@ impl UdpDevice {
             max_inflight_bytes,
             last_read: None,
             rx_narrow: false,
+            rnr_retry: false,
             stats: UdpStats::default(),
             cfg,
         })
@@ -1206,7 +1211,7 @@ impl RdmDevice for UdpDevice {
         let busy = !self.events.is_empty()
             || !self.again.is_empty()
             || self.shim.as_ref().is_some_and(|s| s.held() > 0)
-            || self.conns.values().any(|c| !c.held.is_empty());
+            || (self.rnr_retry && self.conns.values().any(|c| !c.held.is_empty()));
         let wait = if busy {
             Some(Duration::ZERO)
         } else {
@@ -1259,8 +1264,9 @@ impl RdmDevice for UdpDevice {
         self.flush()?;
         // Held packets go up again after the socket was read, so that the receive above
         // still saw how many are held (and left new packet frames unacknowledged beyond
-        // RNR_HELD_MAX).
-        for c in self.conns.values_mut() {
+        // RNR_HELD_MAX), and only when the endpoint may take them now (`retry_refused`).
+        let retry = std::mem::take(&mut self.rnr_retry);
+        for c in self.conns.values_mut().filter(|_| retry) {
             for bytes in c.held.drain(..) {
                 self.events
                     .push_back(DeviceEvent::Recv { src: c.peer, bytes });
@@ -1288,8 +1294,13 @@ impl RdmDevice for UdpDevice {
         self.sock.stats.rx_datagrams
     }
 
+    fn retry_refused(&mut self) {
+        self.rnr_retry = true;
+    }
+
     /// Receiver not ready: the packet is held on its connection and handed in again at
-    /// every `progress` (see [`RNR_HELD_MAX`] for what bounds it).
+    /// the `progress` after [`RdmDevice::retry_refused`] (see [`RNR_HELD_MAX`] for what
+    /// bounds it).
     fn refuse(&mut self, src: RawAddr, bytes: Vec<u8>) {
         let a = UdpAddr::from_raw(&src);
         if let Some(c) = self.conns.get_mut(&(a.sock, a.connid)) {
