@@ -20,7 +20,8 @@
 //!   [`RdmConfig::mtu`] bytes; the receiving QP identifies the sender. A send completes
 //!   ([`SendOutcome::Ok`]) when the peer's device acknowledged it.
 //! - **Receiver not ready.** A packet the endpoint refuses (its unexpected budget is full,
-//!   [`RdmDevice::refuse`]) is held and handed in again at every `progress`; each held
+//!   [`RdmDevice::refuse`]) is held and handed in again at the `progress` after
+//!   [`RdmDevice::retry_refused`] (when the endpoint may take it); each held
 //!   packet keeps one receive buffer out of the shared receive queue, up to half of them,
 //!   so a sender that keeps sending meets the RC hardware's RNR retries — the EFA device's
 //!   RNR behaviour — while control packets still find buffers.
@@ -234,8 +235,10 @@ pub struct VerbsRdmDevice {
     cm_queue: VecDeque<(usize, CmMsg)>,
     events: VecDeque<DeviceEvent>,
     again: Vec<SendToken>,
-    /// Packets the endpoint refused (receiver not ready), redelivered at each `progress`.
+    /// Packets the endpoint refused (receiver not ready), redelivered at the `progress`
+    /// after `retry_refused` (`rnr_retry`).
     held: VecDeque<(RawAddr, Vec<u8>)>,
+    rnr_retry: bool,
     /// Receive buffers kept out of the SRQ, one per held packet (see `refuse`).
     parked_slots: Vec<u32>,
     /// Held packets that have no parked buffer yet: the next completed receives park.
@@ -384,6 +387,7 @@ impl VerbsRdmDevice {
             events: VecDeque::new(),
             again: Vec::new(),
             held: VecDeque::new(),
+            rnr_retry: false,
             parked_slots: Vec::new(),
             rnr_debt: 0,
             wcs: Vec::with_capacity(16),
@@ -927,7 +931,11 @@ impl RdmDevice for VerbsRdmDevice {
         timeout: Option<Duration>,
     ) -> io::Result<()> {
         let start = Instant::now();
-        self.redeliver_held().map_err(to_io)?;
+        // Only when the endpoint may take them now: otherwise they are no work, and a
+        // not-ready receiver's `progress` sleeps on the completion channel.
+        if std::mem::take(&mut self.rnr_retry) {
+            self.redeliver_held().map_err(to_io)?;
+        }
         for token in self.again.drain(..) {
             self.events.push_back(DeviceEvent::SendDone {
                 token,
@@ -986,12 +994,17 @@ impl RdmDevice for VerbsRdmDevice {
         self.events.pop_front()
     }
 
-    /// Receiver not ready: the packet is held and handed in again at the next `progress`;
-    /// one receive buffer stays out of the shared receive queue per held packet.
+    /// Receiver not ready: the packet is held and handed in again at the `progress` after
+    /// [`RdmDevice::retry_refused`]; one receive buffer stays out of the shared receive
+    /// queue per held packet (up to half of them).
     fn refuse(&mut self, src: RawAddr, bytes: Vec<u8>) {
         self.stats.rnr_held += 1;
         self.held.push_back((src, bytes));
         self.rnr_debt += 1;
+    }
+
+    fn retry_refused(&mut self) {
+        self.rnr_retry = true;
     }
 
     fn is_idle(&self) -> bool {
