@@ -165,6 +165,7 @@ impl MemNetwork {
             events: VecDeque::new(),
             again: Vec::new(),
             rnr_redeliveries: 0,
+            spare: Vec::new(),
         }
     }
 
@@ -185,6 +186,8 @@ pub struct MemDevice {
     events: VecDeque<DeviceEvent>,
     again: Vec<tagmatch_rdm::SendToken>,
     rnr_redeliveries: u64,
+    /// The buffer `progress` swaps with the inbox (so neither is reallocated per call).
+    spare: Vec<Inflight>,
 }
 
 impl MemDevice {
@@ -327,21 +330,32 @@ impl RdmDevice for MemDevice {
         mem: &mut dyn MemoryAccess,
         _timeout: Option<Duration>,
     ) -> io::Result<()> {
-        let due: Vec<Inflight> = {
+        let mut due = std::mem::take(&mut self.spare);
+        {
             let mut hub = self.net.hub();
             hub.step += 1;
             let step = hub.step;
-            let inbox = std::mem::take(&mut hub.inboxes[self.idx]);
-            let (mut due, later): (Vec<_>, Vec<_>) = inbox.into_iter().partition(|m| m.due <= step);
-            hub.inboxes[self.idx] = later;
+            let inbox = &mut hub.inboxes[self.idx];
+            if inbox.iter().all(|m| m.due <= step) {
+                // Everything is due (always, without delay faults): swap the buffers.
+                std::mem::swap(inbox, &mut due);
+            } else {
+                // Delay faults: split, keeping each side in arrival order.
+                for m in std::mem::take(inbox) {
+                    if m.due <= step {
+                        due.push(m);
+                    } else {
+                        inbox.push(m);
+                    }
+                }
+            }
             if hub.faults.reorder {
                 for i in (1..due.len()).rev() {
                     let j = hub.rng.below(i as u64 + 1) as usize;
                     due.swap(i, j);
                 }
             }
-            due
-        };
+        }
         for token in self.again.drain(..) {
             self.events.push_back(DeviceEvent::SendDone {
                 token,
@@ -349,7 +363,7 @@ impl RdmDevice for MemDevice {
             });
         }
         let chunk = self.chunk();
-        for m in due {
+        for m in due.drain(..) {
             match m.msg {
                 Msg::Pkt(bytes) => self
                     .events
@@ -372,6 +386,7 @@ impl RdmDevice for MemDevice {
                 }
             }
         }
+        self.spare = due;
         Ok(())
     }
 
