@@ -72,12 +72,14 @@ pub fn stages() -> Vec<Stage> {
         },
         Stage {
             name: "features",
-            about: "clippy + tests of the tagmatch facade with every feature (async, verbs; installs libibverbs-dev libclang-dev)",
+            about: "clippy + tests of the tagmatch facade and the tagmatch CLI with every feature (async, verbs; installs libibverbs-dev libclang-dev)",
             run: |ctx| {
                 crate::apt::ensure_apt(vm::BUILD_PACKAGES)?;
-                let p = ["-p", "tagmatch", "--all-features"];
-                cargo_stage(ctx, &[&["clippy"], &p[..], &["--all-targets", "--", "-D", "warnings"]].concat(), &[])?;
-                cargo_stage(ctx, &[&["test"], &p[..]].concat(), &[])
+                for p in [["-p", "tagmatch", "--all-features"], ["-p", "tagmatch-cli", "--all-features"]] {
+                    cargo_stage(ctx, &[&["clippy"], &p[..], &["--all-targets", "--", "-D", "warnings"]].concat(), &[])?;
+                    cargo_stage(ctx, &[&["test"], &p[..]].concat(), &[])?;
+                }
+                Ok(Outcome::Ok)
             },
         },
         Stage {

@@ -279,6 +279,7 @@ fn build_test_binaries(root: &Path) -> Result<Vec<PathBuf>> {
         (SYS_VERBS_TESTS, "tagmatch-verbs-sys"),
         (TRANSPORT_VERBS_TESTS, "tagmatch-transport"),
         (FACADE_VERBS_TESTS, "tagmatch"),
+        (CLI_VERBS_TESTS, "tagmatch-cli"),
     ] {
         let json = Cmd::cargo()
             .args(args)
@@ -320,13 +321,31 @@ pub const FACADE_VERBS_TESTS: &[&str] = &[
     "verbs_*",
 ];
 
+/// `cargo` arguments selecting `tagmatch demo` / `tagmatch perf` over the verbs transport
+/// (black-box tests running the `tagmatch` binary built with `--features verbs`).
+pub const CLI_VERBS_TESTS: &[&str] = &[
+    "test",
+    "-p",
+    "tagmatch-cli",
+    "--features",
+    "verbs",
+    "--test",
+    "verbs_*",
+];
+
 /// The test executables of `package` in cargo's `--message-format=json` output: a minimal
 /// string scan of `compiler-artifact` lines with `"test":true` and a non-null `executable`.
 fn test_executables(json: &str, package: &str) -> Vec<PathBuf> {
     let mut found = Vec::new();
     for line in json.lines() {
+        // `"test":true` inside `"profile":{…}` (a test harness); the target object has
+        // its own `"test"` flag, true for plain binaries too.
+        let profile_test = line
+            .split_once("\"profile\":{")
+            .and_then(|(_, r)| r.split_once('}'))
+            .is_some_and(|(p, _)| p.contains("\"test\":true"));
         if !line.contains("\"reason\":\"compiler-artifact\"")
-            || !line.contains("\"test\":true")
+            || !profile_test
             || !line.contains(&format!("/{package}"))
         {
             continue;
@@ -716,6 +735,10 @@ mod tests {
             r#"{"reason":"compiler-artifact","package_id":"path+file:///w/crates/tagmatch-verbs-sys#0.1.0","target":{"kind":["test"],"name":"verbs"},"profile":{"opt_level":"0","test":true},"executable":"/t/debug/deps/verbs-abc"}"#,
             "\n",
             r#"{"reason":"compiler-artifact","package_id":"registry+https://x#cc@1.2","profile":{"test":true},"executable":"/t/debug/deps/other"}"#,
+            "\n",
+            // A plain binary (built for CARGO_BIN_EXE_*): its target says test, its profile
+            // does not.
+            r#"{"reason":"compiler-artifact","package_id":"path+file:///w/crates/tagmatch-verbs-sys#0.1.0","target":{"kind":["bin"],"name":"tool","test":true},"profile":{"opt_level":"0","test":false},"executable":"/t/debug/tool"}"#,
             "\n",
             r#"{"reason":"build-finished","success":true}"#,
         );

@@ -6,8 +6,10 @@
 //! emulated short and long-CTS reads; direct RDMA read and write; atomics; CQ data and
 //! delivery complete), checks every byte, and prints a table: subprotocol, bytes,
 //! packets, time, result. `--transport udp` spawns this binary again as the responder and
-//! runs the same over loopback UDP between the two processes. Exits non-zero if anything
-//! failed.
+//! runs the same over loopback UDP between the two processes; `--transport verbs [--device
+//! NAME]` (with the `verbs` feature) runs it between endpoints of this process on an RDMA
+//! device, where the subprotocols that need RDMA the device lacks must use exactly their
+//! emulated fallback (shown in the result column). Exits non-zero if anything failed.
 //!
 //! `tagmatch demo --packets` is the packet-level demo: one representative packet of every
 //! EFA type (`PacketType::ALL`, every field nonzero, optional headers spread over the set)
@@ -24,9 +26,13 @@ use crate::{input, Error};
 /// Arguments of `tagmatch demo`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// `mem` (two endpoints in this process) or `udp` (two processes on loopback).
+    /// `mem` (two endpoints in this process), `udp` (two processes on loopback) or
+    /// `verbs` (endpoints in this process on one RDMA device; needs the `verbs` feature).
     #[arg(long, default_value = "mem")]
     pub transport: String,
+    /// `--transport verbs`: the RDMA device (e.g. `mlx5_0`, `rxe0`; default: the first).
+    #[arg(long, value_name = "NAME", default_value = "")]
+    pub device: String,
     /// The packet-level demo: round-trip a packet of every EFA and TM type.
     #[arg(long)]
     pub packets: bool,
@@ -255,7 +261,10 @@ pub fn run(args: Args) -> Result<(), Error> {
     if args.hex {
         return Err(Error::new("demo", "--hex goes with --packets"));
     }
-    live::run(&args.transport)
+    if !args.device.is_empty() && args.transport != "verbs" {
+        return Err(Error::new("demo", "--device goes with --transport verbs"));
+    }
+    live::run(&args.transport, &args.device)
 }
 
 /// Runs `tagmatch demo --packets`.
@@ -614,8 +623,20 @@ mod live {
         }
     }
 
+    /// The builder on the verbs device `device` (empty: the first).
+    #[cfg(feature = "verbs")]
+    fn verbs_builder(b: tagmatch::Builder, device: &str) -> Result<tagmatch::Builder, Error> {
+        Ok(b.verbs(device))
+    }
+
+    /// Without the `verbs` feature: the error that says how to get it.
+    #[cfg(not(feature = "verbs"))]
+    fn verbs_builder(_: tagmatch::Builder, _: &str) -> Result<tagmatch::Builder, Error> {
+        Err(Error::new("demo", crate::NO_VERBS))
+    }
+
     /// Runs the live demo.
-    pub fn run(transport: &str) -> Result<(), Error> {
+    pub fn run(transport: &str, device: &str) -> Result<(), Error> {
         let ctx = "demo";
         let fe = |e: tagmatch::Error| Error::new(ctx, e);
         let fabric = MemFabric::new();
@@ -625,40 +646,45 @@ mod live {
             child: None,
             next_tag: 0,
         };
-        let target =
-            match transport {
-                "mem" => {
-                    // The demo shows the EFA subprotocols: no in-process fast path.
-                    let ep = Endpoint::builder()
-                        .mem(&fabric)
-                        .fast_path(false)
-                        .build()
-                        .map_err(fe)?;
-                    let r = Responder::new(ep).map_err(fe)?;
-                    let a = r.ep.address();
-                    demo.local = Some(r);
-                    a
-                }
-                "udp" => {
-                    let (child, a) = spawn_responder()?;
-                    demo.child = Some(child);
-                    a
-                }
-                "verbs" => return Err(Error::new(
+        let target = match transport {
+            "mem" => {
+                // The demo shows the EFA subprotocols: no in-process fast path.
+                let ep = Endpoint::builder()
+                    .mem(&fabric)
+                    .fast_path(false)
+                    .build()
+                    .map_err(fe)?;
+                let r = Responder::new(ep).map_err(fe)?;
+                let a = r.ep.address();
+                demo.local = Some(r);
+                a
+            }
+            "udp" => {
+                let (child, a) = spawn_responder()?;
+                demo.child = Some(child);
+                a
+            }
+            "verbs" => {
+                let ep = verbs_builder(Endpoint::builder(), device)?
+                    .build()
+                    .map_err(fe)?;
+                let r = Responder::new(ep).map_err(fe)?;
+                let a = r.ep.address();
+                demo.local = Some(r);
+                a
+            }
+            other => {
+                return Err(Error::new(
                     ctx,
-                    "--transport verbs: the demo does not drive verbs devices yet (the tagmatch crate does: Builder::verbs with its `verbs` feature; `cargo xtask vm-test` runs it on Soft-RoCE); use mem or udp",
-                )),
-                other => {
-                    return Err(Error::new(
-                        ctx,
-                        format!("--transport {other:?}: expected mem or udp"),
-                    ))
-                }
-            };
+                    format!("--transport {other:?}: expected mem, udp or verbs"),
+                ))
+            }
+        };
         for cfg in configs() {
             let b = Endpoint::builder().rdm_config(cfg).wait_limit(LIMIT);
             let mut ep = match transport {
                 "mem" => b.mem(&fabric).fast_path(false).build(),
+                "verbs" => verbs_builder(b, device)?.build(),
                 _ => b
                     .udp("127.0.0.1:0".parse().map_err(|_| Error::new(ctx, "bind"))?)
                     .build(),
@@ -756,6 +782,27 @@ mod live {
             "subprotocol", "bytes", "packets", "time µs"
         )];
         let mut failed = 0;
+        let mut fell_back = 0;
+        // efa-rdm-protocol-v4 §2.1: without RDMA read/write on both sides the protocol uses
+        // the emulated subprotocols; the demo then checks it used exactly that fallback.
+        let features = demo.eps[0].0.features();
+        let fallback = |want: Protocol| -> Option<(Protocol, &'static str)> {
+            let no_read = !features.rdma_read;
+            let no_write = !features.rdma_write;
+            match want {
+                Protocol::LongRead | Protocol::RuntRead if no_read => {
+                    Some((Protocol::LongCts, "no RDMA read"))
+                }
+                Protocol::DirectRead if no_read => Some((Protocol::LongCtsRead, "no RDMA read")),
+                Protocol::LongReadWrite if no_read => {
+                    Some((Protocol::LongCtsWrite, "no RDMA read"))
+                }
+                Protocol::DirectWrite if no_write => {
+                    Some((Protocol::LongCtsWrite, "no RDMA write"))
+                }
+                _ => None,
+            }
+        };
         let total = Instant::now();
         for (name, want, bytes, step) in &steps {
             let before: u64 = (0..demo.eps.len()).map(|k| demo.packets(k)).sum();
@@ -763,12 +810,19 @@ mod live {
             let r = step(&mut demo);
             let us = t.elapsed().as_secs_f64() * 1e6;
             let after: u64 = (0..demo.eps.len()).map(|k| demo.packets(k)).sum();
-            let result = match r {
-                Ok(Some(p)) if p == *want => "ok".to_owned(),
-                Ok(p) => format!("FAILED: used {p:?}, expected {want:?}"),
-                Err(e) => format!("FAILED: {e}"),
+            let result = match (r, fallback(*want)) {
+                (Ok(Some(p)), _) if p == *want => "ok".to_owned(),
+                (Ok(Some(p)), Some((f, why))) if p == f => {
+                    fell_back += 1;
+                    format!("ok: {p:?} ({why} on this device)")
+                }
+                (Ok(p), Some((f, why))) => {
+                    format!("FAILED: used {p:?}, expected {f:?} ({why} on this device)")
+                }
+                (Ok(p), None) => format!("FAILED: used {p:?}, expected {want:?}"),
+                (Err(e), _) => format!("FAILED: {e}"),
             };
-            if result != "ok" {
+            if result.starts_with("FAILED") {
                 failed += 1;
             }
             lines.push(format!(
@@ -790,8 +844,13 @@ mod live {
                 lines.push(format!("responder process exited with {st}"));
             }
         }
+        let by_fallback = if fell_back > 0 {
+            format!(", {fell_back} of them by their fallback (the device has no RDMA)")
+        } else {
+            String::new()
+        };
         lines.push(format!(
-            "{} of {} subprotocols ok over {transport} in {:.0} ms",
+            "{} of {} subprotocols ok over {transport}{by_fallback} in {:.0} ms",
             steps.len() - failed.min(steps.len()),
             steps.len(),
             total.elapsed().as_secs_f64() * 1e3

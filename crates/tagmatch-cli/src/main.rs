@@ -25,6 +25,12 @@ mod perf;
 mod replay;
 mod tm;
 
+/// What `--transport verbs` answers in a build without the `verbs` feature.
+#[cfg_attr(feature = "verbs", allow(dead_code))]
+const NO_VERBS: &str = "--transport verbs: this tagmatch was built without its `verbs` feature \
+     (cargo install tagmatch-cli --features verbs, or cargo build -p tagmatch-cli --features \
+     verbs; needs libibverbs-dev); use mem or udp";
+
 use std::io::Write;
 use std::process::ExitCode;
 

@@ -4,7 +4,9 @@
 //!   (`--forever`: any number, one after the other);
 //! - `tagmatch perf client ADDR --test T --size N[,N…] [--iters K] [--window W] [--json]
 //!   [--plot FILE.svg]`; `--transport mem` runs both sides in this process (one thread,
-//!   like UCX's `self` transport with `ucx_perftest -l`).
+//!   like UCX's `self` transport with `ucx_perftest -l`); `--transport verbs [--device
+//!   NAME]` (with the `verbs` feature, also for `server`) runs over an RDMA device, both
+//!   sides in this process when no address is given.
 //!
 //! Tests: `tag_lat` (ping-pong; latency is half the round trip, as `ucx_perftest`
 //! reports it), `tag_bw` and `tag_msgrate` (a window of `W` tagged sends in flight, the
@@ -69,9 +71,15 @@ pub enum Role {
 /// Arguments of `tagmatch perf server`.
 #[derive(Debug, clap::Args)]
 pub struct ServerArgs {
+    /// `udp` or `verbs` (an RDMA device; needs the `verbs` feature).
+    #[arg(long, default_value = "udp")]
+    pub transport: String,
     /// UDP address to bind (a concrete IP; port 0 picks one).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub bind: String,
+    /// `--transport verbs`: the RDMA device (e.g. `mlx5_0`, `rxe0`; default: the first).
+    #[arg(long, value_name = "NAME", default_value = "")]
+    pub device: String,
     /// Serve clients one after the other until killed (default: exit after one).
     #[arg(long)]
     pub forever: bool,
@@ -137,9 +145,14 @@ pub struct ClientArgs {
     /// The server's address (`udp://IP:PORT/CONNID`, as `perf server` prints it); not with
     /// `--transport mem`.
     pub addr: Option<String>,
-    /// `udp` (to a server) or `mem` (both sides in this process).
+    /// `udp` (to a server), `mem` (both sides in this process) or `verbs` (to a server,
+    /// or without an address both sides in this process, on one RDMA device; needs the
+    /// `verbs` feature).
     #[arg(long, default_value = "udp")]
     pub transport: String,
+    /// `--transport verbs`: the RDMA device (e.g. `mlx5_0`, `rxe0`; default: the first).
+    #[arg(long, value_name = "NAME", default_value = "")]
+    pub device: String,
     /// The test.
     #[arg(long, value_enum, default_value = "tag_lat")]
     pub test: Test,
@@ -465,17 +478,42 @@ impl Server {
     }
 }
 
+/// A builder on the verbs device `device` (empty: the first).
+#[cfg(feature = "verbs")]
+fn verbs_builder(_ctx: &str, device: &str) -> Result<tagmatch::Builder, Error> {
+    Ok(Endpoint::builder().verbs(device))
+}
+
+/// Without the `verbs` feature: the error that says how to get it.
+#[cfg(not(feature = "verbs"))]
+fn verbs_builder(ctx: &str, _: &str) -> Result<tagmatch::Builder, Error> {
+    Err(Error::new(ctx, crate::NO_VERBS))
+}
+
 /// Runs `tagmatch perf server`.
 fn run_server(a: ServerArgs) -> Result<(), Error> {
-    let bind = a
-        .bind
-        .parse()
-        .map_err(|_| Error::new("perf server", format!("--bind {:?}: not IP:PORT", a.bind)))?;
-    let ep = Endpoint::builder()
-        .udp(bind)
-        .path_mtu(a.path_mtu)
-        .build()
-        .map_err(fe("perf server"))?;
+    let ep = match a.transport.as_str() {
+        "udp" => {
+            if !a.device.is_empty() {
+                return Err(Error::new(
+                    "perf server",
+                    "--device goes with --transport verbs",
+                ));
+            }
+            let bind = a.bind.parse().map_err(|_| {
+                Error::new("perf server", format!("--bind {:?}: not IP:PORT", a.bind))
+            })?;
+            Endpoint::builder().udp(bind).path_mtu(a.path_mtu).build()
+        }
+        "verbs" => verbs_builder("perf server", &a.device)?.build(),
+        other => {
+            return Err(Error::new(
+                "perf server",
+                format!("--transport {other:?}: expected udp or verbs"),
+            ))
+        }
+    }
+    .map_err(fe("perf server"))?;
     let mut s = Server::new(ep).map_err(fe("perf server"))?;
     input::print_line(&format!(
         "tagmatch perf server listening on {}",
@@ -768,6 +806,9 @@ fn percentile(sorted: &[u64], p: f64) -> f64 {
 pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
     let ctx = "perf client";
     let sizes = parse_sizes(&a.size).map_err(|e| Error::new(ctx, e))?;
+    if !a.device.is_empty() && a.transport != "verbs" {
+        return Err(Error::new(ctx, "--device goes with --transport verbs"));
+    }
     if a.window == 0 {
         return Err(Error::new(ctx, "--window: must be at least 1"));
     }
@@ -837,15 +878,39 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
             )
         }
         "verbs" => {
-            return Err(Error::new(
-                ctx,
-                "--transport verbs: the verbs transport is not implemented yet; use udp or mem",
-            ))
+            let mut ep = verbs_builder(ctx, &a.device)?.build().map_err(fe(ctx))?;
+            let (peer, local) = match &a.addr {
+                Some(addr) => {
+                    let server: tagmatch::Address = addr.parse().map_err(fe(ctx))?;
+                    (ep.insert_peer(&server).map_err(fe(ctx))?, None)
+                }
+                None => {
+                    // Both sides in this process, on the same device (as `ucx_perftest`
+                    // without a server name runs both sides over loopback).
+                    let sep = verbs_builder(ctx, &a.device)?.build().map_err(fe(ctx))?;
+                    let server = Server::new(sep).map_err(fe(ctx))?;
+                    (
+                        ep.insert_peer(&server.address()).map_err(fe(ctx))?,
+                        Some(server),
+                    )
+                }
+            };
+            (
+                "verbs",
+                Client {
+                    ep,
+                    server: peer,
+                    local,
+                    sends: VecDeque::new(),
+                    reuse: false,
+                    spin: SPIN_BW,
+                },
+            )
         }
         other => {
             return Err(Error::new(
                 ctx,
-                format!("--transport {other:?}: expected udp or mem"),
+                format!("--transport {other:?}: expected udp, mem or verbs"),
             ))
         }
     };
@@ -1083,6 +1148,7 @@ mod tests {
         ClientArgs {
             addr: None,
             transport: "mem".into(),
+            device: String::new(),
             test,
             size: size.into(),
             iters: Some(20),

@@ -85,8 +85,21 @@ fn demo_runs_every_subprotocol_between_two_processes_over_udp() {
 
 #[test]
 fn demo_rejects_bad_arguments() {
-    assert!(fails(&["demo", "--transport", "carrier-pigeon"]).contains("expected mem or udp"));
-    assert!(fails(&["demo", "--transport", "verbs"]).contains("Builder::verbs"));
+    assert!(
+        fails(&["demo", "--transport", "carrier-pigeon"]).contains("expected mem, udp or verbs")
+    );
+    assert!(fails(&["demo", "--device", "rxe0"]).contains("--device goes with --transport verbs"));
+    #[cfg(not(feature = "verbs"))]
+    assert!(fails(&["demo", "--transport", "verbs"]).contains("built without its `verbs` feature"));
+    #[cfg(feature = "verbs")]
+    assert!(fails(&[
+        "demo",
+        "--transport",
+        "verbs",
+        "--device",
+        "no_such_rdma_dev"
+    ])
+    .contains("no_such_rdma_dev"));
     assert!(fails(&["demo", "--hex"]).contains("--packets"));
 }
 
@@ -180,6 +193,16 @@ fn perf_rejects_bad_arguments() {
     assert!(fails(&["perf", "client", "udp://nowhere"]).contains("invalid address"));
     assert!(fails(&["perf", "client"]).contains("missing the server address"));
     assert!(fails(&["perf", "server", "--bind", "nope"]).contains("--bind"));
+    assert!(c(&["--device", "rxe0"]).contains("--device goes with --transport verbs"));
+    assert!(fails(&["perf", "server", "--device", "rxe0"]).contains("--device goes with"));
+    assert!(fails(&["perf", "server", "--transport", "mem"]).contains("expected udp or verbs"));
+    #[cfg(not(feature = "verbs"))]
+    for args in [
+        &["perf", "client", "--transport", "verbs"][..],
+        &["perf", "server", "--transport", "verbs"][..],
+    ] {
+        assert!(fails(args).contains("built without its `verbs` feature"));
+    }
     // clap rejects an unknown test with its usage status.
     assert_eq!(
         run(&["perf", "client", "--test", "nope"]).status.code(),

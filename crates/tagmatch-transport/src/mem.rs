@@ -166,6 +166,7 @@ impl MemNetwork {
             again: Vec::new(),
             rnr_redeliveries: 0,
             parked: Vec::new(),
+            spare: Vec::new(),
         }
     }
 
@@ -188,6 +189,8 @@ pub struct MemDevice {
     rnr_redeliveries: u64,
     /// Refused packets waiting for [`RdmDevice::retry_refused`] (counted in `Hub::rnr`).
     parked: Vec<(RawAddr, Vec<u8>)>,
+    /// The buffer `progress` swaps with the inbox (so neither is reallocated per call).
+    spare: Vec<Inflight>,
 }
 
 impl MemDevice {
@@ -330,21 +333,32 @@ impl RdmDevice for MemDevice {
         mem: &mut dyn MemoryAccess,
         _timeout: Option<Duration>,
     ) -> io::Result<()> {
-        let due: Vec<Inflight> = {
+        let mut due = std::mem::take(&mut self.spare);
+        {
             let mut hub = self.net.hub();
             hub.step += 1;
             let step = hub.step;
-            let inbox = std::mem::take(&mut hub.inboxes[self.idx]);
-            let (mut due, later): (Vec<_>, Vec<_>) = inbox.into_iter().partition(|m| m.due <= step);
-            hub.inboxes[self.idx] = later;
+            let inbox = &mut hub.inboxes[self.idx];
+            if inbox.iter().all(|m| m.due <= step) {
+                // Everything is due (always, without delay faults): swap the buffers.
+                std::mem::swap(inbox, &mut due);
+            } else {
+                // Delay faults: split, keeping each side in arrival order.
+                for m in std::mem::take(inbox) {
+                    if m.due <= step {
+                        due.push(m);
+                    } else {
+                        inbox.push(m);
+                    }
+                }
+            }
             if hub.faults.reorder {
                 for i in (1..due.len()).rev() {
                     let j = hub.rng.below(i as u64 + 1) as usize;
                     due.swap(i, j);
                 }
             }
-            due
-        };
+        }
         for token in self.again.drain(..) {
             self.events.push_back(DeviceEvent::SendDone {
                 token,
@@ -352,7 +366,7 @@ impl RdmDevice for MemDevice {
             });
         }
         let chunk = self.chunk();
-        for m in due {
+        for m in due.drain(..) {
             match m.msg {
                 Msg::Pkt(bytes) => self
                     .events
@@ -375,6 +389,7 @@ impl RdmDevice for MemDevice {
                 }
             }
         }
+        self.spare = due;
         Ok(())
     }
 

@@ -28,7 +28,8 @@
 //! assert_eq!(&got.unwrap().data[..2], b"hi");
 //! ```
 
-use std::collections::{HashMap, VecDeque};
+use foldhash::HashMap;
+use std::collections::VecDeque;
 use std::io;
 use std::time::{Duration, Instant};
 
@@ -59,7 +60,7 @@ impl<D: RdmDevice> Node<D> {
             ep: Endpoint::new(cfg, dev.addr()),
             dev,
             completions: VecDeque::new(),
-            exact: HashMap::new(),
+            exact: HashMap::default(),
             refused_at: None,
         }
     }

@@ -430,6 +430,20 @@ impl Endpoint {
         }
     }
 
+    /// The protocol features this endpoint advertises to its peers (efa-rdm-protocol-v4
+    /// §2.1). On a device without RDMA (the verbs transport today) `rdma_read` and
+    /// `rdma_write` are off, and large messages, RMA and atomics use the emulated
+    /// subprotocols (long-CTS, long-CTS write/read, emulated atomics).
+    ///
+    /// ```
+    /// let fabric = tagmatch::MemFabric::new();
+    /// let ep = tagmatch::Endpoint::builder().mem(&fabric).build().unwrap();
+    /// assert!(ep.features().rdma_read);
+    /// ```
+    pub fn features(&self) -> crate::Features {
+        self.node.endpoint().config().features
+    }
+
     /// The largest packet the device carries.
     pub fn mtu(&self) -> usize {
         self.node.device().mtu()

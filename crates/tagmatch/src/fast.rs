@@ -25,7 +25,8 @@
 //! `progress`. The [`Inbox`] of each endpoint is told by a flag when one of its lanes was
 //! closed by the other end, so neither side scans its lanes while none closed.
 
-use std::collections::{HashMap, VecDeque};
+use foldhash::HashMap;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 

@@ -10,7 +10,8 @@
 //! others (and `mrecv`ed from the protocol endpoint when matched). So one engine sees
 //! every arrival and earliest-posted / earliest-arrived matching holds across both paths.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use foldhash::{HashMap, HashSet};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use tagmatch_engine::{Arrived, Envelope, MsgHandle, Posted, RecvSpec, Source, TagSel};
@@ -163,9 +164,9 @@ impl Fast {
             new_lanes: Vec::new(),
             reap: false,
             next_op: FAST_BIT | 1,
-            proto_recvs: HashMap::new(),
+            proto_recvs: HashMap::default(),
             proto_stalled: VecDeque::new(),
-            dc_pending: HashMap::new(),
+            dc_pending: HashMap::default(),
             acks: Vec::new(),
             dev_skip: 0,
             dev_rx: 0,

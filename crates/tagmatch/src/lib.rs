@@ -125,7 +125,7 @@ pub use error::{Error, Result};
 pub use future::CompletionFuture;
 pub use stats::{Counters, DeviceStats, OffloadStats, Stats};
 pub use tagmatch_rdm::{
-    AtomicArgs, AtomicOp, Datatype, MatchCounters, OpError, OpKind, Protocol, RemoteAddr,
+    AtomicArgs, AtomicOp, Datatype, Features, MatchCounters, OpError, OpKind, Protocol, RemoteAddr,
 };
 pub use tagmatch_transport::mem::MemFaults;
 /// Settings and counters of the verbs device ([`Builder::verbs_config`], [`DeviceStats::Verbs`]).

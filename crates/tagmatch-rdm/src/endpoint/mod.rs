@@ -7,7 +7,8 @@ mod receive;
 mod responder;
 mod two_sided;
 
-use std::collections::{HashMap, VecDeque};
+use foldhash::HashMap;
+use std::collections::VecDeque;
 
 use slab::Slab;
 use tagmatch_engine::{
@@ -368,23 +369,23 @@ impl Endpoint {
             cfg,
             addr,
             peers: Vec::new(),
-            by_addr: HashMap::new(),
-            by_ah: HashMap::new(),
+            by_addr: HashMap::default(),
+            by_ah: HashMap::default(),
             engine: Engine::new(ecfg),
             tx: GenSlab::default(),
             rx: GenSlab::default(),
             inbound: Slab::new(),
             mem: Slab::new(),
-            mr_by_key: HashMap::new(),
+            mr_by_key: HashMap::default(),
             out: VecDeque::new(),
-            sends: HashMap::new(),
-            rdmas: HashMap::new(),
+            sends: HashMap::default(),
+            rdmas: HashMap::default(),
             next_token: 1,
             completions: VecDeque::new(),
-            posted_ops: HashMap::new(),
+            posted_ops: HashMap::default(),
             stats: Stats::default(),
             next_op: 1,
-            protocols: HashMap::new(),
+            protocols: HashMap::default(),
             protocol_order: VecDeque::new(),
             admission: 0,
         }
@@ -439,7 +440,7 @@ impl Endpoint {
             handshake_triggered: false,
             req_sent: false,
             next_msg_id: self.cfg.initial_msg_id,
-            msgs: HashMap::new(),
+            msgs: HashMap::default(),
             waiting: Vec::new(),
         });
         self.by_addr.insert((addr.gid, addr.qpn, addr.qkey), id);

@@ -1,0 +1,166 @@
+//! `tagmatch demo` and `tagmatch perf` over the verbs transport (`--features verbs`):
+//! the demo's every subprotocol between endpoints on one RDMA device, `perf` with both
+//! sides in one process, and a `perf server` process with a `perf client` process.
+//!
+//! Without an RDMA device these tests print `SKIPPED` and pass, unless
+//! `TAGMATCH_REQUIRE_RDMA_DEVICE=1` (set by `cargo xtask vm-test`, which runs them on
+//! Soft-RoCE inside QEMU). `TAGMATCH_RDMA_DEVICE` picks the device (default: the first).
+#![cfg(feature = "verbs")]
+
+use std::io::{BufRead, BufReader, Write as _};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tagmatch");
+
+fn device() -> String {
+    std::env::var("TAGMATCH_RDMA_DEVICE").unwrap_or_default()
+}
+
+/// Whether the host has the device (else the test is skipped, unless required).
+fn have_device(test: &str) -> bool {
+    match tagmatch::Endpoint::builder().verbs(&device()).build() {
+        Ok(_) => true,
+        Err(e) => {
+            let require =
+                std::env::var("TAGMATCH_REQUIRE_RDMA_DEVICE").is_ok_and(|v| v.trim() == "1");
+            assert!(
+                !require,
+                "{test}: {e}, and TAGMATCH_REQUIRE_RDMA_DEVICE=1 requires a device"
+            );
+            let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {e}");
+            false
+        }
+    }
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn tagmatch")
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = run(args);
+    assert!(
+        o.status.success(),
+        "{args:?}: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn demo_runs_every_subprotocol_over_verbs() {
+    if !have_device("demo_runs_every_subprotocol_over_verbs") {
+        return;
+    }
+    let dev = device();
+    let out = ok(&["demo", "--transport", "verbs", "--device", &dev]);
+    eprintln!("{out}");
+    // The last line is the summary: every subprotocol passed.
+    let last = out.lines().last().unwrap_or_default();
+    assert!(last.contains("subprotocols ok over verbs"), "{out}");
+    let (ok_n, total) = last
+        .split_once(" of ")
+        .map(|(a, b)| {
+            (
+                a.trim().to_owned(),
+                b.split_whitespace().next().unwrap_or("").to_owned(),
+            )
+        })
+        .expect("summary line");
+    assert_eq!(ok_n, total, "{out}");
+    assert!(!out.contains("FAIL"), "{out}");
+}
+
+fn check_rows(out: &str, test: &str, sizes: &[u64], transport: &str) {
+    let rows: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    assert_eq!(rows.len(), sizes.len(), "{out}");
+    for (r, &size) in rows.iter().zip(sizes) {
+        assert_eq!(r["test"], test, "{r}");
+        assert_eq!(r["transport"], transport, "{r}");
+        assert_eq!(r["size"], size, "{r}");
+        assert!(r["bw_mbs"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(r["lat_p50_us"].is_number(), test == "tag_lat", "{r}");
+    }
+}
+
+#[test]
+fn perf_both_sides_in_one_process_over_verbs() {
+    if !have_device("perf_both_sides_in_one_process_over_verbs") {
+        return;
+    }
+    let dev = device();
+    for test in ["tag_lat", "tag_bw", "put_bw", "get_bw"] {
+        let out = ok(&[
+            "perf",
+            "client",
+            "--transport",
+            "verbs",
+            "--device",
+            &dev,
+            "--test",
+            test,
+            "--size",
+            "8,64k",
+            "--iters",
+            "40",
+            "--window",
+            "8",
+            "--json",
+        ]);
+        eprint!("{out}");
+        check_rows(&out, test, &[8, 65536], "verbs");
+    }
+}
+
+#[test]
+fn perf_server_and_client_processes_over_verbs() {
+    if !have_device("perf_server_and_client_processes_over_verbs") {
+        return;
+    }
+    let dev = device();
+    let mut server = Command::new(BIN)
+        .args(["perf", "server", "--transport", "verbs", "--device", &dev])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn perf server");
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .rsplit(' ')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(addr.starts_with("verbs://"), "server printed {line:?}");
+    let out = ok(&[
+        "perf",
+        "client",
+        &addr,
+        "--transport",
+        "verbs",
+        "--device",
+        &dev,
+        "--test",
+        "tag_lat",
+        "--size",
+        "8,1m",
+        "--iters",
+        "20",
+        "--json",
+    ]);
+    check_rows(&out, "tag_lat", &[8, 1 << 20], "verbs");
+    assert!(server.wait().unwrap().success());
+}
