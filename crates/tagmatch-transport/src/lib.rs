@@ -45,6 +45,7 @@
 #![deny(unsafe_code)]
 
 pub mod addr;
+pub mod bell;
 pub mod device;
 pub mod mem;
 pub mod node;

@@ -14,7 +14,9 @@
 //! RDMA is the software RDMA of [`crate::soft_rdma`] (key and bounds checks on the serving
 //! side), so the in-memory device exercises the same checks as the UDP device.
 //!
-//! `progress` never blocks: everything is in this process.
+//! Everything is in this process, so there is no descriptor to block on: `progress` with a
+//! timeout sleeps on the device's [`crate::bell::Doorbell`], which the network rings when
+//! it queues a packet for the device, and returns at once when anything is due.
 
 use std::collections::VecDeque;
 use std::io;
@@ -24,6 +26,7 @@ use std::time::Duration;
 use tagmatch_rdm::{SendOutcome, Transmit};
 use tagmatch_wire::efa::RawAddr;
 
+use crate::bell::Doorbell;
 use crate::device::{DeviceEvent, MemoryAccess, RdmDevice};
 use crate::rng::XorShift;
 use crate::soft_rdma::{same_peer, RdmaMsg, RdmaStats, SoftRdma, MAX_RDMA_HDR};
@@ -81,6 +84,8 @@ struct Hub {
     faults: MemFaults,
     addrs: Vec<RawAddr>,
     inboxes: Vec<Vec<Inflight>>,
+    /// Each device's doorbell, rung when a packet is queued in its inbox.
+    bells: Vec<Arc<Doorbell>>,
     /// Refused packets queued again per device (see [`RNR_QUEUED_MAX`]).
     rnr: Vec<usize>,
     mtu: usize,
@@ -94,6 +99,7 @@ impl Hub {
     fn push(&mut self, to: usize, from: RawAddr, msg: Msg) {
         let due = self.step + self.rng.below(self.faults.max_delay as u64 + 1);
         self.inboxes[to].push(Inflight { due, from, msg });
+        self.bells[to].ring();
     }
 }
 
@@ -117,6 +123,7 @@ impl MemNetwork {
             faults,
             addrs: Vec::new(),
             inboxes: Vec::new(),
+            bells: Vec::new(),
             rnr: Vec::new(),
             mtu: 8928,
         })))
@@ -154,6 +161,8 @@ impl MemNetwork {
         };
         hub.addrs.push(addr);
         hub.inboxes.push(Vec::new());
+        let bell = Arc::new(Doorbell::new());
+        hub.bells.push(bell.clone());
         hub.rnr.push(0);
         let salt = hub.rng.next_u64() as u32;
         MemDevice {
@@ -167,6 +176,7 @@ impl MemNetwork {
             rnr_redeliveries: 0,
             parked: Vec::new(),
             spare: Vec::new(),
+            bell,
         }
     }
 
@@ -191,6 +201,8 @@ pub struct MemDevice {
     parked: Vec<(RawAddr, Vec<u8>)>,
     /// The buffer `progress` swaps with the inbox (so neither is reallocated per call).
     spare: Vec<Inflight>,
+    /// Rung by the network when a packet is queued for this device (see [`crate::bell`]).
+    bell: Arc<Doorbell>,
 }
 
 impl MemDevice {
@@ -202,6 +214,84 @@ impl MemDevice {
     /// Packets the endpoint refused (receiver not ready) and this device queued again.
     pub fn rnr_redeliveries(&self) -> u64 {
         self.rnr_redeliveries
+    }
+
+    /// Delivers the packets due to this device (in-order, or shuffled with the reorder
+    /// fault) as events, serving software-RDMA requests; returns how many it handled.
+    fn deliver(&mut self, mem: &mut dyn MemoryAccess) -> usize {
+        let mut due = std::mem::take(&mut self.spare);
+        {
+            let mut hub = self.net.hub();
+            hub.step += 1;
+            let step = hub.step;
+            let inbox = &mut hub.inboxes[self.idx];
+            if inbox.iter().all(|m| m.due <= step) {
+                // Everything is due (always, without delay faults): swap the buffers.
+                std::mem::swap(inbox, &mut due);
+            } else {
+                // Delay faults: split, keeping each side in arrival order.
+                for m in std::mem::take(inbox) {
+                    if m.due <= step {
+                        due.push(m);
+                    } else {
+                        inbox.push(m);
+                    }
+                }
+            }
+            if hub.faults.reorder {
+                for i in (1..due.len()).rev() {
+                    let j = hub.rng.below(i as u64 + 1) as usize;
+                    due.swap(i, j);
+                }
+            }
+        }
+        let n = due.len() + self.again.len();
+        for token in self.again.drain(..) {
+            self.events.push_back(DeviceEvent::SendDone {
+                token,
+                outcome: SendOutcome::Again,
+            });
+        }
+        let chunk = self.chunk();
+        for m in due.drain(..) {
+            match m.msg {
+                Msg::Pkt(bytes) => self
+                    .events
+                    .push_back(DeviceEvent::Recv { src: m.from, bytes }),
+                Msg::Refused(bytes) => {
+                    let mut hub = self.net.hub();
+                    hub.rnr[self.idx] = hub.rnr[self.idx].saturating_sub(1);
+                    drop(hub);
+                    self.events
+                        .push_back(DeviceEvent::Recv { src: m.from, bytes });
+                }
+                Msg::Rdma(r) if r.is_request() => {
+                    let resp = self.rdma.serve(r, mem, chunk);
+                    self.send_rdma(&m.from, resp);
+                }
+                Msg::Rdma(r) => {
+                    if let Some((token, ok)) = self.rdma.on_response(&m.from, r, mem) {
+                        self.events.push_back(DeviceEvent::RdmaDone { token, ok });
+                    }
+                }
+            }
+        }
+        self.spare = due;
+        n
+    }
+
+    /// Nothing is queued for or at this device and no event waits: only a peer (or a
+    /// parked packet's retry) can give it work.
+    pub fn quiet(&self) -> bool {
+        self.events.is_empty()
+            && self.again.is_empty()
+            && self.net.hub().inboxes[self.idx].is_empty()
+    }
+
+    /// The device's doorbell: rung whenever a packet is queued for it. An owner that drives
+    /// other in-process work too (the facade's fast path) rings and waits on the same bell.
+    pub fn doorbell(&self) -> &Arc<Doorbell> {
+        &self.bell
     }
 
     fn chunk(&self) -> usize {
@@ -328,68 +418,20 @@ impl RdmDevice for MemDevice {
         }
     }
 
+    /// Delivers what is due. With a timeout, when nothing was due, nothing is queued here
+    /// and no event waits, sleeps on the device's doorbell until a packet is queued for it
+    /// (or the timeout passes), then delivers again.
     fn progress(
         &mut self,
         mem: &mut dyn MemoryAccess,
-        _timeout: Option<Duration>,
+        timeout: Option<Duration>,
     ) -> io::Result<()> {
-        let mut due = std::mem::take(&mut self.spare);
-        {
-            let mut hub = self.net.hub();
-            hub.step += 1;
-            let step = hub.step;
-            let inbox = &mut hub.inboxes[self.idx];
-            if inbox.iter().all(|m| m.due <= step) {
-                // Everything is due (always, without delay faults): swap the buffers.
-                std::mem::swap(inbox, &mut due);
-            } else {
-                // Delay faults: split, keeping each side in arrival order.
-                for m in std::mem::take(inbox) {
-                    if m.due <= step {
-                        due.push(m);
-                    } else {
-                        inbox.push(m);
-                    }
-                }
-            }
-            if hub.faults.reorder {
-                for i in (1..due.len()).rev() {
-                    let j = hub.rng.below(i as u64 + 1) as usize;
-                    due.swap(i, j);
-                }
-            }
+        let seen = self.bell.epoch();
+        let delivered = self.deliver(mem);
+        let limit = timeout.unwrap_or(Duration::MAX);
+        if delivered == 0 && !limit.is_zero() && self.quiet() && self.bell.wait(seen, limit) {
+            self.deliver(mem);
         }
-        for token in self.again.drain(..) {
-            self.events.push_back(DeviceEvent::SendDone {
-                token,
-                outcome: SendOutcome::Again,
-            });
-        }
-        let chunk = self.chunk();
-        for m in due.drain(..) {
-            match m.msg {
-                Msg::Pkt(bytes) => self
-                    .events
-                    .push_back(DeviceEvent::Recv { src: m.from, bytes }),
-                Msg::Refused(bytes) => {
-                    let mut hub = self.net.hub();
-                    hub.rnr[self.idx] = hub.rnr[self.idx].saturating_sub(1);
-                    drop(hub);
-                    self.events
-                        .push_back(DeviceEvent::Recv { src: m.from, bytes });
-                }
-                Msg::Rdma(r) if r.is_request() => {
-                    let resp = self.rdma.serve(r, mem, chunk);
-                    self.send_rdma(&m.from, resp);
-                }
-                Msg::Rdma(r) => {
-                    if let Some((token, ok)) = self.rdma.on_response(&m.from, r, mem) {
-                        self.events.push_back(DeviceEvent::RdmaDone { token, ok });
-                    }
-                }
-            }
-        }
-        self.spare = due;
         Ok(())
     }
 

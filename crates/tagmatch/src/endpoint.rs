@@ -397,8 +397,21 @@ impl Endpoint {
         hub: Option<(std::sync::Arc<crate::fast::Hub>, bool)>,
     ) -> Endpoint {
         static NEXT_ID: AtomicU32 = AtomicU32::new(1);
-        let fast = hub
-            .map(|(h, throttle)| Box::new(crate::inproc::Fast::new(h, dev.addr(), &cfg, throttle)));
+        let fast = hub.map(|(h, throttle)| {
+            // The fast path rings and sleeps on the in-memory device's doorbell, so one
+            // wait covers both (a fast-path hub exists only with an in-memory device).
+            let bell = match &dev {
+                Device::Mem(d) => d.doorbell().clone(),
+                _ => Default::default(),
+            };
+            Box::new(crate::inproc::Fast::new(
+                h,
+                dev.addr(),
+                bell,
+                &cfg,
+                throttle,
+            ))
+        });
         Endpoint {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             node: Node::new(cfg, dev),
@@ -1033,8 +1046,46 @@ impl Endpoint {
     }
 
     /// Does the IO, blocking at most `timeout` when nothing is ready at once (UDP waits in
-    /// `poll(2)`; the in-process transport never blocks).
+    /// `poll(2)`, verbs on its completion channel, the in-process transport on the
+    /// endpoint's doorbell, which peers ring when they hand it a packet or a fast-path
+    /// message; [`Counters::idle_sleeps`](crate::Counters::idle_sleeps) counts those sleeps).
     pub fn progress_timeout(&mut self, timeout: Duration) -> Result<usize> {
+        if let (false, Device::Mem(d)) = (timeout.is_zero(), self.node.device()) {
+            // In-process: the device has no descriptor to block on. Look for work with the
+            // doorbell's epoch taken first; with nothing new, sleep until a peer rings (a
+            // packet, a fast-path message, an acknowledgement, freed ring space) or the
+            // timeout passes, then look again (see `tagmatch_transport::bell`).
+            let bell = d.doorbell().clone();
+            let seen = bell.epoch();
+            let before = self.ready.len();
+            self.progress_pass(Duration::ZERO)?;
+            if self.ready.len() == before && self.in_process_idle() {
+                self.counters.idle_sleeps += 1;
+                if bell.wait(seen, timeout) {
+                    self.device_poll_now();
+                }
+                self.progress_pass(Duration::ZERO)?;
+            }
+            return Ok(self.ready.len());
+        }
+        self.progress_pass(timeout)
+    }
+
+    /// Whether an in-process endpoint has nothing to do until a peer hands it something.
+    /// A pass has just pumped the protocol's output into the device and flushed the fast
+    /// path's lanes as far as they have room; what is left (a send waiting for ring space
+    /// or for the peer's answer, a message waiting for the application to post a receive)
+    /// moves only when a peer rings or the application calls in. So: the device is quiet.
+    fn in_process_idle(&self) -> bool {
+        match self.node.device() {
+            Device::Mem(d) => d.quiet(),
+            _ => false,
+        }
+    }
+
+    /// One [`Endpoint::progress_timeout`] pass: the device (blocking at most `timeout`),
+    /// then the fast path.
+    fn progress_pass(&mut self, timeout: Duration) -> Result<usize> {
         self.counters.progress_calls += 1;
         if self.device_due() {
             self.node
@@ -1107,11 +1158,8 @@ impl Endpoint {
                 left.min(Duration::from_millis(5))
             };
             spins = spins.saturating_add(1);
-            if !slice.is_zero() && matches!(self.node.device(), Device::Mem(_)) {
-                // The in-process device never blocks: let a peer thread that shares this
-                // core run instead of spinning against it.
-                std::thread::yield_now();
-            }
+            // In-process too, a non-zero slice sleeps until a peer hands this endpoint
+            // something (see `progress_timeout`).
             self.progress_timeout(slice)?;
             for o in others.iter_mut() {
                 o.progress()?;
@@ -1137,9 +1185,22 @@ impl Endpoint {
         self.take_node();
         // Fast-path messages waiting for ring space leave as the receiver drains.
         self.fast_progress();
+        let bell = match self.node.device() {
+            Device::Mem(d) => Some(d.doorbell().clone()),
+            _ => None,
+        };
         while !self.fast_idle() && start.elapsed() < limit {
-            std::thread::yield_now();
+            // The receiver rings this endpoint when it frees ring space.
+            let seen = bell.as_ref().map(|b| b.epoch());
             self.fast_progress();
+            if let (Some(b), Some(seen), false) = (&bell, seen, self.fast_idle()) {
+                b.wait(
+                    seen,
+                    limit
+                        .saturating_sub(start.elapsed())
+                        .min(Duration::from_millis(5)),
+                );
+            }
         }
         Ok(r && self.fast_idle())
     }

@@ -30,6 +30,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
+use tagmatch_transport::bell::Doorbell;
 use tagmatch_wire::efa::RawAddr;
 
 /// Payload bytes carried in the ring slot itself (larger payloads move as a `Vec`).
@@ -155,6 +156,8 @@ pub(crate) struct Lane {
     pub(crate) src: RawAddr,
     /// Where delivery-complete acknowledgements go (the sender's inbox).
     ack_to: Weak<Inbox>,
+    /// The sender's doorbell: rung when the receiver frees ring space or closes the lane.
+    sender_bell: Arc<Doorbell>,
     /// The receiver is gone (dropped): sends fail.
     closed: AtomicBool,
     /// The sender is gone (dropped): once drained, the receiver releases the lane.
@@ -174,7 +177,7 @@ impl std::fmt::Debug for Lane {
 }
 
 impl Lane {
-    fn new(src: RawAddr, ack_to: Weak<Inbox>) -> Lane {
+    fn new(src: RawAddr, ack_to: Weak<Inbox>, sender_bell: Arc<Doorbell>) -> Lane {
         let slots = (0..SLOTS)
             .map(|_| Slot {
                 w: Default::default(),
@@ -187,6 +190,7 @@ impl Lane {
             big: Mutex::new(VecDeque::new()),
             src,
             ack_to,
+            sender_bell,
             closed: AtomicBool::new(false),
             sender_gone: AtomicBool::new(false),
             orphans: Mutex::new(VecDeque::new()),
@@ -199,6 +203,7 @@ impl Lane {
         if let Some(inbox) = self.ack_to.upgrade() {
             inbox.peers_closed.store(true, Ordering::Release);
         }
+        self.sender_bell.ring();
     }
 
     /// Acknowledges delivery of the sender's `op` (delivery complete).
@@ -206,6 +211,7 @@ impl Lane {
         if let Some(inbox) = self.ack_to.upgrade() {
             lock(&inbox.acks).push(op);
             inbox.has_acks.store(true, Ordering::Release);
+            inbox.bell.ring();
         }
     }
 }
@@ -218,6 +224,8 @@ pub(crate) struct TxLane {
     lane: Arc<Lane>,
     /// The receiver's inbox, told when this side goes.
     dest: Weak<Inbox>,
+    /// The receiver's doorbell, rung when a message is published.
+    dest_bell: Arc<Doorbell>,
     tail: usize,
     head_seen: usize,
     waiting: VecDeque<Raw>,
@@ -238,6 +246,7 @@ impl Drop for TxLane {
         if let Some(inbox) = self.dest.upgrade() {
             inbox.senders_gone.store(true, Ordering::Release);
         }
+        self.dest_bell.ring();
     }
 }
 
@@ -304,6 +313,7 @@ impl TxLane {
                 lock(&self.lane.big).push_back(data.into_vec());
                 self.write(tag, flags | F_BIG, len, cq, op, &[]);
             }
+            self.dest_bell.ring();
             return;
         }
         let (inline, big) = if len <= INLINE {
@@ -324,10 +334,15 @@ impl TxLane {
 
     /// Moves waiting messages into the ring while it has room.
     pub(crate) fn flush(&mut self) {
+        let mut wrote = false;
         while !self.waiting.is_empty() && self.has_room() {
             if let Some(r) = self.waiting.pop_front() {
                 self.write_raw(r);
+                wrote = true;
             }
+        }
+        if wrote {
+            self.dest_bell.ring();
         }
     }
 
@@ -418,6 +433,8 @@ impl RxLane {
     /// Hands the consumed slots back to the sender.
     pub(crate) fn publish(&self) {
         self.lane.head.0.store(self.head, Ordering::Release);
+        // The sender may have messages waiting for this space.
+        self.lane.sender_bell.ring();
     }
 }
 
@@ -435,6 +452,8 @@ pub(crate) struct Inbox {
     senders_gone: AtomicBool,
     /// A receiver of one of this endpoint's lanes was dropped.
     peers_closed: AtomicBool,
+    /// The endpoint's doorbell (shared with its in-memory device).
+    pub(crate) bell: Arc<Doorbell>,
 }
 
 #[derive(Debug, Default)]
@@ -487,8 +506,11 @@ pub(crate) struct Hub {
 }
 
 impl Hub {
-    pub(crate) fn register(&self, addr: RawAddr) -> Arc<Inbox> {
-        let inbox = Arc::new(Inbox::default());
+    pub(crate) fn register(&self, addr: RawAddr, bell: Arc<Doorbell>) -> Arc<Inbox> {
+        let inbox = Arc::new(Inbox {
+            bell,
+            ..Inbox::default()
+        });
         lock(&self.inboxes).insert(addr, inbox.clone());
         inbox
     }
@@ -518,7 +540,11 @@ impl Hub {
         dest: &RawAddr,
     ) -> Option<TxLane> {
         let dest = lock(&self.inboxes).get(dest).cloned()?;
-        let lane = Arc::new(Lane::new(src, Arc::downgrade(src_inbox)));
+        let lane = Arc::new(Lane::new(
+            src,
+            Arc::downgrade(src_inbox),
+            src_inbox.bell.clone(),
+        ));
         let mut f = lock(&dest.fresh);
         if f.gone {
             // Unregistered since the lookup: as if it had not been found.
@@ -526,8 +552,10 @@ impl Hub {
         }
         f.lanes.push(lane.clone());
         dest.has_fresh.store(true, Ordering::Release);
+        dest.bell.ring();
         Some(TxLane {
             lane,
+            dest_bell: dest.bell.clone(),
             dest: Arc::downgrade(&dest),
             tail: 0,
             head_seen: 0,
@@ -561,8 +589,8 @@ mod tests {
             qpn: 2,
             ..RawAddr::default()
         };
-        let ia = hub.register(a);
-        let ib = hub.register(b);
+        let ia = hub.register(a, Arc::default());
+        let ib = hub.register(b, Arc::default());
         let mut tx = hub.connect(a, &ia, &b).unwrap();
         let mut lanes = Vec::new();
         assert!(ib.take_new_lanes(&mut lanes));
@@ -620,8 +648,8 @@ mod tests {
                 ..RawAddr::default()
             },
         );
-        let ia = hub.register(a);
-        let ib = hub.register(b);
+        let ia = hub.register(a, Arc::default());
+        let ib = hub.register(b, Arc::default());
         let mut tx = hub.connect(a, &ia, &b).unwrap();
         let n = SLOTS + 100;
         for i in 0..n {

@@ -147,8 +147,14 @@ pub(crate) struct Fast {
 }
 
 impl Fast {
-    pub(crate) fn new(hub: Arc<Hub>, addr: RawAddr, cfg: &Config, throttle: bool) -> Fast {
-        let inbox = hub.register(addr);
+    pub(crate) fn new(
+        hub: Arc<Hub>,
+        addr: RawAddr,
+        bell: Arc<tagmatch_transport::bell::Doorbell>,
+        cfg: &Config,
+        throttle: bool,
+    ) -> Fast {
+        let inbox = hub.register(addr, bell);
         let ecfg = tagmatch_engine::Config::default()
             .max_bytes(cfg.max_unexpected_bytes)
             .max_messages(cfg.max_unexpected_msgs);
@@ -714,6 +720,13 @@ impl Endpoint {
         }
         f.dev_skip -= 1;
         false
+    }
+
+    /// The next progress polls the device (a peer rang while this endpoint slept).
+    pub(crate) fn device_poll_now(&mut self) {
+        if let Some(f) = self.fast.as_deref_mut() {
+            f.dev_skip = 0;
+        }
     }
 
     /// After a device poll: back off if it brought nothing.

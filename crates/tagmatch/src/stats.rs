@@ -28,6 +28,9 @@ pub struct Counters {
     pub region_sends: u64,
     /// `progress` calls.
     pub progress_calls: u64,
+    /// In-process endpoints: times a `progress_timeout` (or a `wait`) found nothing to do
+    /// and slept on the endpoint's doorbell instead of spinning.
+    pub idle_sleeps: u64,
     /// Bytes moved by completed operations (sent, received, written, read).
     pub bytes: u64,
     /// Completions per subprotocol, in [`Counters::PROTOCOLS`] order.
@@ -175,8 +178,9 @@ impl fmt::Display for Stats {
         let c = &self.facade;
         writeln!(
             f,
-            "facade: submitted {} completed {} failed {} call_errors {} cancels {} probes {} bytes {}",
-            c.submitted, c.completed, c.failed, c.call_errors, c.cancels, c.probes, c.bytes
+            "facade: submitted {} completed {} failed {} call_errors {} cancels {} probes {} bytes {} progress {} idle sleeps {}",
+            c.submitted, c.completed, c.failed, c.call_errors, c.cancels, c.probes, c.bytes,
+            c.progress_calls, c.idle_sleeps
         )?;
         let used: Vec<String> = Counters::PROTOCOLS
             .iter()

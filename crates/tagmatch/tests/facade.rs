@@ -460,13 +460,14 @@ fn a_receiver_that_is_not_ready_does_not_spin() {
             Err(Error::Timeout { .. })
         ));
         let calls = b.stats().facade.progress_calls - calls;
-        if udp {
-            // A blocking wait makes 64 calls (its initial spin) plus one per 5 ms slice or
-            // per datagram received (about 100 here); one that spins, handing the held
-            // packets in at every call, about 1 200 in a debug build, more optimised. (The
-            // in-process device never blocks: there `wait` yields between calls.)
-            assert!(calls < 400, "udp: {calls} progress calls in a 200 ms wait");
-        }
+        // A blocking wait makes 64 calls (its initial spin) plus one per 5 ms slice or per
+        // datagram received (about 100 here; in-process two per slice, sleeping on the
+        // endpoint's doorbell in between); one that spins, handing the held packets in at
+        // every call, about 1 200 in a debug build, more optimised.
+        assert!(
+            calls < 400,
+            "udp {udp}: {calls} progress calls in a 200 ms wait"
+        );
         b.cancel(r).unwrap();
         // Then the application receives: everything held arrives, in order.
         for i in 0..N {
@@ -477,5 +478,51 @@ fn a_receiver_that_is_not_ready_does_not_spin() {
         for s in sends {
             a.wait_with(s, &mut [&mut b]).unwrap();
         }
+    }
+}
+
+/// An in-process endpoint waiting for a message that a peer thread sends later sleeps on
+/// its doorbell instead of spinning (fast path on and off), and wakes as soon as the
+/// message is handed over: the wait ends long before its limit.
+#[test]
+fn an_in_process_wait_sleeps_until_a_peer_hands_it_something() {
+    for fast in [true, false] {
+        let f = MemFabric::new();
+        let mut a = Endpoint::builder().mem(&f).fast_path(fast).build().unwrap();
+        let mut b = Endpoint::builder().mem(&f).fast_path(fast).build().unwrap();
+        let ab = a.insert_peer(&b.address()).unwrap();
+        let ba = b.insert_peer(&a.address()).unwrap();
+        // Connect both ways first (handshake / lane), so the timed part is one message.
+        let r = b.trecv(ba, 1, 8).unwrap();
+        let s = a.tsend(ab, 1, vec![1; 8]).unwrap();
+        b.wait_with(r, &mut [&mut a]).unwrap();
+        a.wait(s).unwrap();
+        let r = b.trecv(ba, 2, 8).unwrap();
+        let before = b.stats().facade;
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            let s = a.tsend(ab, 2, vec![2; 8]).unwrap();
+            a.wait(s).unwrap();
+            a
+        });
+        let t = std::time::Instant::now();
+        let c = b.wait_for(r, Duration::from_secs(20)).unwrap();
+        let waited = t.elapsed();
+        assert_eq!(c.data, vec![2; 8]);
+        let after = b.stats().facade;
+        let calls = after.progress_calls - before.progress_calls;
+        let sleeps = after.idle_sleeps - before.idle_sleeps;
+        // Spinning (yielding) for 300 ms made hundreds of thousands of calls; sleeping
+        // makes the initial 64-call spin plus two per 5 ms slice at most.
+        assert!(
+            calls < 400,
+            "fast {fast}: {calls} progress calls in a {waited:?} wait"
+        );
+        assert!(sleeps > 0, "fast {fast}: never slept");
+        assert!(
+            waited < Duration::from_secs(10),
+            "fast {fast}: woke late ({waited:?})"
+        );
+        let _a = sender.join().unwrap();
     }
 }
