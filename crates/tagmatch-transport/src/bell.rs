@@ -16,6 +16,7 @@
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, PoisonError};
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
 /// See the module documentation.
@@ -25,6 +26,8 @@ pub struct Doorbell {
     sleepers: AtomicUsize,
     lock: Mutex<()>,
     cv: Condvar,
+    /// Tasks to wake at the next ring (each counted in `sleepers` while registered).
+    wakers: Mutex<Vec<Waker>>,
     rings: AtomicU64,
     sleeps: AtomicU64,
 }
@@ -42,9 +45,35 @@ impl Doorbell {
         if self.sleepers.load(Ordering::SeqCst) != 0 {
             self.rings.fetch_add(1, Ordering::Relaxed);
             // Under the mutex: a sleeper that checked the old epoch is already waiting.
-            let _g = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
-            self.cv.notify_all();
+            {
+                let _g = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+                self.cv.notify_all();
+            }
+            let woken =
+                std::mem::take(&mut *self.wakers.lock().unwrap_or_else(PoisonError::into_inner));
+            if !woken.is_empty() {
+                self.sleepers.fetch_sub(woken.len(), Ordering::SeqCst);
+                for w in woken {
+                    w.wake();
+                }
+            }
         }
+    }
+
+    /// The asynchronous [`Doorbell::wait`]: arranges for `waker` to be woken at the next
+    /// ring, unless the epoch already differs from `seen` (then returns `false` and the
+    /// caller must not wait: something was handed over since it looked).
+    pub fn wake_on_ring(&self, seen: u64, waker: &Waker) -> bool {
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        let mut ws = self.wakers.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.epoch.load(Ordering::SeqCst) != seen || ws.iter().any(|w| w.will_wake(waker)) {
+            drop(ws);
+            self.sleepers.fetch_sub(1, Ordering::SeqCst);
+            return self.epoch.load(Ordering::SeqCst) == seen;
+        }
+        ws.push(waker.clone());
+        self.sleeps.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// The current epoch; take it before looking for work.
@@ -112,6 +141,33 @@ mod tests {
         assert!(b.wait(e, Duration::from_secs(5)));
         assert!(t.elapsed() < Duration::from_secs(5));
         assert_eq!(b.sleeps(), 0);
+    }
+
+    #[test]
+    fn a_registered_waker_is_woken_once_by_the_next_ring() {
+        use std::sync::atomic::AtomicUsize;
+        use std::task::Wake;
+        struct Count(AtomicUsize);
+        impl Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let n = Arc::new(Count(AtomicUsize::new(0)));
+        let w = Waker::from(n.clone());
+        let b = Doorbell::new();
+        let e = b.epoch();
+        assert!(b.wake_on_ring(e, &w));
+        assert!(b.wake_on_ring(e, &w), "registered twice: kept once");
+        b.ring();
+        assert_eq!(n.0.load(Ordering::SeqCst), 1);
+        b.ring();
+        assert_eq!(n.0.load(Ordering::SeqCst), 1, "woken once, then forgotten");
+        // A ring between the look and the registration: not registered, wake now.
+        let e = b.epoch();
+        b.ring();
+        assert!(!b.wake_on_ring(e, &w));
+        assert_eq!(b.sleepers.load(Ordering::SeqCst), 0);
     }
 
     #[test]

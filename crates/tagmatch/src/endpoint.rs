@@ -1076,11 +1076,24 @@ impl Endpoint {
     /// path's lanes as far as they have room; what is left (a send waiting for ring space
     /// or for the peer's answer, a message waiting for the application to post a receive)
     /// moves only when a peer rings or the application calls in. So: the device is quiet.
-    fn in_process_idle(&self) -> bool {
+    pub(crate) fn in_process_idle(&self) -> bool {
         match self.node.device() {
             Device::Mem(d) => d.quiet(),
             _ => false,
         }
+    }
+
+    /// The in-process device's doorbell (`None` on other transports).
+    pub(crate) fn doorbell(&self) -> Option<std::sync::Arc<tagmatch_transport::bell::Doorbell>> {
+        match self.node.device() {
+            Device::Mem(d) => Some(d.doorbell().clone()),
+            _ => None,
+        }
+    }
+
+    /// Counts a sleep of an idle in-process endpoint (a wait, or a pending future).
+    pub(crate) fn note_idle_sleep(&mut self) {
+        self.counters.idle_sleeps += 1;
     }
 
     /// One [`Endpoint::progress_timeout`] pass: the device (blocking at most `timeout`),

@@ -8,11 +8,15 @@ use crate::{Completion, Endpoint, Request, Result};
 
 /// The completion of one request as a future ([`Endpoint::completion`]).
 ///
-/// Each poll progresses the endpoint without blocking. The transports have no
-/// readiness source an executor could register yet, so a pending poll wakes its own task
-/// again at once: the task behaves like a busy-polling `ucp_worker_progress` loop that
-/// yields to other tasks between polls. It works on any executor (tokio, async-std,
-/// smol, a hand-written `block_on`).
+/// Each poll progresses the endpoint without blocking. It works on any executor (tokio,
+/// async-std, smol, a hand-written `block_on`):
+///
+/// - in-process endpoints (`mem`) register the task's waker with the endpoint's doorbell
+///   when there is nothing to do, and peers wake it when they hand the endpoint a packet
+///   or a fast-path message (`tagmatch_transport::bell`): a pending task costs nothing;
+/// - on UDP and verbs there is no readiness source an executor could register yet, so a
+///   pending poll wakes its own task again at once: the task behaves like a busy-polling
+///   `ucp_worker_progress` loop that yields to other tasks between polls.
 #[derive(Debug)]
 #[must_use = "futures do nothing unless polled"]
 pub struct CompletionFuture<'a> {
@@ -28,11 +32,20 @@ impl Future for CompletionFuture<'_> {
         if let Some(c) = this.ep.take_completion(this.req) {
             return Poll::Ready(c.into_result());
         }
+        // In-process: the epoch first, so a ring after this look is not missed.
+        let bell = this.ep.doorbell();
+        let seen = bell.as_ref().map(|b| b.epoch());
         if let Err(e) = this.ep.progress() {
             return Poll::Ready(Err(e));
         }
         if let Some(c) = this.ep.take_completion(this.req) {
             return Poll::Ready(c.into_result());
+        }
+        if let (Some(b), Some(seen)) = (bell, seen) {
+            if this.ep.in_process_idle() && b.wake_on_ring(seen, cx.waker()) {
+                this.ep.note_idle_sleep();
+                return Poll::Pending;
+            }
         }
         cx.waker().wake_by_ref();
         Poll::Pending

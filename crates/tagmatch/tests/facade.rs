@@ -526,3 +526,62 @@ fn an_in_process_wait_sleeps_until_a_peer_hands_it_something() {
         let _a = sender.join().unwrap();
     }
 }
+
+/// An in-process future with nothing to do registers its task's waker with the endpoint's
+/// doorbell instead of waking itself at once: a `block_on` that parks between polls polls
+/// a handful of times while a peer thread sends 300 ms later (fast path on and off).
+#[test]
+fn a_pending_in_process_future_is_woken_by_its_peer() {
+    use std::future::Future;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread, AtomicUsize);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.1.fetch_add(1, Ordering::SeqCst);
+            self.0.unpark();
+        }
+    }
+    for fast in [true, false] {
+        let f = MemFabric::new();
+        let mut a = Endpoint::builder().mem(&f).fast_path(fast).build().unwrap();
+        let mut b = Endpoint::builder().mem(&f).fast_path(fast).build().unwrap();
+        let ab = a.insert_peer(&b.address()).unwrap();
+        let ba = b.insert_peer(&a.address()).unwrap();
+        let r = b.trecv(ba, 1, 8).unwrap();
+        let s = a.tsend(ab, 1, vec![1; 8]).unwrap();
+        b.wait_with(r, &mut [&mut a]).unwrap();
+        a.wait(s).unwrap();
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            let s = a.tsend(ab, 2, vec![2; 8]).unwrap();
+            a.wait(s).unwrap();
+            a
+        });
+        let r = b.trecv(ba, 2, 8).unwrap();
+        let unpark = Arc::new(Unpark(std::thread::current(), AtomicUsize::new(0)));
+        let waker = Waker::from(unpark.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut fut = Box::pin(b.completion(r));
+        let mut polls = 0u32;
+        let start = std::time::Instant::now();
+        let c = loop {
+            polls += 1;
+            if let Poll::Ready(c) = fut.as_mut().poll(&mut cx) {
+                break c.unwrap();
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "fast {fast}: never woken"
+            );
+            std::thread::park_timeout(Duration::from_secs(1));
+        };
+        drop(fut);
+        assert_eq!(c.data, vec![2; 8]);
+        // A future that wakes itself at once is polled hundreds of thousands of times here.
+        assert!(polls < 50, "fast {fast}: {polls} polls");
+        assert!(b.stats().facade.idle_sleeps > 0);
+        let _a = sender.join().unwrap();
+    }
+}
