@@ -379,8 +379,15 @@ pub struct Config {
     pub initial_seq: u32,
 }
 
-/// Hard ceiling on slab indices (top bit of a queue head is a side flag).
-pub(crate) const MAX_ENTRIES: usize = (1 << 31) - 2;
+/// Hard ceiling on the posted receives and on the stored (unexpected and claimed) messages
+/// of one engine: 2^23 − 1 = 8,388,607 each. Slab indices are 23-bit fields in the list
+/// links and index buckets (so that a message's four list links take 24 bytes instead of
+/// 32 and an index bucket 4 bytes instead of 8). [`Config::max_messages`] and
+/// [`Config::max_posted`] are capped at it; at it, a post is refused with
+/// [`PostRejected`] and an arrival that would be stored with
+/// [`RejectReason::Backpressure`] (also when the admission of a source's next message
+/// over [`Config::max_messages`] would pass it).
+pub const MAX_ENTRIES: usize = (1 << 23) - 1;
 
 impl Default for Config {
     fn default() -> Self {
@@ -406,12 +413,12 @@ impl Config {
         self.max_bytes = b;
         self
     }
-    /// Sets [`Config::max_messages`] (capped at 2^31 − 2).
+    /// Sets [`Config::max_messages`] (capped at [`MAX_ENTRIES`]).
     pub fn max_messages(mut self, n: usize) -> Self {
         self.max_messages = n;
         self
     }
-    /// Sets [`Config::max_posted`] (capped at 2^31 − 2).
+    /// Sets [`Config::max_posted`] (capped at [`MAX_ENTRIES`]).
     pub fn max_posted(mut self, n: usize) -> Self {
         self.max_posted = n;
         self
