@@ -85,22 +85,6 @@ fn rehasher<'a, R, M>(
     move |v| hash_key(k, &proj(k, &key_of(p, u, v)))
 }
 
-/// [`rehasher`] while the node of index value `det`, whose key is `env`, is out of its
-/// slab (being removed: its other entries may still be in the table).
-#[inline(always)]
-fn rehasher_det<'a, R, M>(
-    p: &'a GenSlab<PNode<R>>,
-    u: &'a GenSlab<UNode<M>>,
-    k: usize,
-    det: u32,
-    env: &'a Envelope,
-) -> impl Fn(u32) -> u64 + 'a {
-    move |v| {
-        let e = if v == det { *env } else { key_of(p, u, v) };
-        hash_key(k, &proj(k, &e))
-    }
-}
-
 /// The envelope-shaped key of an index value (a posted receive or an unexpected message).
 #[inline(always)]
 fn key_of<R, M>(posted: &GenSlab<PNode<R>>, unexp: &GenSlab<UNode<M>>, v: u32) -> Envelope {
@@ -234,6 +218,10 @@ impl<R> Linked for PNode<R> {
     fn set_prev(&mut self, _k: usize, p: u32) {
         self.link.set_prev(p)
     }
+    #[inline(always)]
+    fn relink_prev(&mut self, _k: usize, p: u32) {
+        self.link.relink_prev(p)
+    }
 }
 
 /// An unexpected (or claimed) message. `len` is `u32`, and the four lists' links are
@@ -295,6 +283,10 @@ impl<M> Linked for UNode<M> {
     #[inline(always)]
     fn set_prev(&mut self, k: usize, p: u32) {
         self.links.set_prev(k, p)
+    }
+    #[inline(always)]
+    fn relink_prev(&mut self, k: usize, p: u32) {
+        self.links.relink_prev(k, p)
     }
 }
 
@@ -447,34 +439,28 @@ impl<R, M> Engine<R, M> {
     }
 
     /// Removes the entry at `pos` of index `k`.
+    ///
+    /// Each node has at most one entry in an index (a kind's lists are disjoint), so the
+    /// entries the removal shifts belong to other nodes, which are all in their slabs:
+    /// the removed node may already have left its own.
     #[inline]
     fn index_remove_at(&mut self, k: usize, pos: usize) {
         if let Some(s) = self.ix[k].remove_at(pos) {
-            self.index_resume_remove(k, s, u32::MAX, Envelope::new(0, 0, 0));
+            self.index_resume_remove(k, s);
         }
     }
 
-    /// Finishes a removal from the table of kind `k` stopped at a saturated distance
-    /// (see [`Index::remove_at`]); the node of index value `det` (key `env`) may be out
-    /// of its slab.
+    /// Finishes a removal from index `k` stopped at a saturated distance (see
+    /// [`Index::remove_at`]).
     #[cold]
     #[inline(never)]
-    fn index_resume_remove(&mut self, k: usize, s: Saturated, det: u32, env: Envelope) {
+    fn index_resume_remove(&mut self, k: usize, s: Saturated) {
         let (p, u) = (&self.posted, &self.unexp);
-        let rh = rehasher_det(p, u, k, det, &env);
+        let rh = rehasher(p, u, k);
         let mut r = Some(s);
         while let Some(s) = r {
             let h = rh(s.value());
             r = self.ix[k].resume_remove(s, h);
-        }
-    }
-
-    /// [`Engine::index_remove_at`] while the node of index value `det` (key `env`) may be
-    /// out of its slab.
-    #[inline]
-    fn index_remove_at_det(&mut self, k: usize, pos: usize, det: u32, env: Envelope) {
-        if let Some(s) = self.ix[k].remove_at(pos) {
-            self.index_resume_remove(k, s, det, env);
         }
     }
 
@@ -490,7 +476,7 @@ impl<R, M> Engine<R, M> {
             }
             Unlinked::Empty => {
                 let pos = self.ix[k].pos_of_value(hash_key(k, &proj(k, e)), old);
-                self.index_remove_at_det(k, pos, old, *e);
+                self.index_remove_at(k, pos);
             }
         }
     }
@@ -931,7 +917,7 @@ impl<R, M> Engine<R, M> {
                     None => unreachable!("engine invariant: message slot {idx} is occupied"),
                 };
                 match list::unlink_detached(&mut self.unexp, k, idx, n.links.get(K)) {
-                    Unlinked::Empty => self.index_remove_at_det(k, pos, idx, n.env),
+                    Unlinked::Empty => self.index_remove_at(k, pos),
                     Unlinked::NewHead(h) => self.ix[k].set_at(pos, h),
                     Unlinked::Inner => {}
                 }

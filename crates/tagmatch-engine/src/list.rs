@@ -93,6 +93,11 @@ impl Wide {
     pub(crate) fn set_prev(&mut self, p: u32) {
         self.prev = p;
     }
+    /// Sets `prev` to `p` | its own [`HEAD`] bit.
+    #[inline(always)]
+    pub(crate) fn relink_prev(&mut self, p: u32) {
+        self.prev = p | (self.prev & HEAD);
+    }
 }
 
 /// Four pairs in 24 bytes (see the module documentation).
@@ -148,6 +153,12 @@ impl Packed4 {
         debug_assert!(p < 1 << 24);
         self.lo[k] = (self.lo[k] & 0xFF00_0000) | p;
     }
+    /// Sets `prev` of pair `k` to `p` | its own [`HEAD`] bit.
+    #[inline(always)]
+    pub(crate) fn relink_prev(&mut self, k: usize, p: u32) {
+        debug_assert!(p < 1 << 24);
+        self.lo[k] = (self.lo[k] & (0xFF00_0000 | HEAD)) | p;
+    }
     /// Keeps a 32-bit value in the `prev` word of pair `k` of a node on no list (e.g. a
     /// claim id); the `next` of pair `k` keeps only its upper 16 bits (and the niche).
     pub(crate) fn stash(&mut self, k: usize, v: u32) {
@@ -166,6 +177,8 @@ pub(crate) trait Linked: Generational {
     fn set_next(&mut self, k: usize, n: u32);
     /// Sets `prev` (with its [`HEAD`] bit).
     fn set_prev(&mut self, k: usize, p: u32);
+    /// Sets `prev` to `p`, or-ing in the node's own [`HEAD`] bit.
+    fn relink_prev(&mut self, k: usize, p: u32);
 }
 
 /// What unlinking did to the list.
@@ -231,8 +244,7 @@ pub(crate) fn unlink_detached<T: Linked>(
     s.at_mut(l.prev_idx()).set_next(k, next);
     // The successor keeps its own head mark (it is the head when `idx` was the tail)
     // and inherits `idx`'s (it becomes the head when `idx` was).
-    let own = s.at(next).link(k).prev & HEAD;
-    s.at_mut(next).set_prev(k, l.prev | own);
+    s.at_mut(next).relink_prev(k, l.prev);
     if l.is_head() {
         Unlinked::NewHead(next)
     } else {

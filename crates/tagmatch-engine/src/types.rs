@@ -368,9 +368,10 @@ pub struct Config {
     /// at most, per source, the gaps below its held messages (within the reorder window).
     pub max_bytes: usize,
     /// Budget of entries held by the engine (unexpected + reorder buffer + claimed); see
-    /// [`Config::max_bytes`] for the one exception.
+    /// [`Config::max_bytes`] for the one exception. Capped at [`MAX_ENTRIES`], which the
+    /// exception never passes for stored messages.
     pub max_messages: usize,
-    /// Limit of posted receives.
+    /// Limit of posted receives (capped at [`MAX_ENTRIES`]).
     pub max_posted: usize,
     /// [`Pressure::High`] from this percentage of either budget on.
     pub high_water_percent: u8,
