@@ -1,14 +1,15 @@
 //! The matching engine.
 
 use crate::hash::{map_heap_bytes, FastMap};
-use crate::index::Index;
-use crate::list::{self, Link, Linked, Unlinked};
+use crate::index::{Index, Saturated};
+use crate::list::{self, Link, Linked, Packed4, Unlinked, Wide};
 use crate::slab::{GenSlab, Generational};
 use crate::types::*;
 use core::num::NonZeroU32;
 
-/// Top bit of an index-map value: the list holds posted receives (else unexpected messages).
-const POSTED: u32 = 1 << 31;
+/// Side flag of an index value (bit 23, above the 23-bit slab index): the list holds
+/// posted receives (else unexpected messages).
+const POSTED: u32 = 1 << 23;
 
 /// Index (and list slot) numbers. Unexpected messages are on all four of the first lists;
 /// a posted receive is on exactly one list, chosen by what it asks for.
@@ -73,6 +74,17 @@ const BLOCK_BITS: u32 = 2;
 /// Where a list head sits: its list kind (`K_*`) and its bucket in that index.
 type At = (usize, usize);
 
+/// The hash of the key of a stored entry (index value) of index `k`, for the
+/// index's growth and its rare saturated-distance shifts (see `index`).
+#[inline(always)]
+fn rehasher<'a, R, M>(
+    p: &'a GenSlab<PNode<R>>,
+    u: &'a GenSlab<UNode<M>>,
+    k: usize,
+) -> impl Fn(u32) -> u64 + 'a {
+    move |v| hash_key(k, &proj(k, &key_of(p, u, v)))
+}
+
 /// The envelope-shaped key of an index value (a posted receive or an unexpected message).
 #[inline(always)]
 fn key_of<R, M>(posted: &GenSlab<PNode<R>>, unexp: &GenSlab<UNode<M>>, v: u32) -> Envelope {
@@ -95,7 +107,7 @@ struct PNode<R> {
     seq_kind: u64,
     comm: u32,
     src: u32,
-    link: Link,
+    link: Wide,
     gen: NonZeroU32,
     recv: R,
 }
@@ -112,7 +124,7 @@ impl<R> PNode<R> {
             seq_kind: (seq << SEQ_SHIFT) | ((kind as u64) << 1) | u64::from(src_any),
             comm: key.comm,
             src: key.src,
-            link: Link::default(),
+            link: Wide::default(),
             gen,
             recv,
         }
@@ -190,41 +202,54 @@ impl<M> Generational for UNode<M> {
 }
 
 impl<R> Linked for PNode<R> {
-    #[inline]
+    #[inline(always)]
     fn link(&self, _k: usize) -> Link {
-        self.link
+        self.link.get()
     }
-    #[inline]
-    fn link_mut(&mut self, _k: usize) -> &mut Link {
-        &mut self.link
+    #[inline(always)]
+    fn set_link(&mut self, _k: usize, l: Link) {
+        self.link.set(l)
+    }
+    #[inline(always)]
+    fn set_next(&mut self, _k: usize, n: u32) {
+        self.link.set_next(n)
+    }
+    #[inline(always)]
+    fn set_prev(&mut self, _k: usize, p: u32) {
+        self.link.set_prev(p)
+    }
+    #[inline(always)]
+    fn relink_prev(&mut self, _k: usize, p: u32) {
+        self.link.relink_prev(p)
     }
 }
 
-/// An unexpected (or claimed) message. `len` is `u32` and the head marks live in the
-/// links (see `list`), so the node is 52 bytes + `M` (56 for a `u32` payload, which is
-/// also its slab slot: the links' non-zero `next` words give the slot its vacancy niche);
-/// larger payloads are refused as unexpected (see [`Engine::arrive`]). A claimed message
-/// is on no list; its `links[K_EXACT].next` is [`CLAIMED`] and its `links[K_SRC]` keeps
-/// its claim id, the generation its [`MsgHandle`] is checked against (only claimed
+/// An unexpected (or claimed) message. `len` is `u32`, and the four lists' links are
+/// 23-bit fields with the head marks in them, packed in 24 bytes (see `list::Packed4`), so
+/// the node is 44 bytes + `M` (48 for a `u32` payload, which is also its slab slot: the
+/// links' never-zero upper `next` bits give the slot its vacancy niche); larger payloads
+/// are refused as unexpected (see [`Engine::arrive`]). A claimed message is on no list;
+/// its (comm, src, tag) `next` is [`CLAIMED`] and the `prev` word of its (comm, src) pair
+/// keeps its claim id, the generation its [`MsgHandle`] is checked against (only claimed
 /// messages have handles, so queued ones need no generation word).
 #[derive(Debug)]
 struct UNode<M> {
     env: Envelope,
-    links: [Link; 4],
+    links: Packed4,
     len: u32,
     msg: M,
 }
 
-/// `links[K_EXACT].next` of a claimed message (never a slab index: those are at most
-/// `MAX_ENTRIES - 1` = 2^31 − 3).
-const CLAIMED: u32 = (1 << 31) - 1;
+/// The (comm, src, tag) `next` of a claimed message (never a slab index: those are at
+/// most `MAX_ENTRIES - 1` = `list::MAX_REF` = 2^23 − 2).
+const CLAIMED: u32 = list::MAX_REF + 1;
 
 impl<M> UNode<M> {
     #[inline]
     fn new(env: Envelope, len: u32, msg: M) -> Self {
         UNode {
             env,
-            links: [Link::default(); 4],
+            links: Packed4::default(),
             len,
             msg,
         }
@@ -232,24 +257,36 @@ impl<M> UNode<M> {
 
     #[inline]
     fn is_claimed(&self) -> bool {
-        self.links[K_EXACT].next() == CLAIMED
+        self.links.get(K_EXACT).next == CLAIMED
     }
 
     /// The claim id of a claimed message (the generation of its handle), else `None`.
     #[inline]
     fn claim_id(&self) -> Option<u32> {
-        self.is_claimed().then(|| self.links[K_SRC].stashed())
+        self.is_claimed().then(|| self.links.stashed(K_SRC))
     }
 }
 
 impl<M> Linked for UNode<M> {
-    #[inline]
+    #[inline(always)]
     fn link(&self, k: usize) -> Link {
-        self.links[k]
+        self.links.get(k)
     }
-    #[inline]
-    fn link_mut(&mut self, k: usize) -> &mut Link {
-        &mut self.links[k]
+    #[inline(always)]
+    fn set_link(&mut self, k: usize, l: Link) {
+        self.links.set(k, l)
+    }
+    #[inline(always)]
+    fn set_next(&mut self, k: usize, n: u32) {
+        self.links.set_next(k, n)
+    }
+    #[inline(always)]
+    fn set_prev(&mut self, k: usize, p: u32) {
+        self.links.set_prev(k, p)
+    }
+    #[inline(always)]
+    fn relink_prev(&mut self, k: usize, p: u32) {
+        self.links.relink_prev(k, p)
     }
 }
 
@@ -334,6 +371,8 @@ pub struct Engine<R, M> {
     c: Counters,
     /// Last claim id given by [`Engine::mprobe`].
     claims: u32,
+    /// Ceiling on stored messages (the slab's length): [`MAX_ENTRIES`], lowered by tests.
+    max_stored: usize,
 }
 
 impl<R, M> Default for Engine<R, M> {
@@ -363,6 +402,7 @@ impl<R, M> Engine<R, M> {
             scratch: Vec::new(),
             c: Counters::default(),
             claims: 0,
+            max_stored: MAX_ENTRIES,
         }
     }
 
@@ -379,12 +419,13 @@ impl<R, M> Engine<R, M> {
         let unexpected = unexpected.min(self.cfg.max_messages);
         self.posted.reserve(posted);
         self.unexp.reserve(unexpected);
+        let (p, u) = (&self.posted, &self.unexp);
         for (k, n) in [
             (K_EXACT, posted.max(unexpected)),
             (K_SRC, unexpected),
             (K_TAG, unexpected),
         ] {
-            self.ix[k].reserve(n);
+            self.ix[k].reserve(n, rehasher(p, u, k));
         }
     }
 
@@ -398,9 +439,29 @@ impl<R, M> Engine<R, M> {
     }
 
     /// Removes the entry at `pos` of index `k`.
+    ///
+    /// Each node has at most one entry in an index (a kind's lists are disjoint), so the
+    /// entries the removal shifts belong to other nodes, which are all in their slabs:
+    /// the removed node may already have left its own.
     #[inline]
     fn index_remove_at(&mut self, k: usize, pos: usize) {
-        self.ix[k].remove_at(pos);
+        if let Some(s) = self.ix[k].remove_at(pos) {
+            self.index_resume_remove(k, s);
+        }
+    }
+
+    /// Finishes a removal from index `k` stopped at a saturated distance (see
+    /// [`Index::remove_at`]).
+    #[cold]
+    #[inline(never)]
+    fn index_resume_remove(&mut self, k: usize, s: Saturated) {
+        let (p, u) = (&self.posted, &self.unexp);
+        let rh = rehasher(p, u, k);
+        let mut r = Some(s);
+        while let Some(s) = r {
+            let h = rh(s.value());
+            r = self.ix[k].resume_remove(s, h);
+        }
     }
 
     /// Updates index `k` after node `old` (index value, with its side flag) left the list
@@ -430,6 +491,7 @@ impl<R, M> Engine<R, M> {
             h,
             #[inline(always)]
             |v| proj(k, &key_of(p, u, v)) == key,
+            rehasher(p, u, k),
         ) {
             Ok(pos) => {
                 let head = self.ix[k].value_at(pos);
@@ -452,6 +514,7 @@ impl<R, M> Engine<R, M> {
             h,
             #[inline(always)]
             |v| proj(k, &key_of(p, u, v)) == key,
+            rehasher(p, u, k),
         ) {
             Ok(pos) => {
                 let head = self.ix[k].value_at(pos);
@@ -700,7 +763,7 @@ impl<R, M> Engine<R, M> {
             Some(n) => n,
             None => unreachable!("engine invariant: receive slot {idx} is occupied"),
         };
-        match list::unlink_detached(&mut self.posted, k, idx, n.link) {
+        match list::unlink_detached(&mut self.posted, k, idx, n.link.get()) {
             Unlinked::Empty => self.index_remove_at(k, pos),
             Unlinked::NewHead(h) => self.ix[k].set_at(pos, h | POSTED),
             Unlinked::Inner => {}
@@ -843,6 +906,7 @@ impl<R, M> Engine<R, M> {
             h,
             #[inline(always)]
             |v| proj(k, &key_of(p, u, v)) == key,
+            rehasher(p, u, k),
         );
         let (found, n) = match pos {
             Ok(pos) if self.ix[k].value_at(pos) & POSTED == 0 => {
@@ -852,7 +916,7 @@ impl<R, M> Engine<R, M> {
                     Some(n) => n,
                     None => unreachable!("engine invariant: message slot {idx} is occupied"),
                 };
-                match list::unlink_detached(&mut self.unexp, k, idx, n.links[K]) {
+                match list::unlink_detached(&mut self.unexp, k, idx, n.links.get(K)) {
                     Unlinked::Empty => self.index_remove_at(k, pos),
                     Unlinked::NewHead(h) => self.ix[k].set_at(pos, h),
                     Unlinked::Inner => {}
@@ -888,16 +952,16 @@ impl<R, M> Engine<R, M> {
         self.c.hits += 1;
         let env = n.env;
         if K != K_EXACT {
-            self.unlink_detached_from::<K_EXACT>(found, &env, n.links[K_EXACT]);
+            self.unlink_detached_from::<K_EXACT>(found, &env, n.links.get(K_EXACT));
         }
         if K != K_SRC {
-            self.unlink_detached_from::<K_SRC>(found, &env, n.links[K_SRC]);
+            self.unlink_detached_from::<K_SRC>(found, &env, n.links.get(K_SRC));
         }
         if K != K_TAG {
-            self.unlink_detached_from::<K_TAG>(found, &env, n.links[K_TAG]);
+            self.unlink_detached_from::<K_TAG>(found, &env, n.links.get(K_TAG));
         }
         if K != K_COMM {
-            self.unlink_detached_from::<K_COMM>(found, &env, n.links[K_COMM]);
+            self.unlink_detached_from::<K_COMM>(found, &env, n.links.get(K_COMM));
         }
         self.c.bytes_held -= self.take_held_bytes(found, n.len);
         Ok(Posted::Matched(Match {
@@ -913,7 +977,8 @@ impl<R, M> Engine<R, M> {
     /// sequence state of [`Engine::deliver`]; use one or the other for a given source.
     ///
     /// The earliest-posted matching receive is taken; otherwise the message is stored as
-    /// unexpected, which is refused with [`RejectReason::Backpressure`] when a budget is
+    /// unexpected, which is refused with [`RejectReason::Backpressure`] when a budget (or
+    /// [`MAX_ENTRIES`]) is
     /// exhausted or `len > u32::MAX`. O(1) unless general-mask receives are posted on the
     /// communicator.
     #[inline]
@@ -985,7 +1050,7 @@ impl<R, M> Engine<R, M> {
         }
         self.c.misses += 1;
         // matching-notes §3.1/§3.3: exact-size storage under a budget, explicit overflow.
-        if check_budget && !self.fits(len, held) {
+        if (check_budget && !self.fits(len, held)) || self.unexp.len() >= self.max_stored {
             self.c.rejected_backpressure += 1;
             return Err(Rejected {
                 reason: RejectReason::Backpressure,
@@ -1016,6 +1081,7 @@ impl<R, M> Engine<R, M> {
             h,
             #[inline(always)]
             |v| key_of(p, u, v) == env,
+            rehasher(p, u, K_EXACT),
         );
         match pos {
             Ok(pos) if self.ix[K_EXACT].value_at(pos) & POSTED != 0 => {
@@ -1024,7 +1090,7 @@ impl<R, M> Engine<R, M> {
                     Some(n) => n,
                     None => unreachable!("engine invariant: receive slot {idx} is occupied"),
                 };
-                match list::unlink_detached(&mut self.posted, K_EXACT, idx, n.link) {
+                match list::unlink_detached(&mut self.posted, K_EXACT, idx, n.link.get()) {
                     Unlinked::Empty => self.index_remove_at(K_EXACT, pos),
                     Unlinked::NewHead(h) => self.ix[K_EXACT].set_at(pos, h | POSTED),
                     Unlinked::Inner => {}
@@ -1040,7 +1106,7 @@ impl<R, M> Engine<R, M> {
                     len,
                 }))
             }
-            _ if check_budget && !self.fits(len, held) => {
+            _ if (check_budget && !self.fits(len, held)) || self.unexp.len() >= self.max_stored => {
                 self.c.misses += 1;
                 self.c.rejected_backpressure += 1;
                 Err(Rejected {
@@ -1099,7 +1165,8 @@ impl<R, M> Engine<R, M> {
     /// returned). Otherwise it is rejected: [`RejectReason::WindowOverflow`] (too far
     /// ahead), [`RejectReason::Stale`] (behind: already processed),
     /// [`RejectReason::Duplicate`] (already held) or [`RejectReason::Backpressure`]
-    /// (budget). A rejected message leaves the engine unchanged.
+    /// (budget, or [`MAX_ENTRIES`] stored messages, which also bounds the admission of
+    /// the next message over the budget). A rejected message leaves the engine unchanged.
     pub fn deliver(
         &mut self,
         env: Envelope,
@@ -1164,9 +1231,11 @@ impl<R, M> Engine<R, M> {
     /// otherwise it is held (0 is returned) and its [`Ordered::Control`] is reported by
     /// the [`Engine::deliver_held`] or `deliver_control` call that reaches it. Returns
     /// the number of events passed to `sink`. A held control takes a reorder slot but no
-    /// byte or message budget, so it is never refused for backpressure; errors are
+    /// byte or message budget, so it is refused for backpressure only in one case: when
+    /// it is the next in order and storing the held messages it would release would pass
+    /// [`MAX_ENTRIES`] stored messages (as for [`Engine::deliver`]). Other errors are
     /// [`RejectReason::Stale`], [`RejectReason::WindowOverflow`] and
-    /// [`RejectReason::Duplicate`], leaving the engine unchanged.
+    /// [`RejectReason::Duplicate`]; every error leaves the engine unchanged.
     ///
     /// A source with held controls must be driven with `deliver_held` (or
     /// `deliver_control`): [`Engine::deliver`] has no way to report a control turn and
@@ -1210,6 +1279,12 @@ impl<R, M> Engine<R, M> {
             // the overshoot is at most, per source, the gaps below its held messages.
             // Otherwise the budget applies.
             let check_budget = peer.occupied == 0;
+            // The hard ceiling (`MAX_ENTRIES`) is never passed: this item and every held
+            // successor it releases must fit in the message slab.
+            if !check_budget && self.unexp.len() + 1 + peer.occupied > self.max_stored {
+                self.c.rejected_backpressure += 1;
+                return Err((RejectReason::Backpressure, item));
+            }
             match item {
                 Item::Msg {
                     env,
@@ -1366,8 +1441,8 @@ impl<R, M> Engine<R, M> {
         };
         let gen = self.claims;
         let n = self.unexp.at_mut(idx);
-        n.links[K_EXACT].set_next(CLAIMED);
-        n.links[K_SRC] = Link::stash(gen);
+        n.links.set_next(K_EXACT, CLAIMED);
+        n.links.stash(K_SRC, gen);
         self.c.claimed_depth += 1;
         Some(Claimed {
             handle: MsgHandle { idx, gen },
@@ -1648,10 +1723,64 @@ mod tests {
     use super::*;
 
     /// The slab slot sizes the memory figures rest on: a posted receive with a `u32`
-    /// context in 40 bytes, an unexpected message with a `u32` payload in 56.
+    /// context in 40 bytes, an unexpected message with a `u32` payload in 48.
     #[test]
     fn slots_stay_small() {
-        assert_eq!(Engine::<u32, u32>::slot_sizes(), (40, 56));
+        assert_eq!(Engine::<u32, u32>::slot_sizes(), (40, 48));
+    }
+
+    /// The ceiling on stored messages (`MAX_ENTRIES`, lowered here to 4) refuses an
+    /// arrival with a typed error, including the in-order admission over the budget that
+    /// would release held messages past it, and leaves the engine unchanged.
+    #[test]
+    fn the_stored_message_ceiling_refuses_with_backpressure() {
+        assert_eq!(
+            Engine::<u32, u32>::new(Config::default().max_messages(usize::MAX))
+                .config()
+                .max_messages,
+            MAX_ENTRIES
+        );
+        assert_eq!(MAX_ENTRIES - 1, list::MAX_REF as usize);
+        let mut e: Engine<u32, u32> = Engine::new(Config::default().reorder_window(16));
+        e.max_stored = 4;
+        for t in 0..3 {
+            assert!(e.arrive(Envelope::new(0, 1, t), 0, t as u32).is_ok());
+        }
+        // Source 2: seq 1 and 2 held; seq 0 would store 3 messages, two past the ceiling.
+        for s in [1, 2] {
+            let r = e.deliver(Envelope::new(0, 2, 10 + u64::from(s)), s, 0, s, |_| {});
+            assert_eq!(r.ok(), Some(0));
+        }
+        let r = e.deliver(Envelope::new(0, 2, 10), 0, 0, 0, |_| panic!("nothing runs"));
+        assert_eq!(r.map_err(|r| r.reason), Err(RejectReason::Backpressure));
+        let r = e.deliver_control(2, 0, |_| panic!("nothing runs"));
+        assert_eq!(r, Err(RejectReason::Backpressure));
+        assert_eq!(e.counters().unexpected_depth, 3);
+        assert_eq!(e.counters().reorder_depth, 2);
+        // The fourth plain arrival fits, the fifth does not.
+        assert!(e.arrive(Envelope::new(0, 1, 3), 0, 3).is_ok());
+        let r = e.arrive(Envelope::new(0, 1, 4), 0, 4);
+        assert_eq!(r.map_err(|r| r.reason), Err(RejectReason::Backpressure));
+        // Also through the merge path (a wildcard receive posted elsewhere).
+        assert!(matches!(
+            e.post(RecvSpec::new(9, None, None), 0),
+            Ok(Posted::Pending(_))
+        ));
+        let r = e.arrive(Envelope::new(0, 1, 4), 0, 4);
+        assert_eq!(r.map_err(|r| r.reason), Err(RejectReason::Backpressure));
+        // Receiving three frees room: the held pair is then released in order.
+        for t in 0..3 {
+            assert!(matches!(
+                e.post(RecvSpec::exact(0, 1, t), 0),
+                Ok(Posted::Matched(_))
+            ));
+        }
+        let mut n = 0;
+        let r = e.deliver(Envelope::new(0, 2, 10), 0, 0, 0, |_| n += 1);
+        assert_eq!(r.ok(), Some(3));
+        assert_eq!(n, 3);
+        assert_eq!(e.counters().unexpected_depth, 4);
+        assert_eq!(e.counters().reorder_depth, 0);
     }
 
     /// The key hash spreads the tags of every (comm, src), including the one whose

@@ -42,11 +42,19 @@
 //! (comm, src), (comm, tag) and (comm) — so the earliest match for each receive kind is a
 //! list head. Each posted receive sits on the one FIFO of its kind; an arrival looks at
 //! (at most) four list heads and takes the lowest posting sequence number. The lists are
-//! intrusive, doubly linked through `u32` slab indices, and their heads live in
-//! open-addressing hash indexes of 8-byte buckets whose keys are read from the nodes. A
-//! posted receive and an unexpected message with the same key never coexist (one would
+//! intrusive, doubly linked through 23-bit slab indices (a message's eight links pack
+//! into 24 bytes), and their heads live in open-addressing hash indexes of 4-byte buckets
+//! (reference, distance from home, hash fingerprint) whose keys are read from the nodes.
+//! A posted receive and an unexpected message with the same key never coexist (one would
 //! have matched the other), so each key has one list. Nothing is allocated per operation
 //! once the slabs and indexes have grown to the working depth ([`Engine::reserve`]).
+//!
+//! # Limits
+//!
+//! At most [`MAX_ENTRIES`] (2^23 − 1) posted receives and as many stored messages
+//! (unexpected and claimed): [`Config::max_posted`] and [`Config::max_messages`] are
+//! capped at it, and at it a post is refused with [`PostRejected`] and an arrival with
+//! [`RejectReason::Backpressure`] (typed errors, engine unchanged).
 //!
 //! # Handles
 //!

@@ -65,7 +65,7 @@ impl<T: Generational> GenSlab<T> {
     }
 
     /// Inserts the entry `make` builds with its generation; returns (index, generation).
-    /// The caller keeps `len` below 2^31.
+    /// The caller keeps `len` at most `MAX_ENTRIES` (indices fit the 23-bit links).
     #[inline]
     pub(crate) fn insert(&mut self, make: impl FnOnce(NonZeroU32) -> T) -> (u32, u32) {
         self.len += 1;

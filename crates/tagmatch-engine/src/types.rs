@@ -368,9 +368,10 @@ pub struct Config {
     /// at most, per source, the gaps below its held messages (within the reorder window).
     pub max_bytes: usize,
     /// Budget of entries held by the engine (unexpected + reorder buffer + claimed); see
-    /// [`Config::max_bytes`] for the one exception.
+    /// [`Config::max_bytes`] for the one exception. Capped at [`MAX_ENTRIES`], which the
+    /// exception never passes for stored messages.
     pub max_messages: usize,
-    /// Limit of posted receives.
+    /// Limit of posted receives (capped at [`MAX_ENTRIES`]).
     pub max_posted: usize,
     /// [`Pressure::High`] from this percentage of either budget on.
     pub high_water_percent: u8,
@@ -379,8 +380,15 @@ pub struct Config {
     pub initial_seq: u32,
 }
 
-/// Hard ceiling on slab indices (top bit of a queue head is a side flag).
-pub(crate) const MAX_ENTRIES: usize = (1 << 31) - 2;
+/// Hard ceiling on the posted receives and on the stored (unexpected and claimed) messages
+/// of one engine: 2^23 − 1 = 8,388,607 each. Slab indices are 23-bit fields in the list
+/// links and index buckets (so that a message's four list links take 24 bytes instead of
+/// 32 and an index bucket 4 bytes instead of 8). [`Config::max_messages`] and
+/// [`Config::max_posted`] are capped at it; at it, a post is refused with
+/// [`PostRejected`] and an arrival that would be stored with
+/// [`RejectReason::Backpressure`] (also when the admission of a source's next message
+/// over [`Config::max_messages`] would pass it).
+pub const MAX_ENTRIES: usize = (1 << 23) - 1;
 
 impl Default for Config {
     fn default() -> Self {
@@ -406,12 +414,12 @@ impl Config {
         self.max_bytes = b;
         self
     }
-    /// Sets [`Config::max_messages`] (capped at 2^31 − 2).
+    /// Sets [`Config::max_messages`] (capped at [`MAX_ENTRIES`]).
     pub fn max_messages(mut self, n: usize) -> Self {
         self.max_messages = n;
         self
     }
-    /// Sets [`Config::max_posted`] (capped at 2^31 − 2).
+    /// Sets [`Config::max_posted`] (capped at [`MAX_ENTRIES`]).
     pub fn max_posted(mut self, n: usize) -> Self {
         self.max_posted = n;
         self
