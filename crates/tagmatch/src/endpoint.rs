@@ -1091,7 +1091,16 @@ impl Endpoint {
         }
     }
 
-    /// Counts a sleep of an idle in-process endpoint (a wait, or a pending future).
+    /// A UDP endpoint with nothing to do: has its device wake `waker` when a datagram
+    /// arrives or a timer is due (`false`: not armed, the caller polls again).
+    pub(crate) fn wake_when_ready(&mut self, waker: &std::task::Waker) -> Result<bool> {
+        match self.node.device_mut() {
+            Device::Udp(d) => d.wake_when_ready(waker).map_err(Error::io("progress")),
+            _ => Ok(false),
+        }
+    }
+
+    /// Counts a sleep of an idle endpoint (a wait, or a pending future).
     pub(crate) fn note_idle_sleep(&mut self) {
         self.counters.idle_sleeps += 1;
     }

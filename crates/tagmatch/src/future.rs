@@ -14,9 +14,12 @@ use crate::{Completion, Endpoint, Request, Result};
 /// - in-process endpoints (`mem`) register the task's waker with the endpoint's doorbell
 ///   when there is nothing to do, and peers wake it when they hand the endpoint a packet
 ///   or a fast-path message (`tagmatch_transport::bell`): a pending task costs nothing;
-/// - on UDP and verbs there is no readiness source an executor could register yet, so a
-///   pending poll wakes its own task again at once: the task behaves like a busy-polling
-///   `ucp_worker_progress` loop that yields to other tasks between polls.
+/// - UDP endpoints arm their device's watcher (`tagmatch_transport::udp::watch`): a thread
+///   blocked in `poll(2)` on the socket wakes the task when a datagram arrives or the next
+///   retransmission or delayed-ACK timer is due;
+/// - on verbs, and whenever a device already has work queued, a pending poll wakes its own
+///   task again at once: the task behaves like a busy-polling `ucp_worker_progress` loop
+///   that yields to other tasks between polls.
 #[derive(Debug)]
 #[must_use = "futures do nothing unless polled"]
 pub struct CompletionFuture<'a> {
@@ -46,6 +49,14 @@ impl Future for CompletionFuture<'_> {
                 this.ep.note_idle_sleep();
                 return Poll::Pending;
             }
+        }
+        match this.ep.wake_when_ready(cx.waker()) {
+            Ok(true) => {
+                this.ep.note_idle_sleep();
+                return Poll::Pending;
+            }
+            Ok(false) => {}
+            Err(e) => return Poll::Ready(Err(e)),
         }
         cx.waker().wake_by_ref();
         Poll::Pending

@@ -527,11 +527,13 @@ fn an_in_process_wait_sleeps_until_a_peer_hands_it_something() {
     }
 }
 
-/// An in-process future with nothing to do registers its task's waker with the endpoint's
-/// doorbell instead of waking itself at once: a `block_on` that parks between polls polls
-/// a handful of times while a peer thread sends 300 ms later (fast path on and off).
+/// A future with nothing to do has something else wake its task instead of waking itself
+/// at once — in-process the endpoint's doorbell, over UDP the device's `poll(2)` thread: a
+/// `block_on` that parks between polls polls a handful of times while a peer thread sends
+/// 300 ms later (in-process with the fast path on and off, and over UDP, where the
+/// receiver's delayed ACK and the sender's retransmission timers run through it too).
 #[test]
-fn a_pending_in_process_future_is_woken_by_its_peer() {
+fn a_pending_future_is_woken_by_its_peer() {
     use std::future::Future;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
@@ -543,20 +545,39 @@ fn a_pending_in_process_future_is_woken_by_its_peer() {
             self.0.unpark();
         }
     }
-    for fast in [true, false] {
+    for (udp, fast) in [(false, true), (false, false), (true, false)] {
         let f = MemFabric::new();
-        let mut a = Endpoint::builder().mem(&f).fast_path(fast).build().unwrap();
-        let mut b = Endpoint::builder().mem(&f).fast_path(fast).build().unwrap();
+        let mk = || {
+            let b = Endpoint::builder();
+            if udp {
+                b.udp("127.0.0.1:0".parse().unwrap()).build().unwrap()
+            } else {
+                b.mem(&f).fast_path(fast).build().unwrap()
+            }
+        };
+        let (mut a, mut b) = (mk(), mk());
         let ab = a.insert_peer(&b.address()).unwrap();
         let ba = b.insert_peer(&a.address()).unwrap();
         let r = b.trecv(ba, 1, 8).unwrap();
         let s = a.tsend(ab, 1, vec![1; 8]).unwrap();
-        b.wait_with(r, &mut [&mut a]).unwrap();
-        a.wait(s).unwrap();
+        if udp {
+            let t = std::thread::spawn(move || {
+                a.wait(s).unwrap();
+                a
+            });
+            b.wait(r).unwrap();
+            a = t.join().unwrap();
+            b.flush(Duration::from_secs(5)).unwrap();
+        } else {
+            b.wait_with(r, &mut [&mut a]).unwrap();
+            a.wait(s).unwrap();
+        }
         let sender = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(300));
             let s = a.tsend(ab, 2, vec![2; 8]).unwrap();
-            a.wait(s).unwrap();
+            if let Err(e) = a.wait(s) {
+                panic!("udp {udp} fast {fast}: {e}\n{}", a.stats());
+            }
             a
         });
         let r = b.trecv(ba, 2, 8).unwrap();
@@ -580,8 +601,13 @@ fn a_pending_in_process_future_is_woken_by_its_peer() {
         drop(fut);
         assert_eq!(c.data, vec![2; 8]);
         // A future that wakes itself at once is polled hundreds of thousands of times here.
-        assert!(polls < 50, "fast {fast}: {polls} polls");
+        assert!(polls < 50, "udp {udp} fast {fast}: {polls} polls");
         assert!(b.stats().facade.idle_sleeps > 0);
+        // The sender's send completes when b acknowledges it (over UDP, after b's delayed
+        // ACK): b keeps progressing until then.
+        while !sender.is_finished() {
+            b.progress_timeout(Duration::from_millis(5)).unwrap();
+        }
         let _a = sender.join().unwrap();
     }
 }

@@ -70,6 +70,7 @@
 pub mod frame;
 pub mod shim;
 pub mod sock;
+pub mod watch;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io;
@@ -440,9 +441,40 @@ pub struct UdpDevice {
     /// `progress` (until then they are no work, see `busy` there).
     rnr_retry: bool,
     stats: UdpStats,
+    /// The readiness thread of an asynchronous owner (see [`UdpDevice::wake_when_ready`]).
+    watch: Option<watch::Watcher>,
 }
 
 impl UdpDevice {
+    /// For an asynchronous owner that found nothing to do: wakes `waker` once, when the
+    /// socket is readable or the device's next timer (a retransmission, a delayed ACK) is
+    /// due, from a thread blocked in `poll(2)` (see [`watch`]). Returns `false` without
+    /// arming when the device has work already (events, queued retries, packets held for
+    /// redelivery) or cannot tell (the fault shim holds datagrams in user space): the owner
+    /// then progresses again at once.
+    pub fn wake_when_ready(&mut self, waker: &std::task::Waker) -> io::Result<bool> {
+        let busy = !self.events.is_empty()
+            || !self.again.is_empty()
+            || !self.txq.is_empty()
+            || self.shim.is_some()
+            || (self.rnr_retry && self.conns.values().any(|c| !c.held.is_empty()));
+        if busy {
+            return Ok(false);
+        }
+        if self.watch.is_none() {
+            self.watch = Some(watch::Watcher::start(self.sock.duplicate()?)?);
+        }
+        if let Some(w) = &self.watch {
+            w.arm(waker, self.next_deadline());
+        }
+        Ok(true)
+    }
+
+    /// Tasks woken by [`UdpDevice::wake_when_ready`]'s thread so far.
+    pub fn ready_wakes(&self) -> u64 {
+        self.watch.as_ref().map_or(0, watch::Watcher::wakes)
+    }
+
     /// Binds a device.
     pub fn bind(cfg: UdpConfig) -> io::Result<UdpDevice> {
         let mut cfg = cfg;
@@ -490,6 +522,7 @@ impl UdpDevice {
             rx_narrow: false,
             rnr_retry: false,
             stats: UdpStats::default(),
+            watch: None,
             cfg,
         })
     }

@@ -50,6 +50,12 @@ fn to_io(e: nix::Error) -> io::Error {
 }
 
 impl Sock {
+    /// A duplicate of the socket's descriptor (same socket), for a thread that only polls
+    /// it (see [`super::watch`]).
+    pub fn duplicate(&self) -> io::Result<std::os::fd::OwnedFd> {
+        Ok(self.sock.try_clone()?.into())
+    }
+
     /// Binds `addr`, non-blocking.
     pub fn bind(addr: SocketAddr) -> io::Result<Sock> {
         let sock = UdpSocket::bind(addr)?;

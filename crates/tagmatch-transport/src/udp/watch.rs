@@ -1,0 +1,182 @@
+//! Readiness for asynchronous owners of a UDP device, runtime-agnostic.
+//!
+//! An executor cannot be handed the device's socket without tying the crate to one runtime
+//! (tokio, async-io, …). Instead, an owner whose future found nothing to do *arms* the
+//! device's watcher with the task's waker and the device's next timer deadline
+//! (retransmission, delayed ACK). A thread (one per device, started on first use) blocks
+//! in `poll(2)` on a duplicate of the socket until it is readable or the deadline passes,
+//! then wakes the task once. `poll` is level-triggered, so a datagram that arrived between
+//! the owner's last receive and the arming is seen at once: no wake-up is lost.
+//!
+//! The thread sleeps on a condition variable while nothing is armed and ends within
+//! [`STOP_LATENCY`] of the device being dropped.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::task::Waker;
+use std::time::{Duration, Instant};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+
+/// Longest single `poll(2)` of the watcher thread, so that it notices a dropped device.
+pub const STOP_LATENCY: Duration = Duration::from_millis(100);
+
+#[derive(Debug, Default)]
+struct State {
+    waker: Option<Waker>,
+    deadline: Option<Instant>,
+    stop: bool,
+    /// Tasks woken so far (for tests and statistics).
+    wakes: u64,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    state: Mutex<State>,
+    cv: Condvar,
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct Watcher {
+    shared: Arc<Shared>,
+}
+
+impl Watcher {
+    /// Starts the thread watching `fd` (a duplicate of the device's socket).
+    pub(crate) fn start(fd: OwnedFd) -> std::io::Result<Watcher> {
+        let shared = Arc::new(Shared::default());
+        let s = shared.clone();
+        std::thread::Builder::new()
+            .name("tagmatch-udp-watch".into())
+            .spawn(move || run(&s, &fd))?;
+        Ok(Watcher { shared })
+    }
+
+    /// Wakes `waker` once, when the socket is readable or `deadline` passes (replacing
+    /// whatever was armed before).
+    pub(crate) fn arm(&self, waker: &Waker, deadline: Option<Instant>) {
+        let mut st = lock(&self.shared.state);
+        match &mut st.waker {
+            Some(w) if w.will_wake(waker) => {}
+            w => *w = Some(waker.clone()),
+        }
+        st.deadline = deadline;
+        self.shared.cv.notify_one();
+    }
+
+    /// Tasks the watcher woke so far.
+    pub fn wakes(&self) -> u64 {
+        lock(&self.shared.state).wakes
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        lock(&self.shared.state).stop = true;
+        self.shared.cv.notify_one();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn run(shared: &Shared, fd: &OwnedFd) {
+    loop {
+        // Wait until something is armed (or the device went).
+        let deadline = {
+            let mut st = lock(&shared.state);
+            loop {
+                if st.stop {
+                    return;
+                }
+                if st.waker.is_some() {
+                    break st.deadline;
+                }
+                st = shared.cv.wait(st).unwrap_or_else(PoisonError::into_inner);
+            }
+        };
+        let now = Instant::now();
+        let due = deadline.is_some_and(|d| d <= now);
+        let readable = due || {
+            let wait = deadline.map_or(STOP_LATENCY, |d| (d - now).min(STOP_LATENCY));
+            // Rounded up to the next millisecond, so a deadline is never polled early in a
+            // loop of zero-length polls.
+            let ms = u16::try_from(wait.as_micros().div_ceil(1000)).unwrap_or(u16::MAX);
+            let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, PollTimeout::from(ms)) {
+                Ok(n) => n > 0 || deadline.is_some_and(|d| d <= Instant::now()),
+                // EINTR and the like: look again (an error that persists, e.g. a closed
+                // descriptor, wakes the task so its own receive reports it).
+                Err(nix::errno::Errno::EINTR) => false,
+                Err(_) => true,
+            }
+        };
+        if readable {
+            let w = {
+                let mut st = lock(&shared.state);
+                st.wakes += 1;
+                st.waker.take()
+            };
+            if let Some(w) = w {
+                w.wake();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::UdpSocket;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::Wake;
+
+    struct Count(AtomicUsize);
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn wait_for(n: &Count, want: usize) -> bool {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(10) {
+            if n.0.load(Ordering::SeqCst) >= want {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        false
+    }
+
+    #[test]
+    fn wakes_on_a_datagram_and_on_a_deadline_once_each() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let w = Watcher::start(rx.try_clone().unwrap().into()).unwrap();
+        let n = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(n.clone());
+        // Nothing readable, no deadline: no wake-up.
+        w.arm(&waker, None);
+        std::thread::sleep(Duration::from_millis(150));
+        assert_eq!(n.0.load(Ordering::SeqCst), 0);
+        // A datagram: woken once (then disarmed, although the socket stays readable).
+        tx.send_to(b"x", rx.local_addr().unwrap()).unwrap();
+        assert!(wait_for(&n, 1));
+        std::thread::sleep(Duration::from_millis(150));
+        assert_eq!(n.0.load(Ordering::SeqCst), 1);
+        // Armed again while readable: at once.
+        w.arm(&waker, None);
+        assert!(wait_for(&n, 2));
+        let mut buf = [0u8; 8];
+        rx.recv(&mut buf).unwrap();
+        // A deadline 50 ms ahead: woken after it.
+        let t = Instant::now();
+        w.arm(&waker, Some(t + Duration::from_millis(50)));
+        assert!(wait_for(&n, 3));
+        assert!(t.elapsed() >= Duration::from_millis(50));
+        assert_eq!(w.wakes(), 3);
+    }
+}
