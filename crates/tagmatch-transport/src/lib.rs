@@ -54,6 +54,7 @@ pub mod soft_rdma;
 pub mod udp;
 #[cfg(feature = "verbs")]
 pub mod verbs;
+pub mod watch;
 
 pub use addr::UdpAddr;
 pub use device::{DeviceEvent, MemoryAccess, RcTmDevice, RdmDevice};

@@ -1091,12 +1091,15 @@ impl Endpoint {
         }
     }
 
-    /// A UDP endpoint with nothing to do: has its device wake `waker` when a datagram
-    /// arrives or a timer is due (`false`: not armed, the caller polls again).
+    /// A UDP or verbs endpoint with nothing to do: has its device wake `waker` when a
+    /// datagram or completion arrives or a timer is due (`false`: not armed, the caller
+    /// polls again).
     pub(crate) fn wake_when_ready(&mut self, waker: &std::task::Waker) -> Result<bool> {
         match self.node.device_mut() {
             Device::Udp(d) => d.wake_when_ready(waker).map_err(Error::io("progress")),
-            _ => Ok(false),
+            #[cfg(feature = "verbs")]
+            Device::Verbs(d) => d.wake_when_ready(waker).map_err(Error::io("progress")),
+            Device::Mem(_) => Ok(false),
         }
     }
 

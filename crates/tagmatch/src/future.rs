@@ -14,12 +14,12 @@ use crate::{Completion, Endpoint, Request, Result};
 /// - in-process endpoints (`mem`) register the task's waker with the endpoint's doorbell
 ///   when there is nothing to do, and peers wake it when they hand the endpoint a packet
 ///   or a fast-path message (`tagmatch_transport::bell`): a pending task costs nothing;
-/// - UDP endpoints arm their device's watcher (`tagmatch_transport::udp::watch`): a thread
-///   blocked in `poll(2)` on the socket wakes the task when a datagram arrives or the next
-///   retransmission or delayed-ACK timer is due;
-/// - on verbs, and whenever a device already has work queued, a pending poll wakes its own
-///   task again at once: the task behaves like a busy-polling `ucp_worker_progress` loop
-///   that yields to other tasks between polls.
+/// - UDP and verbs endpoints arm their device's watcher (`tagmatch_transport::watch`): a
+///   thread blocked in `poll(2)` on the socket or the completion channel wakes the task
+///   when a datagram or completion arrives or the next retransmission, delayed-ACK or
+///   connection timer is due;
+/// - whenever a device already has work queued, a pending poll wakes its own task again at
+///   once (it progresses at the next poll).
 #[derive(Debug)]
 #[must_use = "futures do nothing unless polled"]
 pub struct CompletionFuture<'a> {

@@ -242,3 +242,60 @@ fn an_endpoint_sends_to_itself() {
     assert_eq!(verbs_stats(&a).connects, 0, "no connection to itself");
     assert!(a.flush(Duration::from_secs(10)).unwrap());
 }
+
+/// A pending future on a verbs endpoint arms the device's watcher (the CQ armed, a thread
+/// in `poll(2)` on the completion channel) instead of waking itself at once: a parking
+/// `block_on` polls a handful of times while a peer thread sends 300 ms later.
+#[test]
+fn a_pending_future_is_woken_by_a_completion() {
+    use std::future::Future;
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let test = "a_pending_future_is_woken_by_a_completion";
+    let Some(mut a) = endpoint(test, RdmConfig::default()) else {
+        return;
+    };
+    let Some(mut b) = endpoint(test, RdmConfig::default()) else {
+        return;
+    };
+    let pb = a.insert_peer(&b.address()).unwrap();
+    let pa = b.insert_peer(&a.address()).unwrap();
+    // Connect first, so no connection timer wakes the task.
+    let r = a.trecv(pb, TagMatch::exact(1), 8).unwrap();
+    let s = b.tsend(pa, 1, b"hello".to_vec()).unwrap();
+    a.wait_with(r, &mut [&mut b]).unwrap();
+    b.wait_with(s, &mut [&mut a]).unwrap();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        let s = b.tsend(pa, 2, vec![7; 8]).unwrap();
+        b.wait(s).unwrap();
+        b
+    });
+    let r = a.trecv(pb, TagMatch::exact(2), 8).unwrap();
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = Box::pin(a.completion(r));
+    let start = std::time::Instant::now();
+    let mut polls = 0u32;
+    let c = loop {
+        polls += 1;
+        if let Poll::Ready(c) = fut.as_mut().poll(&mut cx) {
+            break c.unwrap();
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "never woken");
+        std::thread::park_timeout(Duration::from_secs(1));
+    };
+    drop(fut);
+    assert_eq!(c.data, vec![7; 8]);
+    // A future that wakes itself at once is polled thousands of times in 300 ms.
+    assert!(polls < 50, "{polls} polls");
+    let mut b = t.join().unwrap();
+    assert!(a.flush(Duration::from_secs(10)).unwrap());
+    assert!(b.flush(Duration::from_secs(10)).unwrap());
+}

@@ -70,7 +70,6 @@
 pub mod frame;
 pub mod shim;
 pub mod sock;
-pub mod watch;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io;
@@ -442,13 +441,13 @@ pub struct UdpDevice {
     rnr_retry: bool,
     stats: UdpStats,
     /// The readiness thread of an asynchronous owner (see [`UdpDevice::wake_when_ready`]).
-    watch: Option<watch::Watcher>,
+    watch: Option<crate::watch::Watcher>,
 }
 
 impl UdpDevice {
     /// For an asynchronous owner that found nothing to do: wakes `waker` once, when the
     /// socket is readable or the device's next timer (a retransmission, a delayed ACK) is
-    /// due, from a thread blocked in `poll(2)` (see [`watch`]). Returns `false` without
+    /// due, from a thread blocked in `poll(2)` (see [`crate::watch`]). Returns `false` without
     /// arming when the device has work already (events, queued retries, packets held for
     /// redelivery) or cannot tell (the fault shim holds datagrams in user space): the owner
     /// then progresses again at once.
@@ -462,7 +461,7 @@ impl UdpDevice {
             return Ok(false);
         }
         if self.watch.is_none() {
-            self.watch = Some(watch::Watcher::start(self.sock.duplicate()?)?);
+            self.watch = Some(crate::watch::Watcher::start(self.sock.duplicate()?)?);
         }
         if let Some(w) = &self.watch {
             w.arm(waker, self.next_deadline());
@@ -472,7 +471,7 @@ impl UdpDevice {
 
     /// Tasks woken by [`UdpDevice::wake_when_ready`]'s thread so far.
     pub fn ready_wakes(&self) -> u64 {
-        self.watch.as_ref().map_or(0, watch::Watcher::wakes)
+        self.watch.as_ref().map_or(0, crate::watch::Watcher::wakes)
     }
 
     /// Binds a device.

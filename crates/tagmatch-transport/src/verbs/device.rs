@@ -1498,6 +1498,15 @@ impl CompChannel {
         unsafe { (*self.inner.ch.as_ptr()).fd }
     }
 
+    /// A duplicate of the channel's descriptor, for a thread that only polls it (see
+    /// [`crate::watch`]); the events are still taken through this channel.
+    pub fn duplicate_fd(&self) -> std::io::Result<std::os::fd::OwnedFd> {
+        // SAFETY: the fd belongs to the live channel and stays open for this call; the
+        // duplicate is an independent descriptor of the same file.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd()) };
+        fd.try_clone_to_owned()
+    }
+
     /// Waits at most `timeout` (`None`: without limit) for the channel's fd to become
     /// readable, then takes and acknowledges the pending event, if any. Returns whether
     /// there was one. `EINTR` counts as no event.

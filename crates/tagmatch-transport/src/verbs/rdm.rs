@@ -248,6 +248,9 @@ pub struct VerbsRdmDevice {
     next_addr: u64,
     psn_seed: u32,
     stats: RdmStats,
+    /// The readiness thread of an asynchronous owner (see
+    /// [`VerbsRdmDevice::wake_when_ready`]).
+    watch: Option<crate::watch::Watcher>,
 }
 
 // SAFETY: every verbs object of the device (context, PD, CQ, SRQ, QPs, MRs, AHs, and the
@@ -281,6 +284,40 @@ fn random_u32() -> u32 {
 }
 
 impl VerbsRdmDevice {
+    /// For an asynchronous owner that found nothing to do: wakes `waker` once, when a
+    /// completion arrives (the CQ is armed and the completion channel watched by a thread
+    /// blocked in `poll(2)`, see [`crate::watch`]) or a connection message is due for
+    /// retransmission. Returns `false` without arming when the device has work already
+    /// (events, queued retries, held packets to hand in again, a completion that came
+    /// before the arming): the owner then progresses again at once.
+    pub fn wake_when_ready(&mut self, waker: &std::task::Waker) -> io::Result<bool> {
+        if !self.events.is_empty() || !self.again.is_empty() || self.rnr_retry {
+            return Ok(false);
+        }
+        // Take the events already raised (the watcher would see them at once), arm, and
+        // look once more: a completion that came before the arming raises no event.
+        while self.chan.wait(Some(Duration::ZERO)).map_err(to_io)? {}
+        self.cq.req_notify().map_err(to_io)?;
+        if self.poll_once()? > 0 || !self.events.is_empty() {
+            return Ok(false);
+        }
+        let connecting = self.peers.iter().any(|p| {
+            matches!(
+                p.state,
+                ConnState::ReqSent { .. } | ConnState::AwaitRtu { .. }
+            )
+        });
+        let deadline = connecting.then(|| Instant::now() + self.cfg.cm_retry);
+        if self.watch.is_none() {
+            let fd = self.chan.duplicate_fd()?;
+            self.watch = Some(crate::watch::Watcher::start(fd)?);
+        }
+        if let Some(w) = &self.watch {
+            w.arm(waker, deadline);
+        }
+        Ok(true)
+    }
+
     /// Opens the device, creates the UD address QP, the CQ, the shared receive queue and
     /// the buffer pools, and posts every receive.
     pub fn open(cfg: RdmConfig) -> Result<VerbsRdmDevice> {
@@ -395,6 +432,7 @@ impl VerbsRdmDevice {
             next_addr: 1 << 32,
             psn_seed: random_u32(),
             stats: RdmStats::default(),
+            watch: None,
         })
     }
 

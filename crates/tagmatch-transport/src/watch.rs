@@ -1,12 +1,14 @@
-//! Readiness for asynchronous owners of a UDP device, runtime-agnostic.
+//! Readiness for asynchronous owners of a device with a file descriptor (the UDP socket,
+//! the verbs completion channel), runtime-agnostic.
 //!
-//! An executor cannot be handed the device's socket without tying the crate to one runtime
-//! (tokio, async-io, …). Instead, an owner whose future found nothing to do *arms* the
-//! device's watcher with the task's waker and the device's next timer deadline
-//! (retransmission, delayed ACK). A thread (one per device, started on first use) blocks
-//! in `poll(2)` on a duplicate of the socket until it is readable or the deadline passes,
-//! then wakes the task once. `poll` is level-triggered, so a datagram that arrived between
-//! the owner's last receive and the arming is seen at once: no wake-up is lost.
+//! An executor cannot be handed the device's descriptor without tying the crate to one
+//! runtime (tokio, async-io, …). Instead, an owner whose future found nothing to do *arms*
+//! the device's watcher with the task's waker and the device's next timer deadline
+//! (retransmission, delayed ACK, connection set-up). A thread (one per device, started on
+//! first use) blocks in `poll(2)` on a duplicate of the descriptor until it is readable or
+//! the deadline passes, then wakes the task once. `poll` is level-triggered, so a datagram
+//! (or a completion event) that arrived between the owner's last look and the arming is
+//! seen at once: no wake-up is lost.
 //!
 //! The thread sleeps on a condition variable while nothing is armed and ends within
 //! [`STOP_LATENCY`] of the device being dropped.
@@ -43,12 +45,12 @@ pub struct Watcher {
 }
 
 impl Watcher {
-    /// Starts the thread watching `fd` (a duplicate of the device's socket).
+    /// Starts the thread watching `fd` (a duplicate of the device's descriptor).
     pub(crate) fn start(fd: OwnedFd) -> std::io::Result<Watcher> {
         let shared = Arc::new(Shared::default());
         let s = shared.clone();
         std::thread::Builder::new()
-            .name("tagmatch-udp-watch".into())
+            .name("tagmatch-watch".into())
             .spawn(move || run(&s, &fd))?;
         Ok(Watcher { shared })
     }
