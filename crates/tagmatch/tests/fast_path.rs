@@ -713,3 +713,32 @@ fn clients_on_another_thread_come_and_go() {
     assert_eq!(st.fast_lanes_in, 0, "every client's lane released");
     assert_eq!(st.facade.fast_lanes_released, CLIENTS);
 }
+
+/// Delivery-complete sends to a receiver that is dropped before it takes them fail, and
+/// their completions come in send order (they were reported in the order of a hash map).
+#[test]
+fn delivery_complete_sends_to_a_dropped_receiver_fail_in_send_order() {
+    let f = MemFabric::new();
+    let mut a = ep(&f, true);
+    let b = ep(&f, true);
+    let ab = a.insert_peer(&b.address()).unwrap();
+    let dc = SendOptions {
+        delivery_complete: true,
+        ..SendOptions::default()
+    };
+    // More than the lane's ring holds (512): the rest waits at the sender.
+    const N: u64 = 600;
+    let reqs: Vec<Request> = (0..N)
+        .map(|i| a.tsend_with(ab, i, pattern(8, i as u8), dc).unwrap())
+        .collect();
+    drop(b);
+    a.progress().unwrap();
+    let mut got = Vec::new();
+    while let Some(c) = a.poll_completion() {
+        assert_eq!(c.status, Err(OpError::SendFailed), "tag {}", c.tag);
+        got.push((c.request, c.tag));
+    }
+    let want: Vec<(Request, u64)> = reqs.into_iter().zip(0..N).collect();
+    assert_eq!(got, want);
+    assert_eq!(a.stats().fast_lanes_out, 0);
+}
