@@ -742,3 +742,115 @@ fn delivery_complete_sends_to_a_dropped_receiver_fail_in_send_order() {
     assert_eq!(got, want);
     assert_eq!(a.stats().fast_lanes_out, 0);
 }
+
+/// Senders on three threads, each sending a mix of sizes (inline, large, empty), some with
+/// delivery complete, some more than a lane's ring holds, then dropped at once, to a
+/// receiver with a small memory budget: every message arrives intact and in order per
+/// sender, and every lane is released.
+#[test]
+fn senders_dropped_on_other_threads_with_backlogs_and_a_small_budget() {
+    const THREADS: u64 = 3;
+    const CLIENTS: u64 = 20;
+    fn count(c: u64) -> u64 {
+        if c % 4 == 0 {
+            700
+        } else {
+            1 + c % 9
+        }
+    }
+    fn body(c: u64, i: u64) -> Vec<u8> {
+        let len = [100, 33, 0, 9, 9, 9, 9][(i % 7) as usize];
+        (0..len).map(|k| (k ^ c ^ i) as u8).collect()
+    }
+    let small = |f: &MemFabric| {
+        Endpoint::builder()
+            .mem(f)
+            .memory_budget(4096, 8)
+            .build()
+            .unwrap()
+    };
+    let f = MemFabric::new();
+    let mut server = small(&f);
+    let addr = server.address();
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (f, addr) = (f.clone(), addr.clone());
+            std::thread::spawn(move || {
+                for c in 0..CLIENTS {
+                    let mut e = small(&f);
+                    let p = e.insert_peer(&addr).unwrap();
+                    let id = t * 1000 + c;
+                    for i in 0..count(c) {
+                        let dc = SendOptions {
+                            delivery_complete: i % 3 == 0,
+                            ..SendOptions::default()
+                        };
+                        let _ = e.tsend_with(p, id << 32 | i, body(id, i), dc).unwrap();
+                        if i % 50 == 0 {
+                            e.progress().unwrap();
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    let total = THREADS * (0..CLIENTS).map(count).sum::<u64>();
+    let mut next = std::collections::HashMap::<u64, u64>::new();
+    for _ in 0..total {
+        let r = server.trecv(ANY_SOURCE, ANY_TAG, 128).unwrap();
+        let c = server.wait(r).unwrap();
+        let (id, i) = (c.tag >> 32, c.tag & 0xffff_ffff);
+        let n = next.entry(id).or_default();
+        assert_eq!(i, *n, "client {id}: in order");
+        assert_eq!(c.data, body(id, i), "client {id} message {i}");
+        *n += 1;
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    server.progress().unwrap();
+    let st = server.stats();
+    assert_eq!(st.fast_lanes_in, 0);
+    assert_eq!(st.facade.fast_lanes_released, THREADS * CLIENTS);
+    assert_eq!(st.facade.fast_recvs, total);
+}
+
+/// A receiver dropped on another thread while a sender sends to it with delivery complete:
+/// every send completes (acknowledged before the drop, or failed), none is left pending,
+/// and the sender releases the lane.
+#[test]
+fn a_receiver_dropped_on_another_thread_leaves_no_send_pending() {
+    for round in 0..30u64 {
+        let f = MemFabric::new();
+        let mut server = ep(&f, true);
+        let mut client = ep(&f, true);
+        let p = client.insert_peer(&server.address()).unwrap();
+        let t = std::thread::spawn(move || {
+            for _ in 0..round * 7 {
+                server.progress().unwrap();
+            }
+        });
+        let dc = SendOptions {
+            delivery_complete: true,
+            ..SendOptions::default()
+        };
+        let mut reqs = Vec::new();
+        for i in 0..400u64 {
+            match client.tsend_with(p, i, pattern(40, i as u8), dc) {
+                Ok(r) => reqs.push(r),
+                // The receiver takes nothing for a while: the sender is told.
+                Err(Error::TooManyOps) => {}
+                Err(e) => panic!("round {round}: {e:?}"),
+            }
+            client.progress().unwrap();
+        }
+        t.join().unwrap();
+        client.progress().unwrap();
+        assert!(!reqs.is_empty());
+        for r in reqs {
+            let c = client.take_completion(r);
+            assert!(c.is_some(), "round {round}: {r:?} never completed");
+        }
+        assert_eq!(client.stats().fast_lanes_out, 0, "round {round}");
+    }
+}
