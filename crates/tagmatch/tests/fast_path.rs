@@ -774,7 +774,7 @@ fn senders_dropped_on_other_threads_with_backlogs_and_a_small_budget() {
     let addr = server.address();
     let threads: Vec<_> = (0..THREADS)
         .map(|t| {
-            let (f, addr) = (f.clone(), addr.clone());
+            let f = f.clone();
             std::thread::spawn(move || {
                 for c in 0..CLIENTS {
                     let mut e = small(&f);
