@@ -413,3 +413,60 @@ fn delayed_packets_keep_send_order_within_each_delivery() {
         assert_eq!(all, (0..N).collect::<Vec<_>>(), "max_delay {max_delay}");
     }
 }
+
+/// A device that is dropped leaves the network: what was queued for it is dropped (not
+/// counted in flight for ever), and sends to its address fail.
+#[test]
+fn a_dropped_device_leaves_the_network() {
+    let net = MemNetwork::with_faults(
+        5,
+        MemFaults {
+            reorder: false,
+            max_delay: 0,
+            ..MemFaults::default()
+        },
+    );
+    let mut a = Node::new(config(), net.device());
+    let b = Node::new(config(), net.device());
+    let ab = a.add_peer(b.addr());
+    let first = a
+        .endpoint_mut()
+        .tsend(ab, 1, payload(16, 1), SendOpts::default())
+        .unwrap();
+    a.progress(Some(Duration::ZERO)).unwrap();
+    assert!(net.in_flight() > 0, "queued for b");
+    drop(b);
+    assert_eq!(net.in_flight(), 0, "dropped with b");
+    // The first send's packet left before b went: it completed.
+    assert_eq!(
+        a.wait(first, Duration::from_secs(5)).unwrap().result,
+        Ok(())
+    );
+    let second = a
+        .endpoint_mut()
+        .tsend(ab, 2, payload(16, 2), SendOpts::default())
+        .unwrap();
+    let c = a.wait(second, Duration::from_secs(5)).unwrap();
+    assert_eq!(c.result, Err(tagmatch_rdm::OpError::SendFailed));
+    assert_eq!(net.in_flight(), 0);
+    // Delivery complete to a peer that never sent its handshake waits for it; the packet
+    // provoking it fails, and so do the sends (they waited for ever).
+    let c = Node::new(config(), net.device());
+    let ac = a.add_peer(c.addr());
+    drop(c);
+    let dc = SendOpts {
+        delivery_complete: true,
+        ..SendOpts::default()
+    };
+    let ops: Vec<OpId> = (0..3)
+        .map(|i| a.endpoint_mut().tsend(ac, i, payload(16, i), dc).unwrap())
+        .collect();
+    for op in ops {
+        let c = a.wait(op, Duration::from_secs(5)).unwrap();
+        assert_eq!(c.result, Err(tagmatch_rdm::OpError::SendFailed));
+    }
+    // A later one provokes the handshake again (and fails the same way).
+    let op = a.endpoint_mut().tsend(ac, 9, payload(16, 9), dc).unwrap();
+    let c = a.wait(op, Duration::from_secs(5)).unwrap();
+    assert_eq!(c.result, Err(tagmatch_rdm::OpError::SendFailed));
+}
