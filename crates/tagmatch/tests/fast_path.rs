@@ -845,12 +845,57 @@ fn a_receiver_dropped_on_another_thread_leaves_no_send_pending() {
             client.progress().unwrap();
         }
         t.join().unwrap();
-        client.progress().unwrap();
         assert!(!reqs.is_empty());
+        // (A receiver dropped before the first send leaves the messages to the protocol
+        // path, whose failures come after device polls: `done` progresses.)
         for r in reqs {
-            let c = client.take_completion(r);
-            assert!(c.is_some(), "round {round}: {r:?} never completed");
+            let c = done(&mut client, r, &mut []);
+            assert!(
+                c.status.is_ok() || c.status == Err(OpError::SendFailed),
+                "round {round}: {c:?}"
+            );
         }
         assert_eq!(client.stats().fast_lanes_out, 0, "round {round}");
+    }
+}
+
+/// A send to an endpoint dropped before the first message to it (so no lane was opened:
+/// the message takes the protocol path) fails as documented, with and without the fast
+/// path; it used to complete successfully, its packet queued for ever in the dropped
+/// device's inbox (and a delivery-complete one never completed).
+#[test]
+fn a_first_send_to_a_dropped_endpoint_fails() {
+    for fast in [false, true] {
+        let f = MemFabric::new();
+        let mut a = ep(&f, fast);
+        let b = ep(&f, fast);
+        let ab = a.insert_peer(&b.address()).unwrap();
+        drop(b);
+        let r = a.tsend(ab, 1, vec![1; 8]).unwrap();
+        let c = done(&mut a, r, &mut []);
+        assert_eq!(c.status, Err(OpError::SendFailed), "fast {fast}");
+        let r = a.tsend(ab, 2, vec![2; 100_000]).unwrap();
+        let c = done(&mut a, r, &mut []);
+        assert_eq!(c.status, Err(OpError::SendFailed), "fast {fast}, long");
+    }
+    // Delivery complete waits for the peer's handshake, which a dropped endpoint never
+    // sends: the sends fail when the packet provoking it fails (they waited for ever).
+    for fast in [false, true] {
+        let f = MemFabric::new();
+        let mut a = ep(&f, fast);
+        let b = ep(&f, fast);
+        let ab = a.insert_peer(&b.address()).unwrap();
+        drop(b);
+        let dc = SendOptions {
+            delivery_complete: true,
+            ..SendOptions::default()
+        };
+        let rs: Vec<Request> = (0..3)
+            .map(|i| a.tsend_with(ab, i, vec![1; 8], dc).unwrap())
+            .collect();
+        for r in rs {
+            let c = done(&mut a, r, &mut []);
+            assert_eq!(c.status, Err(OpError::SendFailed), "fast {fast}, DC");
+        }
     }
 }
