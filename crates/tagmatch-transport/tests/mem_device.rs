@@ -470,3 +470,53 @@ fn a_dropped_device_leaves_the_network() {
     let c = a.wait(op, Duration::from_secs(5)).unwrap();
     assert_eq!(c.result, Err(tagmatch_rdm::OpError::SendFailed));
 }
+
+/// A full budget emptied by claiming (`tmprobe`) and receiving (`mrecv`) the unexpected
+/// messages, without posting a receive: the packets refused meanwhile are handed in again
+/// (the admission epoch moves at `mrecv`), and every message arrives in order.
+#[test]
+fn messages_received_by_mprobe_and_mrecv_make_room_for_refused_ones() {
+    let net = MemNetwork::with_faults(
+        9,
+        MemFaults {
+            reorder: false,
+            max_delay: 0,
+            ..MemFaults::default()
+        },
+    );
+    let small = tagmatch_rdm::Config {
+        max_unexpected_msgs: 2,
+        ..config()
+    };
+    let mut a = Node::new(config(), net.device());
+    let mut b = Node::new(small, net.device());
+    let ab = a.add_peer(b.addr());
+    const N: u64 = 30;
+    for i in 0..N {
+        a.endpoint_mut()
+            .tsend(ab, i, payload(16, i), SendOpts::default())
+            .unwrap();
+    }
+    for _ in 0..50 {
+        a.progress(Some(Duration::ZERO)).unwrap();
+        b.progress(Some(Duration::ZERO)).unwrap();
+    }
+    assert!(b.endpoint().stats().rx_refused > 0, "b was never full");
+    let mut got = Vec::new();
+    for _ in 0..10_000 {
+        a.progress(Some(Duration::ZERO)).unwrap();
+        b.progress(Some(Duration::ZERO)).unwrap();
+        while let Some((claim, info)) = b.endpoint_mut().tmprobe(None, 0, !0) {
+            assert_eq!(info.tag, got.len() as u64, "in order");
+            b.endpoint_mut().mrecv(claim, 16).unwrap();
+            got.push(info.tag);
+        }
+        while let Some(c) = b.poll_completion() {
+            assert_eq!(c.data, payload(16, c.tag));
+        }
+        if got.len() == N as usize {
+            break;
+        }
+    }
+    assert_eq!(got, (0..N).collect::<Vec<_>>());
+}
