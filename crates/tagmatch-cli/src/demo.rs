@@ -635,6 +635,34 @@ mod live {
         Err(Error::new("demo", crate::NO_VERBS))
     }
 
+    /// The subprotocol a demo step expecting `want` must use instead on a device with
+    /// `features` (efa-rdm-protocol-v4 §2.1: without RDMA read or write the emulated
+    /// subprotocols are used), and why; `None` when `want` itself is expected.
+    pub(super) fn fallback(
+        want: Protocol,
+        features: &tagmatch::Features,
+    ) -> Option<(Protocol, &'static str)> {
+        let (read, write) = (features.rdma_read, features.rdma_write);
+        match want {
+            Protocol::LongRead | Protocol::RuntRead if !read => {
+                Some((Protocol::LongCts, "no RDMA read"))
+            }
+            Protocol::DirectRead if !read => Some((Protocol::LongCtsRead, "no RDMA read")),
+            Protocol::LongReadWrite if !read => Some((Protocol::LongCtsWrite, "no RDMA read")),
+            // The direct-write step (100 kB, default configuration: long-read write from
+            // `min_read_write_size` = 64 KiB) is emulated by long-read write where the
+            // device can still read (e.g. an EFA device with RDMA read only), else by
+            // long-CTS write.
+            Protocol::DirectWrite if !write && read => {
+                Some((Protocol::LongReadWrite, "no RDMA write"))
+            }
+            Protocol::DirectWrite if !write => {
+                Some((Protocol::LongCtsWrite, "no RDMA read or write"))
+            }
+            _ => None,
+        }
+    }
+
     /// Runs the live demo.
     pub fn run(transport: &str, device: &str) -> Result<(), Error> {
         let ctx = "demo";
@@ -786,23 +814,7 @@ mod live {
         // efa-rdm-protocol-v4 §2.1: without RDMA read/write on both sides the protocol uses
         // the emulated subprotocols; the demo then checks it used exactly that fallback.
         let features = demo.eps[0].0.features();
-        let fallback = |want: Protocol| -> Option<(Protocol, &'static str)> {
-            let no_read = !features.rdma_read;
-            let no_write = !features.rdma_write;
-            match want {
-                Protocol::LongRead | Protocol::RuntRead if no_read => {
-                    Some((Protocol::LongCts, "no RDMA read"))
-                }
-                Protocol::DirectRead if no_read => Some((Protocol::LongCtsRead, "no RDMA read")),
-                Protocol::LongReadWrite if no_read => {
-                    Some((Protocol::LongCtsWrite, "no RDMA read"))
-                }
-                Protocol::DirectWrite if no_write => {
-                    Some((Protocol::LongCtsWrite, "no RDMA write"))
-                }
-                _ => None,
-            }
-        };
+        let fallback = |want: Protocol| fallback(want, &features);
         let total = Instant::now();
         for (name, want, bytes, step) in &steps {
             let before: u64 = (0..demo.eps.len()).map(|k| demo.packets(k)).sum();
@@ -866,6 +878,59 @@ mod live {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The fallback the live demo expects follows the protocol's choice for each step on a
+    /// device with RDMA read and write, with neither, and with RDMA read only (an EFA
+    /// device without RDMA write emulates a 100 kB direct write by long-read write).
+    #[test]
+    fn live_demo_fallbacks_follow_the_device_features() {
+        use tagmatch::{Features, Protocol as P};
+        let with = |rdma_read, rdma_write| Features {
+            rdma_read,
+            rdma_write,
+            ..Features::default()
+        };
+        let wants = [
+            P::Eager,
+            P::LongCts,
+            P::LongRead,
+            P::RuntRead,
+            P::DirectRead,
+            P::DirectWrite,
+            P::LongReadWrite,
+            P::LongCtsWrite,
+        ];
+        for w in wants {
+            assert_eq!(live::fallback(w, &with(true, true)), None, "{w:?}");
+        }
+        let got = |f: &Features| wants.map(|w| live::fallback(w, f).map(|(p, _)| p));
+        assert_eq!(
+            got(&with(false, false)),
+            [
+                None,
+                None,
+                Some(P::LongCts),
+                Some(P::LongCts),
+                Some(P::LongCtsRead),
+                Some(P::LongCtsWrite),
+                Some(P::LongCtsWrite),
+                None
+            ]
+        );
+        assert_eq!(
+            got(&with(true, false)),
+            [
+                None,
+                None,
+                None,
+                None,
+                None,
+                Some(P::LongReadWrite),
+                None,
+                None
+            ]
+        );
+    }
 
     #[test]
     fn every_type_round_trips() {

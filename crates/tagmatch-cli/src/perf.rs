@@ -68,6 +68,9 @@ pub enum Role {
     Client(ClientArgs),
 }
 
+/// `perf server --bind` unless given.
+const DEFAULT_BIND: &str = "127.0.0.1:0";
+
 /// Arguments of `tagmatch perf server`.
 #[derive(Debug, clap::Args)]
 pub struct ServerArgs {
@@ -75,7 +78,7 @@ pub struct ServerArgs {
     #[arg(long, default_value = "udp")]
     pub transport: String,
     /// UDP address to bind (a concrete IP; port 0 picks one).
-    #[arg(long, default_value = "127.0.0.1:0")]
+    #[arg(long, default_value = DEFAULT_BIND)]
     pub bind: String,
     /// `--transport verbs`: the RDMA device (e.g. `mlx5_0`, `rxe0`; default: the first).
     #[arg(long, value_name = "NAME", default_value = "")]
@@ -505,7 +508,16 @@ fn run_server(a: ServerArgs) -> Result<(), Error> {
             })?;
             Endpoint::builder().udp(bind).path_mtu(a.path_mtu).build()
         }
-        "verbs" => verbs_builder("perf server", &a.device)?.build(),
+        "verbs" => {
+            if a.bind != DEFAULT_BIND {
+                // The verbs endpoint's address is the device's (GID, QP): nothing to bind.
+                return Err(Error::new(
+                    "perf server",
+                    format!("--bind {:?} goes with --transport udp", a.bind),
+                ));
+            }
+            verbs_builder("perf server", &a.device)?.build()
+        }
         other => {
             return Err(Error::new(
                 "perf server",

@@ -196,6 +196,17 @@ fn perf_rejects_bad_arguments() {
     assert!(c(&["--device", "rxe0"]).contains("--device goes with --transport verbs"));
     assert!(fails(&["perf", "server", "--device", "rxe0"]).contains("--device goes with"));
     assert!(fails(&["perf", "server", "--transport", "mem"]).contains("expected udp or verbs"));
+    // Verbs has nothing to bind: a --bind is refused, not ignored (checked before the
+    // device is opened, so also in a build without the `verbs` feature).
+    assert!(fails(&[
+        "perf",
+        "server",
+        "--transport",
+        "verbs",
+        "--bind",
+        "10.0.0.1:7000"
+    ])
+    .contains("--bind \"10.0.0.1:7000\" goes with --transport udp"));
     #[cfg(not(feature = "verbs"))]
     for args in [
         &["perf", "client", "--transport", "verbs"][..],

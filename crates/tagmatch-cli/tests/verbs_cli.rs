@@ -128,14 +128,16 @@ fn perf_server_and_client_processes_over_verbs() {
         return;
     }
     let dev = device();
-    let mut server = Command::new(BIN)
-        .args(["perf", "server", "--transport", "verbs", "--device", &dev])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn perf server");
+    let mut server = Server(
+        Command::new(BIN)
+            .args(["perf", "server", "--transport", "verbs", "--device", &dev])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn perf server"),
+    );
     let mut line = String::new();
-    BufReader::new(server.stdout.take().unwrap())
+    BufReader::new(server.0.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
     let addr = line
@@ -162,5 +164,18 @@ fn perf_server_and_client_processes_over_verbs() {
         "--json",
     ]);
     check_rows(&out, "tag_lat", &[8, 1 << 20], "verbs");
-    assert!(server.wait().unwrap().success());
+    assert!(server.0.wait().unwrap().success());
+}
+
+/// The `perf server` process, killed if the test fails before it exits (it would wait for
+/// a client for ever).
+struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
 }

@@ -88,12 +88,17 @@ struct Hub {
     bells: Vec<Arc<Doorbell>>,
     /// Refused packets queued again per device (see [`RNR_QUEUED_MAX`]).
     rnr: Vec<usize>,
+    /// Per device: it was dropped (its address is nobody's any more).
+    gone: Vec<bool>,
     mtu: usize,
 }
 
 impl Hub {
     fn index_of(&self, a: &RawAddr) -> Option<usize> {
-        self.addrs.iter().position(|x| same_peer(x, a))
+        self.addrs
+            .iter()
+            .zip(&self.gone)
+            .position(|(x, gone)| !gone && same_peer(x, a))
     }
 
     fn push(&mut self, to: usize, from: RawAddr, msg: Msg) {
@@ -125,6 +130,7 @@ impl MemNetwork {
             inboxes: Vec::new(),
             bells: Vec::new(),
             rnr: Vec::new(),
+            gone: Vec::new(),
             mtu: 8928,
         })))
     }
@@ -164,6 +170,7 @@ impl MemNetwork {
         let bell = Arc::new(Doorbell::new());
         hub.bells.push(bell.clone());
         hub.rnr.push(0);
+        hub.gone.push(false);
         let salt = hub.rng.next_u64() as u32;
         MemDevice {
             net: self.clone(),
@@ -307,6 +314,19 @@ impl MemDevice {
             hub.push(t, self.addr, Msg::Rdma(m));
         }
         true
+    }
+}
+
+/// The device leaves the network: sends and RDMA to its address fail from now on
+/// ([`SendOutcome::Error`], as to an address nobody has), and what was queued for it is
+/// dropped (it would otherwise stay in the network for ever, counted by
+/// [`MemNetwork::in_flight`]). Addresses are not reused: every device gets a new one.
+impl Drop for MemDevice {
+    fn drop(&mut self) {
+        let mut hub = self.net.hub();
+        hub.gone[self.idx] = true;
+        hub.inboxes[self.idx] = Vec::new();
+        hub.rnr[self.idx] = 0;
     }
 }
 

@@ -329,3 +329,194 @@ fn refused_packets_come_back_when_they_can_be_taken() {
         assert_eq!((c.tag, c.data), (100 + i, payload(16, i)));
     }
 }
+
+/// No memory: the in-memory device's packet path does not touch registered regions.
+struct NoMem;
+
+impl tagmatch_transport::MemoryAccess for NoMem {
+    fn region(&self, _: tagmatch_rdm::MemHandle) -> Option<&[u8]> {
+        None
+    }
+    fn region_mut(&mut self, _: tagmatch_rdm::MemHandle) -> Option<&mut [u8]> {
+        None
+    }
+}
+
+/// Delays without reordering: each `progress` hands up the packets that are due in the
+/// order they were sent (also those that waited behind later ones that were due first),
+/// every packet exactly once; without delays every packet comes at the next `progress`,
+/// in order. (The receive side swaps the inbox with a spare buffer when everything is due
+/// and splits it otherwise: both must keep arrival order.)
+#[test]
+fn delayed_packets_keep_send_order_within_each_delivery() {
+    use tagmatch_rdm::{PeerId, SendToken, Transmit};
+    use tagmatch_transport::{DeviceEvent, RdmDevice};
+    for max_delay in [0, 3, 8] {
+        let net = MemNetwork::with_faults(
+            3,
+            MemFaults {
+                reorder: false,
+                max_delay,
+                ..MemFaults::default()
+            },
+        );
+        let mut a = net.device();
+        let mut b = net.device();
+        let mut batches = Vec::new();
+        let mut next = 0u32;
+        const N: u32 = 2000;
+        while batches.iter().map(Vec::len).sum::<usize>() < N as usize {
+            // A few packets per round, so that delayed ones meet newer ones.
+            for _ in 0..7 {
+                if next < N {
+                    a.submit(
+                        Transmit::Send {
+                            token: SendToken(next as u64),
+                            peer: PeerId(0),
+                            dest: b.addr(),
+                            bytes: next.to_le_bytes().to_vec(),
+                        },
+                        &mut NoMem,
+                    );
+                    next += 1;
+                }
+            }
+            b.progress(&mut NoMem, Some(Duration::ZERO)).unwrap();
+            let mut batch = Vec::new();
+            while let Some(ev) = b.poll_event() {
+                if let DeviceEvent::Recv { bytes, .. } = ev {
+                    batch.push(u32::from_le_bytes(bytes[..4].try_into().unwrap()));
+                }
+            }
+            batches.push(batch);
+            assert!(
+                batches.len() < 10 * N as usize,
+                "max_delay {max_delay}: stuck"
+            );
+        }
+        for b in &batches {
+            assert!(
+                b.windows(2).all(|w| w[0] < w[1]),
+                "max_delay {max_delay}: a delivery out of send order: {b:?}"
+            );
+        }
+        let mut all: Vec<u32> = batches.concat();
+        if max_delay == 0 {
+            assert_eq!(all, (0..N).collect::<Vec<_>>(), "no delay: in order");
+        } else {
+            assert!(
+                batches.iter().flatten().zip(0..N).any(|(&x, i)| x != i),
+                "max_delay {max_delay}: the delays changed nothing"
+            );
+        }
+        all.sort_unstable();
+        assert_eq!(all, (0..N).collect::<Vec<_>>(), "max_delay {max_delay}");
+    }
+}
+
+/// A device that is dropped leaves the network: what was queued for it is dropped (not
+/// counted in flight for ever), and sends to its address fail.
+#[test]
+fn a_dropped_device_leaves_the_network() {
+    let net = MemNetwork::with_faults(
+        5,
+        MemFaults {
+            reorder: false,
+            max_delay: 0,
+            ..MemFaults::default()
+        },
+    );
+    let mut a = Node::new(config(), net.device());
+    let b = Node::new(config(), net.device());
+    let ab = a.add_peer(b.addr());
+    let first = a
+        .endpoint_mut()
+        .tsend(ab, 1, payload(16, 1), SendOpts::default())
+        .unwrap();
+    a.progress(Some(Duration::ZERO)).unwrap();
+    assert!(net.in_flight() > 0, "queued for b");
+    drop(b);
+    assert_eq!(net.in_flight(), 0, "dropped with b");
+    // The first send's packet left before b went: it completed.
+    assert_eq!(
+        a.wait(first, Duration::from_secs(5)).unwrap().result,
+        Ok(())
+    );
+    let second = a
+        .endpoint_mut()
+        .tsend(ab, 2, payload(16, 2), SendOpts::default())
+        .unwrap();
+    let c = a.wait(second, Duration::from_secs(5)).unwrap();
+    assert_eq!(c.result, Err(tagmatch_rdm::OpError::SendFailed));
+    assert_eq!(net.in_flight(), 0);
+    // Delivery complete to a peer that never sent its handshake waits for it; the packet
+    // provoking it fails, and so do the sends (they waited for ever).
+    let c = Node::new(config(), net.device());
+    let ac = a.add_peer(c.addr());
+    drop(c);
+    let dc = SendOpts {
+        delivery_complete: true,
+        ..SendOpts::default()
+    };
+    let ops: Vec<OpId> = (0..3)
+        .map(|i| a.endpoint_mut().tsend(ac, i, payload(16, i), dc).unwrap())
+        .collect();
+    for op in ops {
+        let c = a.wait(op, Duration::from_secs(5)).unwrap();
+        assert_eq!(c.result, Err(tagmatch_rdm::OpError::SendFailed));
+    }
+    // A later one provokes the handshake again (and fails the same way).
+    let op = a.endpoint_mut().tsend(ac, 9, payload(16, 9), dc).unwrap();
+    let c = a.wait(op, Duration::from_secs(5)).unwrap();
+    assert_eq!(c.result, Err(tagmatch_rdm::OpError::SendFailed));
+}
+
+/// A full budget emptied by claiming (`tmprobe`) and receiving (`mrecv`) the unexpected
+/// messages, without posting a receive: the packets refused meanwhile are handed in again
+/// (the admission epoch moves at `mrecv`), and every message arrives in order.
+#[test]
+fn messages_received_by_mprobe_and_mrecv_make_room_for_refused_ones() {
+    let net = MemNetwork::with_faults(
+        9,
+        MemFaults {
+            reorder: false,
+            max_delay: 0,
+            ..MemFaults::default()
+        },
+    );
+    let small = tagmatch_rdm::Config {
+        max_unexpected_msgs: 2,
+        ..config()
+    };
+    let mut a = Node::new(config(), net.device());
+    let mut b = Node::new(small, net.device());
+    let ab = a.add_peer(b.addr());
+    const N: u64 = 30;
+    for i in 0..N {
+        a.endpoint_mut()
+            .tsend(ab, i, payload(16, i), SendOpts::default())
+            .unwrap();
+    }
+    for _ in 0..50 {
+        a.progress(Some(Duration::ZERO)).unwrap();
+        b.progress(Some(Duration::ZERO)).unwrap();
+    }
+    assert!(b.endpoint().stats().rx_refused > 0, "b was never full");
+    let mut got = Vec::new();
+    for _ in 0..10_000 {
+        a.progress(Some(Duration::ZERO)).unwrap();
+        b.progress(Some(Duration::ZERO)).unwrap();
+        while let Some((claim, info)) = b.endpoint_mut().tmprobe(None, 0, !0) {
+            assert_eq!(info.tag, got.len() as u64, "in order");
+            b.endpoint_mut().mrecv(claim, 16).unwrap();
+            got.push(info.tag);
+        }
+        while let Some(c) = b.poll_completion() {
+            assert_eq!(c.data, payload(16, c.tag));
+        }
+        if got.len() == N as usize {
+            break;
+        }
+    }
+    assert_eq!(got, (0..N).collect::<Vec<_>>());
+}

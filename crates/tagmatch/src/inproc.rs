@@ -794,12 +794,14 @@ impl Endpoint {
                         }
                     }
                 }
-                let failed: Vec<u64> = f
+                let mut failed: Vec<u64> = f
                     .dc_pending
                     .iter()
                     .filter(|(_, (_, _, r))| gone.contains(r))
                     .map(|(op, _)| *op)
                     .collect();
+                // In send order (operation numbers grow), not the map's (random) order.
+                failed.sort_unstable();
                 for op in failed {
                     if let Some((len, tag, _)) = f.dc_pending.remove(&op) {
                         out.send_result(op, len, tag, Err(OpError::SendFailed));

@@ -713,3 +713,189 @@ fn clients_on_another_thread_come_and_go() {
     assert_eq!(st.fast_lanes_in, 0, "every client's lane released");
     assert_eq!(st.facade.fast_lanes_released, CLIENTS);
 }
+
+/// Delivery-complete sends to a receiver that is dropped before it takes them fail, and
+/// their completions come in send order (they were reported in the order of a hash map).
+#[test]
+fn delivery_complete_sends_to_a_dropped_receiver_fail_in_send_order() {
+    let f = MemFabric::new();
+    let mut a = ep(&f, true);
+    let b = ep(&f, true);
+    let ab = a.insert_peer(&b.address()).unwrap();
+    let dc = SendOptions {
+        delivery_complete: true,
+        ..SendOptions::default()
+    };
+    // More than the lane's ring holds (512): the rest waits at the sender.
+    const N: u64 = 600;
+    let reqs: Vec<Request> = (0..N)
+        .map(|i| a.tsend_with(ab, i, pattern(8, i as u8), dc).unwrap())
+        .collect();
+    drop(b);
+    a.progress().unwrap();
+    let mut got = Vec::new();
+    while let Some(c) = a.poll_completion() {
+        assert_eq!(c.status, Err(OpError::SendFailed), "tag {}", c.tag);
+        got.push((c.request, c.tag));
+    }
+    let want: Vec<(Request, u64)> = reqs.into_iter().zip(0..N).collect();
+    assert_eq!(got, want);
+    assert_eq!(a.stats().fast_lanes_out, 0);
+}
+
+/// Senders on three threads, each sending a mix of sizes (inline, large, empty), some with
+/// delivery complete, some more than a lane's ring holds, then dropped at once, to a
+/// receiver with a small memory budget: every message arrives intact and in order per
+/// sender, and every lane is released.
+#[test]
+fn senders_dropped_on_other_threads_with_backlogs_and_a_small_budget() {
+    const THREADS: u64 = 3;
+    const CLIENTS: u64 = 20;
+    fn count(c: u64) -> u64 {
+        if c % 4 == 0 {
+            700
+        } else {
+            1 + c % 9
+        }
+    }
+    fn body(c: u64, i: u64) -> Vec<u8> {
+        let len = [100, 33, 0, 9, 9, 9, 9][(i % 7) as usize];
+        (0..len).map(|k| (k ^ c ^ i) as u8).collect()
+    }
+    let small = |f: &MemFabric| {
+        Endpoint::builder()
+            .mem(f)
+            .memory_budget(4096, 8)
+            .build()
+            .unwrap()
+    };
+    let f = MemFabric::new();
+    let mut server = small(&f);
+    let addr = server.address();
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let f = f.clone();
+            std::thread::spawn(move || {
+                for c in 0..CLIENTS {
+                    let mut e = small(&f);
+                    let p = e.insert_peer(&addr).unwrap();
+                    let id = t * 1000 + c;
+                    for i in 0..count(c) {
+                        let dc = SendOptions {
+                            delivery_complete: i % 3 == 0,
+                            ..SendOptions::default()
+                        };
+                        let _ = e.tsend_with(p, id << 32 | i, body(id, i), dc).unwrap();
+                        if i % 50 == 0 {
+                            e.progress().unwrap();
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    let total = THREADS * (0..CLIENTS).map(count).sum::<u64>();
+    let mut next = std::collections::HashMap::<u64, u64>::new();
+    for _ in 0..total {
+        let r = server.trecv(ANY_SOURCE, ANY_TAG, 128).unwrap();
+        let c = server.wait(r).unwrap();
+        let (id, i) = (c.tag >> 32, c.tag & 0xffff_ffff);
+        let n = next.entry(id).or_default();
+        assert_eq!(i, *n, "client {id}: in order");
+        assert_eq!(c.data, body(id, i), "client {id} message {i}");
+        *n += 1;
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    server.progress().unwrap();
+    let st = server.stats();
+    assert_eq!(st.fast_lanes_in, 0);
+    assert_eq!(st.facade.fast_lanes_released, THREADS * CLIENTS);
+    assert_eq!(st.facade.fast_recvs, total);
+}
+
+/// A receiver dropped on another thread while a sender sends to it with delivery complete:
+/// every send completes (acknowledged before the drop, or failed), none is left pending,
+/// and the sender releases the lane.
+#[test]
+fn a_receiver_dropped_on_another_thread_leaves_no_send_pending() {
+    for round in 0..30u64 {
+        let f = MemFabric::new();
+        let mut server = ep(&f, true);
+        let mut client = ep(&f, true);
+        let p = client.insert_peer(&server.address()).unwrap();
+        let t = std::thread::spawn(move || {
+            for _ in 0..round * 7 {
+                server.progress().unwrap();
+            }
+        });
+        let dc = SendOptions {
+            delivery_complete: true,
+            ..SendOptions::default()
+        };
+        let mut reqs = Vec::new();
+        for i in 0..400u64 {
+            match client.tsend_with(p, i, pattern(40, i as u8), dc) {
+                Ok(r) => reqs.push(r),
+                // The receiver takes nothing for a while: the sender is told.
+                Err(Error::TooManyOps) => {}
+                Err(e) => panic!("round {round}: {e:?}"),
+            }
+            client.progress().unwrap();
+        }
+        t.join().unwrap();
+        assert!(!reqs.is_empty());
+        // (A receiver dropped before the first send leaves the messages to the protocol
+        // path, whose failures come after device polls: `done` progresses.)
+        for r in reqs {
+            let c = done(&mut client, r, &mut []);
+            assert!(
+                c.status.is_ok() || c.status == Err(OpError::SendFailed),
+                "round {round}: {c:?}"
+            );
+        }
+        assert_eq!(client.stats().fast_lanes_out, 0, "round {round}");
+    }
+}
+
+/// A send to an endpoint dropped before the first message to it (so no lane was opened:
+/// the message takes the protocol path) fails as documented, with and without the fast
+/// path; it used to complete successfully, its packet queued for ever in the dropped
+/// device's inbox (and a delivery-complete one never completed).
+#[test]
+fn a_first_send_to_a_dropped_endpoint_fails() {
+    for fast in [false, true] {
+        let f = MemFabric::new();
+        let mut a = ep(&f, fast);
+        let b = ep(&f, fast);
+        let ab = a.insert_peer(&b.address()).unwrap();
+        drop(b);
+        let r = a.tsend(ab, 1, vec![1; 8]).unwrap();
+        let c = done(&mut a, r, &mut []);
+        assert_eq!(c.status, Err(OpError::SendFailed), "fast {fast}");
+        let r = a.tsend(ab, 2, vec![2; 100_000]).unwrap();
+        let c = done(&mut a, r, &mut []);
+        assert_eq!(c.status, Err(OpError::SendFailed), "fast {fast}, long");
+    }
+    // Delivery complete waits for the peer's handshake, which a dropped endpoint never
+    // sends: the sends fail when the packet provoking it fails (they waited for ever).
+    for fast in [false, true] {
+        let f = MemFabric::new();
+        let mut a = ep(&f, fast);
+        let b = ep(&f, fast);
+        let ab = a.insert_peer(&b.address()).unwrap();
+        drop(b);
+        let dc = SendOptions {
+            delivery_complete: true,
+            ..SendOptions::default()
+        };
+        let rs: Vec<Request> = (0..3)
+            .map(|i| a.tsend_with(ab, i, vec![1; 8], dc).unwrap())
+            .collect();
+        for r in rs {
+            let c = done(&mut a, r, &mut []);
+            assert_eq!(c.status, Err(OpError::SendFailed), "fast {fast}, DC");
+        }
+    }
+}

@@ -310,6 +310,8 @@ struct PendingSend {
 enum PktOwner {
     None,
     Handshake,
+    /// The packet that provokes the peer's handshake (`trigger_handshake`).
+    Trigger,
     Tx(u32),
     Rx(u32),
 }

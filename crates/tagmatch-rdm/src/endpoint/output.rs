@@ -146,6 +146,32 @@ impl Endpoint {
                     }
                 }
                 PktOwner::None => {}
+                PktOwner::Trigger => {
+                    // efa-rdm-protocol-v4 §2.3: a send error happens "because the peer has
+                    // already been closed" — then no handshake will come.
+                    // The peer cannot be reached (e.g. its endpoint is gone): the operations
+                    // waiting for its handshake fail as a send to it does, instead of
+                    // waiting for ever; a later operation provokes the handshake again.
+                    let Some(peer) = self.peers.get_mut(p.peer.0 as usize) else {
+                        return;
+                    };
+                    if peer.handshake.is_some() {
+                        return;
+                    }
+                    // The REQ that stood for "a REQ was sent" did not arrive either.
+                    peer.handshake_triggered = false;
+                    peer.req_sent = false;
+                    for id in std::mem::take(&mut peer.waiting) {
+                        if let Some(t) = self.tx.get_mut(id) {
+                            t.error.get_or_insert(OpError::SendFailed);
+                            t.all_queued = true;
+                            t.await_eor = false;
+                            t.await_receipt = false;
+                            t.rdma_left = 0;
+                        }
+                        self.tx_check(id);
+                    }
+                }
                 PktOwner::Tx(id) => {
                     if let Some(t) = self.tx.get_mut(id) {
                         t.inflight = t.inflight.saturating_sub(1);
@@ -199,6 +225,6 @@ impl Endpoint {
         }
         p.handshake_triggered = true;
         let r = self.req(peer, PacketType::EagerRtw);
-        self.emit(peer, &r, PktOwner::None);
+        self.emit(peer, &r, PktOwner::Trigger);
     }
 }
