@@ -3,38 +3,12 @@
 //! only that runs finish, pass and print well-formed tables and JSON.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_tagmatch");
-
-fn run(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("spawn tagmatch")
-}
-
-fn ok(args: &[&str]) -> String {
-    let o = run(args);
-    assert!(
-        o.status.success(),
-        "{args:?}: {}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn fails(args: &[&str]) -> String {
-    let o = run(args);
-    assert_eq!(o.status.code(), Some(1), "{args:?}");
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert_eq!(err.lines().count(), 1, "{err}");
-    err
-}
+mod common;
+use common::{fails, ok, run, BIN};
 
 const SUBPROTOCOLS: [&str; 16] = [
     "eager",

@@ -8,11 +8,12 @@
 #![cfg(feature = "verbs")]
 
 use std::io::{BufRead, BufReader, Write as _};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_tagmatch");
+mod common;
+use common::{ok, BIN};
 
 fn device() -> String {
     std::env::var("TAGMATCH_RDMA_DEVICE").unwrap_or_default()
@@ -33,25 +34,6 @@ fn have_device(test: &str) -> bool {
             false
         }
     }
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("spawn tagmatch")
-}
-
-fn ok(args: &[&str]) -> String {
-    let o = run(args);
-    assert!(
-        o.status.success(),
-        "{args:?}: {}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 #[test]

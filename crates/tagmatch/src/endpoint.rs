@@ -1084,6 +1084,7 @@ impl Endpoint {
     }
 
     /// The in-process device's doorbell (`None` on other transports).
+    #[cfg(feature = "async")]
     pub(crate) fn doorbell(&self) -> Option<std::sync::Arc<tagmatch_transport::bell::Doorbell>> {
         match self.node.device() {
             Device::Mem(d) => Some(d.doorbell().clone()),
@@ -1094,6 +1095,7 @@ impl Endpoint {
     /// A UDP or verbs endpoint with nothing to do: has its device wake `waker` when a
     /// datagram or completion arrives or a timer is due (`false`: not armed, the caller
     /// polls again).
+    #[cfg(feature = "async")]
     pub(crate) fn wake_when_ready(&mut self, waker: &std::task::Waker) -> Result<bool> {
         match self.node.device_mut() {
             Device::Udp(d) => d.wake_when_ready(waker).map_err(Error::io("progress")),
@@ -1104,6 +1106,7 @@ impl Endpoint {
     }
 
     /// Counts a sleep of an idle endpoint (a wait, or a pending future).
+    #[cfg(feature = "async")]
     pub(crate) fn note_idle_sleep(&mut self) {
         self.counters.idle_sleeps += 1;
     }

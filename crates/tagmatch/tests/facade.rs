@@ -356,25 +356,8 @@ fn a_full_receiver_still_completes_its_own_reads() {
         ..tagmatch_rdm::Config::default()
     };
     let f = MemFabric::new();
-    let mk = |udp: bool, budget: bool| {
-        let b = Endpoint::builder()
-            .rdm_config(cfg)
-            .wait_limit(Duration::from_secs(20));
-        let b = if budget {
-            b.memory_budget(1 << 20, 2)
-        } else {
-            b
-        };
-        if udp {
-            b.udp("127.0.0.1:0".parse().unwrap()).build().unwrap()
-        } else {
-            b.mem(&f).fast_path(false).build().unwrap()
-        }
-    };
     for udp in [false, true] {
-        let (mut a, mut b) = (mk(udp, false), mk(udp, true));
-        let ab = a.insert_peer(&b.address()).unwrap();
-        let ba = b.insert_peer(&a.address()).unwrap();
+        let (mut a, mut b, ab, ba) = sender_and_full_receiver(&f, cfg, udp);
         let data: Vec<u8> = (0..100_000).map(|x| (x % 249) as u8).collect();
         let mr = a.register(data.clone()).unwrap();
         // Flood b: far more than its budget and than its device holds back.
@@ -393,14 +376,7 @@ fn a_full_receiver_still_completes_its_own_reads() {
             assert_eq!(c.data, &data[..len], "udp {udp}, {len} bytes");
         }
         // Then everything that was held back arrives, in order.
-        for i in 0..300u64 {
-            let r = b.trecv(ba, ANY_TAG, 32).unwrap();
-            let c = b.wait_with(r, &mut [&mut a]).unwrap();
-            assert_eq!((c.tag, c.data), (i, vec![i as u8; 32]), "udp {udp}");
-        }
-        for s in sends {
-            a.wait_with(s, &mut [&mut b]).unwrap();
-        }
+        receive_in_order(&mut a, &mut b, ba, 300, 32, sends, udp);
     }
 }
 
@@ -412,23 +388,9 @@ fn a_full_receiver_still_completes_its_own_reads() {
 #[test]
 fn a_receiver_that_is_not_ready_does_not_spin() {
     let f = MemFabric::new();
-    let mk = |udp: bool, budget: bool| {
-        let b = Endpoint::builder().wait_limit(Duration::from_secs(20));
-        let b = if budget {
-            b.memory_budget(1 << 20, 2)
-        } else {
-            b
-        };
-        if udp {
-            b.udp("127.0.0.1:0".parse().unwrap()).build().unwrap()
-        } else {
-            b.mem(&f).fast_path(false).build().unwrap()
-        }
-    };
     for udp in [false, true] {
-        let (mut a, mut b) = (mk(udp, false), mk(udp, true));
-        let ab = a.insert_peer(&b.address()).unwrap();
-        let ba = b.insert_peer(&a.address()).unwrap();
+        let cfg = tagmatch_rdm::Config::default();
+        let (mut a, mut b, ab, ba) = sender_and_full_receiver(&f, cfg, udp);
         const N: u64 = 40;
         let sends: Vec<_> = (0..N)
             .map(|i| a.tsend(ab, i, vec![i as u8; 64]).unwrap())
@@ -470,14 +432,7 @@ fn a_receiver_that_is_not_ready_does_not_spin() {
         );
         b.cancel(r).unwrap();
         // Then the application receives: everything held arrives, in order.
-        for i in 0..N {
-            let r = b.trecv(ba, ANY_TAG, 64).unwrap();
-            let c = b.wait_with(r, &mut [&mut a]).unwrap();
-            assert_eq!((c.tag, c.data), (i, vec![i as u8; 64]), "udp {udp}");
-        }
-        for s in sends {
-            a.wait_with(s, &mut [&mut b]).unwrap();
-        }
+        receive_in_order(&mut a, &mut b, ba, N, 64, sends, udp);
     }
 }
 
@@ -610,4 +565,54 @@ fn a_pending_future_is_woken_by_its_peer() {
         }
         let _a = sender.join().unwrap();
     }
+}
+
+/// `b` receives `n` messages from `a` (peer `ba`) with any tag: message `i` must have tag
+/// `i` and `len` bytes of `i`; then `a`'s `sends` complete.
+fn receive_in_order(
+    a: &mut Endpoint,
+    b: &mut Endpoint,
+    ba: tagmatch::Peer,
+    n: u64,
+    len: usize,
+    sends: Vec<tagmatch::Request>,
+    udp: bool,
+) {
+    for i in 0..n {
+        let r = b.trecv(ba, ANY_TAG, len).unwrap();
+        let c = b.wait_with(r, &mut [&mut *a]).unwrap();
+        assert_eq!((c.tag, c.data), (i, vec![i as u8; len]), "udp {udp}");
+    }
+    for s in sends {
+        a.wait_with(s, &mut [&mut *b]).unwrap();
+    }
+}
+
+/// A sender `a` and a receiver `b` whose budget is 2 unexpected messages (over UDP, or
+/// in-process without the fast path), each inserted as the other's peer:
+/// `(a, b, a's peer b, b's peer a)`.
+fn sender_and_full_receiver(
+    f: &MemFabric,
+    cfg: tagmatch_rdm::Config,
+    udp: bool,
+) -> (Endpoint, Endpoint, tagmatch::Peer, tagmatch::Peer) {
+    let mk = |budget: bool| {
+        let b = Endpoint::builder()
+            .rdm_config(cfg)
+            .wait_limit(Duration::from_secs(20));
+        let b = if budget {
+            b.memory_budget(1 << 20, 2)
+        } else {
+            b
+        };
+        if udp {
+            b.udp("127.0.0.1:0".parse().unwrap()).build().unwrap()
+        } else {
+            b.mem(f).fast_path(false).build().unwrap()
+        }
+    };
+    let (mut a, mut b) = (mk(false), mk(true));
+    let ab = a.insert_peer(&b.address()).unwrap();
+    let ba = b.insert_peer(&a.address()).unwrap();
+    (a, b, ab, ba)
 }

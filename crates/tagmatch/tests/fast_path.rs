@@ -865,12 +865,17 @@ fn a_receiver_dropped_on_another_thread_leaves_no_send_pending() {
 /// device's inbox (and a delivery-complete one never completed).
 #[test]
 fn a_first_send_to_a_dropped_endpoint_fails() {
-    for fast in [false, true] {
+    // `a` and its peer, an endpoint dropped before anything was sent to it.
+    let to_dropped = |fast: bool| {
         let f = MemFabric::new();
         let mut a = ep(&f, fast);
         let b = ep(&f, fast);
         let ab = a.insert_peer(&b.address()).unwrap();
         drop(b);
+        (a, ab)
+    };
+    for fast in [false, true] {
+        let (mut a, ab) = to_dropped(fast);
         let r = a.tsend(ab, 1, vec![1; 8]).unwrap();
         let c = done(&mut a, r, &mut []);
         assert_eq!(c.status, Err(OpError::SendFailed), "fast {fast}");
@@ -881,11 +886,7 @@ fn a_first_send_to_a_dropped_endpoint_fails() {
     // Delivery complete waits for the peer's handshake, which a dropped endpoint never
     // sends: the sends fail when the packet provoking it fails (they waited for ever).
     for fast in [false, true] {
-        let f = MemFabric::new();
-        let mut a = ep(&f, fast);
-        let b = ep(&f, fast);
-        let ab = a.insert_peer(&b.address()).unwrap();
-        drop(b);
+        let (mut a, ab) = to_dropped(fast);
         let dc = SendOptions {
             delivery_complete: true,
             ..SendOptions::default()

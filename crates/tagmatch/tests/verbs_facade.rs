@@ -41,6 +41,20 @@ fn endpoint(test: &str, cfg: RdmConfig) -> Option<Endpoint> {
     }
 }
 
+/// Two endpoints on the test device, connected by one message from `b` to `a` (tag 1):
+/// `(a, b, a's peer b, b's peer a)`, or `None` (skip) without a device.
+fn connected_pair(test: &str) -> Option<(Endpoint, Endpoint, tagmatch::Peer, tagmatch::Peer)> {
+    let mut a = endpoint(test, RdmConfig::default())?;
+    let mut b = endpoint(test, RdmConfig::default())?;
+    let pb = a.insert_peer(&b.address()).unwrap();
+    let pa = b.insert_peer(&a.address()).unwrap();
+    let r = a.trecv(pb, TagMatch::exact(1), 8).unwrap();
+    let s = b.tsend(pa, 1, b"hello".to_vec()).unwrap();
+    a.wait_with(r, &mut [&mut b]).unwrap();
+    b.wait_with(s, &mut [&mut a]).unwrap();
+    Some((a, b, pb, pa))
+}
+
 fn verbs_stats(e: &Endpoint) -> tagmatch::VerbsStats {
     match e.stats().device {
         DeviceStats::Verbs(v) => v,
@@ -142,19 +156,10 @@ fn blocked_wait_wakes_on_a_completion_from_another_thread() {
     // thread a while later. The completion must wake `a` (the endpoint and its verbs
     // device move between threads).
     let test = "blocked_wait_wakes_on_a_completion_from_another_thread";
-    let Some(mut a) = endpoint(test, RdmConfig::default()) else {
+    // Connected first, so the wait below has no connection timer to wake it.
+    let Some((mut a, mut b, pb, pa)) = connected_pair(test) else {
         return;
     };
-    let Some(mut b) = endpoint(test, RdmConfig::default()) else {
-        return;
-    };
-    let pb = a.insert_peer(&b.address()).unwrap();
-    let pa = b.insert_peer(&a.address()).unwrap();
-    // Connect first, so the wait below has no connection timer to wake it.
-    let r = a.trecv(pb, TagMatch::exact(1), 8).unwrap();
-    let s = b.tsend(pa, 1, b"hello".to_vec()).unwrap();
-    a.wait_with(r, &mut [&mut b]).unwrap();
-    b.wait_with(s, &mut [&mut a]).unwrap();
     let r = a.trecv(pb, TagMatch::exact(2), 8).unwrap();
     let t = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(300));
@@ -258,19 +263,10 @@ fn a_pending_future_is_woken_by_a_completion() {
         }
     }
     let test = "a_pending_future_is_woken_by_a_completion";
-    let Some(mut a) = endpoint(test, RdmConfig::default()) else {
+    // Connected first, so no connection timer wakes the task.
+    let Some((mut a, mut b, pb, pa)) = connected_pair(test) else {
         return;
     };
-    let Some(mut b) = endpoint(test, RdmConfig::default()) else {
-        return;
-    };
-    let pb = a.insert_peer(&b.address()).unwrap();
-    let pa = b.insert_peer(&a.address()).unwrap();
-    // Connect first, so no connection timer wakes the task.
-    let r = a.trecv(pb, TagMatch::exact(1), 8).unwrap();
-    let s = b.tsend(pa, 1, b"hello".to_vec()).unwrap();
-    a.wait_with(r, &mut [&mut b]).unwrap();
-    b.wait_with(s, &mut [&mut a]).unwrap();
     let t = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(300));
         let s = b.tsend(pa, 2, vec![7; 8]).unwrap();

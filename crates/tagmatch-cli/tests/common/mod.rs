@@ -1,0 +1,37 @@
+//! Running the `tagmatch` binary from black-box tests.
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::process::{Command, Output, Stdio};
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_tagmatch");
+
+/// Runs `tagmatch args` with no input.
+pub fn run(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn tagmatch")
+}
+
+/// Runs `tagmatch args`, which must succeed; its standard output.
+pub fn ok(args: &[&str]) -> String {
+    let o = run(args);
+    assert!(
+        o.status.success(),
+        "{args:?}: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Runs `tagmatch args`, which must fail with status 1 and a one-line message; the message.
+pub fn fails(args: &[&str]) -> String {
+    let o = run(args);
+    assert_eq!(o.status.code(), Some(1), "{args:?}");
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(err.lines().count(), 1, "{err}");
+    err
+}
