@@ -90,15 +90,17 @@ struct Hub {
     rnr: Vec<usize>,
     /// Per device: it was dropped (its address is nobody's any more).
     gone: Vec<bool>,
+    /// Device index by `(gid, qpn, qkey)` (what [`same_peer`] compares).
+    by_addr: foldhash::HashMap<([u8; 16], u16, u32), usize>,
     mtu: usize,
 }
 
 impl Hub {
+    /// The live device with address `a` (one hash lookup, not a scan of every device
+    /// the network ever had).
     fn index_of(&self, a: &RawAddr) -> Option<usize> {
-        self.addrs
-            .iter()
-            .zip(&self.gone)
-            .position(|(x, gone)| !gone && same_peer(x, a))
+        let i = *self.by_addr.get(&(a.gid, a.qpn, a.qkey))?;
+        (!self.gone[i] && same_peer(&self.addrs[i], a)).then_some(i)
     }
 
     fn push(&mut self, to: usize, from: RawAddr, msg: Msg) {
@@ -131,6 +133,7 @@ impl MemNetwork {
             bells: Vec::new(),
             rnr: Vec::new(),
             gone: Vec::new(),
+            by_addr: Default::default(),
             mtu: 8928,
         })))
     }
@@ -171,6 +174,7 @@ impl MemNetwork {
         hub.bells.push(bell.clone());
         hub.rnr.push(0);
         hub.gone.push(false);
+        hub.by_addr.insert((addr.gid, addr.qpn, addr.qkey), n);
         let salt = hub.rng.next_u64() as u32;
         MemDevice {
             net: self.clone(),
@@ -325,6 +329,7 @@ impl Drop for MemDevice {
     fn drop(&mut self) {
         let mut hub = self.net.hub();
         hub.gone[self.idx] = true;
+        hub.by_addr.remove(&(self.addr.gid, self.addr.qpn, self.addr.qkey));
         hub.inboxes[self.idx] = Vec::new();
         hub.rnr[self.idx] = 0;
     }
