@@ -86,9 +86,9 @@ pub struct ServerArgs {
     /// Serve clients one after the other until killed (default: exit after one).
     #[arg(long)]
     pub forever: bool,
-    /// UDP path MTU.
-    #[arg(long, default_value_t = 9000)]
-    pub path_mtu: usize,
+    /// UDP path MTU (default 9000; only with `--transport udp`).
+    #[arg(long)]
+    pub path_mtu: Option<usize>,
     /// Print the endpoint's counters (every layer) on stderr after each client.
     #[arg(long)]
     pub stats: bool,
@@ -174,9 +174,9 @@ pub struct ClientArgs {
     /// Also draw latency and bandwidth against size into this SVG file.
     #[arg(long)]
     pub plot: Option<std::path::PathBuf>,
-    /// UDP path MTU.
-    #[arg(long, default_value_t = 9000)]
-    pub path_mtu: usize,
+    /// UDP path MTU (default 9000; only with `--transport udp`).
+    #[arg(long)]
+    pub path_mtu: Option<usize>,
     /// Print the endpoint's counters (every layer) on stderr at the end.
     #[arg(long)]
     pub stats: bool,
@@ -493,6 +493,9 @@ fn verbs_builder(ctx: &str, _: &str) -> Result<tagmatch::Builder, Error> {
     Err(Error::new(ctx, crate::NO_VERBS))
 }
 
+/// The UDP path MTU when `--path-mtu` is not given (a jumbo-frame Ethernet's).
+const DEFAULT_PATH_MTU: usize = 9000;
+
 /// Runs `tagmatch perf server`.
 fn run_server(a: ServerArgs) -> Result<(), Error> {
     let ep = match a.transport.as_str() {
@@ -506,7 +509,10 @@ fn run_server(a: ServerArgs) -> Result<(), Error> {
             let bind = a.bind.parse().map_err(|_| {
                 Error::new("perf server", format!("--bind {:?}: not IP:PORT", a.bind))
             })?;
-            Endpoint::builder().udp(bind).path_mtu(a.path_mtu).build()
+            Endpoint::builder()
+                .udp(bind)
+                .path_mtu(a.path_mtu.unwrap_or(DEFAULT_PATH_MTU))
+                .build()
         }
         "verbs" => {
             if a.bind != DEFAULT_BIND {
@@ -514,6 +520,12 @@ fn run_server(a: ServerArgs) -> Result<(), Error> {
                 return Err(Error::new(
                     "perf server",
                     format!("--bind {:?} goes with --transport udp", a.bind),
+                ));
+            }
+            if a.path_mtu.is_some() {
+                return Err(Error::new(
+                    "perf server",
+                    "--path-mtu goes with --transport udp",
                 ));
             }
             verbs_builder("perf server", &a.device)?.build()
@@ -821,6 +833,12 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
     if !a.device.is_empty() && a.transport != "verbs" {
         return Err(Error::new(ctx, "--device goes with --transport verbs"));
     }
+    if a.path_mtu.is_some() && a.transport != "udp" {
+        return Err(Error::new(ctx, "--path-mtu goes with --transport udp"));
+    }
+    if a.no_fast_path && a.transport != "mem" {
+        return Err(Error::new(ctx, "--no-fast-path goes with --transport mem"));
+    }
     if a.window == 0 {
         return Err(Error::new(ctx, "--window: must be at least 1"));
     }
@@ -873,7 +891,7 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
             };
             let mut ep = Endpoint::builder()
                 .udp(bind.parse().map_err(|_| Error::new(ctx, "bind address"))?)
-                .path_mtu(a.path_mtu)
+                .path_mtu(a.path_mtu.unwrap_or(DEFAULT_PATH_MTU))
                 .build()
                 .map_err(fe(ctx))?;
             let peer = ep.insert_peer(&server).map_err(fe(ctx))?;
@@ -1167,7 +1185,7 @@ mod tests {
             window: 8,
             json: false,
             plot: None,
-            path_mtu: 9000,
+            path_mtu: None,
             stats: false,
             no_fast_path: false,
         }

@@ -168,6 +168,11 @@ fn perf_rejects_bad_arguments() {
     assert!(fails(&["perf", "client"]).contains("missing the server address"));
     assert!(fails(&["perf", "server", "--bind", "nope"]).contains("--bind"));
     assert!(c(&["--device", "rxe0"]).contains("--device goes with --transport verbs"));
+    assert!(c(&["--path-mtu", "1500"]).contains("--path-mtu goes with --transport udp"));
+    assert!(
+        fails(&["perf", "client", "udp://127.0.0.1:1/0x1", "--no-fast-path"])
+            .contains("--no-fast-path goes with --transport mem")
+    );
     assert!(fails(&["perf", "server", "--device", "rxe0"]).contains("--device goes with"));
     assert!(fails(&["perf", "server", "--transport", "mem"]).contains("expected udp or verbs"));
     // Verbs has nothing to bind: a --bind is refused, not ignored (checked before the

@@ -329,7 +329,8 @@ impl Drop for MemDevice {
     fn drop(&mut self) {
         let mut hub = self.net.hub();
         hub.gone[self.idx] = true;
-        hub.by_addr.remove(&(self.addr.gid, self.addr.qpn, self.addr.qkey));
+        hub.by_addr
+            .remove(&(self.addr.gid, self.addr.qpn, self.addr.qkey));
         hub.inboxes[self.idx] = Vec::new();
         hub.rnr[self.idx] = 0;
     }
