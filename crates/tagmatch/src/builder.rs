@@ -218,8 +218,10 @@ impl Builder {
     /// with `OpError::SendFailed`. Lanes (32 KiB each) live only while both ends do: the
     /// messages a dropped sender sent (also those still queued at it for ring space) are
     /// still received, then its lane is released; the lanes to a dropped receiver are
-    /// released by the sender's next `progress`, so endpoints that come and go cost
-    /// nothing once gone (`Stats::fast_lanes_in` / `fast_lanes_out`). Off: every message
+    /// released by the sender's next `progress`, so endpoints that come and go leave no
+    /// lane behind (`Stats::fast_lanes_in` / `fast_lanes_out`); what stays per peer that
+    /// ever was is small (its peer entry in the protocol endpoint, its address slot in
+    /// the fabric). Off: every message
     /// takes the EFA protocol over the in-memory device (as between processes).
     ///
     /// ```
