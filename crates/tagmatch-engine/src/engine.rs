@@ -683,9 +683,12 @@ impl<R, M> Engine<R, M> {
     fn free_unexp(&mut self, idx: u32) -> Message<M> {
         match self.unexp.remove(idx) {
             Some(n) => {
-                self.c.bytes_held -= self.take_held_bytes(idx, n.len);
                 if n.is_claimed() {
                     self.c.claimed_depth -= 1;
+                }
+                // A claim that does not count gave its bytes back when it was made.
+                if !n.is_claimed() || self.cfg.claims_count {
+                    self.c.bytes_held -= self.take_held_bytes(idx, n.len);
                 }
                 Message {
                     env: n.env,
@@ -792,7 +795,12 @@ impl<R, M> Engine<R, M> {
     }
 
     fn held_messages(&self) -> usize {
-        self.unexp.len() + self.c.reorder_depth
+        let claims = if self.cfg.claims_count {
+            0
+        } else {
+            self.c.claimed_depth
+        };
+        self.unexp.len() - claims + self.c.reorder_depth
     }
 
     /// Whether one more stored message of `len` bytes stays within the budgets.
@@ -1443,11 +1451,16 @@ impl<R, M> Engine<R, M> {
         let n = self.unexp.at_mut(idx);
         n.links.set_next(K_EXACT, CLAIMED);
         n.links.stash(K_SRC, gen);
+        let (env, len) = (n.env, n.len);
         self.c.claimed_depth += 1;
+        if !self.cfg.claims_count {
+            // Config::claims_count: the claimer's own budget counts it from now on.
+            self.c.bytes_held -= self.take_held_bytes(idx, len);
+        }
         Some(Claimed {
             handle: MsgHandle { idx, gen },
-            env: n.env,
-            len: n.len as usize,
+            env,
+            len: len as usize,
         })
     }
 

@@ -378,6 +378,15 @@ pub struct Config {
     /// The sequence number a source starts at when first seen by
     /// [`Engine::deliver`](crate::Engine::deliver).
     pub initial_seq: u32,
+    /// Whether claimed messages ([`Engine::mprobe`](crate::Engine::mprobe), not yet
+    /// received) count against the budgets (default `true`, MPI's view: an mprobed
+    /// message still occupies the library's memory). `false` is for a caller that hands
+    /// each claimed message to a matching engine of its own with its own budget (the
+    /// `tagmatch` facade's in-process fast path claims every message that reaches it over
+    /// the protocol): counting them in both would let claimed messages that match no
+    /// receive yet fill this engine's budget and refuse, for ever, the message a receive
+    /// waits for.
+    pub claims_count: bool,
 }
 
 /// Hard ceiling on the posted receives and on the stored (unexpected and claimed) messages
@@ -399,6 +408,7 @@ impl Default for Config {
             max_posted: 1 << 22,
             high_water_percent: 75,
             initial_seq: 0,
+            claims_count: true,
         }
     }
 }
@@ -417,6 +427,11 @@ impl Config {
     /// Sets [`Config::max_messages`] (capped at [`MAX_ENTRIES`]).
     pub fn max_messages(mut self, n: usize) -> Self {
         self.max_messages = n;
+        self
+    }
+    /// Sets [`Config::claims_count`].
+    pub fn claims_count(mut self, on: bool) -> Self {
+        self.claims_count = on;
         self
     }
     /// Sets [`Config::max_posted`] (capped at [`MAX_ENTRIES`]).

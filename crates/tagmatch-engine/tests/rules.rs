@@ -571,3 +571,41 @@ fn reserve_is_capped_by_the_limits_and_then_allocation_free() {
     }
     assert_eq!(e.heap_bytes(), before);
 }
+
+/// `Config::claims_count(false)`: a claimed message gives its bytes and its entry back to
+/// the budget at once (its claimer counts it), and is not counted twice when received.
+#[test]
+fn claims_leave_the_budget_when_they_do_not_count() {
+    for counted in [true, false] {
+        let mut e = E::new(
+            Config::default()
+                .max_messages(2)
+                .max_bytes(100)
+                .claims_count(counted),
+        );
+        e.arrive(env(0, 0, 1), 40, 1).unwrap();
+        e.arrive(env(0, 0, 2), 40, 2).unwrap();
+        assert_eq!(e.pressure(), Pressure::Full);
+        let c1 = e.mprobe(&RecvSpec::exact(0, 0, 1)).unwrap();
+        let c2 = e.mprobe(&RecvSpec::exact(0, 0, 2)).unwrap();
+        let third = e.arrive(env(0, 0, 3), 40, 3);
+        if counted {
+            // Two claims fill a budget of two: the third message is refused.
+            assert_eq!(third.unwrap_err().reason, RejectReason::Backpressure);
+            assert_eq!(e.counters().bytes_held, 80);
+        } else {
+            assert!(matches!(third, Ok(Arrived::Unexpected(_))));
+            assert_eq!(e.counters().bytes_held, 40);
+            assert_eq!(
+                e.pressure(),
+                Pressure::Normal,
+                "1 of 2 entries, 40 of 100 bytes"
+            );
+        }
+        assert_eq!(e.mrecv(c1.handle).unwrap().msg, 1);
+        assert_eq!(e.mrecv(c2.handle).unwrap().msg, 2);
+        let left = if counted { 0 } else { 40 };
+        assert_eq!(e.counters().bytes_held, left, "counted {counted}");
+        assert_eq!(e.counters().claimed_depth, 0);
+    }
+}

@@ -114,6 +114,11 @@ pub struct Config {
     pub max_unexpected_bytes: usize,
     /// Budget of unexpected and out-of-order messages.
     pub max_unexpected_msgs: usize,
+    /// Whether messages claimed with `mprobe`/`tmprobe` and not yet received count
+    /// against the two budgets above (default `true`). An owner that claims every message
+    /// into a matching engine of its own, with its own budget (the `tagmatch` facade's
+    /// in-process fast path), turns it off: see `tagmatch_engine::Config::claims_count`.
+    pub claims_count: bool,
     /// The first `msg_id` used towards, and expected from, every peer (0 in libfabric;
     /// settable to test wraparound).
     pub initial_msg_id: u32,
@@ -144,6 +149,7 @@ impl Default for Config {
             reorder_window: 16384,
             max_unexpected_bytes: 256 << 20,
             max_unexpected_msgs: 1 << 20,
+            claims_count: true,
             initial_msg_id: 0,
             features: Features::default(),
             device_version: 0xEFA1,

@@ -47,6 +47,9 @@ pub struct ProbeInfo {
     pub len: u64,
     /// Remote CQ data.
     pub cq_data: Option<u64>,
+    /// Bytes of it buffered at this endpoint (what it counts against the unexpected
+    /// budget: all of an eager message, the first segment of a long one).
+    pub buffered: u64,
 }
 
 /// A message claimed by [`crate::Endpoint::tmprobe`] or [`crate::Endpoint::mprobe`].

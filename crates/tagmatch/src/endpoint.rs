@@ -397,6 +397,18 @@ impl Endpoint {
         hub: Option<(std::sync::Arc<crate::fast::Hub>, bool)>,
     ) -> Endpoint {
         static NEXT_ID: AtomicU32 = AtomicU32::new(1);
+        // The fast path claims every protocol-path message into its own engine, whose
+        // budget counts it: the protocol endpoint's budget counts only the messages not
+        // claimed yet (else claims that match no receive yet would fill it and refuse, for
+        // ever, the message a receive waits for).
+        let cfg = if hub.is_some() {
+            Config {
+                claims_count: false,
+                ..cfg
+            }
+        } else {
+            cfg
+        };
         let fast = hub.map(|(h, throttle)| {
             // The fast path rings and sleeps on the in-memory device's doorbell, so one
             // wait covers both (a fast-path hub exists only with an in-memory device).

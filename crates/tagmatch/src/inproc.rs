@@ -88,6 +88,9 @@ pub(crate) struct FastMsg {
 struct Stalled {
     env: Envelope,
     len: usize,
+    /// Bytes it counts against the budget while stored: its length for a fast-path
+    /// message, what the protocol endpoint buffered for a claimed one.
+    held: usize,
     msg: FastMsg,
     dc: Option<u64>,
 }
@@ -284,7 +287,7 @@ fn arrive(
     lane: &crate::fast::Lane,
     s: Stalled,
 ) -> Result<(), Stalled> {
-    match engine.arrive(s.env, s.len, s.msg) {
+    match engine.arrive_held(s.env, s.len, s.held, s.msg) {
         Ok(a) => {
             if let Some(op) = s.dc {
                 // Delivered: matched, or held as unexpected by the receiver.
@@ -298,6 +301,7 @@ fn arrive(
         Err(r) => Err(Stalled {
             env: r.env,
             len: r.len,
+            held: s.held,
             msg: r.msg,
             dc: s.dc,
         }),
@@ -852,6 +856,7 @@ impl Endpoint {
                         Stalled {
                             env: Envelope::new(comm, info.src.0, info.tag),
                             len: info.len as usize,
+                            held: info.buffered as usize,
                             msg: FastMsg {
                                 payload: Payload::Proto(claim),
                                 cq_data: info.cq_data,
@@ -860,8 +865,10 @@ impl Endpoint {
                         }
                     }
                 };
-                // The protocol endpoint already counts its bytes against the budget.
-                match f.engine.arrive_held(s.env, s.len, 0, s.msg) {
+                // Its buffered bytes count here (the protocol endpoint's budget counts
+                // only what is not claimed yet: `Config::claims_count`).
+                let held = s.held;
+                match f.engine.arrive_held(s.env, s.len, held, s.msg) {
                     Ok(Arrived::Matched(m)) => finish(
                         node,
                         &mut f.proto_recvs,
@@ -877,6 +884,7 @@ impl Endpoint {
                         f.proto_stalled.push_front(Stalled {
                             env: r.env,
                             len: r.len,
+                            held,
                             msg: r.msg,
                             dc: None,
                         });
@@ -917,7 +925,13 @@ impl Endpoint {
                     payload: raw.payload(),
                     cq_data,
                 };
-                let s = Stalled { env, len, msg, dc };
+                let s = Stalled {
+                    env,
+                    len,
+                    held: len,
+                    msg,
+                    dc,
+                };
                 if let Err(again) = arrive(
                     &mut f.engine,
                     node,

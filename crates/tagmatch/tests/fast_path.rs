@@ -900,3 +900,48 @@ fn a_first_send_to_a_dropped_endpoint_fails() {
         }
     }
 }
+
+/// A fast-path receiver with a budget of 2 messages, fed over the protocol by a sender
+/// without the fast path: two messages that match no receive yet are claimed into the
+/// fast path's engine, and a receive for the third still completes. (Claims counted in
+/// the protocol endpoint's budget too filled it, and the third message was refused for
+/// ever.) Then the first two are received, in order.
+#[test]
+fn claimed_protocol_messages_do_not_lock_out_the_one_a_receive_waits_for() {
+    let f = MemFabric::new();
+    let mut a = Endpoint::builder()
+        .mem(&f)
+        .fast_path(false)
+        .build()
+        .unwrap();
+    let mut b = Endpoint::builder()
+        .mem(&f)
+        .memory_budget(1 << 20, 2)
+        .wait_limit(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    assert!(b.fast_path() && !a.fast_path());
+    let ab = a.insert_peer(&b.address()).unwrap();
+    let ba = b.insert_peer(&a.address()).unwrap();
+    let sends: Vec<Request> = (1..=3u64)
+        .map(|t| a.tsend(ab, t, vec![t as u8; 16]).unwrap())
+        .collect();
+    for _ in 0..50 {
+        a.progress().unwrap();
+        b.progress().unwrap();
+    }
+    let r = b.trecv(ba, 3, 16).unwrap();
+    let c = match b.wait_with(r, &mut [&mut a]) {
+        Ok(c) => c,
+        Err(e) => panic!("{e}\n{}", b.stats()),
+    };
+    assert_eq!(c.data, vec![3; 16]);
+    for t in 1..=2u64 {
+        let r = b.trecv(ba, ANY_TAG, 16).unwrap();
+        let c = b.wait_with(r, &mut [&mut a]).unwrap();
+        assert_eq!((c.tag, c.data), (t, vec![t as u8; 16]));
+    }
+    for s in sends {
+        a.wait_with(s, &mut [&mut b]).unwrap();
+    }
+}

@@ -366,7 +366,8 @@ impl Endpoint {
             )
             .initial_seq(cfg.initial_msg_id)
             .max_bytes(cfg.max_unexpected_bytes)
-            .max_messages(cfg.max_unexpected_msgs);
+            .max_messages(cfg.max_unexpected_msgs)
+            .claims_count(cfg.claims_count);
         Endpoint {
             cfg,
             addr,
@@ -396,8 +397,8 @@ impl Endpoint {
     /// A counter that moves whenever a packet this endpoint refused
     /// ([`crate::Rx::Refused`]: receiver not ready) may have become admissible: a receive
     /// was posted (the message may match it instead of needing the budget), an
-    /// unexpected message was received (`mrecv`, or matched by a receive: budget freed),
-    /// or messages were processed in order (a peer's reorder window moved, and matched
+    /// unexpected message was received (`mrecv`, or matched by a receive: budget freed)
+    /// or, with `Config::claims_count` off, claimed, or messages were processed in order (a peer's reorder window moved, and matched
     /// messages took receives). While it stays put, refused packets would be refused
     /// again: the owner need not hand them in (and need not spin doing so) —
     /// `tagmatch_transport::Node` asks the device to redeliver them only when it moved.

@@ -665,6 +665,7 @@ impl Endpoint {
             tag: ib.tag,
             len: ib.msg_len,
             cq_data: ib.cq_data,
+            buffered: ib.data.len() as u64,
         })
     }
 
@@ -703,6 +704,10 @@ impl Endpoint {
 
     pub(super) fn claim(&mut self, spec: &RecvSpec) -> Option<(Claim, ProbeInfo)> {
         let c = self.engine.mprobe(spec)?;
+        if !self.cfg.claims_count {
+            // Config::claims_count: the claim left the budget.
+            self.admission += 1;
+        }
         let ib = *self.engine.claimed(c.handle).ok()?;
         let info = self.probe_info(&c.env, ib)?;
         Some((Claim(c.handle), info))
