@@ -72,7 +72,7 @@ pub mod shim;
 pub mod sock;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::io;
+use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -82,10 +82,17 @@ use tagmatch_wire::efa::RawAddr;
 use crate::addr::UdpAddr;
 use crate::device::{DeviceEvent, MemoryAccess, RdmDevice};
 use crate::rng::{entropy, XorShift};
-use crate::soft_rdma::{RdmaMsg, RdmaStats, RdmaStatus, SoftRdma, MAX_RDMA_HDR};
+use crate::soft_rdma::{
+    RdmaMsg, RdmaStats, RdmaStatus, SoftRdma, KIND_READ_DATA, KIND_READ_RESP, KIND_WRITE,
+    MAX_RDMA_HDR, READ_DATA_HDR, WRITE_HDR,
+};
 use frame::{Header, HDR_LEN, KIND_ACK, KIND_PKT};
 use shim::{Shim, ShimConfig, ShimStats};
 use sock::{Sock, SockStats};
+
+/// Longest header of a datagram gathered at send time: the frame header and a
+/// `READ_DATA` message header (the read's bytes follow from the region).
+const HEAD_MAX: usize = HDR_LEN + READ_DATA_HDR;
 
 /// IPv6 + UDP header bytes subtracted from the path MTU.
 pub const IP_UDP_OVERHEAD: usize = 48;
@@ -248,10 +255,50 @@ pub struct UdpStats {
     pub spin_hits: u64,
 }
 
+/// A frame's body.
+#[derive(Debug)]
+enum Body {
+    /// The bytes.
+    Bytes(Vec<u8>),
+    /// `READ_DATA` of a served read: `len` bytes at `off` of region `mem` (registered under
+    /// `key`), read from memory each time the frame is sent (as a NIC's DMA would, with
+    /// the key checked again; a range no longer readable turns the frame into the read's
+    /// `READ_RESP` with `NoMemory`, see `UdpDevice::check_frames`). No copy of the bytes
+    /// is kept: `sendmsg` gathers them from the region.
+    Read {
+        id: u64,
+        offset: u64,
+        key: u64,
+        mem: MemHandle,
+        off: u64,
+        len: u64,
+    },
+}
+
+impl Body {
+    fn len(&self) -> usize {
+        match self {
+            Body::Bytes(b) => b.len(),
+            Body::Read { len, .. } => READ_DATA_HDR + *len as usize,
+        }
+    }
+}
+
+/// A queued datagram: built already (pure ACKs, and everything when the fault shim is on),
+/// or a reference to an unacknowledged frame, whose header (with the acknowledgement
+/// state of the moment) is built when it is sent and whose body is sent from where it lies.
+#[derive(Debug, Clone)]
+enum Out {
+    /// A whole datagram.
+    Dgram(SocketAddr, Vec<u8>),
+    /// Frame `seq` of a connection (skipped if acknowledged by then).
+    Frame(ConnKey, u64),
+}
+
 #[derive(Debug)]
 struct TxFrame {
     kind: u8,
-    body: Vec<u8>,
+    body: Body,
     token: Option<SendToken>,
     first_sent: Instant,
     last_sent: Instant,
@@ -415,13 +462,13 @@ pub struct UdpDevice {
     sock: Sock,
     addr: UdpAddr,
     conns: HashMap<ConnKey, Conn>,
-    txq: VecDeque<(SocketAddr, Vec<u8>)>,
+    txq: VecDeque<Out>,
     /// Receive buffers, one per datagram of a batched receive call; frames are parsed in
     /// place.
     rx_bufs: Vec<Vec<u8>>,
     /// `(buffer, sender, length)` of the last receive call's datagrams.
     rx_got: Vec<(usize, SocketAddr, usize)>,
-    shim: Option<Shim>,
+    shim: Option<Shim<Out>>,
     rdma: SoftRdma,
     events: VecDeque<DeviceEvent>,
     /// Sends refused because the queue was full, answered `Again` at the next `progress`.
@@ -536,10 +583,10 @@ impl UdpDevice {
     }
 
     /// Queues a datagram through the shim.
-    fn out(&mut self, to: SocketAddr, d: Vec<u8>) {
+    fn out(&mut self, o: Out) {
         match &mut self.shim {
-            Some(s) => s.push((to, d), &mut self.txq),
-            None => self.txq.push_back((to, d)),
+            Some(s) => s.push(o, &mut self.txq),
+            None => self.txq.push_back(o),
         }
     }
 
@@ -560,7 +607,7 @@ impl UdpDevice {
         }
         c.waiting.push_back(TxFrame {
             kind,
-            body,
+            body: Body::Bytes(body),
             token,
             first_sent: now,
             last_sent: now,
@@ -602,40 +649,43 @@ impl UdpDevice {
                         break;
                     };
                     let n = (job.len - job.sent).min(chunk);
-                    let msg = if job.sent == job.len {
-                        RdmaMsg::ReadResp {
-                            id: job.id,
-                            status: RdmaStatus::Ok,
-                        }
+                    // The range is checked now (a deregistered key ends the read at once)
+                    // and again whenever the frame is sent, when its bytes are read.
+                    let status = if job.sent == job.len {
+                        Some(RdmaStatus::Ok)
+                    } else if self
+                        .rdma
+                        .read_chunk(job.key, job.mem, job.off + job.sent, n, mem)
+                        .is_none()
+                    {
+                        Some(RdmaStatus::NoMemory)
                     } else {
-                        match self
-                            .rdma
-                            .read_chunk(job.key, job.mem, job.off + job.sent, n, mem)
-                        {
-                            Some(data) => RdmaMsg::ReadData {
+                        None
+                    };
+                    let (kind, body) = match status {
+                        Some(status) => {
+                            let id = job.id;
+                            c.reads.pop_front();
+                            let mut b = Vec::new();
+                            RdmaMsg::ReadResp { id, status }.emit(&mut b);
+                            (KIND_READ_RESP, Body::Bytes(b))
+                        }
+                        None => {
+                            let body = Body::Read {
                                 id: job.id,
                                 offset: job.sent,
-                                data,
-                            },
-                            None => {
-                                job.sent = job.len;
-                                RdmaMsg::ReadResp {
-                                    id: job.id,
-                                    status: RdmaStatus::NoMemory,
-                                }
-                            }
+                                key: job.key,
+                                mem: job.mem,
+                                off: job.off + job.sent,
+                                len: n,
+                            };
+                            job.sent += n;
+                            (KIND_READ_DATA, body)
                         }
                     };
-                    if matches!(msg, RdmaMsg::ReadResp { .. }) {
-                        c.reads.pop_front();
-                    } else {
-                        job.sent += n;
-                    }
-                    let mut body = Vec::with_capacity(MAX_RDMA_HDR + n as usize);
-                    msg.emit(&mut body);
                     waiting_bytes += body.len();
                     c.waiting.push_back(TxFrame {
-                        kind: msg.kind(),
+                        kind,
                         body,
                         token: None,
                         first_sent: now,
@@ -661,23 +711,17 @@ impl UdpDevice {
                     f.deadline = now + rto;
                     c.tx_order += 1;
                     f.order = c.tx_order;
-                    let h = Header {
-                        kind: f.kind,
-                        src_connid: self.addr.connid,
-                        dst_connid: c.peer.qkey,
-                        seq: seq as u32,
-                        ack: c.cum,
-                        sack: c.sack(),
-                    };
+                    // The header, with the acknowledgement state of the moment, is built
+                    // when the frame is sent (`flush`).
                     c.ack.sent();
-                    dgs.push((c.sock, h.datagram(&f.body)));
+                    dgs.push(Out::Frame(k, seq));
                     c.unacked_bytes += f.body.len();
                     c.unacked.insert(seq, f);
                 }
                 self.stats.frames_sent += dgs.len() as u64;
             }
-            for (to, d) in dgs {
-                self.out(to, d);
+            for o in dgs {
+                self.out(o);
             }
         }
     }
@@ -709,10 +753,9 @@ impl UdpDevice {
         let mut next: Option<Instant> = None;
         let mut dead = Vec::new();
         let mut dgs = Vec::new();
-        let (cfg, my_connid) = (self.cfg, self.addr.connid);
+        let cfg = self.cfg;
         for (k, c) in self.conns.iter_mut() {
             let rto = c.rto(&cfg);
-            let (cum, sack) = (c.cum, c.sack());
             let mut resent = 0usize;
             for (&seq, f) in c.unacked.iter_mut() {
                 if now.duration_since(f.first_sent) >= cfg.peer_timeout {
@@ -737,15 +780,7 @@ impl UdpDevice {
                             .saturating_mul(1u32 << f.retries.min(16))
                             .min(cfg.max_rto);
                         f.deadline = now + backoff;
-                        let h = Header {
-                            kind: f.kind,
-                            src_connid: my_connid,
-                            dst_connid: c.peer.qkey,
-                            seq: seq as u32,
-                            ack: cum,
-                            sack,
-                        };
-                        dgs.push((c.sock, h.datagram(&f.body)));
+                        dgs.push(Out::Frame(*k, seq));
                         resent += 1;
                     }
                 }
@@ -759,8 +794,8 @@ impl UdpDevice {
             }
         }
         self.stats.retransmits += dgs.len() as u64;
-        for (to, d) in dgs {
-            self.out(to, d);
+        for o in dgs {
+            self.out(o);
         }
         for k in dead {
             self.fail_conn(k);
@@ -847,7 +882,6 @@ impl UdpDevice {
         };
         let reo = c.srtt.map_or(Duration::ZERO, |s| s / 4);
         let rto = c.rto(&self.cfg);
-        let (cum, sack, peer_connid, to) = (c.cum, c.sack(), c.peer.qkey, c.sock);
         let mut dgs = Vec::new();
         for (&seq, f) in c.unacked.iter_mut() {
             if f.order + REORDER_THRESHOLD < latest && now.duration_since(f.last_sent) >= reo {
@@ -856,23 +890,15 @@ impl UdpDevice {
                 f.deadline = now + rto;
                 c.tx_order += 1;
                 f.order = c.tx_order;
-                let h = Header {
-                    kind: f.kind,
-                    src_connid: self.addr.connid,
-                    dst_connid: peer_connid,
-                    seq: seq as u32,
-                    ack: cum,
-                    sack,
-                };
-                dgs.push(h.datagram(&f.body));
+                dgs.push(Out::Frame(k, seq));
             }
         }
         if !dgs.is_empty() {
             c.ack.sent();
         }
         self.stats.fast_retransmits += dgs.len() as u64;
-        for d in dgs {
-            self.out(to, d);
+        for o in dgs {
+            self.out(o);
         }
     }
 
@@ -1027,12 +1053,12 @@ impl UdpDevice {
                     ack: c.cum,
                     sack: c.sack(),
                 };
-                dgs.push((c.sock, h.datagram(&[])));
+                dgs.push(Out::Dgram(c.sock, h.datagram(&[])));
             }
         }
         self.stats.acks_sent += dgs.len() as u64;
-        for (to, d) in dgs {
-            self.out(to, d);
+        for o in dgs {
+            self.out(o);
         }
     }
 
@@ -1099,11 +1125,144 @@ impl UdpDevice {
                 .any(|c| !c.unacked.is_empty() || !c.reads.is_empty())
     }
 
-    fn flush(&mut self) -> io::Result<()> {
+    /// Served-read frames among the first `n` queued whose range can no longer be read
+    /// (the key was deregistered, the region is gone or shrank) become the read's
+    /// `READ_RESP` with `NoMemory`: the requester's read fails rather than waiting for data
+    /// that will never come (a frame's sequence number must still be delivered).
+    fn check_frames(&mut self, n: usize, mem: &dyn MemoryAccess) {
+        for o in self.txq.range(..n) {
+            let Out::Frame(k, seq) = o else {
+                continue;
+            };
+            let Some(c) = self.conns.get_mut(k) else {
+                continue;
+            };
+            let Some(f) = c.unacked.get_mut(seq) else {
+                continue;
+            };
+            if let Body::Read {
+                id,
+                key,
+                mem: h,
+                off,
+                len,
+                ..
+            } = f.body
+            {
+                if self.rdma.read_chunk(key, h, off, len, mem).is_none() {
+                    let mut b = Vec::new();
+                    RdmaMsg::ReadResp {
+                        id,
+                        status: RdmaStatus::NoMemory,
+                    }
+                    .emit(&mut b);
+                    c.unacked_bytes -= f.body.len();
+                    c.unacked_bytes += b.len();
+                    f.kind = KIND_READ_RESP;
+                    f.body = Body::Bytes(b);
+                }
+            }
+        }
+    }
+
+    /// Sends the queued datagrams until the queue is empty or the socket would block, in
+    /// batches of [`UdpConfig::batch`] gathered from their pieces: a frame's header is
+    /// built now, its body (or a served read's bytes, from the region) is sent from where
+    /// it lies. Frames acknowledged since they were queued are skipped; a datagram the
+    /// kernel refuses is dropped and counted (the reliability layer sends it again).
+    fn flush(&mut self, mem: &dyn MemoryAccess) -> io::Result<()> {
         if let Some(s) = &mut self.shim {
             s.release(&mut self.txq);
         }
-        self.sock.send_all(&mut self.txq, self.cfg.batch)
+        let batch = self.cfg.batch.max(1);
+        let my_connid = self.addr.connid;
+        while !self.txq.is_empty() {
+            let n = self.txq.len().min(batch);
+            self.check_frames(n, mem);
+            // (queue index, destination, frame header and message header, their length,
+            // payload)
+            type Piece<'a> = (usize, SocketAddr, [u8; HEAD_MAX], usize, &'a [u8]);
+            let mut pieces: Vec<Piece<'_>> = Vec::with_capacity(n);
+            for (i, o) in self.txq.range(..n).enumerate() {
+                match o {
+                    Out::Dgram(to, d) => pieces.push((i, *to, [0; HEAD_MAX], 0, d)),
+                    Out::Frame(k, seq) => {
+                        let Some(c) = self.conns.get(k) else {
+                            continue;
+                        };
+                        let Some(f) = c.unacked.get(seq) else {
+                            continue;
+                        };
+                        let mut head = [0u8; HEAD_MAX];
+                        let mut head_len = HDR_LEN;
+                        let payload = match &f.body {
+                            Body::Bytes(b) => &b[..],
+                            Body::Read {
+                                id,
+                                offset,
+                                mem: h,
+                                off,
+                                len,
+                                ..
+                            } => {
+                                // Checked by `check_frames` just now.
+                                let range = mem.region(*h).and_then(|b| {
+                                    let s = usize::try_from(*off).ok()?;
+                                    b.get(s..s.checked_add(usize::try_from(*len).ok()?)?)
+                                });
+                                let Some(range) = range else {
+                                    continue;
+                                };
+                                head[HDR_LEN..HDR_LEN + READ_DATA_HDR]
+                                    .copy_from_slice(&RdmaMsg::read_data_header(*id, *offset));
+                                head_len += READ_DATA_HDR;
+                                range
+                            }
+                        };
+                        Header {
+                            kind: f.kind,
+                            src_connid: my_connid,
+                            dst_connid: c.peer.qkey,
+                            seq: *seq as u32,
+                            ack: c.cum,
+                            sack: c.sack(),
+                        }
+                        .emit(f.body.len(), &mut head);
+                        pieces.push((i, c.sock, head, head_len, payload));
+                    }
+                }
+            }
+            let msgs: Vec<(SocketAddr, [IoSlice<'_>; 2])> = pieces
+                .iter()
+                .map(|(_, to, head, head_len, payload)| {
+                    (
+                        *to,
+                        [IoSlice::new(&head[..*head_len]), IoSlice::new(payload)],
+                    )
+                })
+                .collect();
+            // Queue entries up to (not including) this index are done.
+            let done = match self.sock.send_gather(&msgs) {
+                Ok(sent) if sent >= pieces.len() => n,
+                Ok(sent) => pieces[sent].0,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let skipped = pieces.first().map_or(n, |p| p.0);
+                    drop(msgs);
+                    drop(pieces);
+                    self.txq.drain(..skipped);
+                    return Ok(());
+                }
+                Err(e) => {
+                    tracing::trace!(error = %e, "UDP send refused");
+                    self.sock.count_refused();
+                    pieces.first().map_or(n, |p| p.0 + 1)
+                }
+            };
+            drop(msgs);
+            drop(pieces);
+            self.txq.drain(..done);
+        }
+        Ok(())
     }
 }
 
@@ -1158,19 +1317,36 @@ impl RdmDevice for UdpDevice {
                 len,
                 ..
             } => {
-                let chunk = self.rdma_chunk();
-                match self
-                    .rdma
-                    .start_write(token, dest, local, offset, remote, len, mem, chunk)
-                {
-                    Some(msgs) => {
-                        for m in msgs {
-                            let mut b = Vec::new();
-                            m.emit(&mut b);
-                            self.enqueue(&dest, m.kind(), b, None, false);
+                let chunk = self.rdma_chunk().max(1);
+                let id = self.rdma.begin_write(token, dest, local, offset, len, mem);
+                let src = mem.region(local).and_then(|b| {
+                    let s = usize::try_from(offset).ok()?;
+                    b.get(s..s.checked_add(usize::try_from(len).ok()?)?)
+                });
+                match (id, src) {
+                    (Some(id), Some(src)) => {
+                        // Each chunk's body is built from the region in one copy (at least
+                        // one message, even for zero bytes).
+                        let mut off = 0usize;
+                        loop {
+                            let end = (off + chunk).min(src.len());
+                            let mut b = Vec::with_capacity(WRITE_HDR + end - off);
+                            b.extend_from_slice(&RdmaMsg::write_header(
+                                id,
+                                remote.key,
+                                remote.addr,
+                                len,
+                                off as u64,
+                            ));
+                            b.extend_from_slice(&src[off..end]);
+                            self.enqueue(&dest, KIND_WRITE, b, None, false);
+                            off = end;
+                            if off >= src.len() {
+                                break;
+                            }
                         }
                     }
-                    None => self
+                    _ => self
                         .events
                         .push_back(DeviceEvent::RdmaDone { token, ok: false }),
                 }
@@ -1202,7 +1378,7 @@ impl RdmDevice for UdpDevice {
         // No timer fires before the socket is read (see `timers`): an overdue deadline
         // only makes the wait zero.
         let next = self.next_deadline();
-        self.flush()?;
+        self.flush(mem)?;
         let busy = !self.events.is_empty()
             || !self.again.is_empty()
             || self.shim.as_ref().is_some_and(|s| s.held() > 0)
@@ -1256,7 +1432,7 @@ impl RdmDevice for UdpDevice {
         let now = Instant::now();
         self.fill_windows(mem, Some(now));
         self.acks(now);
-        self.flush()?;
+        self.flush(mem)?;
         // Held packets go up again after the socket was read, so that the receive above
         // still saw how many are held (and left new packet frames unacknowledged beyond
         // RNR_HELD_MAX).
@@ -1277,7 +1453,7 @@ impl RdmDevice for UdpDevice {
 
     fn flush_tx(&mut self, mem: &mut dyn MemoryAccess) -> io::Result<()> {
         self.fill_windows(mem, None);
-        self.flush()
+        self.flush(mem)
     }
 
     fn poll_event(&mut self) -> Option<DeviceEvent> {
@@ -1348,9 +1524,30 @@ mod tests {
         from.fill_windows(&NoMem(Vec::new()), Some(now));
     }
 
-    /// Takes the frames `d` queued for the wire.
+    /// Takes the frames `d` queued for the wire, as `flush` would send them.
     fn wire(d: &mut UdpDevice) -> Vec<Vec<u8>> {
-        d.txq.drain(..).map(|(_, b)| b).collect()
+        let outs: Vec<Out> = d.txq.drain(..).collect();
+        outs.into_iter()
+            .filter_map(|o| match o {
+                Out::Dgram(_, b) => Some(b),
+                Out::Frame(k, seq) => {
+                    let c = d.conns.get(&k)?;
+                    let f = c.unacked.get(&seq)?;
+                    let Body::Bytes(b) = &f.body else {
+                        return None;
+                    };
+                    let h = Header {
+                        kind: f.kind,
+                        src_connid: d.addr.connid,
+                        dst_connid: c.peer.qkey,
+                        seq: seq as u32,
+                        ack: c.cum,
+                        sack: c.sack(),
+                    };
+                    Some(h.datagram(b))
+                }
+            })
+            .collect()
     }
 
     /// Hands `frames` to `to` at `now`, as sent by `from`.

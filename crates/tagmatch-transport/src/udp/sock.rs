@@ -3,7 +3,7 @@
 //! `sendto`, which needs no message-header arrays) and `ppoll` (`poll` elsewhere) for
 //! readiness. Datagrams are received into the caller's buffers and handed over in place.
 
-use std::io;
+use std::io::{self, IoSlice};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::time::Duration;
@@ -126,74 +126,67 @@ impl Sock {
         }
     }
 
-    /// Sends datagrams from the front of `q` until it is empty or the socket would block.
-    /// Datagrams the kernel refuses are dropped and counted.
-    pub fn send_all(
-        &mut self,
-        q: &mut std::collections::VecDeque<(SocketAddr, Vec<u8>)>,
-        batch: usize,
-    ) -> io::Result<()> {
-        while !q.is_empty() {
-            let n = q.len().min(batch.max(1));
-            self.stats.send_calls += 1;
-            let r = match q.front() {
-                Some((a, d)) if n == 1 => self.sock.send_to(d, a).map(|_| 1),
-                _ => self.send_batch(q.range(..n)),
-            };
-            match r {
-                Ok(sent) => {
-                    let sent = sent.clamp(1, n);
-                    self.stats.tx_datagrams += sent as u64;
-                    q.drain(..sent);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    // The first datagram of the batch was refused (EHOSTUNREACH, EMSGSIZE,
-                    // ...): drop it; the reliability layer retransmits.
-                    self.stats.tx_errors += 1;
-                    q.pop_front();
-                }
-            }
+    /// Sends `msgs`, each a datagram gathered from two pieces (headers, payload: the
+    /// payload goes from where it lies, no staging copy), with
+    /// `sendmsg` for one and `sendmmsg` for several (Linux and Android; elsewhere one
+    /// datagram per call, its pieces concatenated). Returns how many were sent from the
+    /// front: fewer than `msgs.len()` when the socket would block (`WouldBlock` if none
+    /// was); any other error is the first datagram's (the kernel refused it: unreachable,
+    /// too big), which the caller drops and counts with [`Sock::count_refused`].
+    pub fn send_gather(&mut self, msgs: &[(SocketAddr, [IoSlice<'_>; 2])]) -> io::Result<usize> {
+        if msgs.is_empty() {
+            return Ok(0);
         }
-        Ok(())
+        self.stats.send_calls += 1;
+        let r = loop {
+            match self.send_raw(msgs) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                r => break r,
+            }
+        };
+        if let Ok(n) = r {
+            self.stats.tx_datagrams += n as u64;
+        }
+        r
+    }
+
+    /// Counts a datagram the kernel refused (dropped; the reliability layer sends it again).
+    pub fn count_refused(&mut self) {
+        self.stats.tx_errors += 1;
     }
 
     #[cfg(any(target_os = "linux", target_os = "android"))]
-    fn send_batch<'a>(
-        &mut self,
-        items: impl Iterator<Item = &'a (SocketAddr, Vec<u8>)>,
-    ) -> io::Result<usize> {
-        use nix::sys::socket::{sendmmsg, ControlMessage, MsgFlags, MultiHeaders, SockaddrStorage};
-        use std::io::IoSlice;
+    fn send_raw(&mut self, msgs: &[(SocketAddr, [IoSlice<'_>; 2])]) -> io::Result<usize> {
+        use nix::sys::socket::{
+            sendmmsg, sendmsg, ControlMessage, MsgFlags, MultiHeaders, SockaddrStorage,
+        };
         use std::os::fd::AsRawFd;
-        let items: Vec<&(SocketAddr, Vec<u8>)> = items.collect();
-        let iovs: Vec<[IoSlice<'_>; 1]> = items.iter().map(|(_, d)| [IoSlice::new(d)]).collect();
-        let addrs: Vec<Option<SockaddrStorage>> = items
+        let fd = self.sock.as_raw_fd();
+        if let [(a, iov)] = msgs {
+            let a = SockaddrStorage::from(*a);
+            return sendmsg(fd, iov, &[], MsgFlags::MSG_DONTWAIT, Some(&a))
+                .map(|_| 1)
+                .map_err(to_io);
+        }
+        let addrs: Vec<Option<SockaddrStorage>> = msgs
             .iter()
             .map(|(a, _)| Some(SockaddrStorage::from(*a)))
             .collect();
-        let mut hdrs = MultiHeaders::<SockaddrStorage>::preallocate(items.len(), None);
+        let mut hdrs = MultiHeaders::<SockaddrStorage>::preallocate(msgs.len(), None);
         let cmsgs: [ControlMessage<'_>; 0] = [];
-        let res = sendmmsg(
-            self.sock.as_raw_fd(),
-            &mut hdrs,
-            &iovs,
-            &addrs,
-            cmsgs,
-            MsgFlags::MSG_DONTWAIT,
-        )
-        .map_err(to_io)?;
-        Ok(res.count())
+        let iovs = msgs.iter().map(|(_, iov)| iov);
+        let res =
+            sendmmsg(fd, &mut hdrs, iovs, &addrs, cmsgs, MsgFlags::MSG_DONTWAIT).map_err(to_io)?;
+        Ok(res.count().clamp(1, msgs.len()))
     }
 
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    fn send_batch<'a>(
-        &mut self,
-        mut items: impl Iterator<Item = &'a (SocketAddr, Vec<u8>)>,
-    ) -> io::Result<usize> {
-        match items.next() {
-            Some((a, d)) => self.sock.send_to(d, a).map(|_| 1),
+    fn send_raw(&mut self, msgs: &[(SocketAddr, [IoSlice<'_>; 2])]) -> io::Result<usize> {
+        match msgs.first() {
+            Some((a, iov)) => {
+                let d: Vec<u8> = iov.iter().flat_map(|s| s.iter().copied()).collect();
+                self.sock.send_to(&d, a).map(|_| 1)
+            }
             None => Ok(0),
         }
     }
