@@ -14,8 +14,9 @@
 //!   while the owner was not progressing is never taken for a loss, and a timer that
 //!   expired while the socket was not watched for a quarter of `min_rto` is re-armed once
 //!   so that a peer descheduled alike can send its delayed ACK);
-//!   a frame still unacknowledged after [`UdpConfig::peer_timeout`] fails the connection
-//!   (its sends complete with `SendOutcome::Error`, its RDMA operations fail). Duplicates
+//!   a frame neither acknowledged nor reported held back (see [`RNR_HELD_MAX`]: a
+//!   receiver-not-ready notice restarts it) for [`UdpConfig::peer_timeout`] fails the
+//!   connection (its sends complete with `SendOutcome::Error`, its RDMA operations fail). Duplicates
 //!   (retransmissions, duplicated datagrams) are suppressed by the receive window; frames
 //!   are handed up in arrival order, which may differ from the send order (SRD does not
 //!   order either). A send completes (`SendOutcome::Ok`) when the peer acknowledges it; a
@@ -53,7 +54,7 @@
 //! |---|---|---|---|
 //! | 0 | 2 | magic | `"TM"` (`54 4D`) |
 //! | 2 | 1 | version | 1 |
-//! | 3 | 1 | kind | 0 ACK (no body, `seq` 0), 1 PKT (body: one EFA packet), 2–6 software RDMA (bodies in [`crate::soft_rdma`]) |
+//! | 3 | 1 | kind | 0 ACK (no body, `seq` 0), 1 PKT (body: one EFA packet), 2–6 software RDMA (bodies in [`crate::soft_rdma`]), 7 RNR (receiver not ready, `seq` 0, body: the held-back sequence numbers, u32 each) |
 //! | 4 | 4 | src_connid | sender's connid |
 //! | 8 | 4 | dst_connid | receiver's connid as the sender knows it; frames for another connid are dropped (a restarted peer) |
 //! | 12 | 4 | seq | sequence number of this frame on the connection, from 1; 0 only for ACK |
@@ -86,7 +87,7 @@ use crate::soft_rdma::{
     RdmaMsg, RdmaStats, RdmaStatus, SoftRdma, KIND_READ_DATA, KIND_READ_RESP, KIND_WRITE,
     MAX_RDMA_HDR, READ_DATA_HDR, WRITE_HDR,
 };
-use frame::{Header, HDR_LEN, KIND_ACK, KIND_PKT};
+use frame::{Header, HDR_LEN, KIND_ACK, KIND_PKT, KIND_RNR};
 use shim::{Shim, ShimConfig, ShimStats};
 use sock::{Sock, SockStats};
 
@@ -120,15 +121,23 @@ pub const MAX_INFLIGHT_BYTES: usize = 1 << 20;
 pub const RECV_WINDOW: u32 = 1 << 16;
 /// Packets the endpoint refused (receiver not ready, [`RdmDevice::refuse`]) held per
 /// connection for redelivery. Beyond it, new REQ packet frames (new messages) of that
-/// connection are left unacknowledged (dropped as if lost; control packets always get
-/// through), so the sender's retransmission timer, with its
-/// backoff, retries them — the RNR retry of an EFA device. (The next frame in order is
+/// connection are left unacknowledged (control packets always get through) and reported
+/// in a receiver-not-ready notice ([`frame::KIND_RNR`]) at the end of the `progress`, so
+/// the sender keeps them and its retransmission timer, with its backoff, retries them —
+/// the RNR retry of an EFA device. (The next frame in order is
 /// taken up to twice this many: held packets may be waiting for it.) Held memory per
 /// connection stays below twice this many packets plus what one `progress` receives (at most the sender's
-/// unacknowledged window, [`MAX_INFLIGHT_BYTES`]). A receiver that stays not ready longer
-/// than the sender's [`UdpConfig::peer_timeout`] fails the sender's connection, as RNR
-/// retries run out on a NIC.
+/// unacknowledged window, [`MAX_INFLIGHT_BYTES`]). The notice proves the receiver alive:
+/// the sender's peer timeout for those frames restarts with it, so a receiver that is
+/// progressed but stays not ready for any length of time is never taken for dead (the
+/// unlimited RNR retry count 7 of InfiniBand); one that stops answering altogether still
+/// fails the connection one [`UdpConfig::peer_timeout`] after its last notice.
 pub const RNR_HELD_MAX: usize = 64;
+/// Most refused sequence numbers a connection reports in one receiver-not-ready notice
+/// (4 bytes each: the notice fits the smallest path MTU); more refused before the notice
+/// goes are not named in it (their sender's timer sends them again, and they are
+/// refused and reported then).
+pub const RNR_REPORT_MAX: usize = 256;
 /// Received in-order frames after which a pure ACK goes at the end of the `progress` that
 /// received them instead of waiting for [`UdpConfig::ack_delay`] (TCP acknowledges every
 /// second full segment at once, QUIC every second ack-eliciting packet): a stream is
@@ -154,7 +163,8 @@ pub struct UdpConfig {
     pub min_rto: Duration,
     /// Largest retransmission timeout (after backoff).
     pub max_rto: Duration,
-    /// A frame unacknowledged this long fails its connection.
+    /// A frame unacknowledged this long fails its connection (from its first transmission,
+    /// or from the peer's latest receiver-not-ready notice for it).
     pub peer_timeout: Duration,
     /// Datagrams per `sendmmsg`/`recvmmsg` call.
     pub batch: usize,
@@ -242,6 +252,11 @@ pub struct UdpStats {
     /// Packet frames left unacknowledged because [`RNR_HELD_MAX`] packets of their
     /// connection were held (the sender retransmits them).
     pub rnr_dropped: u64,
+    /// Receiver-not-ready notices sent (frames naming refused sequence numbers).
+    pub rnr_sent: u64,
+    /// Frames of ours the peer reported held back (receiver not ready): kept and sent
+    /// again after a backoff, with the peer timeout restarted.
+    pub rnr_received: u64,
     /// Frame bodies that did not parse (RDMA messages).
     pub bad_bodies: u64,
     /// Sends refused with `Again` (queue full).
@@ -300,10 +315,14 @@ struct TxFrame {
     kind: u8,
     body: Body,
     token: Option<SendToken>,
-    first_sent: Instant,
     last_sent: Instant,
     deadline: Instant,
     retries: u32,
+    /// Receiver-not-ready notices received for it (see [`frame::KIND_RNR`]).
+    rnr: u32,
+    /// When the peer last proved it has this frame in view: its first transmission, or
+    /// the latest receiver-not-ready notice for it. The peer timeout runs from here.
+    alive: Instant,
     /// Its timer expired while the device was not progressed and was re-armed once
     /// instead of firing (see `UdpDevice::timers`).
     deferred: bool,
@@ -332,6 +351,9 @@ struct Conn {
     /// REQ packet frames handed up since the current `progress` began (the endpoint has
     /// not seen them yet, so they may be refused too).
     fresh: usize,
+    /// Sequence numbers of frames refused (receiver not ready) and not reported to the
+    /// sender yet; at most [`RNR_REPORT_MAX`].
+    rnr: Vec<u32>,
 }
 
 impl Conn {
@@ -352,6 +374,7 @@ impl Conn {
             unacked_bytes: 0,
             held: VecDeque::new(),
             fresh: 0,
+            rnr: Vec::new(),
         }
     }
 
@@ -384,6 +407,7 @@ impl Conn {
             && self.waiting.is_empty()
             && self.reads.is_empty()
             && self.held.is_empty()
+            && self.rnr.is_empty()
             && !self.ack.needed()
     }
 }
@@ -609,10 +633,11 @@ impl UdpDevice {
             kind,
             body: Body::Bytes(body),
             token,
-            first_sent: now,
             last_sent: now,
             deadline: now,
             retries: 0,
+            rnr: 0,
+            alive: now,
             deferred: false,
             order: 0,
         });
@@ -688,10 +713,11 @@ impl UdpDevice {
                         kind,
                         body,
                         token: None,
-                        first_sent: now,
                         last_sent: now,
                         deadline: now,
                         retries: 0,
+                        rnr: 0,
+                        alive: now,
                         deferred: false,
                         order: 0,
                     });
@@ -706,7 +732,7 @@ impl UdpDevice {
                     };
                     let seq = c.next_seq;
                     c.next_seq += 1;
-                    f.first_sent = now;
+                    f.alive = now;
                     f.last_sent = now;
                     f.deadline = now + rto;
                     c.tx_order += 1;
@@ -758,7 +784,9 @@ impl UdpDevice {
             let rto = c.rto(&cfg);
             let mut resent = 0usize;
             for (&seq, f) in c.unacked.iter_mut() {
-                if now.duration_since(f.first_sent) >= cfg.peer_timeout {
+                // Not answered (neither acknowledged nor held back with a
+                // receiver-not-ready notice) for the peer timeout: the peer is gone.
+                if now.duration_since(f.alive) >= cfg.peer_timeout {
                     dead.push(*k);
                     break;
                 }
@@ -884,7 +912,12 @@ impl UdpDevice {
         let rto = c.rto(&self.cfg);
         let mut dgs = Vec::new();
         for (&seq, f) in c.unacked.iter_mut() {
-            if f.order + REORDER_THRESHOLD < latest && now.duration_since(f.last_sent) >= reo {
+            // A frame the peer holds back (receiver not ready) waits for its timer's
+            // backoff: later frames getting through says nothing about its loss.
+            if f.rnr == 0
+                && f.order + REORDER_THRESHOLD < latest
+                && now.duration_since(f.last_sent) >= reo
+            {
                 f.retries += 1;
                 f.last_sent = now;
                 f.deadline = now + rto;
@@ -924,6 +957,11 @@ impl UdpDevice {
         if h.kind == KIND_ACK {
             // A pure ACK creates no connection.
             self.on_ack(k, h.ack, h.sack, now);
+            return;
+        }
+        if h.kind == KIND_RNR {
+            self.on_ack(k, h.ack, h.sack, now);
+            self.on_rnr(k, body, now);
             return;
         }
         let peer = UdpAddr {
@@ -973,6 +1011,12 @@ impl UdpDevice {
         let req = body.first().is_some_and(|&t| t >= 64);
         if h.kind == KIND_PKT && req && !c.held.is_empty() && c.held.len() + c.fresh >= limit {
             self.stats.rnr_dropped += 1;
+            // The sender learns at the end of this `progress` that we are alive but not
+            // ready (a receiver-not-ready notice), so it keeps the frame and backs off
+            // instead of taking us for dead after its peer timeout.
+            if c.rnr.len() < RNR_REPORT_MAX && !c.rnr.contains(&seq) {
+                c.rnr.push(seq);
+            }
             return;
         }
         let arrival = if seq == c.cum + 1 && c.ooo.is_empty() {
@@ -1038,25 +1082,60 @@ impl UdpDevice {
         }
     }
 
+    /// The peer holds back frames of ours (receiver not ready, `body`: their sequence
+    /// numbers): each one still unacknowledged is kept, its peer timeout restarts (the
+    /// peer is alive), and it is sent again by its timer after a backoff that doubles with
+    /// every notice (at most `max_rto`), not by loss detection.
+    fn on_rnr(&mut self, k: ConnKey, body: &[u8], now: Instant) {
+        let Some(c) = self.conns.get_mut(&k) else {
+            return;
+        };
+        let rto = c.rto(&self.cfg);
+        for b in body.chunks_exact(4) {
+            let seq = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64;
+            let Some(f) = c.unacked.get_mut(&seq) else {
+                continue;
+            };
+            self.stats.rnr_received += 1;
+            f.rnr = f.rnr.saturating_add(1);
+            f.alive = now;
+            f.deferred = false;
+            f.deadline = now
+                + rto
+                    .saturating_mul(1u32 << f.rnr.min(16))
+                    .min(self.cfg.max_rto);
+        }
+    }
+
     /// Sends pure ACKs where a received frame has not been acknowledged by a data frame
-    /// and its ACK is due (see [`AckState`]).
+    /// and its ACK is due (see [`AckState`]), and receiver-not-ready notices (which carry
+    /// the ACK too) where frames were refused.
     fn acks(&mut self, now: Instant) {
         let mut dgs = Vec::new();
+        let mut rnrs = 0;
         for c in self.conns.values_mut() {
-            if c.ack.ready(now) {
+            if c.ack.ready(now) || !c.rnr.is_empty() {
                 c.ack.sent();
+                let (kind, body) = if c.rnr.is_empty() {
+                    (KIND_ACK, Vec::new())
+                } else {
+                    rnrs += 1;
+                    let body: Vec<u8> = c.rnr.drain(..).flat_map(u32::to_le_bytes).collect();
+                    (KIND_RNR, body)
+                };
                 let h = Header {
-                    kind: KIND_ACK,
+                    kind,
                     src_connid: self.addr.connid,
                     dst_connid: c.peer.qkey,
                     seq: 0,
                     ack: c.cum,
                     sack: c.sack(),
                 };
-                dgs.push(Out::Dgram(c.sock, h.datagram(&[])));
+                dgs.push(Out::Dgram(c.sock, h.datagram(&body)));
             }
         }
-        self.stats.acks_sent += dgs.len() as u64;
+        self.stats.rnr_sent += rnrs;
+        self.stats.acks_sent += dgs.len() as u64 - rnrs;
         for o in dgs {
             self.out(o);
         }
@@ -1726,6 +1805,133 @@ mod tests {
         wire(&mut c);
         c.timers(late, None);
         assert_eq!((wire(&mut c).len(), c.stats.retransmits), (1, 1));
+    }
+
+    /// Scenario of the receiver-not-ready tests: `a` sends `n` REQ packets to `b`, whose
+    /// endpoint refuses every packet it is handed (it stays not ready); the datagrams are
+    /// carried by hand every 5 ms of a virtual clock for `span`. Returns the time reached.
+    fn not_ready_rounds(
+        a: &mut UdpDevice,
+        b: &mut UdpDevice,
+        t0: Instant,
+        span: Duration,
+        b_answers: bool,
+    ) -> Instant {
+        let mut t = t0;
+        while t < t0 + span {
+            a.timers(t, None);
+            // One frame at a time, each refused by b's endpoint as it comes up.
+            for f in wire(a) {
+                deliver(a, b, &[f], t);
+                while let Some(e) = b.poll_event() {
+                    if let DeviceEvent::Recv { src, bytes } = e {
+                        b.refuse(src, bytes);
+                    }
+                }
+            }
+            b.acks(t);
+            let back = wire(b);
+            if b_answers {
+                deliver(b, a, &back, t);
+            }
+            t += 5 * Duration::from_millis(1);
+        }
+        t
+    }
+
+    fn short_timeouts(u: &mut UdpConfig) {
+        u.peer_timeout = Duration::from_millis(300);
+        u.initial_rto = Duration::from_millis(10);
+        u.min_rto = Duration::from_millis(5);
+        u.max_rto = Duration::from_millis(40);
+    }
+
+    /// A receiver that stays not ready (its endpoint refuses everything) for many peer
+    /// timeouts, but is alive, tells the sender so (receiver-not-ready notices): the
+    /// sender keeps its frames and retries them at a backoff, and never fails the
+    /// connection. Once the receiver takes packets again, every send completes once.
+    /// Before the notices existed the sender failed the connection after `peer_timeout`.
+    #[test]
+    fn a_receiver_not_ready_for_long_is_not_taken_for_dead() {
+        let mut a = dev_with(short_timeouts);
+        let mut b = dev_with(short_timeouts);
+        let t0 = Instant::now();
+        let n = 3 * RNR_HELD_MAX as u64;
+        for i in 0..n {
+            // A REQ packet (type ≥ 64, wire-layouts §A.2).
+            send(&mut a, &b, &[64, i as u8], i, t0);
+        }
+        let timeout = a.cfg.peer_timeout;
+        let t = not_ready_rounds(&mut a, &mut b, t0, timeout * 10, true);
+        let (sa, sb) = (a.stats, b.stats);
+        assert_eq!(sa.peers_failed, 0, "{sa:?}");
+        assert!(sb.rnr_dropped > 0 && sb.rnr_sent > 0, "{sb:?}");
+        assert!(sa.rnr_received > 0 && sa.retransmits > 0, "{sa:?}");
+        let done = send_done(&mut a);
+        assert!(done.iter().all(|(_, o)| *o == SendOutcome::Ok));
+        let refused = n as usize - done.len();
+        assert!(refused > 0);
+        assert_eq!(
+            a.conns.values().map(|c| c.unacked.len()).sum::<usize>(),
+            refused
+        );
+        // Backoff: retransmissions are bounded by one per frame per `max_rto` or so, far
+        // fewer than one per 5 ms round.
+        let rounds = (timeout * 10).as_millis() as u64 / 5;
+        assert!(sa.retransmits < refused as u64 * rounds / 4, "{sa:?}");
+
+        // The receiver becomes ready: its endpoint takes what it held and what comes.
+        for c in b.conns.values_mut() {
+            c.held.clear();
+            c.fresh = 0;
+        }
+        let mut t = t;
+        let mut completed: Vec<u64> = done.iter().map(|(tok, _)| tok.0).collect();
+        for _ in 0..200 {
+            a.timers(t, None);
+            let f = wire(&mut a);
+            deliver(&a, &mut b, &f, t);
+            while b.poll_event().is_some() {}
+            b.acks(t);
+            let back = wire(&mut b);
+            deliver(&b, &mut a, &back, t);
+            for (tok, o) in send_done(&mut a) {
+                assert_eq!(o, SendOutcome::Ok);
+                completed.push(tok.0);
+            }
+            t += Duration::from_millis(5);
+        }
+        completed.sort_unstable();
+        assert_eq!(completed, (0..n).collect::<Vec<_>>());
+        assert_eq!(a.stats.peers_failed, 0);
+    }
+
+    /// A dead receiver still fails the connection after the peer timeout, also when it
+    /// was not ready (and said so) before it died: the timeout runs from its last notice.
+    #[test]
+    fn a_dead_receiver_still_fails_after_the_peer_timeout() {
+        let mut a = dev_with(short_timeouts);
+        let mut b = dev_with(short_timeouts);
+        let t0 = Instant::now();
+        let n = 3 * RNR_HELD_MAX as u64;
+        for i in 0..n {
+            send(&mut a, &b, &[64, i as u8], i, t0);
+        }
+        let timeout = a.cfg.peer_timeout;
+        let t = not_ready_rounds(&mut a, &mut b, t0, timeout * 3, true);
+        assert_eq!(a.stats.peers_failed, 0);
+        assert!(a.stats.rnr_received > 0);
+        let pending = a.conns.values().map(|c| c.unacked.len()).sum::<usize>();
+        assert!(pending > 0);
+        let _ = send_done(&mut a);
+        // b dies: nothing comes back any more.
+        let t1 = not_ready_rounds(&mut a, &mut b, t, timeout / 2, false);
+        assert_eq!(a.stats.peers_failed, 0, "not before the timeout");
+        not_ready_rounds(&mut a, &mut b, t1, timeout, false);
+        assert_eq!(a.stats.peers_failed, 1);
+        let failed = send_done(&mut a);
+        assert_eq!(failed.len(), pending);
+        assert!(failed.iter().all(|(_, o)| *o == SendOutcome::Error));
     }
 
     quickcheck::quickcheck! {
