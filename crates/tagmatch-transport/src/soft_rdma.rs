@@ -328,6 +328,8 @@ pub struct SoftRdma {
     key_salt: u64,
     next_addr: u64,
     ops: HashMap<u64, Pending>,
+    /// Reads among `ops`.
+    reads: usize,
     next_id: u64,
     /// Counters.
     pub stats: RdmaStats,
@@ -343,6 +345,7 @@ impl SoftRdma {
             key_salt: (salt as u64) << 32,
             next_addr: 1 << 40,
             ops: HashMap::new(),
+            reads: 0,
             next_id: 1,
             stats: RdmaStats::default(),
         }
@@ -382,6 +385,11 @@ impl SoftRdma {
         self.ops.len()
     }
 
+    /// RDMA reads of ours in flight.
+    pub fn reads_pending(&self) -> usize {
+        self.reads
+    }
+
     fn new_id(&mut self) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
@@ -399,6 +407,7 @@ impl SoftRdma {
         len: u64,
     ) -> RdmaMsg<'static> {
         let id = self.new_id();
+        self.reads += 1;
         self.ops.insert(
             id,
             Pending {
@@ -698,6 +707,55 @@ impl SoftRdma {
                 return None;
             }
         }
+        self.finish(id)
+    }
+
+    /// Where the data of a `READ_DATA` response from `peer` (operation `id`, `len` bytes at
+    /// `offset`) belongs: the local region and the byte offset in it, if the operation is
+    /// a pending read of `peer` and the range lies inside it and inside the region's
+    /// bytes. A device that receives the data straight there reports it with
+    /// [`SoftRdma::on_read_placed`].
+    pub fn read_dest(
+        &self,
+        peer: &RawAddr,
+        id: u64,
+        offset: u64,
+        len: u64,
+        mem: &dyn MemoryAccess,
+    ) -> Option<(MemHandle, usize)> {
+        let p = self.ops.get(&id)?;
+        if !p.read || p.failed || !same_peer(&p.peer, peer) {
+            return None;
+        }
+        if offset.checked_add(len)? > p.len {
+            return None;
+        }
+        let start = usize::try_from(p.offset.checked_add(offset)?).ok()?;
+        let end = start.checked_add(usize::try_from(len).ok()?)?;
+        (end <= mem.region(p.local)?.len()).then_some((p.local, start))
+    }
+
+    /// `len` bytes of read `id` were received into the place [`SoftRdma::read_dest`]
+    /// named (a `READ_DATA` response applied without a copy); returns the finished
+    /// operation, if any.
+    pub fn on_read_placed(
+        &mut self,
+        peer: &RawAddr,
+        id: u64,
+        len: u64,
+    ) -> Option<(RdmaToken, bool)> {
+        let p = self.ops.get_mut(&id)?;
+        if !p.read || !same_peer(&p.peer, peer) {
+            self.stats.stray_responses += 1;
+            return None;
+        }
+        p.done += len;
+        self.finish(id)
+    }
+
+    /// Removes operation `id` if it has finished; returns it.
+    fn finish(&mut self, id: u64) -> Option<(RdmaToken, bool)> {
+        let p = self.ops.get(&id)?;
         let finished = if p.read {
             p.failed || (p.resp == Some(RdmaStatus::Ok) && p.done >= p.len)
         } else {
@@ -709,6 +767,7 @@ impl SoftRdma {
             return None;
         }
         let p = self.ops.remove(&id)?;
+        self.reads -= usize::from(p.read);
         if p.failed {
             self.stats.failed_ops += 1;
         }
@@ -726,6 +785,7 @@ impl SoftRdma {
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
             if let Some(p) = self.ops.remove(&id) {
+                self.reads -= usize::from(p.read);
                 self.stats.failed_ops += 1;
                 out.push(p.token);
             }

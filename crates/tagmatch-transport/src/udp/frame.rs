@@ -62,7 +62,17 @@ fn le32(b: &[u8], at: usize) -> u32 {
 impl Header {
     /// Parses and checks a datagram; returns the header and the body.
     pub fn parse(d: &[u8]) -> Result<(Header, &[u8]), FrameError> {
-        let h = d.get(..HDR_LEN).ok_or(FrameError::Short)?;
+        let h = Header::parse_head(d, d.len())?;
+        Ok((h, &d[HDR_LEN..]))
+    }
+
+    /// Parses and checks the header at the start of `head`, of a datagram of `total_len`
+    /// bytes (of which `head` may hold only the first ones: a peeked datagram).
+    pub fn parse_head(head: &[u8], total_len: usize) -> Result<Header, FrameError> {
+        let h = head.get(..HDR_LEN).ok_or(FrameError::Short)?;
+        if total_len < HDR_LEN {
+            return Err(FrameError::Short);
+        }
         if h[..2] != MAGIC || h[2] != VERSION {
             return Err(FrameError::Magic);
         }
@@ -76,8 +86,7 @@ impl Header {
             return Err(FrameError::Reserved);
         }
         let body_len = u16::from_le_bytes([h[28], h[29]]) as usize;
-        let body = &d[HDR_LEN..];
-        if body.len() != body_len
+        if total_len - HDR_LEN != body_len
             || (kind == KIND_ACK && body_len != 0)
             || (kind == KIND_RNR && (body_len == 0 || body_len % 4 != 0))
         {
@@ -85,17 +94,14 @@ impl Header {
         }
         let mut sack = [0u8; 8];
         sack.copy_from_slice(&h[20..28]);
-        Ok((
-            Header {
-                kind,
-                src_connid: le32(h, 4),
-                dst_connid: le32(h, 8),
-                seq,
-                ack: le32(h, 16),
-                sack: u64::from_le_bytes(sack),
-            },
-            body,
-        ))
+        Ok(Header {
+            kind,
+            src_connid: le32(h, 4),
+            dst_connid: le32(h, 8),
+            seq,
+            ack: le32(h, 16),
+            sack: u64::from_le_bytes(sack),
+        })
     }
 
     /// Writes the header for a body of `body_len` bytes into `out[..HDR_LEN]`.

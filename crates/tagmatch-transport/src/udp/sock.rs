@@ -1,7 +1,9 @@
 //! The socket: non-blocking UDP with batched system calls (`sendmmsg`/`recvmmsg` through
 //! `nix` on Linux and Android; one datagram per call elsewhere; a lone datagram goes with
-//! `sendto`, which needs no message-header arrays) and `ppoll` (`poll` elsewhere) for
-//! readiness. Datagrams are received into the caller's buffers and handed over in place.
+//! `sendmsg` / `recvfrom`, which need no message-header arrays) and `ppoll` (`poll`
+//! elsewhere) for readiness. Outgoing datagrams are gathered from their pieces (headers,
+//! payload in place); incoming ones are received into the caller's buffers and handed over
+//! in place, or peeked at and scattered so that a payload lands in its destination.
 
 use std::io::{self, IoSlice};
 use std::net::{SocketAddr, UdpSocket};
@@ -15,6 +17,10 @@ pub const RX_BUF: usize = 9216;
 /// Receive buffer size on a loopback address: the largest UDP datagram (the loopback
 /// interface's MTU is 64 KiB, so nothing is fragmented).
 pub const RX_BUF_LOOPBACK: usize = 65536;
+
+/// Whether [`Sock::peek`] and [`Sock::recv_split`] exist (Linux and Android): the device
+/// can then receive an RDMA payload straight into its destination.
+pub const PEEK: bool = cfg!(any(target_os = "linux", target_os = "android"));
 
 /// Syscall counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -189,6 +195,69 @@ impl Sock {
             }
             None => Ok(0),
         }
+    }
+
+    /// Looks at the next datagram without taking it (`MSG_PEEK`): its sender and its full
+    /// length, its first bytes copied into `head`. `None`: nothing waiting (or an error
+    /// about an earlier datagram, or an interruption). Linux and Android only (see
+    /// [`PEEK`]).
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    pub fn peek(&mut self, head: &mut [u8]) -> io::Result<Option<(SocketAddr, usize)>> {
+        use nix::sys::socket::MsgFlags;
+        self.stats.recv_calls += 1;
+        let flags = MsgFlags::MSG_PEEK | MsgFlags::MSG_TRUNC | MsgFlags::MSG_DONTWAIT;
+        let mut iov = [io::IoSliceMut::new(head)];
+        self.recv_msg(&mut iov, flags)
+    }
+
+    /// Takes the next datagram, its bytes scattered over `head` then `body` (so that its
+    /// payload lands where it belongs, without a copy through a receive buffer): its
+    /// sender and its full length (longer than both buffers: it was cut, counted).
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    pub fn recv_split(
+        &mut self,
+        head: &mut [u8],
+        body: &mut [u8],
+    ) -> io::Result<Option<(SocketAddr, usize)>> {
+        use nix::sys::socket::MsgFlags;
+        self.stats.recv_calls += 1;
+        let cap = head.len() + body.len();
+        let flags = MsgFlags::MSG_TRUNC | MsgFlags::MSG_DONTWAIT;
+        let mut iov = [io::IoSliceMut::new(head), io::IoSliceMut::new(body)];
+        let r = self.recv_msg(&mut iov, flags)?;
+        if let Some((_, len)) = r {
+            self.stats.rx_datagrams += 1;
+            if len > cap {
+                self.stats.rx_truncated += 1;
+            }
+        }
+        Ok(r)
+    }
+
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    fn recv_msg(
+        &mut self,
+        iov: &mut [io::IoSliceMut<'_>],
+        flags: nix::sys::socket::MsgFlags,
+    ) -> io::Result<Option<(SocketAddr, usize)>> {
+        use nix::errno::Errno;
+        use nix::sys::socket::{recvmsg, SockaddrLike, SockaddrStorage};
+        use std::os::fd::AsRawFd;
+        let fd = self.sock.as_raw_fd();
+        let r = match recvmsg::<SockaddrStorage>(fd, iov, None, flags) {
+            Ok(r) => r,
+            Err(Errno::EAGAIN | Errno::EINTR | Errno::ECONNREFUSED) => return Ok(None),
+            Err(e) => return Err(to_io(e)),
+        };
+        let addr = r.address.and_then(|a: SockaddrStorage| {
+            let _ = a.family();
+            if let Some(v4) = a.as_sockaddr_in() {
+                Some(SocketAddr::V4((*v4).into()))
+            } else {
+                a.as_sockaddr_in6().map(|v6| SocketAddr::V6((*v6).into()))
+            }
+        });
+        Ok(addr.map(|a| (a, r.bytes)))
     }
 
     /// One receive call (`recvmmsg` of up to `bufs.len()` datagrams where available;
