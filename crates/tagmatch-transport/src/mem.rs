@@ -61,7 +61,7 @@ enum Msg {
     Pkt(Vec<u8>),
     /// A packet the receiving endpoint refused, queued again (counted in `Hub::rnr`).
     Refused(Vec<u8>),
-    Rdma(RdmaMsg),
+    Rdma(RdmaMsg<'static>),
 }
 
 #[derive(Debug)]
@@ -309,7 +309,7 @@ impl MemDevice {
         self.mtu - MAX_RDMA_HDR
     }
 
-    fn send_rdma(&mut self, to: &RawAddr, msgs: Vec<RdmaMsg>) -> bool {
+    fn send_rdma(&mut self, to: &RawAddr, msgs: Vec<RdmaMsg<'static>>) -> bool {
         let mut hub = self.net.hub();
         let Some(t) = hub.index_of(to) else {
             return false;

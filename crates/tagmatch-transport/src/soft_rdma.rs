@@ -21,6 +21,7 @@
 //!
 //! `status`: 0 ok, 1 unknown key, 2 out of the region's bounds, 3 the region is gone.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use tagmatch_rdm::{MemHandle, MrKey, RdmaToken, RemoteAddr};
@@ -76,9 +77,16 @@ impl RdmaStatus {
     }
 }
 
-/// A software-RDMA message. See the module documentation for the bytes.
+/// Bytes of a `READ_DATA` message header (`id`, `offset`).
+pub const READ_DATA_HDR: usize = 16;
+/// Bytes of a `WRITE` message header (`id`, `key`, `addr`, `len`, `offset`).
+pub const WRITE_HDR: usize = 40;
+
+/// A software-RDMA message. See the module documentation for the bytes. Data is borrowed
+/// when parsed from a received datagram (so it is copied once, into its destination), owned
+/// when built by [`SoftRdma`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RdmaMsg {
+pub enum RdmaMsg<'a> {
     /// Read `len` bytes at `addr` of the region `key`.
     ReadReq {
         /// Requester's operation id.
@@ -97,7 +105,7 @@ pub enum RdmaMsg {
         /// Offset in the request.
         offset: u64,
         /// The bytes.
-        data: Vec<u8>,
+        data: Cow<'a, [u8]>,
     },
     /// End (or refusal) of a read.
     ReadResp {
@@ -119,7 +127,7 @@ pub enum RdmaMsg {
         /// Offset of this chunk in the request.
         offset: u64,
         /// The chunk.
-        data: Vec<u8>,
+        data: Cow<'a, [u8]>,
     },
     /// Answer to one write chunk.
     WriteAck {
@@ -134,7 +142,7 @@ pub enum RdmaMsg {
 
 struct Rd<'a>(&'a [u8]);
 
-impl Rd<'_> {
+impl<'a> Rd<'a> {
     fn u64(&mut self) -> Option<u64> {
         let (h, t) = self.0.split_first_chunk::<8>()?;
         self.0 = t;
@@ -147,7 +155,7 @@ impl Rd<'_> {
     }
 }
 
-impl RdmaMsg {
+impl<'a> RdmaMsg<'a> {
     /// The frame kind.
     pub fn kind(&self) -> u8 {
         match self {
@@ -162,6 +170,23 @@ impl RdmaMsg {
     /// Whether this is a request (served by the peer) rather than a response.
     pub fn is_request(&self) -> bool {
         matches!(self, RdmaMsg::ReadReq { .. } | RdmaMsg::Write { .. })
+    }
+
+    /// The header of a `READ_DATA` message (its data follows).
+    pub fn read_data_header(id: u64, offset: u64) -> [u8; READ_DATA_HDR] {
+        let mut h = [0u8; READ_DATA_HDR];
+        h[..8].copy_from_slice(&id.to_le_bytes());
+        h[8..].copy_from_slice(&offset.to_le_bytes());
+        h
+    }
+
+    /// The header of a `WRITE` message (its chunk follows).
+    pub fn write_header(id: u64, key: u64, addr: u64, len: u64, offset: u64) -> [u8; WRITE_HDR] {
+        let mut h = [0u8; WRITE_HDR];
+        for (i, v) in [id, key, addr, len, offset].into_iter().enumerate() {
+            h[8 * i..8 * i + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        h
     }
 
     /// Appends the body bytes to `out`.
@@ -208,7 +233,7 @@ impl RdmaMsg {
 
     /// Parses a body of frame kind `kind`; `None` if it is not an RDMA kind or too short.
     /// Fixed-size bodies must have exactly their size.
-    pub fn parse(kind: u8, body: &[u8]) -> Option<RdmaMsg> {
+    pub fn parse(kind: u8, body: &'a [u8]) -> Option<RdmaMsg<'a>> {
         let mut r = Rd(body);
         let msg = match kind {
             KIND_READ_REQ => RdmaMsg::ReadReq {
@@ -219,7 +244,7 @@ impl RdmaMsg {
             },
             KIND_READ_DATA => {
                 let (id, offset) = (r.u64()?, r.u64()?);
-                let data = std::mem::take(&mut r.0).to_vec();
+                let data = Cow::Borrowed(std::mem::take(&mut r.0));
                 RdmaMsg::ReadData { id, offset, data }
             }
             KIND_READ_RESP => RdmaMsg::ReadResp {
@@ -229,7 +254,7 @@ impl RdmaMsg {
             KIND_WRITE => {
                 let (id, key, addr, len, offset) =
                     (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
-                let data = std::mem::take(&mut r.0).to_vec();
+                let data = Cow::Borrowed(std::mem::take(&mut r.0));
                 RdmaMsg::Write {
                     id,
                     key,
@@ -303,6 +328,8 @@ pub struct SoftRdma {
     key_salt: u64,
     next_addr: u64,
     ops: HashMap<u64, Pending>,
+    /// Reads among `ops`.
+    reads: usize,
     next_id: u64,
     /// Counters.
     pub stats: RdmaStats,
@@ -318,6 +345,7 @@ impl SoftRdma {
             key_salt: (salt as u64) << 32,
             next_addr: 1 << 40,
             ops: HashMap::new(),
+            reads: 0,
             next_id: 1,
             stats: RdmaStats::default(),
         }
@@ -357,6 +385,11 @@ impl SoftRdma {
         self.ops.len()
     }
 
+    /// RDMA reads of ours in flight.
+    pub fn reads_pending(&self) -> usize {
+        self.reads
+    }
+
     fn new_id(&mut self) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
@@ -372,8 +405,9 @@ impl SoftRdma {
         offset: u64,
         remote: RemoteAddr,
         len: u64,
-    ) -> RdmaMsg {
+    ) -> RdmaMsg<'static> {
         let id = self.new_id();
+        self.reads += 1;
         self.ops.insert(
             id,
             Pending {
@@ -410,8 +444,44 @@ impl SoftRdma {
         len: u64,
         mem: &dyn MemoryAccess,
         chunk: usize,
-    ) -> Option<Vec<RdmaMsg>> {
+    ) -> Option<Vec<RdmaMsg<'static>>> {
+        let id = self.begin_write(token, peer, local, offset, len, mem)?;
         let src = local_range(mem.region(local)?, offset, len)?;
+        let chunk = chunk.max(1);
+        let mut out = Vec::with_capacity(src.len() / chunk + 1);
+        let mut off = 0usize;
+        loop {
+            let end = (off + chunk).min(src.len());
+            out.push(RdmaMsg::Write {
+                id,
+                key: remote.key,
+                addr: remote.addr,
+                len,
+                offset: off as u64,
+                data: Cow::Owned(src[off..end].to_vec()),
+            });
+            off = end;
+            if off >= src.len() {
+                break;
+            }
+        }
+        Some(out)
+    }
+
+    /// Starts an RDMA write to `peer` whose chunks the caller builds itself from the local
+    /// range (`WRITE` messages of [`RdmaMsg::write_header`] with this id, then the chunk):
+    /// the operation's id, or `None` if the local range is invalid (the operation fails at
+    /// once).
+    pub fn begin_write(
+        &mut self,
+        token: RdmaToken,
+        peer: RawAddr,
+        local: MemHandle,
+        offset: u64,
+        len: u64,
+        mem: &dyn MemoryAccess,
+    ) -> Option<u64> {
+        local_range(mem.region(local)?, offset, len)?;
         let id = self.new_id();
         self.ops.insert(
             id,
@@ -427,25 +497,7 @@ impl SoftRdma {
                 failed: false,
             },
         );
-        let chunk = chunk.max(1);
-        let mut out = Vec::with_capacity(src.len() / chunk + 1);
-        let mut off = 0usize;
-        loop {
-            let end = (off + chunk).min(src.len());
-            out.push(RdmaMsg::Write {
-                id,
-                key: remote.key,
-                addr: remote.addr,
-                len,
-                offset: off as u64,
-                data: src[off..end].to_vec(),
-            });
-            off = end;
-            if off >= src.len() {
-                break;
-            }
-        }
-        Some(out)
+        Some(id)
     }
 
     fn check(
@@ -495,21 +547,21 @@ impl SoftRdma {
 
     /// `len` bytes at `off` of the region registered under `key` as `h`, for a streamed read
     /// (`None`, counted: the key was deregistered meanwhile — the handle may name another
-    /// region by now — or the region shrank).
-    pub fn read_chunk(
+    /// region by now — or the region shrank). Borrowed: the device sends them from there.
+    pub fn read_chunk<'m>(
         &mut self,
         key: u64,
         h: MemHandle,
         off: u64,
         len: u64,
-        mem: &dyn MemoryAccess,
-    ) -> Option<Vec<u8>> {
+        mem: &'m dyn MemoryAccess,
+    ) -> Option<&'m [u8]> {
         if self.regs.get(&key).is_none_or(|r| r.mem != h) {
             self.stats.rejected_key += 1;
             return None;
         }
         match mem.region(h).and_then(|b| local_range(b, off, len)) {
-            Some(b) => Some(b.to_vec()),
+            Some(b) => Some(b),
             None => {
                 self.stats.rejected_memory += 1;
                 None
@@ -521,10 +573,10 @@ impl SoftRdma {
     /// back (reads: data chunks of at most `chunk` bytes, then the status).
     pub fn serve(
         &mut self,
-        msg: RdmaMsg,
+        msg: RdmaMsg<'_>,
         mem: &mut dyn MemoryAccess,
         chunk: usize,
-    ) -> Vec<RdmaMsg> {
+    ) -> Vec<RdmaMsg<'static>> {
         match msg {
             RdmaMsg::ReadReq { id, key, addr, len } => {
                 let (h, off) = match self.check(key, addr, len, mem) {
@@ -544,7 +596,7 @@ impl SoftRdma {
                     out.push(RdmaMsg::ReadData {
                         id,
                         offset: (i * chunk) as u64,
-                        data: c.to_vec(),
+                        data: Cow::Owned(c.to_vec()),
                     });
                 }
                 out.push(RdmaMsg::ReadResp {
@@ -602,7 +654,7 @@ impl SoftRdma {
     pub fn on_response(
         &mut self,
         peer: &RawAddr,
-        msg: RdmaMsg,
+        msg: RdmaMsg<'_>,
         mem: &mut dyn MemoryAccess,
     ) -> Option<(RdmaToken, bool)> {
         let id = match &msg {
@@ -655,6 +707,55 @@ impl SoftRdma {
                 return None;
             }
         }
+        self.finish(id)
+    }
+
+    /// Where the data of a `READ_DATA` response from `peer` (operation `id`, `len` bytes at
+    /// `offset`) belongs: the local region and the byte offset in it, if the operation is
+    /// a pending read of `peer` and the range lies inside it and inside the region's
+    /// bytes. A device that receives the data straight there reports it with
+    /// [`SoftRdma::on_read_placed`].
+    pub fn read_dest(
+        &self,
+        peer: &RawAddr,
+        id: u64,
+        offset: u64,
+        len: u64,
+        mem: &dyn MemoryAccess,
+    ) -> Option<(MemHandle, usize)> {
+        let p = self.ops.get(&id)?;
+        if !p.read || p.failed || !same_peer(&p.peer, peer) {
+            return None;
+        }
+        if offset.checked_add(len)? > p.len {
+            return None;
+        }
+        let start = usize::try_from(p.offset.checked_add(offset)?).ok()?;
+        let end = start.checked_add(usize::try_from(len).ok()?)?;
+        (end <= mem.region(p.local)?.len()).then_some((p.local, start))
+    }
+
+    /// `len` bytes of read `id` were received into the place [`SoftRdma::read_dest`]
+    /// named (a `READ_DATA` response applied without a copy); returns the finished
+    /// operation, if any.
+    pub fn on_read_placed(
+        &mut self,
+        peer: &RawAddr,
+        id: u64,
+        len: u64,
+    ) -> Option<(RdmaToken, bool)> {
+        let p = self.ops.get_mut(&id)?;
+        if !p.read || !same_peer(&p.peer, peer) {
+            self.stats.stray_responses += 1;
+            return None;
+        }
+        p.done += len;
+        self.finish(id)
+    }
+
+    /// Removes operation `id` if it has finished; returns it.
+    fn finish(&mut self, id: u64) -> Option<(RdmaToken, bool)> {
+        let p = self.ops.get(&id)?;
         let finished = if p.read {
             p.failed || (p.resp == Some(RdmaStatus::Ok) && p.done >= p.len)
         } else {
@@ -666,6 +767,7 @@ impl SoftRdma {
             return None;
         }
         let p = self.ops.remove(&id)?;
+        self.reads -= usize::from(p.read);
         if p.failed {
             self.stats.failed_ops += 1;
         }
@@ -683,6 +785,7 @@ impl SoftRdma {
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
             if let Some(p) = self.ops.remove(&id) {
+                self.reads -= usize::from(p.read);
                 self.stats.failed_ops += 1;
                 out.push(p.token);
             }

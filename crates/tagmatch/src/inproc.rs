@@ -107,10 +107,9 @@ enum Route {
 /// Protocol-path bookkeeping of the allocation-free operations (any transport).
 #[derive(Debug, Default)]
 pub(crate) struct ProtoExtras {
-    /// Injected sends: no completion unless they fail.
+    /// Injected sends: no completion unless they fail. (Receives into a caller's buffer
+    /// need no bookkeeping: the protocol endpoint receives into the buffer itself.)
     injected: HashSet<OpId>,
-    /// Receives into a caller's buffer.
-    into_bufs: HashMap<OpId, Vec<u8>>,
 }
 
 /// The fast-path state of an endpoint.
@@ -684,9 +683,6 @@ impl Endpoint {
                 into = buf;
             }
         }
-        if into.is_none() && !self.extra.into_bufs.is_empty() {
-            into = self.extra.into_bufs.remove(&c.op);
-        }
         if let Some(mut b) = into {
             b.clear();
             b.extend_from_slice(&c.data);
@@ -1050,13 +1046,12 @@ impl Endpoint {
         if self.fast.is_some() {
             return self.fast_post(Some(tag), src, RecvBuf::Into(buf));
         }
+        // The protocol endpoint receives into `buf` itself (no copy at completion).
         let r = self
             .node
             .endpoint_mut()
-            .trecv(src, tag.tag, !tag.mask, buf.len());
-        let req = self.req(r, None)?;
-        self.extra.into_bufs.insert(req.op, buf);
-        Ok(req)
+            .trecv_into(src, tag.tag, !tag.mask, buf);
+        self.req(r, None)
     }
 
     /// Untagged [`Endpoint::trecv_into`].
@@ -1065,10 +1060,8 @@ impl Endpoint {
         if self.fast.is_some() {
             return self.fast_post(None, src, RecvBuf::Into(buf));
         }
-        let r = self.node.endpoint_mut().recv(src, buf.len());
-        let req = self.req(r, None)?;
-        self.extra.into_bufs.insert(req.op, buf);
-        Ok(req)
+        let r = self.node.endpoint_mut().recv_into(src, buf);
+        self.req(r, None)
     }
 
     /// Receives a claimed message into `buf` ([`Endpoint::mrecv`] without allocating).
@@ -1079,13 +1072,12 @@ impl Endpoint {
         match msg.claim {
             MsgClaim::Fast(h) => self.fast_mrecv(h, RecvBuf::Into(buf)),
             MsgClaim::Rdm(c) => {
-                let r = match self.node.endpoint_mut().mrecv(c, buf.len()) {
+                let r = match self.node.endpoint_mut().mrecv_into(c, buf) {
                     Ok(op) => op,
                     Err(CallError::UnknownOp) => return Err(Error::StaleMessage),
                     Err(e) => return Err(Error::call(e, None, None)),
                 };
                 self.counters.submitted += 1;
-                self.extra.into_bufs.insert(r, buf);
                 Ok(self.request(r))
             }
         }

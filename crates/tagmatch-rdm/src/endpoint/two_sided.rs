@@ -596,12 +596,31 @@ impl Endpoint {
         ignore: u64,
         len: usize,
     ) -> Result<OpId, CallError> {
-        self.recv_inner(COMM_TAG, src, Self::tag_sel(tag, ignore), len)
+        self.recv_inner(COMM_TAG, src, Self::tag_sel(tag, ignore), vec![0; len])
+    }
+
+    /// [`Endpoint::trecv`] into the caller's buffer `buf` (its length is the buffer's):
+    /// the message lands in it (a large one straight from the RDMA read or write), and it
+    /// comes back as the completion's `data` — no allocation, zeroing or copy per receive.
+    /// Bytes beyond the message keep what `buf` held.
+    pub fn trecv_into(
+        &mut self,
+        src: Option<PeerId>,
+        tag: u64,
+        ignore: u64,
+        buf: Vec<u8>,
+    ) -> Result<OpId, CallError> {
+        self.recv_inner(COMM_TAG, src, Self::tag_sel(tag, ignore), buf)
     }
 
     /// Untagged receive (`fi_recv`) into a buffer of `len` bytes.
     pub fn recv(&mut self, src: Option<PeerId>, len: usize) -> Result<OpId, CallError> {
-        self.recv_inner(COMM_MSG, src, TagSel::Any, len)
+        self.recv_inner(COMM_MSG, src, TagSel::Any, vec![0; len])
+    }
+
+    /// Untagged [`Endpoint::trecv_into`].
+    pub fn recv_into(&mut self, src: Option<PeerId>, buf: Vec<u8>) -> Result<OpId, CallError> {
+        self.recv_inner(COMM_MSG, src, TagSel::Any, buf)
     }
 
     pub(super) fn recv_inner(
@@ -609,13 +628,14 @@ impl Endpoint {
         comm: u32,
         src: Option<PeerId>,
         tag: TagSel,
-        len: usize,
+        buf: Vec<u8>,
     ) -> Result<OpId, CallError> {
         if let Some(p) = src {
             self.check_peer(p)?;
         }
         let op = self.new_op();
-        let mem = self.new_region(vec![0; len], Owner::App);
+        let len = buf.len();
+        let mem = self.new_region(buf, Owner::App);
         let mut r = RxOp::new(op, RxKind::Recv);
         r.mem = Some(mem);
         r.buf_len = len as u64;
@@ -715,6 +735,11 @@ impl Endpoint {
 
     /// Receives a claimed message into a buffer of `len` bytes (`FI_CLAIM`).
     pub fn mrecv(&mut self, claim: Claim, len: usize) -> Result<OpId, CallError> {
+        self.mrecv_into(claim, vec![0; len])
+    }
+
+    /// [`Endpoint::mrecv`] into the caller's buffer (see [`Endpoint::trecv_into`]).
+    pub fn mrecv_into(&mut self, claim: Claim, buf: Vec<u8>) -> Result<OpId, CallError> {
         let m = self
             .engine
             .mrecv(claim.0)
@@ -722,7 +747,8 @@ impl Endpoint {
         // Its budget is freed.
         self.admission += 1;
         let op = self.new_op();
-        let mem = self.new_region(vec![0; len], Owner::App);
+        let len = buf.len();
+        let mem = self.new_region(buf, Owner::App);
         let mut r = RxOp::new(op, RxKind::Recv);
         r.mem = Some(mem);
         r.buf_len = len as u64;

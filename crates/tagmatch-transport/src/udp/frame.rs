@@ -12,8 +12,14 @@ pub const HDR_LEN: usize = 32;
 pub const KIND_ACK: u8 = 0;
 /// Kind: an EFA packet.
 pub const KIND_PKT: u8 = 1;
+/// Kind: receiver not ready (unsequenced, like [`KIND_ACK`], with its `ack` and `sack`):
+/// the body lists, as little-endian u32, sequence numbers of frames the receiver holds back
+/// because it cannot take new messages now. The sender keeps them and sends them again
+/// after a backoff; the notice proves the receiver alive, so they do not count towards its
+/// peer timeout (the RNR NAK of InfiniBand RC).
+pub const KIND_RNR: u8 = 7;
 /// Largest kind value (the RDMA kinds of [`crate::soft_rdma`] are 2..=6).
-pub const KIND_MAX: u8 = crate::soft_rdma::KIND_WRITE_ACK;
+pub const KIND_MAX: u8 = KIND_RNR;
 
 /// A parsed frame header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,36 +62,46 @@ fn le32(b: &[u8], at: usize) -> u32 {
 impl Header {
     /// Parses and checks a datagram; returns the header and the body.
     pub fn parse(d: &[u8]) -> Result<(Header, &[u8]), FrameError> {
-        let h = d.get(..HDR_LEN).ok_or(FrameError::Short)?;
+        let h = Header::parse_head(d, d.len())?;
+        Ok((h, &d[HDR_LEN..]))
+    }
+
+    /// Parses and checks the header at the start of `head`, of a datagram of `total_len`
+    /// bytes (of which `head` may hold only the first ones: a peeked datagram).
+    pub fn parse_head(head: &[u8], total_len: usize) -> Result<Header, FrameError> {
+        let h = head.get(..HDR_LEN).ok_or(FrameError::Short)?;
+        if total_len < HDR_LEN {
+            return Err(FrameError::Short);
+        }
         if h[..2] != MAGIC || h[2] != VERSION {
             return Err(FrameError::Magic);
         }
         let kind = h[3];
         let seq = le32(h, 12);
-        if kind > KIND_MAX || ((kind == KIND_ACK) != (seq == 0)) {
+        let unsequenced = kind == KIND_ACK || kind == KIND_RNR;
+        if kind > KIND_MAX || (unsequenced != (seq == 0)) {
             return Err(FrameError::Kind);
         }
         if h[30..32] != [0, 0] {
             return Err(FrameError::Reserved);
         }
         let body_len = u16::from_le_bytes([h[28], h[29]]) as usize;
-        let body = &d[HDR_LEN..];
-        if body.len() != body_len || (kind == KIND_ACK && body_len != 0) {
+        if total_len - HDR_LEN != body_len
+            || (kind == KIND_ACK && body_len != 0)
+            || (kind == KIND_RNR && (body_len == 0 || body_len % 4 != 0))
+        {
             return Err(FrameError::Length);
         }
         let mut sack = [0u8; 8];
         sack.copy_from_slice(&h[20..28]);
-        Ok((
-            Header {
-                kind,
-                src_connid: le32(h, 4),
-                dst_connid: le32(h, 8),
-                seq,
-                ack: le32(h, 16),
-                sack: u64::from_le_bytes(sack),
-            },
-            body,
-        ))
+        Ok(Header {
+            kind,
+            src_connid: le32(h, 4),
+            dst_connid: le32(h, 8),
+            seq,
+            ack: le32(h, 16),
+            sack: u64::from_le_bytes(sack),
+        })
     }
 
     /// Writes the header for a body of `body_len` bytes into `out[..HDR_LEN]`.
@@ -155,6 +171,22 @@ mod tests {
             Header::parse(&hdr(KIND_MAX + 1, 1).datagram(&[])),
             Err(FrameError::Kind)
         );
+        // RNR: unsequenced, a non-empty list of u32.
+        let rnr = hdr(KIND_RNR, 0).datagram(&[5, 0, 0, 0, 9, 0, 0, 0]);
+        assert_eq!(
+            Header::parse(&rnr),
+            Ok((hdr(KIND_RNR, 0), &[5, 0, 0, 0, 9, 0, 0, 0][..]))
+        );
+        assert_eq!(
+            Header::parse(&hdr(KIND_RNR, 3).datagram(&[5, 0, 0, 0])),
+            Err(FrameError::Kind)
+        );
+        for bad in [&[][..], &[5, 0, 0][..]] {
+            assert_eq!(
+                Header::parse(&hdr(KIND_RNR, 0).datagram(bad)),
+                Err(FrameError::Length)
+            );
+        }
     }
 
     quickcheck::quickcheck! {

@@ -14,8 +14,9 @@
 //!   while the owner was not progressing is never taken for a loss, and a timer that
 //!   expired while the socket was not watched for a quarter of `min_rto` is re-armed once
 //!   so that a peer descheduled alike can send its delayed ACK);
-//!   a frame still unacknowledged after [`UdpConfig::peer_timeout`] fails the connection
-//!   (its sends complete with `SendOutcome::Error`, its RDMA operations fail). Duplicates
+//!   a frame neither acknowledged nor reported held back (see [`RNR_HELD_MAX`]: a
+//!   receiver-not-ready notice restarts it) for [`UdpConfig::peer_timeout`] fails the
+//!   connection (its sends complete with `SendOutcome::Error`, its RDMA operations fail). Duplicates
 //!   (retransmissions, duplicated datagrams) are suppressed by the receive window; frames
 //!   are handed up in arrival order, which may differ from the send order (SRD does not
 //!   order either). A send completes (`SendOutcome::Ok`) when the peer acknowledges it; a
@@ -28,8 +29,9 @@
 //!   region the peer registered; the serving device checks key and bounds and rejects (and
 //!   counts) anything else, leaving the data untouched. Registrations get fresh keys whose
 //!   upper 32 bits are random per device. A served read is streamed as the send window
-//!   opens, its bytes read from memory when their frame is built (and its key checked again
-//!   for every chunk), so a peer's requests cost no copy of the range up front. Between
+//!   opens, its bytes read from memory whenever their frame is sent or resent (and its key
+//!   checked again each time; a deregistered key turns the frame into the read's
+//!   `READ_RESP` with `NoMemory`), so a served read costs no copy in user space. Between
 //!   loopback addresses, software-RDMA frames (read data, write chunks) are datagrams of up
 //!   to [`LOOPBACK_RDMA_DATAGRAM`] bytes (the loopback MTU is 64 KiB; a loopback device
 //!   receives into 64 KiB buffers), elsewhere they fit the path MTU. Unacknowledged bytes
@@ -37,8 +39,13 @@
 //!   datagrams does not overflow the peer's) and by [`MAX_INFLIGHT_BYTES`].
 //! - **Bounded state**: at most [`UdpConfig::max_conns`] connections; a receive window of
 //!   [`RECV_WINDOW`] frames per connection.
-//! - **Non-blocking socket, batched syscalls** (`sendmmsg`/`recvmmsg` on Linux; `sendto` and
-//!   `recvfrom` for one datagram), received datagrams parsed in place; a blocking
+//! - **Non-blocking socket, batched syscalls** (`sendmmsg`/`recvmmsg` on Linux; `sendmsg`
+//!   and `recvfrom` for one datagram), received datagrams parsed in place. No staging copy
+//!   on the way out: a frame's header is built when it is sent and gathered with its body
+//!   (`sendmsg` iovecs), a served read's bytes straight from the region. On the way in,
+//!   while reads of ours are in flight, datagrams are peeked at and a new `READ_DATA`
+//!   frame's data is received straight into the read's destination (Linux and Android);
+//!   otherwise an RDMA payload is copied once, from the receive buffer to its place. a blocking
 //!   `progress` busy-polls for [`UdpConfig::spin`] (default zero) when an answer is
 //!   expected, then waits in `ppoll` until the next retransmission or ACK deadline: no
 //!   busy-spin when idle.
@@ -53,7 +60,7 @@
 //! |---|---|---|---|
 //! | 0 | 2 | magic | `"TM"` (`54 4D`) |
 //! | 2 | 1 | version | 1 |
-//! | 3 | 1 | kind | 0 ACK (no body, `seq` 0), 1 PKT (body: one EFA packet), 2–6 software RDMA (bodies in [`crate::soft_rdma`]) |
+//! | 3 | 1 | kind | 0 ACK (no body, `seq` 0), 1 PKT (body: one EFA packet), 2–6 software RDMA (bodies in [`crate::soft_rdma`]), 7 RNR (receiver not ready, `seq` 0, body: the held-back sequence numbers, u32 each) |
 //! | 4 | 4 | src_connid | sender's connid |
 //! | 8 | 4 | dst_connid | receiver's connid as the sender knows it; frames for another connid are dropped (a restarted peer) |
 //! | 12 | 4 | seq | sequence number of this frame on the connection, from 1; 0 only for ACK |
@@ -72,7 +79,7 @@ pub mod shim;
 pub mod sock;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::io;
+use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -82,10 +89,17 @@ use tagmatch_wire::efa::RawAddr;
 use crate::addr::UdpAddr;
 use crate::device::{DeviceEvent, MemoryAccess, RdmDevice};
 use crate::rng::{entropy, XorShift};
-use crate::soft_rdma::{RdmaMsg, RdmaStats, RdmaStatus, SoftRdma, MAX_RDMA_HDR};
-use frame::{Header, HDR_LEN, KIND_ACK, KIND_PKT};
+use crate::soft_rdma::{
+    RdmaMsg, RdmaStats, RdmaStatus, SoftRdma, KIND_READ_DATA, KIND_READ_RESP, KIND_WRITE,
+    MAX_RDMA_HDR, READ_DATA_HDR, WRITE_HDR,
+};
+use frame::{Header, HDR_LEN, KIND_ACK, KIND_PKT, KIND_RNR};
 use shim::{Shim, ShimConfig, ShimStats};
 use sock::{Sock, SockStats};
+
+/// Longest header of a datagram gathered at send time: the frame header and a
+/// `READ_DATA` message header (the read's bytes follow from the region).
+const HEAD_MAX: usize = HDR_LEN + READ_DATA_HDR;
 
 /// IPv6 + UDP header bytes subtracted from the path MTU.
 pub const IP_UDP_OVERHEAD: usize = 48;
@@ -101,27 +115,39 @@ pub const RTO_BURST: usize = 16;
 pub const REORDER_THRESHOLD: u64 = 3;
 /// Largest software-RDMA datagram (read data, write chunks) between loopback addresses:
 /// the loopback interface's MTU is 64 KiB, so these are not fragmented, and a 1 MiB read
-/// takes 33 datagrams instead of 740. (64,000-byte datagrams measured slower through the
-/// facade's `tagmatch perf`, 32 per receive call no longer fit the caches.) Other addresses
-/// use the path MTU.
-pub const LOOPBACK_RDMA_DATAGRAM: usize = 32_000;
+/// takes 17 datagrams instead of 740 at a 1500-byte path. (32,000 bytes measured faster
+/// while each byte was copied three times in user space; since the bytes go from the
+/// region into the socket and from the receive buffer into the destination, 65,000 takes
+/// 10-20 % less CPU per MiB than 32,000 through `tagmatch perf`.) Other addresses use the
+/// path MTU.
+pub const LOOPBACK_RDMA_DATAGRAM: usize = 65_000;
 /// Most body bytes unacknowledged per connection (less if the socket's receive buffer is
 /// small). More in flight only fills caches and socket buffers: on loopback, 4 MiB in
-/// flight streamed 1 MiB reads at half the rate of 1 MiB.
-pub const MAX_INFLIGHT_BYTES: usize = 1 << 20;
+/// flight streamed 1 MiB reads at half the rate of 1 MiB while each byte was copied
+/// three times in user space; without those copies, 2 MiB took about 9 % less CPU per
+/// MiB than 1 MiB (4 interleaved runs, no retransmission either way).
+pub const MAX_INFLIGHT_BYTES: usize = 2 << 20;
 /// How far beyond the cumulative ack a received sequence number may be.
 pub const RECV_WINDOW: u32 = 1 << 16;
 /// Packets the endpoint refused (receiver not ready, [`RdmDevice::refuse`]) held per
 /// connection for redelivery. Beyond it, new REQ packet frames (new messages) of that
-/// connection are left unacknowledged (dropped as if lost; control packets always get
-/// through), so the sender's retransmission timer, with its
-/// backoff, retries them — the RNR retry of an EFA device. (The next frame in order is
+/// connection are left unacknowledged (control packets always get through) and reported
+/// in a receiver-not-ready notice ([`frame::KIND_RNR`]) at the end of the `progress`, so
+/// the sender keeps them and its retransmission timer, with its backoff, retries them —
+/// the RNR retry of an EFA device. (The next frame in order is
 /// taken up to twice this many: held packets may be waiting for it.) Held memory per
 /// connection stays below twice this many packets plus what one `progress` receives (at most the sender's
-/// unacknowledged window, [`MAX_INFLIGHT_BYTES`]). A receiver that stays not ready longer
-/// than the sender's [`UdpConfig::peer_timeout`] fails the sender's connection, as RNR
-/// retries run out on a NIC.
+/// unacknowledged window, [`MAX_INFLIGHT_BYTES`]). The notice proves the receiver alive:
+/// the sender's peer timeout for those frames restarts with it, so a receiver that is
+/// progressed but stays not ready for any length of time is never taken for dead (the
+/// unlimited RNR retry count 7 of InfiniBand); one that stops answering altogether still
+/// fails the connection one [`UdpConfig::peer_timeout`] after its last notice.
 pub const RNR_HELD_MAX: usize = 64;
+/// Most refused sequence numbers a connection reports in one receiver-not-ready notice
+/// (4 bytes each: the notice fits the smallest path MTU); more refused before the notice
+/// goes are not named in it (their sender's timer sends them again, and they are
+/// refused and reported then).
+pub const RNR_REPORT_MAX: usize = 256;
 /// Received in-order frames after which a pure ACK goes at the end of the `progress` that
 /// received them instead of waiting for [`UdpConfig::ack_delay`] (TCP acknowledges every
 /// second full segment at once, QUIC every second ack-eliciting packet): a stream is
@@ -147,7 +173,8 @@ pub struct UdpConfig {
     pub min_rto: Duration,
     /// Largest retransmission timeout (after backoff).
     pub max_rto: Duration,
-    /// A frame unacknowledged this long fails its connection.
+    /// A frame unacknowledged this long fails its connection (from its first transmission,
+    /// or from the peer's latest receiver-not-ready notice for it).
     pub peer_timeout: Duration,
     /// Datagrams per `sendmmsg`/`recvmmsg` call.
     pub batch: usize,
@@ -235,6 +262,14 @@ pub struct UdpStats {
     /// Packet frames left unacknowledged because [`RNR_HELD_MAX`] packets of their
     /// connection were held (the sender retransmits them).
     pub rnr_dropped: u64,
+    /// Receiver-not-ready notices sent (frames naming refused sequence numbers).
+    pub rnr_sent: u64,
+    /// Frames of ours the peer reported held back (receiver not ready): kept and sent
+    /// again after a backoff, with the peer timeout restarted.
+    pub rnr_received: u64,
+    /// `READ_DATA` datagrams whose data was received straight into the read's destination
+    /// (no copy through a receive buffer; Linux and Android).
+    pub rx_placed: u64,
     /// Frame bodies that did not parse (RDMA messages).
     pub bad_bodies: u64,
     /// Sends refused with `Again` (queue full).
@@ -248,15 +283,59 @@ pub struct UdpStats {
     pub spin_hits: u64,
 }
 
+/// A frame's body.
+#[derive(Debug)]
+enum Body {
+    /// The bytes.
+    Bytes(Vec<u8>),
+    /// `READ_DATA` of a served read: `len` bytes at `off` of region `mem` (registered under
+    /// `key`), read from memory each time the frame is sent (as a NIC's DMA would, with
+    /// the key checked again; a range no longer readable turns the frame into the read's
+    /// `READ_RESP` with `NoMemory`, see `UdpDevice::check_frames`). No copy of the bytes
+    /// is kept: `sendmsg` gathers them from the region.
+    Read {
+        id: u64,
+        offset: u64,
+        key: u64,
+        mem: MemHandle,
+        off: u64,
+        len: u64,
+    },
+}
+
+impl Body {
+    fn len(&self) -> usize {
+        match self {
+            Body::Bytes(b) => b.len(),
+            Body::Read { len, .. } => READ_DATA_HDR + *len as usize,
+        }
+    }
+}
+
+/// A queued datagram: built already (pure ACKs, and everything when the fault shim is on),
+/// or a reference to an unacknowledged frame, whose header (with the acknowledgement
+/// state of the moment) is built when it is sent and whose body is sent from where it lies.
+#[derive(Debug, Clone)]
+enum Out {
+    /// A whole datagram.
+    Dgram(SocketAddr, Vec<u8>),
+    /// Frame `seq` of a connection (skipped if acknowledged by then).
+    Frame(ConnKey, u64),
+}
+
 #[derive(Debug)]
 struct TxFrame {
     kind: u8,
-    body: Vec<u8>,
+    body: Body,
     token: Option<SendToken>,
-    first_sent: Instant,
     last_sent: Instant,
     deadline: Instant,
     retries: u32,
+    /// Receiver-not-ready notices received for it (see [`frame::KIND_RNR`]).
+    rnr: u32,
+    /// When the peer last proved it has this frame in view: its first transmission, or
+    /// the latest receiver-not-ready notice for it. The peer timeout runs from here.
+    alive: Instant,
     /// Its timer expired while the device was not progressed and was re-armed once
     /// instead of firing (see `UdpDevice::timers`).
     deferred: bool,
@@ -286,6 +365,9 @@ struct Conn {
     /// REQ packet frames handed up since the current `progress` began (the endpoint has
     /// not seen them yet, so they may be refused too).
     fresh: usize,
+    /// Sequence numbers of frames refused (receiver not ready) and not reported to the
+    /// sender yet; at most [`RNR_REPORT_MAX`].
+    rnr: Vec<u32>,
 }
 
 impl Conn {
@@ -306,6 +388,7 @@ impl Conn {
             unacked_bytes: 0,
             held: VecDeque::new(),
             fresh: 0,
+            rnr: Vec::new(),
         }
     }
 
@@ -338,6 +421,7 @@ impl Conn {
             && self.waiting.is_empty()
             && self.reads.is_empty()
             && self.held.is_empty()
+            && self.rnr.is_empty()
             && !self.ack.needed()
     }
 }
@@ -416,13 +500,13 @@ pub struct UdpDevice {
     sock: Sock,
     addr: UdpAddr,
     conns: HashMap<ConnKey, Conn>,
-    txq: VecDeque<(SocketAddr, Vec<u8>)>,
+    txq: VecDeque<Out>,
     /// Receive buffers, one per datagram of a batched receive call; frames are parsed in
     /// place.
     rx_bufs: Vec<Vec<u8>>,
     /// `(buffer, sender, length)` of the last receive call's datagrams.
     rx_got: Vec<(usize, SocketAddr, usize)>,
-    shim: Option<Shim>,
+    shim: Option<Shim<Out>>,
     rdma: SoftRdma,
     events: VecDeque<DeviceEvent>,
     /// Sends refused because the queue was full, answered `Again` at the next `progress`.
@@ -573,10 +657,10 @@ impl UdpDevice {
     }
 
     /// Queues a datagram through the shim.
-    fn out(&mut self, to: SocketAddr, d: Vec<u8>) {
+    fn out(&mut self, o: Out) {
         match &mut self.shim {
-            Some(s) => s.push((to, d), &mut self.txq),
-            None => self.txq.push_back((to, d)),
+            Some(s) => s.push(o, &mut self.txq),
+            None => self.txq.push_back(o),
         }
     }
 
@@ -597,12 +681,13 @@ impl UdpDevice {
         }
         c.waiting.push_back(TxFrame {
             kind,
-            body,
+            body: Body::Bytes(body),
             token,
-            first_sent: now,
             last_sent: now,
             deadline: now,
             retries: 0,
+            rnr: 0,
+            alive: now,
             deferred: false,
             order: 0,
         });
@@ -639,46 +724,50 @@ impl UdpDevice {
                         break;
                     };
                     let n = (job.len - job.sent).min(chunk);
-                    let msg = if job.sent == job.len {
-                        RdmaMsg::ReadResp {
-                            id: job.id,
-                            status: RdmaStatus::Ok,
-                        }
+                    // The range is checked now (a deregistered key ends the read at once)
+                    // and again whenever the frame is sent, when its bytes are read.
+                    let status = if job.sent == job.len {
+                        Some(RdmaStatus::Ok)
+                    } else if self
+                        .rdma
+                        .read_chunk(job.key, job.mem, job.off + job.sent, n, mem)
+                        .is_none()
+                    {
+                        Some(RdmaStatus::NoMemory)
                     } else {
-                        match self
-                            .rdma
-                            .read_chunk(job.key, job.mem, job.off + job.sent, n, mem)
-                        {
-                            Some(data) => RdmaMsg::ReadData {
+                        None
+                    };
+                    let (kind, body) = match status {
+                        Some(status) => {
+                            let id = job.id;
+                            c.reads.pop_front();
+                            let mut b = Vec::new();
+                            RdmaMsg::ReadResp { id, status }.emit(&mut b);
+                            (KIND_READ_RESP, Body::Bytes(b))
+                        }
+                        None => {
+                            let body = Body::Read {
                                 id: job.id,
                                 offset: job.sent,
-                                data,
-                            },
-                            None => {
-                                job.sent = job.len;
-                                RdmaMsg::ReadResp {
-                                    id: job.id,
-                                    status: RdmaStatus::NoMemory,
-                                }
-                            }
+                                key: job.key,
+                                mem: job.mem,
+                                off: job.off + job.sent,
+                                len: n,
+                            };
+                            job.sent += n;
+                            (KIND_READ_DATA, body)
                         }
                     };
-                    if matches!(msg, RdmaMsg::ReadResp { .. }) {
-                        c.reads.pop_front();
-                    } else {
-                        job.sent += n;
-                    }
-                    let mut body = Vec::with_capacity(MAX_RDMA_HDR + n as usize);
-                    msg.emit(&mut body);
                     waiting_bytes += body.len();
                     c.waiting.push_back(TxFrame {
-                        kind: msg.kind(),
+                        kind,
                         body,
                         token: None,
-                        first_sent: now,
                         last_sent: now,
                         deadline: now,
                         retries: 0,
+                        rnr: 0,
+                        alive: now,
                         deferred: false,
                         order: 0,
                     });
@@ -693,28 +782,22 @@ impl UdpDevice {
                     };
                     let seq = c.next_seq;
                     c.next_seq += 1;
-                    f.first_sent = now;
+                    f.alive = now;
                     f.last_sent = now;
                     f.deadline = now + rto;
                     c.tx_order += 1;
                     f.order = c.tx_order;
-                    let h = Header {
-                        kind: f.kind,
-                        src_connid: self.addr.connid,
-                        dst_connid: c.peer.qkey,
-                        seq: seq as u32,
-                        ack: c.cum,
-                        sack: c.sack(),
-                    };
+                    // The header, with the acknowledgement state of the moment, is built
+                    // when the frame is sent (`flush`).
                     c.ack.sent();
-                    dgs.push((c.sock, h.datagram(&f.body)));
+                    dgs.push(Out::Frame(k, seq));
                     c.unacked_bytes += f.body.len();
                     c.unacked.insert(seq, f);
                 }
                 self.stats.frames_sent += dgs.len() as u64;
             }
-            for (to, d) in dgs {
-                self.out(to, d);
+            for o in dgs {
+                self.out(o);
             }
         }
     }
@@ -746,13 +829,14 @@ impl UdpDevice {
         let mut next: Option<Instant> = None;
         let mut dead = Vec::new();
         let mut dgs = Vec::new();
-        let (cfg, my_connid) = (self.cfg, self.addr.connid);
+        let cfg = self.cfg;
         for (k, c) in self.conns.iter_mut() {
             let rto = c.rto(&cfg);
-            let (cum, sack) = (c.cum, c.sack());
             let mut resent = 0usize;
             for (&seq, f) in c.unacked.iter_mut() {
-                if now.duration_since(f.first_sent) >= cfg.peer_timeout {
+                // Not answered (neither acknowledged nor held back with a
+                // receiver-not-ready notice) for the peer timeout: the peer is gone.
+                if now.duration_since(f.alive) >= cfg.peer_timeout {
                     dead.push(*k);
                     break;
                 }
@@ -774,15 +858,7 @@ impl UdpDevice {
                             .saturating_mul(1u32 << f.retries.min(16))
                             .min(cfg.max_rto);
                         f.deadline = now + backoff;
-                        let h = Header {
-                            kind: f.kind,
-                            src_connid: my_connid,
-                            dst_connid: c.peer.qkey,
-                            seq: seq as u32,
-                            ack: cum,
-                            sack,
-                        };
-                        dgs.push((c.sock, h.datagram(&f.body)));
+                        dgs.push(Out::Frame(*k, seq));
                         resent += 1;
                     }
                 }
@@ -796,8 +872,8 @@ impl UdpDevice {
             }
         }
         self.stats.retransmits += dgs.len() as u64;
-        for (to, d) in dgs {
-            self.out(to, d);
+        for o in dgs {
+            self.out(o);
         }
         for k in dead {
             self.fail_conn(k);
@@ -884,32 +960,28 @@ impl UdpDevice {
         };
         let reo = c.srtt.map_or(Duration::ZERO, |s| s / 4);
         let rto = c.rto(&self.cfg);
-        let (cum, sack, peer_connid, to) = (c.cum, c.sack(), c.peer.qkey, c.sock);
         let mut dgs = Vec::new();
         for (&seq, f) in c.unacked.iter_mut() {
-            if f.order + REORDER_THRESHOLD < latest && now.duration_since(f.last_sent) >= reo {
+            // A frame the peer holds back (receiver not ready) waits for its timer's
+            // backoff: later frames getting through says nothing about its loss.
+            if f.rnr == 0
+                && f.order + REORDER_THRESHOLD < latest
+                && now.duration_since(f.last_sent) >= reo
+            {
                 f.retries += 1;
                 f.last_sent = now;
                 f.deadline = now + rto;
                 c.tx_order += 1;
                 f.order = c.tx_order;
-                let h = Header {
-                    kind: f.kind,
-                    src_connid: self.addr.connid,
-                    dst_connid: peer_connid,
-                    seq: seq as u32,
-                    ack: cum,
-                    sack,
-                };
-                dgs.push(h.datagram(&f.body));
+                dgs.push(Out::Frame(k, seq));
             }
         }
         if !dgs.is_empty() {
             c.ack.sent();
         }
         self.stats.fast_retransmits += dgs.len() as u64;
-        for d in dgs {
-            self.out(to, d);
+        for o in dgs {
+            self.out(o);
         }
     }
 
@@ -927,6 +999,21 @@ impl UdpDevice {
                 return;
             }
         };
+        self.on_frame(from, h, body, None, mem, now);
+    }
+
+    /// Handles a parsed frame. `placed`: a `READ_DATA` frame whose data was received
+    /// straight into its destination (`(id, data length)`; `body` is empty), see
+    /// `receive_placed`.
+    fn on_frame(
+        &mut self,
+        from: SocketAddr,
+        h: Header,
+        body: &[u8],
+        placed: Option<(u64, u64)>,
+        mem: &mut dyn MemoryAccess,
+        now: Instant,
+    ) {
         if h.dst_connid != self.addr.connid {
             self.stats.wrong_connid += 1;
             return;
@@ -935,6 +1022,11 @@ impl UdpDevice {
         if h.kind == KIND_ACK {
             // A pure ACK creates no connection.
             self.on_ack(k, h.ack, h.sack, now);
+            return;
+        }
+        if h.kind == KIND_RNR {
+            self.on_ack(k, h.ack, h.sack, now);
+            self.on_rnr(k, body, now);
             return;
         }
         let peer = UdpAddr {
@@ -984,6 +1076,12 @@ impl UdpDevice {
         let req = body.first().is_some_and(|&t| t >= 64);
         if h.kind == KIND_PKT && req && !c.held.is_empty() && c.held.len() + c.fresh >= limit {
             self.stats.rnr_dropped += 1;
+            // The sender learns at the end of this `progress` that we are alive but not
+            // ready (a receiver-not-ready notice), so it keeps the frame and backs off
+            // instead of taking us for dead after its peer timeout.
+            if c.rnr.len() < RNR_REPORT_MAX && !c.rnr.contains(&seq) {
+                c.rnr.push(seq);
+            }
             return;
         }
         let arrival = if seq == c.cum + 1 && c.ooo.is_empty() {
@@ -1010,6 +1108,12 @@ impl UdpDevice {
                 src: peer,
                 bytes: body.to_vec(),
             });
+            return;
+        }
+        if let Some((id, len)) = placed {
+            if let Some((token, ok)) = self.rdma.on_read_placed(&peer, id, len) {
+                self.events.push_back(DeviceEvent::RdmaDone { token, ok });
+            }
             return;
         }
         let Some(msg) = RdmaMsg::parse(h.kind, body) else {
@@ -1049,27 +1153,62 @@ impl UdpDevice {
         }
     }
 
+    /// The peer holds back frames of ours (receiver not ready, `body`: their sequence
+    /// numbers): each one still unacknowledged is kept, its peer timeout restarts (the
+    /// peer is alive), and it is sent again by its timer after a backoff that doubles with
+    /// every notice (at most `max_rto`), not by loss detection.
+    fn on_rnr(&mut self, k: ConnKey, body: &[u8], now: Instant) {
+        let Some(c) = self.conns.get_mut(&k) else {
+            return;
+        };
+        let rto = c.rto(&self.cfg);
+        for b in body.chunks_exact(4) {
+            let seq = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as u64;
+            let Some(f) = c.unacked.get_mut(&seq) else {
+                continue;
+            };
+            self.stats.rnr_received += 1;
+            f.rnr = f.rnr.saturating_add(1);
+            f.alive = now;
+            f.deferred = false;
+            f.deadline = now
+                + rto
+                    .saturating_mul(1u32 << f.rnr.min(16))
+                    .min(self.cfg.max_rto);
+        }
+    }
+
     /// Sends pure ACKs where a received frame has not been acknowledged by a data frame
-    /// and its ACK is due (see [`AckState`]).
+    /// and its ACK is due (see [`AckState`]), and receiver-not-ready notices (which carry
+    /// the ACK too) where frames were refused.
     fn acks(&mut self, now: Instant) {
         let mut dgs = Vec::new();
+        let mut rnrs = 0;
         for c in self.conns.values_mut() {
-            if c.ack.ready(now) {
+            if c.ack.ready(now) || !c.rnr.is_empty() {
                 c.ack.sent();
+                let (kind, body) = if c.rnr.is_empty() {
+                    (KIND_ACK, Vec::new())
+                } else {
+                    rnrs += 1;
+                    let body: Vec<u8> = c.rnr.drain(..).flat_map(u32::to_le_bytes).collect();
+                    (KIND_RNR, body)
+                };
                 let h = Header {
-                    kind: KIND_ACK,
+                    kind,
                     src_connid: self.addr.connid,
                     dst_connid: c.peer.qkey,
                     seq: 0,
                     ack: c.cum,
                     sack: c.sack(),
                 };
-                dgs.push((c.sock, h.datagram(&[])));
+                dgs.push(Out::Dgram(c.sock, h.datagram(&body)));
             }
         }
-        self.stats.acks_sent += dgs.len() as u64;
-        for (to, d) in dgs {
-            self.out(to, d);
+        self.stats.rnr_sent += rnrs;
+        self.stats.acks_sent += dgs.len() as u64 - rnrs;
+        for o in dgs {
+            self.out(o);
         }
     }
 
@@ -1082,6 +1221,9 @@ impl UdpDevice {
         max_calls: usize,
         width: usize,
     ) -> io::Result<usize> {
+        if sock::PEEK && self.rdma.reads_pending() > 0 {
+            return self.receive_placed(mem, max_calls * width);
+        }
         let mut bufs = std::mem::take(&mut self.rx_bufs);
         let mut got = std::mem::take(&mut self.rx_got);
         let width = width.clamp(1, bufs.len().max(1));
@@ -1101,6 +1243,99 @@ impl UdpDevice {
         self.rx_bufs = bufs;
         self.rx_got = got;
         r
+    }
+
+    /// While RDMA reads of ours are in flight: receives up to `max` datagrams one at a
+    /// time, each first peeked at. The data of a `READ_DATA` frame for one of our reads,
+    /// new on its connection (not a duplicate, inside the receive window), is received
+    /// straight into the read's destination (its headers into a small buffer): no copy
+    /// through a receive buffer. Anything else is received into a receive buffer and
+    /// handled as usual. Returns how many datagrams were received (0: none waiting).
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    fn receive_placed(&mut self, mem: &mut dyn MemoryAccess, max: usize) -> io::Result<usize> {
+        let mut n = 0;
+        while n < max {
+            let mut head = [0u8; HEAD_MAX];
+            let Some((from, total)) = self.sock.peek(&mut head)? else {
+                break;
+            };
+            n += 1;
+            let now = Instant::now();
+            if let Some((h, id, dest, start)) = self.placeable(from, &head, total, mem) {
+                let len = total - HEAD_MAX;
+                let got = match mem
+                    .region_mut(dest)
+                    .and_then(|b| b.get_mut(start..start + len))
+                {
+                    Some(d) => self.sock.recv_split(&mut head, d)?,
+                    None => None,
+                };
+                if let Some((from2, total2)) = got {
+                    if (from2, total2) == (from, total) {
+                        self.stats.rx_placed += 1;
+                        self.on_frame(from, h, &[], Some((id, len as u64)), mem, now);
+                    } else {
+                        // Not the datagram peeked at (cannot happen on a socket only
+                        // this device reads): its bytes went to the read's destination
+                        // while the read is pending, and it is not counted: the sender
+                        // sends the frame again.
+                        self.stats.bad_frames += 1;
+                    }
+                }
+                continue;
+            }
+            let mut bufs = std::mem::take(&mut self.rx_bufs);
+            let mut got = std::mem::take(&mut self.rx_got);
+            let r = self.sock.recv_batch(&mut bufs[..1], &mut got);
+            for &(j, from, len) in &got {
+                self.on_datagram(from, &bufs[j][..len], mem, now);
+            }
+            self.rx_bufs = bufs;
+            self.rx_got = got;
+            if r? == 0 {
+                break;
+            }
+        }
+        Ok(n)
+    }
+
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    fn receive_placed(&mut self, _mem: &mut dyn MemoryAccess, _max: usize) -> io::Result<usize> {
+        Ok(0)
+    }
+
+    /// Whether the peeked datagram (`head`: its first bytes, `total`: its length) is a
+    /// `READ_DATA` frame whose data can be received into its destination: a valid header
+    /// for this device from a known connection, a sequence number not seen yet and inside
+    /// the receive window, and a pending read of that peer whose range holds the data.
+    /// Returns the header, the read's id, and the destination region and offset.
+    fn placeable(
+        &self,
+        from: SocketAddr,
+        head: &[u8; HEAD_MAX],
+        total: usize,
+        mem: &dyn MemoryAccess,
+    ) -> Option<(Header, u64, MemHandle, usize)> {
+        if total <= HEAD_MAX || head[3] != KIND_READ_DATA {
+            return None;
+        }
+        let h = Header::parse_head(head, total).ok()?;
+        if h.dst_connid != self.addr.connid {
+            return None;
+        }
+        let c = self.conns.get(&(from, h.src_connid))?;
+        let fresh = h.seq > c.cum && h.seq - c.cum <= RECV_WINDOW && !c.ooo.contains(&h.seq);
+        if !fresh {
+            return None;
+        }
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&head[HDR_LEN..HDR_LEN + 8]);
+        let id = u64::from_le_bytes(w);
+        w.copy_from_slice(&head[HDR_LEN + 8..HEAD_MAX]);
+        let offset = u64::from_le_bytes(w);
+        let len = (total - HEAD_MAX) as u64;
+        let (dest, start) = self.rdma.read_dest(&c.peer, id, offset, len, mem)?;
+        Some((h, id, dest, start))
     }
 
     /// Busy-polls the socket, one datagram per receive call, for at most
@@ -1136,11 +1371,144 @@ impl UdpDevice {
                 .any(|c| !c.unacked.is_empty() || !c.reads.is_empty())
     }
 
-    fn flush(&mut self) -> io::Result<()> {
+    /// Served-read frames among the first `n` queued whose range can no longer be read
+    /// (the key was deregistered, the region is gone or shrank) become the read's
+    /// `READ_RESP` with `NoMemory`: the requester's read fails rather than waiting for data
+    /// that will never come (a frame's sequence number must still be delivered).
+    fn check_frames(&mut self, n: usize, mem: &dyn MemoryAccess) {
+        for o in self.txq.range(..n) {
+            let Out::Frame(k, seq) = o else {
+                continue;
+            };
+            let Some(c) = self.conns.get_mut(k) else {
+                continue;
+            };
+            let Some(f) = c.unacked.get_mut(seq) else {
+                continue;
+            };
+            if let Body::Read {
+                id,
+                key,
+                mem: h,
+                off,
+                len,
+                ..
+            } = f.body
+            {
+                if self.rdma.read_chunk(key, h, off, len, mem).is_none() {
+                    let mut b = Vec::new();
+                    RdmaMsg::ReadResp {
+                        id,
+                        status: RdmaStatus::NoMemory,
+                    }
+                    .emit(&mut b);
+                    c.unacked_bytes -= f.body.len();
+                    c.unacked_bytes += b.len();
+                    f.kind = KIND_READ_RESP;
+                    f.body = Body::Bytes(b);
+                }
+            }
+        }
+    }
+
+    /// Sends the queued datagrams until the queue is empty or the socket would block, in
+    /// batches of [`UdpConfig::batch`] gathered from their pieces: a frame's header is
+    /// built now, its body (or a served read's bytes, from the region) is sent from where
+    /// it lies. Frames acknowledged since they were queued are skipped; a datagram the
+    /// kernel refuses is dropped and counted (the reliability layer sends it again).
+    fn flush(&mut self, mem: &dyn MemoryAccess) -> io::Result<()> {
         if let Some(s) = &mut self.shim {
             s.release(&mut self.txq);
         }
-        self.sock.send_all(&mut self.txq, self.cfg.batch)
+        let batch = self.cfg.batch.max(1);
+        let my_connid = self.addr.connid;
+        while !self.txq.is_empty() {
+            let n = self.txq.len().min(batch);
+            self.check_frames(n, mem);
+            // (queue index, destination, frame header and message header, their length,
+            // payload)
+            type Piece<'a> = (usize, SocketAddr, [u8; HEAD_MAX], usize, &'a [u8]);
+            let mut pieces: Vec<Piece<'_>> = Vec::with_capacity(n);
+            for (i, o) in self.txq.range(..n).enumerate() {
+                match o {
+                    Out::Dgram(to, d) => pieces.push((i, *to, [0; HEAD_MAX], 0, d)),
+                    Out::Frame(k, seq) => {
+                        let Some(c) = self.conns.get(k) else {
+                            continue;
+                        };
+                        let Some(f) = c.unacked.get(seq) else {
+                            continue;
+                        };
+                        let mut head = [0u8; HEAD_MAX];
+                        let mut head_len = HDR_LEN;
+                        let payload = match &f.body {
+                            Body::Bytes(b) => &b[..],
+                            Body::Read {
+                                id,
+                                offset,
+                                mem: h,
+                                off,
+                                len,
+                                ..
+                            } => {
+                                // Checked by `check_frames` just now.
+                                let range = mem.region(*h).and_then(|b| {
+                                    let s = usize::try_from(*off).ok()?;
+                                    b.get(s..s.checked_add(usize::try_from(*len).ok()?)?)
+                                });
+                                let Some(range) = range else {
+                                    continue;
+                                };
+                                head[HDR_LEN..HDR_LEN + READ_DATA_HDR]
+                                    .copy_from_slice(&RdmaMsg::read_data_header(*id, *offset));
+                                head_len += READ_DATA_HDR;
+                                range
+                            }
+                        };
+                        Header {
+                            kind: f.kind,
+                            src_connid: my_connid,
+                            dst_connid: c.peer.qkey,
+                            seq: *seq as u32,
+                            ack: c.cum,
+                            sack: c.sack(),
+                        }
+                        .emit(f.body.len(), &mut head);
+                        pieces.push((i, c.sock, head, head_len, payload));
+                    }
+                }
+            }
+            let msgs: Vec<(SocketAddr, [IoSlice<'_>; 2])> = pieces
+                .iter()
+                .map(|(_, to, head, head_len, payload)| {
+                    (
+                        *to,
+                        [IoSlice::new(&head[..*head_len]), IoSlice::new(payload)],
+                    )
+                })
+                .collect();
+            // Queue entries up to (not including) this index are done.
+            let done = match self.sock.send_gather(&msgs) {
+                Ok(sent) if sent >= pieces.len() => n,
+                Ok(sent) => pieces[sent].0,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let skipped = pieces.first().map_or(n, |p| p.0);
+                    drop(msgs);
+                    drop(pieces);
+                    self.txq.drain(..skipped);
+                    return Ok(());
+                }
+                Err(e) => {
+                    tracing::trace!(error = %e, "UDP send refused");
+                    self.sock.count_refused();
+                    pieces.first().map_or(n, |p| p.0 + 1)
+                }
+            };
+            drop(msgs);
+            drop(pieces);
+            self.txq.drain(..done);
+        }
+        Ok(())
     }
 }
 
@@ -1195,19 +1563,36 @@ impl RdmDevice for UdpDevice {
                 len,
                 ..
             } => {
-                let chunk = self.rdma_chunk();
-                match self
-                    .rdma
-                    .start_write(token, dest, local, offset, remote, len, mem, chunk)
-                {
-                    Some(msgs) => {
-                        for m in msgs {
-                            let mut b = Vec::new();
-                            m.emit(&mut b);
-                            self.enqueue(&dest, m.kind(), b, None, false);
+                let chunk = self.rdma_chunk().max(1);
+                let id = self.rdma.begin_write(token, dest, local, offset, len, mem);
+                let src = mem.region(local).and_then(|b| {
+                    let s = usize::try_from(offset).ok()?;
+                    b.get(s..s.checked_add(usize::try_from(len).ok()?)?)
+                });
+                match (id, src) {
+                    (Some(id), Some(src)) => {
+                        // Each chunk's body is built from the region in one copy (at least
+                        // one message, even for zero bytes).
+                        let mut off = 0usize;
+                        loop {
+                            let end = (off + chunk).min(src.len());
+                            let mut b = Vec::with_capacity(WRITE_HDR + end - off);
+                            b.extend_from_slice(&RdmaMsg::write_header(
+                                id,
+                                remote.key,
+                                remote.addr,
+                                len,
+                                off as u64,
+                            ));
+                            b.extend_from_slice(&src[off..end]);
+                            self.enqueue(&dest, KIND_WRITE, b, None, false);
+                            off = end;
+                            if off >= src.len() {
+                                break;
+                            }
                         }
                     }
-                    None => self
+                    _ => self
                         .events
                         .push_back(DeviceEvent::RdmaDone { token, ok: false }),
                 }
@@ -1239,7 +1624,7 @@ impl RdmDevice for UdpDevice {
         // No timer fires before the socket is read (see `timers`): an overdue deadline
         // only makes the wait zero.
         let next = self.next_deadline();
-        self.flush()?;
+        self.flush(mem)?;
         let busy = !self.events.is_empty()
             || !self.again.is_empty()
             || self.shim.as_ref().is_some_and(|s| s.held() > 0)
@@ -1293,7 +1678,7 @@ impl RdmDevice for UdpDevice {
         let now = Instant::now();
         self.fill_windows(mem, Some(now));
         self.acks(now);
-        self.flush()?;
+        self.flush(mem)?;
         // Held packets go up again after the socket was read, so that the receive above
         // still saw how many are held (and left new packet frames unacknowledged beyond
         // RNR_HELD_MAX), and only when the endpoint may take them now (`retry_refused`).
@@ -1315,7 +1700,7 @@ impl RdmDevice for UdpDevice {
 
     fn flush_tx(&mut self, mem: &mut dyn MemoryAccess) -> io::Result<()> {
         self.fill_windows(mem, None);
-        self.flush()
+        self.flush(mem)
     }
 
     fn poll_event(&mut self) -> Option<DeviceEvent> {
@@ -1391,9 +1776,30 @@ mod tests {
         from.fill_windows(&NoMem(Vec::new()), Some(now));
     }
 
-    /// Takes the frames `d` queued for the wire.
+    /// Takes the frames `d` queued for the wire, as `flush` would send them.
     fn wire(d: &mut UdpDevice) -> Vec<Vec<u8>> {
-        d.txq.drain(..).map(|(_, b)| b).collect()
+        let outs: Vec<Out> = d.txq.drain(..).collect();
+        outs.into_iter()
+            .filter_map(|o| match o {
+                Out::Dgram(_, b) => Some(b),
+                Out::Frame(k, seq) => {
+                    let c = d.conns.get(&k)?;
+                    let f = c.unacked.get(&seq)?;
+                    let Body::Bytes(b) = &f.body else {
+                        return None;
+                    };
+                    let h = Header {
+                        kind: f.kind,
+                        src_connid: d.addr.connid,
+                        dst_connid: c.peer.qkey,
+                        seq: seq as u32,
+                        ack: c.cum,
+                        sack: c.sack(),
+                    };
+                    Some(h.datagram(b))
+                }
+            })
+            .collect()
     }
 
     /// Hands `frames` to `to` at `now`, as sent by `from`.
@@ -1572,6 +1978,199 @@ mod tests {
         wire(&mut c);
         c.timers(late, None);
         assert_eq!((wire(&mut c).len(), c.stats.retransmits), (1, 1));
+    }
+
+    /// A served read's data frames keep no copy of the bytes: they are read from the region
+    /// when sent. Once the key is deregistered, the frames not sent yet go as the read's
+    /// `READ_RESP` with `NoMemory` (the requester's read fails) instead of reading memory
+    /// that is no longer the registered region.
+    #[test]
+    fn a_served_read_whose_key_goes_answers_no_memory() {
+        let mut a = dev();
+        let b = dev();
+        let len = 100_000u64;
+        let mut mem = NoMem((0..len).map(|i| i as u8).collect());
+        let key = a.rdma.register(MemHandle(0), len);
+        let now = Instant::now();
+        let mut body = Vec::new();
+        RdmaMsg::ReadReq {
+            id: 9,
+            key: key.key,
+            addr: key.addr,
+            len,
+        }
+        .emit(&mut body);
+        let h = Header {
+            kind: crate::soft_rdma::KIND_READ_REQ,
+            src_connid: b.addr.connid,
+            dst_connid: a.addr.connid,
+            seq: 1,
+            ack: 0,
+            sack: 0,
+        };
+        a.on_datagram(b.addr.sock, &h.datagram(&body), &mut mem, now);
+        a.fill_windows(&mem, Some(now));
+        let kinds = |a: &UdpDevice| -> Vec<u8> {
+            a.conns
+                .values()
+                .flat_map(|c| c.unacked.values().map(|f| f.kind))
+                .collect()
+        };
+        // Two data frames (no bytes copied into them), then the final status.
+        assert_eq!(
+            kinds(&a),
+            vec![KIND_READ_DATA, KIND_READ_DATA, KIND_READ_RESP]
+        );
+        let unacked_bytes =
+            |a: &UdpDevice| a.conns.values().map(|c| c.unacked_bytes).sum::<usize>();
+        assert_eq!(unacked_bytes(&a), 2 * READ_DATA_HDR + len as usize + 12);
+        assert!(a.rdma.deregister(key.key));
+        a.flush(&mem).expect("flush");
+        assert!(a.txq.is_empty());
+        assert_eq!(kinds(&a), vec![KIND_READ_RESP; 3]);
+        assert_eq!(unacked_bytes(&a), 3 * 12);
+        for c in a.conns.values() {
+            for f in c.unacked.values().take(2) {
+                let Body::Bytes(b) = &f.body else {
+                    panic!("not converted")
+                };
+                assert_eq!(
+                    RdmaMsg::parse(f.kind, b),
+                    Some(RdmaMsg::ReadResp {
+                        id: 9,
+                        status: RdmaStatus::NoMemory
+                    })
+                );
+            }
+        }
+        assert_eq!(a.rdma.stats.rejected_key, 2);
+    }
+
+    /// Scenario of the receiver-not-ready tests: `a` sends `n` REQ packets to `b`, whose
+    /// endpoint refuses every packet it is handed (it stays not ready); the datagrams are
+    /// carried by hand every 5 ms of a virtual clock for `span`. Returns the time reached.
+    fn not_ready_rounds(
+        a: &mut UdpDevice,
+        b: &mut UdpDevice,
+        t0: Instant,
+        span: Duration,
+        b_answers: bool,
+    ) -> Instant {
+        let mut t = t0;
+        while t < t0 + span {
+            a.timers(t, None);
+            // One frame at a time, each refused by b's endpoint as it comes up.
+            for f in wire(a) {
+                deliver(a, b, &[f], t);
+                while let Some(e) = b.poll_event() {
+                    if let DeviceEvent::Recv { src, bytes } = e {
+                        b.refuse(src, bytes);
+                    }
+                }
+            }
+            b.acks(t);
+            let back = wire(b);
+            if b_answers {
+                deliver(b, a, &back, t);
+            }
+            t += 5 * Duration::from_millis(1);
+        }
+        t
+    }
+
+    fn short_timeouts(u: &mut UdpConfig) {
+        u.peer_timeout = Duration::from_millis(300);
+        u.initial_rto = Duration::from_millis(10);
+        u.min_rto = Duration::from_millis(5);
+        u.max_rto = Duration::from_millis(40);
+    }
+
+    /// A receiver that stays not ready (its endpoint refuses everything) for many peer
+    /// timeouts, but is alive, tells the sender so (receiver-not-ready notices): the
+    /// sender keeps its frames and retries them at a backoff, and never fails the
+    /// connection. Once the receiver takes packets again, every send completes once.
+    /// Before the notices existed the sender failed the connection after `peer_timeout`.
+    #[test]
+    fn a_receiver_not_ready_for_long_is_not_taken_for_dead() {
+        let mut a = dev_with(short_timeouts);
+        let mut b = dev_with(short_timeouts);
+        let t0 = Instant::now();
+        let n = 3 * RNR_HELD_MAX as u64;
+        for i in 0..n {
+            // A REQ packet (type ≥ 64, wire-layouts §A.2).
+            send(&mut a, &b, &[64, i as u8], i, t0);
+        }
+        let timeout = a.cfg.peer_timeout;
+        let t = not_ready_rounds(&mut a, &mut b, t0, timeout * 10, true);
+        let (sa, sb) = (a.stats, b.stats);
+        assert_eq!(sa.peers_failed, 0, "{sa:?}");
+        assert!(sb.rnr_dropped > 0 && sb.rnr_sent > 0, "{sb:?}");
+        assert!(sa.rnr_received > 0 && sa.retransmits > 0, "{sa:?}");
+        let done = send_done(&mut a);
+        assert!(done.iter().all(|(_, o)| *o == SendOutcome::Ok));
+        let refused = n as usize - done.len();
+        assert!(refused > 0);
+        assert_eq!(
+            a.conns.values().map(|c| c.unacked.len()).sum::<usize>(),
+            refused
+        );
+        // Backoff: retransmissions are bounded by one per frame per `max_rto` or so, far
+        // fewer than one per 5 ms round.
+        let rounds = (timeout * 10).as_millis() as u64 / 5;
+        assert!(sa.retransmits < refused as u64 * rounds / 4, "{sa:?}");
+
+        // The receiver becomes ready: its endpoint takes what it held and what comes.
+        for c in b.conns.values_mut() {
+            c.held.clear();
+            c.fresh = 0;
+        }
+        let mut t = t;
+        let mut completed: Vec<u64> = done.iter().map(|(tok, _)| tok.0).collect();
+        for _ in 0..200 {
+            a.timers(t, None);
+            let f = wire(&mut a);
+            deliver(&a, &mut b, &f, t);
+            while b.poll_event().is_some() {}
+            b.acks(t);
+            let back = wire(&mut b);
+            deliver(&b, &mut a, &back, t);
+            for (tok, o) in send_done(&mut a) {
+                assert_eq!(o, SendOutcome::Ok);
+                completed.push(tok.0);
+            }
+            t += Duration::from_millis(5);
+        }
+        completed.sort_unstable();
+        assert_eq!(completed, (0..n).collect::<Vec<_>>());
+        assert_eq!(a.stats.peers_failed, 0);
+    }
+
+    /// A dead receiver still fails the connection after the peer timeout, also when it
+    /// was not ready (and said so) before it died: the timeout runs from its last notice.
+    #[test]
+    fn a_dead_receiver_still_fails_after_the_peer_timeout() {
+        let mut a = dev_with(short_timeouts);
+        let mut b = dev_with(short_timeouts);
+        let t0 = Instant::now();
+        let n = 3 * RNR_HELD_MAX as u64;
+        for i in 0..n {
+            send(&mut a, &b, &[64, i as u8], i, t0);
+        }
+        let timeout = a.cfg.peer_timeout;
+        let t = not_ready_rounds(&mut a, &mut b, t0, timeout * 3, true);
+        assert_eq!(a.stats.peers_failed, 0);
+        assert!(a.stats.rnr_received > 0);
+        let pending = a.conns.values().map(|c| c.unacked.len()).sum::<usize>();
+        assert!(pending > 0);
+        let _ = send_done(&mut a);
+        // b dies: nothing comes back any more.
+        let t1 = not_ready_rounds(&mut a, &mut b, t, timeout / 2, false);
+        assert_eq!(a.stats.peers_failed, 0, "not before the timeout");
+        not_ready_rounds(&mut a, &mut b, t1, timeout, false);
+        assert_eq!(a.stats.peers_failed, 1);
+        let failed = send_done(&mut a);
+        assert_eq!(failed.len(), pending);
+        assert!(failed.iter().all(|(_, o)| *o == SendOutcome::Error));
     }
 
     quickcheck::quickcheck! {

@@ -2,7 +2,6 @@
 //! deterministically under a seed. Used by the loss tests; off unless configured.
 
 use std::collections::VecDeque;
-use std::net::SocketAddr;
 
 use crate::rng::XorShift;
 
@@ -30,19 +29,20 @@ pub struct ShimStats {
     pub reordered: u64,
 }
 
-/// The shim state.
+/// The shim state, over queued datagrams of type `T` (the device queues datagrams and
+/// references to frames it builds when it sends them).
 #[derive(Debug)]
-pub struct Shim {
+pub struct Shim<T> {
     cfg: ShimConfig,
     rng: XorShift,
-    held: Vec<(SocketAddr, Vec<u8>)>,
+    held: Vec<T>,
     /// Counters.
     pub stats: ShimStats,
 }
 
-impl Shim {
+impl<T: Clone> Shim<T> {
     /// A shim with these rates.
-    pub fn new(cfg: ShimConfig) -> Shim {
+    pub fn new(cfg: ShimConfig) -> Shim<T> {
         Shim {
             cfg,
             rng: XorShift::new(cfg.seed),
@@ -53,7 +53,7 @@ impl Shim {
 
     /// Releases the datagrams held back by earlier calls at the end of `txq`, then passes
     /// `d` through the faults into `txq` (or holds it back).
-    pub fn push(&mut self, d: (SocketAddr, Vec<u8>), txq: &mut VecDeque<(SocketAddr, Vec<u8>)>) {
+    pub fn push(&mut self, d: T, txq: &mut VecDeque<T>) {
         if self.rng.chance(self.cfg.drop) {
             self.stats.dropped += 1;
             return;
@@ -71,7 +71,7 @@ impl Shim {
     }
 
     /// Moves the held-back datagrams to the end of `txq` (after whatever was queued since).
-    pub fn release(&mut self, txq: &mut VecDeque<(SocketAddr, Vec<u8>)>) {
+    pub fn release(&mut self, txq: &mut VecDeque<T>) {
         txq.extend(self.held.drain(..));
     }
 

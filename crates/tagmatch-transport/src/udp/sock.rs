@@ -1,9 +1,11 @@
 //! The socket: non-blocking UDP with batched system calls (`sendmmsg`/`recvmmsg` through
 //! `nix` on Linux and Android; one datagram per call elsewhere; a lone datagram goes with
-//! `sendto`, which needs no message-header arrays) and `ppoll` (`poll` elsewhere) for
-//! readiness. Datagrams are received into the caller's buffers and handed over in place.
+//! `sendmsg` / `recvfrom`, which need no message-header arrays) and `ppoll` (`poll`
+//! elsewhere) for readiness. Outgoing datagrams are gathered from their pieces (headers,
+//! payload in place); incoming ones are received into the caller's buffers and handed over
+//! in place, or peeked at and scattered so that a payload lands in its destination.
 
-use std::io;
+use std::io::{self, IoSlice};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
 use std::time::Duration;
@@ -15,6 +17,10 @@ pub const RX_BUF: usize = 9216;
 /// Receive buffer size on a loopback address: the largest UDP datagram (the loopback
 /// interface's MTU is 64 KiB, so nothing is fragmented).
 pub const RX_BUF_LOOPBACK: usize = 65536;
+
+/// Whether [`Sock::peek`] and [`Sock::recv_split`] exist (Linux and Android): the device
+/// can then receive an RDMA payload straight into its destination.
+pub const PEEK: bool = cfg!(any(target_os = "linux", target_os = "android"));
 
 /// Syscall counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -132,76 +138,132 @@ impl Sock {
         }
     }
 
-    /// Sends datagrams from the front of `q` until it is empty or the socket would block.
-    /// Datagrams the kernel refuses are dropped and counted.
-    pub fn send_all(
-        &mut self,
-        q: &mut std::collections::VecDeque<(SocketAddr, Vec<u8>)>,
-        batch: usize,
-    ) -> io::Result<()> {
-        while !q.is_empty() {
-            let n = q.len().min(batch.max(1));
-            self.stats.send_calls += 1;
-            let r = match q.front() {
-                Some((a, d)) if n == 1 => self.sock.send_to(d, a).map(|_| 1),
-                _ => self.send_batch(q.range(..n)),
-            };
-            match r {
-                Ok(sent) => {
-                    let sent = sent.clamp(1, n);
-                    self.stats.tx_datagrams += sent as u64;
-                    q.drain(..sent);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    // The first datagram of the batch was refused (EHOSTUNREACH, EMSGSIZE,
-                    // ...): drop it; the reliability layer retransmits.
-                    self.stats.tx_errors += 1;
-                    q.pop_front();
-                }
-            }
+    /// Sends `msgs`, each a datagram gathered from two pieces (headers, payload: the
+    /// payload goes from where it lies, no staging copy), with
+    /// `sendmsg` for one and `sendmmsg` for several (Linux and Android; elsewhere one
+    /// datagram per call, its pieces concatenated). Returns how many were sent from the
+    /// front: fewer than `msgs.len()` when the socket would block (`WouldBlock` if none
+    /// was); any other error is the first datagram's (the kernel refused it: unreachable,
+    /// too big), which the caller drops and counts with [`Sock::count_refused`].
+    pub fn send_gather(&mut self, msgs: &[(SocketAddr, [IoSlice<'_>; 2])]) -> io::Result<usize> {
+        if msgs.is_empty() {
+            return Ok(0);
         }
-        Ok(())
+        self.stats.send_calls += 1;
+        let r = loop {
+            match self.send_raw(msgs) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                r => break r,
+            }
+        };
+        if let Ok(n) = r {
+            self.stats.tx_datagrams += n as u64;
+        }
+        r
+    }
+
+    /// Counts a datagram the kernel refused (dropped; the reliability layer sends it again).
+    pub fn count_refused(&mut self) {
+        self.stats.tx_errors += 1;
     }
 
     #[cfg(any(target_os = "linux", target_os = "android"))]
-    fn send_batch<'a>(
-        &mut self,
-        items: impl Iterator<Item = &'a (SocketAddr, Vec<u8>)>,
-    ) -> io::Result<usize> {
-        use nix::sys::socket::{sendmmsg, ControlMessage, MsgFlags, MultiHeaders, SockaddrStorage};
-        use std::io::IoSlice;
+    fn send_raw(&mut self, msgs: &[(SocketAddr, [IoSlice<'_>; 2])]) -> io::Result<usize> {
+        use nix::sys::socket::{
+            sendmmsg, sendmsg, ControlMessage, MsgFlags, MultiHeaders, SockaddrStorage,
+        };
         use std::os::fd::AsRawFd;
-        let items: Vec<&(SocketAddr, Vec<u8>)> = items.collect();
-        let iovs: Vec<[IoSlice<'_>; 1]> = items.iter().map(|(_, d)| [IoSlice::new(d)]).collect();
-        let addrs: Vec<Option<SockaddrStorage>> = items
+        let fd = self.sock.as_raw_fd();
+        if let [(a, iov)] = msgs {
+            let a = SockaddrStorage::from(*a);
+            return sendmsg(fd, iov, &[], MsgFlags::MSG_DONTWAIT, Some(&a))
+                .map(|_| 1)
+                .map_err(to_io);
+        }
+        let addrs: Vec<Option<SockaddrStorage>> = msgs
             .iter()
             .map(|(a, _)| Some(SockaddrStorage::from(*a)))
             .collect();
-        let mut hdrs = MultiHeaders::<SockaddrStorage>::preallocate(items.len(), None);
+        let mut hdrs = MultiHeaders::<SockaddrStorage>::preallocate(msgs.len(), None);
         let cmsgs: [ControlMessage<'_>; 0] = [];
-        let res = sendmmsg(
-            self.sock.as_raw_fd(),
-            &mut hdrs,
-            &iovs,
-            &addrs,
-            cmsgs,
-            MsgFlags::MSG_DONTWAIT,
-        )
-        .map_err(to_io)?;
-        Ok(res.count())
+        let iovs = msgs.iter().map(|(_, iov)| iov);
+        let res =
+            sendmmsg(fd, &mut hdrs, iovs, &addrs, cmsgs, MsgFlags::MSG_DONTWAIT).map_err(to_io)?;
+        Ok(res.count().clamp(1, msgs.len()))
     }
 
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    fn send_batch<'a>(
-        &mut self,
-        mut items: impl Iterator<Item = &'a (SocketAddr, Vec<u8>)>,
-    ) -> io::Result<usize> {
-        match items.next() {
-            Some((a, d)) => self.sock.send_to(d, a).map(|_| 1),
+    fn send_raw(&mut self, msgs: &[(SocketAddr, [IoSlice<'_>; 2])]) -> io::Result<usize> {
+        match msgs.first() {
+            Some((a, iov)) => {
+                let d: Vec<u8> = iov.iter().flat_map(|s| s.iter().copied()).collect();
+                self.sock.send_to(&d, a).map(|_| 1)
+            }
             None => Ok(0),
         }
+    }
+
+    /// Looks at the next datagram without taking it (`MSG_PEEK`): its sender and its full
+    /// length, its first bytes copied into `head`. `None`: nothing waiting (or an error
+    /// about an earlier datagram, or an interruption). Linux and Android only (see
+    /// [`PEEK`]).
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    pub fn peek(&mut self, head: &mut [u8]) -> io::Result<Option<(SocketAddr, usize)>> {
+        use nix::sys::socket::MsgFlags;
+        self.stats.recv_calls += 1;
+        let flags = MsgFlags::MSG_PEEK | MsgFlags::MSG_TRUNC | MsgFlags::MSG_DONTWAIT;
+        let mut iov = [io::IoSliceMut::new(head)];
+        self.recv_msg(&mut iov, flags)
+    }
+
+    /// Takes the next datagram, its bytes scattered over `head` then `body` (so that its
+    /// payload lands where it belongs, without a copy through a receive buffer): its
+    /// sender and its full length (longer than both buffers: it was cut, counted).
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    pub fn recv_split(
+        &mut self,
+        head: &mut [u8],
+        body: &mut [u8],
+    ) -> io::Result<Option<(SocketAddr, usize)>> {
+        use nix::sys::socket::MsgFlags;
+        self.stats.recv_calls += 1;
+        let cap = head.len() + body.len();
+        let flags = MsgFlags::MSG_TRUNC | MsgFlags::MSG_DONTWAIT;
+        let mut iov = [io::IoSliceMut::new(head), io::IoSliceMut::new(body)];
+        let r = self.recv_msg(&mut iov, flags)?;
+        if let Some((_, len)) = r {
+            self.stats.rx_datagrams += 1;
+            if len > cap {
+                self.stats.rx_truncated += 1;
+            }
+        }
+        Ok(r)
+    }
+
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    fn recv_msg(
+        &mut self,
+        iov: &mut [io::IoSliceMut<'_>],
+        flags: nix::sys::socket::MsgFlags,
+    ) -> io::Result<Option<(SocketAddr, usize)>> {
+        use nix::errno::Errno;
+        use nix::sys::socket::{recvmsg, SockaddrLike, SockaddrStorage};
+        use std::os::fd::AsRawFd;
+        let fd = self.sock.as_raw_fd();
+        let r = match recvmsg::<SockaddrStorage>(fd, iov, None, flags) {
+            Ok(r) => r,
+            Err(Errno::EAGAIN | Errno::EINTR | Errno::ECONNREFUSED) => return Ok(None),
+            Err(e) => return Err(to_io(e)),
+        };
+        let addr = r.address.and_then(|a: SockaddrStorage| {
+            let _ = a.family();
+            if let Some(v4) = a.as_sockaddr_in() {
+                Some(SocketAddr::V4((*v4).into()))
+            } else {
+                a.as_sockaddr_in6().map(|v6| SocketAddr::V6((*v6).into()))
+            }
+        });
+        Ok(addr.map(|a| (a, r.bytes)))
     }
 
     /// One receive call (`recvmmsg` of up to `bufs.len()` datagrams where available;
