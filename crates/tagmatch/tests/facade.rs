@@ -325,8 +325,20 @@ fn budget_over_udp_holds_and_retransmits_without_loss() {
         u.rnr_dropped > 0,
         "more than RNR_HELD_MAX were refused: {u:?}"
     );
-    let tagmatch::DeviceStats::Udp(ua) = a.stats().device else {
-        panic!("not a UDP device")
+    // The sender retries what was left unacknowledged, after its (backed-off) timeout:
+    // progress both until it has (the loops above may take less than one timeout).
+    let retransmits = |a: &Endpoint| match a.stats().device {
+        tagmatch::DeviceStats::Udp(u) => u.retransmits,
+        _ => panic!("not a UDP device"),
+    };
+    let t = std::time::Instant::now();
+    while retransmits(&a) == 0 && t.elapsed() < Duration::from_secs(20) {
+        a.progress_timeout(Duration::from_millis(1)).unwrap();
+        b.progress().unwrap();
+    }
+    let ua = match a.stats().device {
+        tagmatch::DeviceStats::Udp(u) => u,
+        _ => panic!("not a UDP device"),
     };
     assert!(
         ua.retransmits > 0,
