@@ -21,8 +21,8 @@
 //!
 //! `status`: 0 ok, 1 unknown key, 2 out of the region's bounds, 3 the region is gone.
 
+use foldhash::HashMap;
 use std::borrow::Cow;
-use std::collections::HashMap;
 
 use tagmatch_rdm::{MemHandle, MrKey, RdmaToken, RemoteAddr};
 use tagmatch_wire::efa::RawAddr;
@@ -340,11 +340,11 @@ impl SoftRdma {
     /// or of a restarted process, differ).
     pub fn new(salt: u32) -> SoftRdma {
         SoftRdma {
-            regs: HashMap::new(),
+            regs: HashMap::default(),
             next_key: 1,
             key_salt: (salt as u64) << 32,
             next_addr: 1 << 40,
-            ops: HashMap::new(),
+            ops: HashMap::default(),
             reads: 0,
             next_id: 1,
             stats: RdmaStats::default(),

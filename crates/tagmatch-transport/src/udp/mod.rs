@@ -78,7 +78,8 @@ pub mod frame;
 pub mod shim;
 pub mod sock;
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use foldhash::{HashMap, HashSet};
+use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -381,7 +382,7 @@ impl Conn {
             srtt: None,
             rttvar: Duration::ZERO,
             cum: 0,
-            ooo: HashSet::new(),
+            ooo: HashSet::default(),
             ack: AckState::default(),
             tx_order: 0,
             reads: VecDeque::new(),
@@ -592,7 +593,7 @@ impl UdpDevice {
                 sock: local,
                 connid,
             },
-            conns: HashMap::new(),
+            conns: HashMap::default(),
             txq: VecDeque::new(),
             rx_bufs: vec![vec![0u8; rx_len]; cfg.batch.max(1)],
             rx_got: Vec::with_capacity(cfg.batch.max(1)),
