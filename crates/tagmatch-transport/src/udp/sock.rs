@@ -57,7 +57,7 @@ fn to_io(e: nix::Error) -> io::Error {
 
 impl Sock {
     /// A duplicate of the socket's descriptor (same socket), for a thread that only polls
-    /// it (see [`super::watch`]).
+    /// it (see [`crate::watch`]).
     pub fn duplicate(&self) -> io::Result<std::os::fd::OwnedFd> {
         Ok(self.sock.try_clone()?.into())
     }
