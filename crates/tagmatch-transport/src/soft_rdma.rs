@@ -320,6 +320,31 @@ struct Pending {
     failed: bool,
 }
 
+impl Pending {
+    /// A read (`read`) or write of `len` bytes at `offset` of region `local`, nothing
+    /// transferred yet.
+    fn new(
+        token: RdmaToken,
+        peer: RawAddr,
+        read: bool,
+        local: MemHandle,
+        offset: u64,
+        len: u64,
+    ) -> Pending {
+        Pending {
+            token,
+            peer,
+            read,
+            local,
+            offset,
+            len,
+            done: 0,
+            resp: None,
+            failed: false,
+        }
+    }
+}
+
 /// Registrations and pending operations of one device. See the module documentation.
 #[derive(Debug)]
 pub struct SoftRdma {
@@ -408,20 +433,8 @@ impl SoftRdma {
     ) -> RdmaMsg<'static> {
         let id = self.new_id();
         self.reads += 1;
-        self.ops.insert(
-            id,
-            Pending {
-                token,
-                peer,
-                read: true,
-                local,
-                offset,
-                len,
-                done: 0,
-                resp: None,
-                failed: false,
-            },
-        );
+        self.ops
+            .insert(id, Pending::new(token, peer, true, local, offset, len));
         RdmaMsg::ReadReq {
             id,
             key: remote.key,
@@ -483,20 +496,8 @@ impl SoftRdma {
     ) -> Option<u64> {
         local_range(mem.region(local)?, offset, len)?;
         let id = self.new_id();
-        self.ops.insert(
-            id,
-            Pending {
-                token,
-                peer,
-                read: false,
-                local,
-                offset,
-                len,
-                done: 0,
-                resp: None,
-                failed: false,
-            },
-        );
+        self.ops
+            .insert(id, Pending::new(token, peer, false, local, offset, len));
         Some(id)
     }
 

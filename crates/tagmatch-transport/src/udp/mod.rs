@@ -2086,6 +2086,19 @@ mod tests {
         u.max_rto = Duration::from_millis(40);
     }
 
+    /// Two devices with short timeouts, `a` having sent `n` = 3 × `RNR_HELD_MAX` REQ
+    /// packets (type ≥ 64, wire-layouts §A.2) to `b` at `t0`: `(a, b, t0, n)`.
+    fn flood_with_short_timeouts() -> (UdpDevice, UdpDevice, Instant, u64) {
+        let mut a = dev_with(short_timeouts);
+        let b = dev_with(short_timeouts);
+        let t0 = Instant::now();
+        let n = 3 * RNR_HELD_MAX as u64;
+        for i in 0..n {
+            send(&mut a, &b, &[64, i as u8], i, t0);
+        }
+        (a, b, t0, n)
+    }
+
     /// A receiver that stays not ready (its endpoint refuses everything) for many peer
     /// timeouts, but is alive, tells the sender so (receiver-not-ready notices): the
     /// sender keeps its frames and retries them at a backoff, and never fails the
@@ -2093,14 +2106,7 @@ mod tests {
     /// Before the notices existed the sender failed the connection after `peer_timeout`.
     #[test]
     fn a_receiver_not_ready_for_long_is_not_taken_for_dead() {
-        let mut a = dev_with(short_timeouts);
-        let mut b = dev_with(short_timeouts);
-        let t0 = Instant::now();
-        let n = 3 * RNR_HELD_MAX as u64;
-        for i in 0..n {
-            // A REQ packet (type ≥ 64, wire-layouts §A.2).
-            send(&mut a, &b, &[64, i as u8], i, t0);
-        }
+        let (mut a, mut b, t0, n) = flood_with_short_timeouts();
         let timeout = a.cfg.peer_timeout;
         let t = not_ready_rounds(&mut a, &mut b, t0, timeout * 10, true);
         let (sa, sb) = (a.stats, b.stats);
@@ -2150,13 +2156,7 @@ mod tests {
     /// was not ready (and said so) before it died: the timeout runs from its last notice.
     #[test]
     fn a_dead_receiver_still_fails_after_the_peer_timeout() {
-        let mut a = dev_with(short_timeouts);
-        let mut b = dev_with(short_timeouts);
-        let t0 = Instant::now();
-        let n = 3 * RNR_HELD_MAX as u64;
-        for i in 0..n {
-            send(&mut a, &b, &[64, i as u8], i, t0);
-        }
+        let (mut a, mut b, t0, _) = flood_with_short_timeouts();
         let timeout = a.cfg.peer_timeout;
         let t = not_ready_rounds(&mut a, &mut b, t0, timeout * 3, true);
         assert_eq!(a.stats.peers_failed, 0);

@@ -51,6 +51,18 @@ pub struct Sock {
     pub stats: SockStats,
 }
 
+/// The sender's address of a received datagram (IPv4 or IPv6).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn socket_addr(a: nix::sys::socket::SockaddrStorage) -> Option<SocketAddr> {
+    use nix::sys::socket::SockaddrLike;
+    let _ = a.family();
+    if let Some(v4) = a.as_sockaddr_in() {
+        Some(SocketAddr::V4((*v4).into()))
+    } else {
+        a.as_sockaddr_in6().map(|v6| SocketAddr::V6((*v6).into()))
+    }
+}
+
 fn to_io(e: nix::Error) -> io::Error {
     io::Error::from_raw_os_error(e as i32)
 }
@@ -247,7 +259,7 @@ impl Sock {
         flags: nix::sys::socket::MsgFlags,
     ) -> io::Result<Option<(SocketAddr, usize)>> {
         use nix::errno::Errno;
-        use nix::sys::socket::{recvmsg, SockaddrLike, SockaddrStorage};
+        use nix::sys::socket::{recvmsg, SockaddrStorage};
         use std::os::fd::AsRawFd;
         let fd = self.sock.as_raw_fd();
         let r = match recvmsg::<SockaddrStorage>(fd, iov, None, flags) {
@@ -255,14 +267,7 @@ impl Sock {
             Err(Errno::EAGAIN | Errno::EINTR | Errno::ECONNREFUSED) => return Ok(None),
             Err(e) => return Err(to_io(e)),
         };
-        let addr = r.address.and_then(|a: SockaddrStorage| {
-            let _ = a.family();
-            if let Some(v4) = a.as_sockaddr_in() {
-                Some(SocketAddr::V4((*v4).into()))
-            } else {
-                a.as_sockaddr_in6().map(|v6| SocketAddr::V6((*v6).into()))
-            }
-        });
+        let addr = r.address.and_then(socket_addr);
         Ok(addr.map(|a| (a, r.bytes)))
     }
 
@@ -325,7 +330,7 @@ impl Sock {
         if let [b] = bufs {
             return self.recv_one(b, got);
         }
-        use nix::sys::socket::{recvmmsg, MsgFlags, MultiHeaders, SockaddrLike, SockaddrStorage};
+        use nix::sys::socket::{recvmmsg, MsgFlags, MultiHeaders, SockaddrStorage};
         use std::io::IoSliceMut;
         use std::os::fd::AsRawFd;
         let fd = self.sock.as_raw_fd();
@@ -344,14 +349,7 @@ impl Sock {
                 self.stats.rx_truncated += 1;
                 continue;
             }
-            let addr = r.address.and_then(|a: SockaddrStorage| {
-                let _ = a.family();
-                if let Some(v4) = a.as_sockaddr_in() {
-                    Some(SocketAddr::V4((*v4).into()))
-                } else {
-                    a.as_sockaddr_in6().map(|v6| SocketAddr::V6((*v6).into()))
-                }
-            });
+            let addr = r.address.and_then(socket_addr);
             if let Some(a) = addr {
                 got.push((j, a, r.bytes));
             }
