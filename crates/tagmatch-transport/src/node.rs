@@ -179,6 +179,21 @@ impl<D: RdmDevice> Node<D> {
         Ok(self.completions.len())
     }
 
+    /// Whether the node has work of its own that the next [`Node::progress`] does
+    /// without any new input from the device: completions not taken yet, transmits or
+    /// completions the endpoint queued since the last pump (e.g. a receive of a claimed
+    /// message), or refused packets that became admissible (the admission epoch moved
+    /// since they were refused). An owner that sleeps on something other than the
+    /// device (the in-process doorbell) must not sleep while this holds: nobody would
+    /// wake it.
+    pub fn has_own_work(&self) -> bool {
+        !self.completions.is_empty()
+            || self.ep.has_output()
+            || self
+                .refused_at
+                .is_some_and(|e| e != self.ep.admission_epoch())
+    }
+
     /// The next completion.
     pub fn poll_completion(&mut self) -> Option<Completion> {
         self.completions.pop_front()

@@ -1088,7 +1088,16 @@ impl Endpoint {
     /// path's lanes as far as they have room; what is left (a send waiting for ring space
     /// or for the peer's answer, a message waiting for the application to post a receive)
     /// moves only when a peer rings or the application calls in. So: the device is quiet.
-    pub(crate) fn in_process_idle(&self) -> bool {
+    ///
+    /// Not idle either while the protocol node has work of its own that no peer will ring
+    /// for: what the fast path's claims and receives of protocol-path messages (after the
+    /// device's pass) queued in the protocol endpoint, and refused packets those claims
+    /// made admissible ([`Node::has_own_work`]); the next pass then polls the device.
+    pub(crate) fn in_process_idle(&mut self) -> bool {
+        if self.node.has_own_work() {
+            self.device_poll_now();
+            return false;
+        }
         match self.node.device() {
             Device::Mem(d) => d.quiet(),
             _ => false,

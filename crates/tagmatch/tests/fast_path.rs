@@ -945,3 +945,67 @@ fn claimed_protocol_messages_do_not_lock_out_the_one_a_receive_waits_for() {
         a.wait_with(s, &mut [&mut b]).unwrap();
     }
 }
+
+/// An application loop that calls `progress_timeout` with a long timeout never sleeps
+/// while the endpoint has work of its own: here a fast-path receiver with a protocol
+/// budget of 2 messages is sent 3 over the protocol path (the third is refused and
+/// parked in its device); claiming the first two into the fast path's engine makes the
+/// third admissible, and receiving them leaves completions in the protocol endpoint. No
+/// peer rings for any of it: sleeping would wait out the whole timeout with the third
+/// message parked and completions unreported (the endpoint slept, `idle_sleeps`, before).
+#[test]
+fn progress_timeout_does_not_sleep_on_its_own_protocol_work() {
+    let f = MemFabric::with_faults(
+        7,
+        tagmatch::MemFaults {
+            reorder: false,
+            max_delay: 0,
+            send_again: 0,
+            register_fail: 0,
+        },
+    );
+    let mut a = ep(&f, false);
+    let mut b = Endpoint::builder()
+        .mem(&f)
+        .memory_budget(1 << 20, 2)
+        .build()
+        .unwrap();
+    let ab = a.insert_peer(&b.address()).unwrap();
+    let ba = b.insert_peer(&a.address()).unwrap();
+    let recvs: Vec<Request> = (1..=3u64).map(|t| b.trecv(ba, t, 16).unwrap()).collect();
+    let sends: Vec<Request> = (1..=3u64)
+        .map(|t| a.tsend(ab, t, vec![t as u8; 16]).unwrap())
+        .collect();
+    for _ in 0..5 {
+        a.progress().unwrap();
+    }
+    let before = b.stats().facade.idle_sleeps;
+    let mut got = Vec::new();
+    for _ in 0..1000 {
+        if got.len() == 3 {
+            break;
+        }
+        match b.poll_completion() {
+            Some(c) => got.push(c),
+            None => {
+                b.progress_timeout(Duration::from_millis(500)).unwrap();
+            }
+        }
+    }
+    assert_eq!(got.len(), 3, "{}", b.stats());
+    for (c, (r, t)) in got.iter().zip(recvs.iter().zip(1..=3u8)) {
+        assert_eq!((c.request, &c.data), (*r, &vec![t; 16]));
+    }
+    assert!(
+        b.stats().rdm.rx_refused > 0,
+        "the third message was refused"
+    );
+    assert_eq!(
+        b.stats().facade.idle_sleeps - before,
+        0,
+        "slept with work of its own"
+    );
+    for s in sends {
+        a.wait_with(s, &mut [&mut b]).unwrap();
+    }
+}

@@ -484,6 +484,12 @@ impl Endpoint {
         self.out.pop_front()
     }
 
+    /// Whether something waits for [`Endpoint::poll_transmit`] or
+    /// [`Endpoint::poll_completion`] (an owner that would sleep must take it first).
+    pub fn has_output(&self) -> bool {
+        !self.out.is_empty() || !self.completions.is_empty()
+    }
+
     /// Next application completion.
     pub fn poll_completion(&mut self) -> Option<Completion> {
         self.completions.pop_front()
