@@ -10,17 +10,24 @@
 //! (or a completion event) that arrived between the owner's last look and the arming is
 //! seen at once: no wake-up is lost.
 //!
-//! The thread sleeps on a condition variable while nothing is armed and ends within
-//! [`STOP_LATENCY`] of the device being dropped.
+//! The thread sleeps on a condition variable while nothing is armed. It also polls one
+//! end of a socket pair, through which dropping the device interrupts its `poll(2)` (the
+//! drop then joins it, so the duplicate descriptor is closed, and a UDP port released,
+//! before the drop returns), and so does arming it with a deadline earlier than the one
+//! it is polling for (which would otherwise be served up to [`STOP_LATENCY`] late).
 
+use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::task::Waker;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
-/// Longest single `poll(2)` of the watcher thread, so that it notices a dropped device.
+/// Longest single `poll(2)` of the watcher thread (it is interrupted earlier when the
+/// device is dropped or armed with an earlier deadline).
 pub const STOP_LATENCY: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Default)]
@@ -28,6 +35,8 @@ struct State {
     waker: Option<Waker>,
     deadline: Option<Instant>,
     stop: bool,
+    /// While the thread is in `poll(2)`: the deadline it polls for (`None` inside: none).
+    polling: Option<Option<Instant>>,
     /// Tasks woken so far (for tests and statistics).
     wakes: u64,
 }
@@ -42,6 +51,9 @@ struct Shared {
 #[derive(Debug)]
 pub struct Watcher {
     shared: Arc<Shared>,
+    /// Written to interrupt the thread's `poll(2)`.
+    kick: UnixStream,
+    thread: Option<JoinHandle<()>>,
 }
 
 impl Watcher {
@@ -49,10 +61,23 @@ impl Watcher {
     pub(crate) fn start(fd: OwnedFd) -> std::io::Result<Watcher> {
         let shared = Arc::new(Shared::default());
         let s = shared.clone();
-        std::thread::Builder::new()
+        let (kick, kicked) = UnixStream::pair()?;
+        kick.set_nonblocking(true)?;
+        kicked.set_nonblocking(true)?;
+        let thread = std::thread::Builder::new()
             .name("tagmatch-watch".into())
-            .spawn(move || run(&s, &fd))?;
-        Ok(Watcher { shared })
+            .spawn(move || run(&s, &fd, kicked))?;
+        Ok(Watcher {
+            shared,
+            kick,
+            thread: Some(thread),
+        })
+    }
+
+    /// Interrupts the thread's `poll(2)` (a full socket buffer means a kick is pending
+    /// already).
+    fn kick(&self) {
+        let _ = (&self.kick).write(&[1]);
     }
 
     /// Wakes `waker` once, when the socket is readable or `deadline` passes (replacing
@@ -64,7 +89,17 @@ impl Watcher {
             w => *w = Some(waker.clone()),
         }
         st.deadline = deadline;
+        // Polling for a later deadline (or none): poll again with this one.
+        let kick = match (st.polling, deadline) {
+            (Some(None), Some(_)) => true,
+            (Some(Some(p)), Some(d)) => d < p,
+            _ => false,
+        };
         self.shared.cv.notify_one();
+        drop(st);
+        if kick {
+            self.kick();
+        }
     }
 
     /// Tasks the watcher woke so far.
@@ -77,6 +112,12 @@ impl Drop for Watcher {
     fn drop(&mut self) {
         lock(&self.shared.state).stop = true;
         self.shared.cv.notify_one();
+        self.kick();
+        // The thread holds a duplicate of the device's descriptor: it is closed when the
+        // thread ends, which is at once now.
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
@@ -84,7 +125,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn run(shared: &Shared, fd: &OwnedFd) {
+fn run(shared: &Shared, fd: &OwnedFd, mut kicked: UnixStream) {
     loop {
         // Wait until something is armed (or the device went).
         let deadline = {
@@ -94,6 +135,7 @@ fn run(shared: &Shared, fd: &OwnedFd) {
                     return;
                 }
                 if st.waker.is_some() {
+                    st.polling = Some(st.deadline);
                     break st.deadline;
                 }
                 st = shared.cv.wait(st).unwrap_or_else(PoisonError::into_inner);
@@ -106,15 +148,26 @@ fn run(shared: &Shared, fd: &OwnedFd) {
             // Rounded up to the next millisecond, so a deadline is never polled early in a
             // loop of zero-length polls.
             let ms = u16::try_from(wait.as_micros().div_ceil(1000)).unwrap_or(u16::MAX);
-            let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
-            match poll(&mut fds, PollTimeout::from(ms)) {
-                Ok(n) => n > 0 || deadline.is_some_and(|d| d <= Instant::now()),
+            let mut fds = [
+                PollFd::new(fd.as_fd(), PollFlags::POLLIN),
+                PollFd::new(kicked.as_fd(), PollFlags::POLLIN),
+            ];
+            let r = poll(&mut fds, PollTimeout::from(ms));
+            let fd_ready = fds[0].any().unwrap_or(false);
+            if fds[1].any().unwrap_or(false) {
+                // Kicked (stop, or an earlier deadline): drain, then look again.
+                let mut buf = [0u8; 64];
+                while matches!(kicked.read(&mut buf), Ok(n) if n > 0) {}
+            }
+            match r {
+                Ok(_) => fd_ready || deadline.is_some_and(|d| d <= Instant::now()),
                 // EINTR and the like: look again (an error that persists, e.g. a closed
                 // descriptor, wakes the task so its own receive reports it).
                 Err(nix::errno::Errno::EINTR) => false,
                 Err(_) => true,
             }
         };
+        lock(&shared.state).polling = None;
         if readable {
             let w = {
                 let mut st = lock(&shared.state);

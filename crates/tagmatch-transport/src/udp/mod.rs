@@ -1757,6 +1757,28 @@ mod tests {
         UdpDevice::bind(UdpConfig::new("127.0.0.1:0".parse().expect("addr"))).expect("bind")
     }
 
+    /// A device whose readiness thread was started releases its port when dropped (the
+    /// thread's duplicate of the descriptor is closed with it): an endpoint restarted on
+    /// the same port binds at once. (The thread held the socket open until its current
+    /// `poll(2)` returned, up to `watch::STOP_LATENCY` later.)
+    #[test]
+    fn a_dropped_device_releases_its_port_although_its_watcher_ran() {
+        struct Nop;
+        impl std::task::Wake for Nop {
+            fn wake(self: std::sync::Arc<Self>) {}
+        }
+        let waker = std::task::Waker::from(std::sync::Arc::new(Nop));
+        for _ in 0..20 {
+            let mut d = dev();
+            let at = d.udp_addr().sock;
+            assert!(d.wake_when_ready(&waker).expect("arm"));
+            // Let the thread get into its `poll(2)`.
+            std::thread::sleep(Duration::from_millis(5));
+            drop(d);
+            std::net::UdpSocket::bind(at).expect("the port is free once the device is dropped");
+        }
+    }
+
     // ---- Delayed acknowledgements, on a virtual clock: the devices' sans-IO parts
     // (`enqueue`, `fill_windows`, `on_datagram`, `timers`, `acks` take the time as an
     // argument) with datagrams carried by hand from one transmit queue to the other. No
