@@ -1118,6 +1118,11 @@ impl Endpoint {
     /// polls again).
     #[cfg(feature = "async")]
     pub(crate) fn wake_when_ready(&mut self, waker: &std::task::Waker) -> Result<bool> {
+        // Work of its own (completions to take, output to hand the device, refused packets
+        // now due for redelivery) needs another poll, not a readable descriptor.
+        if self.node.has_own_work() {
+            return Ok(false);
+        }
         match self.node.device_mut() {
             Device::Udp(d) => d.wake_when_ready(waker).map_err(Error::io("progress")),
             #[cfg(feature = "verbs")]
