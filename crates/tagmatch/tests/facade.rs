@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{exercise, mem_pair, mem_pair_fast, udp_pair};
+use common::{exercise, mem_pair, mem_pair_fast, receive_in_order, udp_pair};
 use tagmatch::{Endpoint, Error, MemFabric, MemFaults, TagMatch, ANY_SOURCE, ANY_TAG};
 
 #[test]
@@ -347,14 +347,7 @@ fn budget_over_udp_holds_and_retransmits_without_loss() {
     // It was told so (receiver not ready), which keeps the connection alive however
     // long the receiver stays full (see the UDP device's unit tests).
     assert!(u.rnr_sent > 0 && ua.rnr_received > 0, "{u:?} {ua:?}");
-    for i in 0..N {
-        let r = b.trecv(pa, ANY_TAG, 64).unwrap();
-        let c = b.wait_with(r, &mut [&mut a]).unwrap();
-        assert_eq!((c.tag, c.data), (i, msg(i)));
-    }
-    for s in sends {
-        a.wait_with(s, &mut [&mut b]).unwrap();
-    }
+    receive_in_order(&mut a, &mut b, pa, N, sends, msg, "udp");
     assert!(a.flush(Duration::from_secs(10)).unwrap());
     assert!(b.flush(Duration::from_secs(10)).unwrap());
 }
@@ -391,7 +384,15 @@ fn a_full_receiver_still_completes_its_own_reads() {
             assert_eq!(c.data, &data[..len], "udp {udp}, {len} bytes");
         }
         // Then everything that was held back arrives, in order.
-        receive_in_order(&mut a, &mut b, ba, 300, 32, sends, udp);
+        receive_in_order(
+            &mut a,
+            &mut b,
+            ba,
+            300,
+            sends,
+            |i| vec![i as u8; 32],
+            &format!("udp {udp}"),
+        );
     }
 }
 
@@ -447,7 +448,15 @@ fn a_receiver_that_is_not_ready_does_not_spin() {
         );
         b.cancel(r).unwrap();
         // Then the application receives: everything held arrives, in order.
-        receive_in_order(&mut a, &mut b, ba, N, 64, sends, udp);
+        receive_in_order(
+            &mut a,
+            &mut b,
+            ba,
+            N,
+            sends,
+            |i| vec![i as u8; 64],
+            &format!("udp {udp}"),
+        );
     }
 }
 
@@ -579,27 +588,6 @@ fn a_pending_future_is_woken_by_its_peer() {
             b.progress_timeout(Duration::from_millis(5)).unwrap();
         }
         let _a = sender.join().unwrap();
-    }
-}
-
-/// `b` receives `n` messages from `a` (peer `ba`) with any tag: message `i` must have tag
-/// `i` and `len` bytes of `i`; then `a`'s `sends` complete.
-fn receive_in_order(
-    a: &mut Endpoint,
-    b: &mut Endpoint,
-    ba: tagmatch::Peer,
-    n: u64,
-    len: usize,
-    sends: Vec<tagmatch::Request>,
-    udp: bool,
-) {
-    for i in 0..n {
-        let r = b.trecv(ba, ANY_TAG, len).unwrap();
-        let c = b.wait_with(r, &mut [&mut *a]).unwrap();
-        assert_eq!((c.tag, c.data), (i, vec![i as u8; len]), "udp {udp}");
-    }
-    for s in sends {
-        a.wait_with(s, &mut [&mut *b]).unwrap();
     }
 }
 

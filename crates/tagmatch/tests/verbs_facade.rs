@@ -218,14 +218,7 @@ fn budget_holds_messages_back_without_losing_any() {
     assert!(st.unexpected <= 2, "{} unexpected", st.unexpected);
     assert!(st.rdm.rx_refused > 0, "the budget refused nothing");
     assert!(verbs_stats(&b).rnr_held > 0);
-    for i in 0..24u64 {
-        let r = b.trecv(pa, tagmatch::ANY_TAG, 20_000).unwrap();
-        let c = b.wait_with(r, &mut [&mut a]).unwrap();
-        assert_eq!((c.tag, c.data), (i, msg(i)));
-    }
-    for s in sends {
-        a.wait_with(s, &mut [&mut b]).unwrap();
-    }
+    common::receive_in_order(&mut a, &mut b, pa, 24, sends, msg, "verbs");
     assert!(a.flush(Duration::from_secs(10)).unwrap());
     assert!(b.flush(Duration::from_secs(10)).unwrap());
 }

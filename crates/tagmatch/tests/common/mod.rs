@@ -188,3 +188,26 @@ pub fn udp_pair() -> (Endpoint, Endpoint) {
     };
     (mk(), mk())
 }
+
+/// `b` receives `n` messages from its peer `ba` (`a`) with any tag: message `i` must
+/// have tag `i` and the data `want(i)` (received into a buffer of its length); then
+/// `a`'s `sends` complete. `label` names the case in failures.
+pub fn receive_in_order(
+    a: &mut Endpoint,
+    b: &mut Endpoint,
+    ba: tagmatch::Peer,
+    n: u64,
+    sends: Vec<tagmatch::Request>,
+    want: impl Fn(u64) -> Vec<u8>,
+    label: &str,
+) {
+    for i in 0..n {
+        let data = want(i);
+        let r = b.trecv(ba, ANY_TAG, data.len()).unwrap();
+        let c = b.wait_with(r, &mut [&mut *a]).unwrap();
+        assert_eq!((c.tag, c.data), (i, data), "{label}");
+    }
+    for s in sends {
+        a.wait_with(s, &mut [&mut *b]).unwrap();
+    }
+}
