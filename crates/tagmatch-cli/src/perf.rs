@@ -22,7 +22,7 @@ use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tagmatch::{Completion, Endpoint, MemFabric, OpKind, Peer, RemoteKey, Request};
+use tagmatch::{Completion, Endpoint, MemFabric, OpKind, Peer, RemoteKey, Request, UdpConfig};
 
 use crate::{input, Error};
 
@@ -92,6 +92,11 @@ pub struct ServerArgs {
     /// Print the endpoint's counters (every layer) on stderr after each client.
     #[arg(long)]
     pub stats: bool,
+    /// Seconds without any message or completion in the middle of a run after which the
+    /// client is taken for gone: the run is abandoned (with `--forever` the server then
+    /// waits for the next client; otherwise it exits with an error). Default 10.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    pub client_timeout: f64,
 }
 
 /// The tests.
@@ -184,6 +189,10 @@ pub struct ClientArgs {
     /// protocol over the in-memory device, as before the fast path existed).
     #[arg(long)]
     pub no_fast_path: bool,
+    /// `--transport udp`: seconds without an answer from the server after which it is
+    /// taken for unreachable and the client stops with an error (default 10).
+    #[arg(long, value_name = "SECONDS")]
+    pub peer_timeout: Option<f64>,
 }
 
 /// Parses `8,4k,1m`.
@@ -297,6 +306,26 @@ pub struct Server {
     reuse: bool,
     /// Runs served.
     pub runs: u64,
+    /// The data receives of the run in progress that have not completed (cancelled if the
+    /// run is abandoned).
+    pending: VecDeque<Request>,
+    /// Completions handled so far (a sign of the client's life; see [`Server::stalled`]).
+    completions: u64,
+    /// When [`Server::stalled`] last saw a sign of life, and the completions plus
+    /// [`activity`] it saw then.
+    last_heard: Instant,
+    last_seen: u64,
+}
+
+/// Packets and datagrams the endpoint received so far: protocol packets, and the UDP
+/// device's frames (software RDMA included).
+fn activity(ep: &Endpoint) -> u64 {
+    let st = ep.stats();
+    let dev = match &st.device {
+        tagmatch::DeviceStats::Udp(u) => u.frames_received,
+        _ => 0,
+    };
+    st.rdm.rx_packets + dev
 }
 
 impl Server {
@@ -311,6 +340,10 @@ impl Server {
             phase: Phase::Idle,
             reuse,
             runs: 0,
+            pending: VecDeque::new(),
+            completions: 0,
+            last_heard: Instant::now(),
+            last_seen: 0,
         })
     }
 
@@ -322,6 +355,62 @@ impl Server {
     /// Whether the client said it is done.
     pub fn done(&self) -> bool {
         matches!(self.phase, Phase::Quit)
+    }
+
+    /// Whether the server serves a client (a run in progress, or between two of its
+    /// runs) and heard nothing of it for `limit`: no completion, and no packet or
+    /// datagram reached the endpoint (one-sided runs complete nothing at the server). The
+    /// client is gone (killed, or its host down). Reported between `limit` and twice
+    /// `limit` after the client's last sign of life: the counters are compared only
+    /// every `limit`, so that serving costs no clock read per message.
+    pub fn stalled(&mut self, limit: Duration) -> bool {
+        if self.client.is_none() || self.done() || self.last_heard.elapsed() <= limit {
+            return false;
+        }
+        let seen = self.completions + activity(&self.ep);
+        if seen != self.last_seen {
+            self.last_seen = seen;
+            self.last_heard = Instant::now();
+            return false;
+        }
+        true
+    }
+
+    /// Abandons the run in progress: cancels its outstanding receives (a receive already
+    /// matched to a message in transfer cannot be cancelled; it fails or completes on its
+    /// own) and waits for a control message from any client again.
+    pub fn abandon(&mut self) -> Result<(), tagmatch::Error> {
+        for r in self.pending.drain(..) {
+            let _ = self.ep.cancel(r);
+        }
+        if let Some(r) = self.ctrl.take() {
+            let _ = self.ep.cancel(r);
+        }
+        while self.ep.poll_completion().is_some() {}
+        self.client = None;
+        self.phase = Phase::Idle;
+        self.ctrl = Some(self.ep.trecv(tagmatch::ANY_SOURCE, CTRL, CTRL_LEN)?);
+        self.last_heard = Instant::now();
+        Ok(())
+    }
+
+    /// Posts a data receive of `size` bytes from `client` (into `buf` when given) and
+    /// keeps its handle in [`Server::pending`].
+    fn post_data(
+        &mut self,
+        client: Peer,
+        size: usize,
+        buf: Option<Vec<u8>>,
+    ) -> Result<(), tagmatch::Error> {
+        let r = match buf {
+            Some(mut b) => {
+                b.resize(size, 0);
+                self.ep.trecv_into(client, DATA, b)?
+            }
+            None => self.ep.trecv(client, DATA, size)?,
+        };
+        self.pending.push_back(r);
+        Ok(())
     }
 
     /// Progresses once without blocking and handles what completed; returns how many
@@ -338,10 +427,15 @@ impl Server {
             n += 1;
             self.on_completion(c)?;
         }
+        self.completions += n as u64;
         Ok(n)
     }
 
     fn on_completion(&mut self, c: Completion) -> Result<(), tagmatch::Error> {
+        if c.kind == OpKind::Recv && c.status == Err(tagmatch::OpError::Canceled) {
+            // Only Server::abandon cancels: a receive of the abandoned run.
+            return Ok(());
+        }
         if c.kind == OpKind::Send {
             c.into_result()?;
             return Ok(());
@@ -354,6 +448,14 @@ impl Server {
         if c.kind != OpKind::Recv {
             return Ok(());
         }
+        // Data receives complete in posting order except when a large message's transfer
+        // outlasts a later small one's.
+        match self.pending.front() {
+            Some(&r) if r == c.request => {
+                self.pending.pop_front();
+            }
+            _ => self.pending.retain(|&r| r != c.request),
+        }
         let client = self
             .client
             .ok_or(tagmatch::Error::UnknownRequest(c.request))?;
@@ -365,11 +467,10 @@ impl Server {
                 if self.reuse {
                     // Reply from the received buffer, then receive the next message
                     // into it.
-                    let mut buf = c.data;
+                    let buf = c.data;
                     self.ep.tinject(client, DATA, &buf)?;
                     if more {
-                        buf.resize(size, 0);
-                        let _ = self.ep.trecv_into(client, DATA, buf)?;
+                        self.post_data(client, size, Some(buf))?;
                     } else {
                         self.phase = Phase::Idle;
                         self.ctrl = Some(self.ep.trecv(client, CTRL, CTRL_LEN)?);
@@ -377,7 +478,7 @@ impl Server {
                     return Ok(());
                 }
                 if more {
-                    let _ = self.ep.trecv(client, DATA, size)?;
+                    self.post_data(client, size, None)?;
                 } else {
                     self.phase = Phase::Idle;
                     self.ctrl = Some(self.ep.trecv(client, CTRL, CTRL_LEN)?);
@@ -390,15 +491,14 @@ impl Server {
                 size,
             } => {
                 *left -= 1;
-                if *left_to_post > 0 {
+                let (size, done, more) = (*size, *left == 0, *left_to_post > 0);
+                if more {
                     *left_to_post -= 1;
                     // Every transport: the next receive goes into the buffer that came
                     // back (no allocation or zeroing per message).
-                    let mut buf = c.data;
-                    buf.resize(*size, 0);
-                    let _ = self.ep.trecv_into(client, DATA, buf)?;
+                    self.post_data(client, size, Some(c.data))?;
                 }
-                if *left == 0 {
+                if done {
                     self.phase = Phase::Idle;
                     self.ctrl = Some(self.ep.trecv(client, CTRL, CTRL_LEN)?);
                     let _ = self.ep.tsend(client, ACK, vec![1u8])?;
@@ -450,16 +550,13 @@ impl Server {
         match test {
             Test::TagLat => {
                 self.phase = Phase::Lat { left: iters, size };
-                if self.reuse {
-                    let _ = self.ep.trecv_into(client, DATA, vec![0; size])?;
-                } else {
-                    let _ = self.ep.trecv(client, DATA, size)?;
-                }
+                let buf = self.reuse.then(|| vec![0; size]);
+                self.post_data(client, size, buf)?;
             }
             Test::TagBw | Test::TagMsgrate => {
                 let first = window.min(iters);
                 for _ in 0..first {
-                    let _ = self.ep.trecv_into(client, DATA, vec![0; size])?;
+                    self.post_data(client, size, Some(vec![0; size]))?;
                 }
                 self.phase = Phase::Bw {
                     left_to_post: iters - first,
@@ -498,6 +595,16 @@ const DEFAULT_PATH_MTU: usize = 9000;
 
 /// Runs `tagmatch perf server`.
 fn run_server(a: ServerArgs) -> Result<(), Error> {
+    if !(a.client_timeout.is_finite() && a.client_timeout > 0.0 && a.client_timeout <= 86_400.0) {
+        return Err(Error::new(
+            "perf server",
+            format!(
+                "--client-timeout {}: expected seconds in (0, 86400]",
+                a.client_timeout
+            ),
+        ));
+    }
+    let client_timeout = Duration::from_secs_f64(a.client_timeout);
     let ep = match a.transport.as_str() {
         "udp" => {
             if !a.device.is_empty() {
@@ -558,8 +665,31 @@ fn run_server(a: ServerArgs) -> Result<(), Error> {
             } else {
                 Duration::ZERO
             };
-            if s.step_timeout(t).map_err(fe("perf server"))? > 0 {
-                idle = Instant::now();
+            let failed = match s.step_timeout(t) {
+                Ok(n) => {
+                    if n > 0 {
+                        idle = Instant::now();
+                    }
+                    None
+                }
+                // An operation of the run failed (a send to a client that is gone):
+                // with --forever the run is abandoned, as when the client goes quiet.
+                Err(e @ tagmatch::Error::Failed { .. }) if a.forever => Some(e.to_string()),
+                Err(e) => return Err(Error::new("perf server", e)),
+            };
+            let stalled = s.stalled(client_timeout).then(|| {
+                format!(
+                    "the client sent nothing for {:.1} s in the middle of a run",
+                    client_timeout.as_secs_f64()
+                )
+            });
+            if let Some(why) = failed.or(stalled) {
+                let msg = format!("{why}: run abandoned");
+                if !a.forever {
+                    return Err(Error::new("perf server", msg));
+                }
+                eprintln!("tagmatch perf server: {msg}; waiting for the next client");
+                s.abandon().map_err(fe("perf server"))?;
             }
         }
         s.ep.flush(Duration::from_secs(2))
@@ -638,6 +768,35 @@ impl Client {
         }
     }
 
+    /// [`Client::wait`] for the server's `reply` to the control message sent by `send`:
+    /// a send that failed (the server unreachable: no process at its address, or it
+    /// stopped answering for the transport's peer timeout) ends the wait with its error
+    /// at once, instead of the reply's wait running to its limit.
+    fn wait_reply(&mut self, reply: Request, send: Request) -> Result<Completion, tagmatch::Error> {
+        let start = Instant::now();
+        let mut n = 0u32;
+        loop {
+            if let Some(c) = self.ep.take_completion(reply) {
+                return c.into_result();
+            }
+            if let Some(c) = self.ep.take_completion(send) {
+                self.sends.retain(|&r| r != send);
+                if let Err(e) = c.into_result() {
+                    let _ = self.ep.cancel(reply);
+                    return Err(e);
+                }
+            }
+            self.pump(start.elapsed() < self.spin)?;
+            n = n.wrapping_add(1);
+            if n % 4096 == 0 && start.elapsed() > Duration::from_secs(30) {
+                return Err(tagmatch::Error::Timeout {
+                    request: reply,
+                    limit_ms: 30_000,
+                });
+            }
+        }
+    }
+
     /// Takes the send completions that are ready; waits while more than `keep` are
     /// outstanding.
     fn reap_sends(&mut self, keep: usize) -> Result<(), tagmatch::Error> {
@@ -669,7 +828,7 @@ impl Client {
         b[24..32].copy_from_slice(&window.to_le_bytes());
         let s = self.ep.tsend(self.server, CTRL, b)?;
         self.sends.push_back(s);
-        let c = self.wait(reply)?;
+        let c = self.wait_reply(reply, s)?;
         Ok(RemoteKey::from_bytes(&c.data).unwrap_or(RemoteKey {
             addr: 0,
             key: 0,
@@ -836,6 +995,18 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
     if a.path_mtu.is_some() && a.transport != "udp" {
         return Err(Error::new(ctx, "--path-mtu goes with --transport udp"));
     }
+    if a.peer_timeout.is_some() && a.transport != "udp" {
+        return Err(Error::new(ctx, "--peer-timeout goes with --transport udp"));
+    }
+    let peer_timeout = match a.peer_timeout {
+        Some(t) if !(t.is_finite() && t > 0.0 && t <= 86_400.0) => {
+            return Err(Error::new(
+                ctx,
+                format!("--peer-timeout {t}: expected seconds in (0, 86400]"),
+            ))
+        }
+        t => t.map(Duration::from_secs_f64),
+    };
     if a.no_fast_path && a.transport != "mem" {
         return Err(Error::new(ctx, "--no-fast-path goes with --transport mem"));
     }
@@ -889,11 +1060,16 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
                 tagmatch::Address::Udp(u) if u.sock.is_ipv6() => "[::1]:0",
                 _ => "127.0.0.1:0",
             };
-            let mut ep = Endpoint::builder()
-                .udp(bind.parse().map_err(|_| Error::new(ctx, "bind address"))?)
-                .path_mtu(a.path_mtu.unwrap_or(DEFAULT_PATH_MTU))
-                .build()
-                .map_err(fe(ctx))?;
+            let bind = bind.parse().map_err(|_| Error::new(ctx, "bind address"))?;
+            let mut b = Endpoint::builder()
+                .udp(bind)
+                .path_mtu(a.path_mtu.unwrap_or(DEFAULT_PATH_MTU));
+            if let Some(t) = peer_timeout {
+                let mut ucfg = UdpConfig::new(bind);
+                ucfg.peer_timeout = t;
+                b = b.udp_config(ucfg);
+            }
+            let mut ep = b.build().map_err(fe(ctx))?;
             let peer = ep.insert_peer(&server).map_err(fe(ctx))?;
             (
                 "udp",
@@ -967,9 +1143,21 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
         let (mut rtts, elapsed) = match r {
             Ok(x) => x,
             Err(e) => {
+                let hint = match (&e, &a.addr) {
+                    (
+                        tagmatch::Error::Failed {
+                            error: tagmatch::OpError::SendFailed,
+                            ..
+                        },
+                        Some(addr),
+                    ) => format!(
+                        " (no answer from {addr}: is `tagmatch perf server` running there?)"
+                    ),
+                    _ => String::new(),
+                };
                 result = Err(Error::new(
                     ctx,
-                    format!("{} size {size}: {e}", a.test.name()),
+                    format!("{} size {size}: {e}{hint}", a.test.name()),
                 ));
                 break;
             }
@@ -1188,6 +1376,7 @@ mod tests {
             path_mtu: None,
             stats: false,
             no_fast_path: false,
+            peer_timeout: None,
         }
     }
 
@@ -1215,6 +1404,88 @@ mod tests {
             assert!(svg.starts_with("<svg") && svg.contains("polyline"));
             assert_eq!(table(&rows).lines().count(), 3);
         }
+    }
+
+    /// A client that vanishes in the middle of a run (its endpoint dropped after three
+    /// of 100 messages) is taken for gone once the server heard nothing of it for the
+    /// limit; the abandoned run's receives are cancelled, and the next client is served
+    /// a whole run.
+    #[test]
+    fn server_abandons_the_run_of_a_vanished_client_and_serves_the_next() {
+        let fabric = MemFabric::new();
+        let mut server = Server::new(Endpoint::builder().mem(&fabric).build().unwrap()).unwrap();
+        {
+            let mut c = Endpoint::builder().mem(&fabric).build().unwrap();
+            let p = c.insert_peer(&server.address()).unwrap();
+            let reply = c.trecv(p, REPLY, 24).unwrap();
+            let mut b = vec![0u8; CTRL_LEN];
+            b[0] = Test::TagBw.code();
+            b[8..16].copy_from_slice(&8u64.to_le_bytes());
+            b[16..24].copy_from_slice(&100u64.to_le_bytes());
+            b[24..32].copy_from_slice(&4u64.to_le_bytes());
+            let _ = c.tsend(p, CTRL, b).unwrap();
+            let mut got = None;
+            for _ in 0..10_000 {
+                c.progress().unwrap();
+                server.step().unwrap();
+                got = c.take_completion(reply);
+                if got.is_some() {
+                    break;
+                }
+            }
+            got.expect("the server answers the control message")
+                .into_result()
+                .unwrap();
+            for _ in 0..3 {
+                let _ = c.tsend(p, DATA, vec![7; 8]).unwrap();
+            }
+            for _ in 0..1000 {
+                c.progress().unwrap();
+                server.step().unwrap();
+            }
+        }
+        assert!(
+            matches!(server.phase, Phase::Bw { left: 97, .. }),
+            "{:?}",
+            server.phase
+        );
+        assert_eq!(server.pending.len(), 4, "the window of receives is posted");
+        let limit = Duration::from_millis(20);
+        assert!(!server.stalled(limit), "heard of just now");
+        let start = Instant::now();
+        while !server.stalled(limit) {
+            server.step_timeout(Duration::from_millis(5)).unwrap();
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "never taken for gone"
+            );
+        }
+        server.abandon().unwrap();
+        assert!(server.pending.is_empty());
+        assert!(!server.stalled(limit), "no client after abandoning");
+        // The cancelled receives complete as cancelled; the server ignores them.
+        for _ in 0..100 {
+            server.step().unwrap();
+        }
+        let mut ep = Endpoint::builder().mem(&fabric).build().unwrap();
+        let peer = ep.insert_peer(&server.address()).unwrap();
+        let mut next = Client {
+            ep,
+            server: peer,
+            local: Some(server),
+            sends: VecDeque::new(),
+            reuse: true,
+            spin: SPIN_BW,
+        };
+        let mut quiet = Progress {
+            on: false,
+            label: String::new(),
+            last: Instant::now(),
+            shown: false,
+        };
+        let (rtts, _) = next.run(Test::TagLat, 8, 50, 1, &mut quiet).unwrap();
+        assert_eq!(rtts.len(), 50);
+        assert_eq!(next.local.as_ref().map(|s| s.runs), Some(2));
     }
 
     #[test]

@@ -153,6 +153,32 @@ fn perf_server_and_client_over_loopback_udp() {
     assert!(server.wait().unwrap().success());
 }
 
+/// A client whose server does not answer (a bound socket that never replies) stops with
+/// an error naming the address once the peer timeout passes: the control message's send
+/// fails, and the wait for the server's reply does not run on to its 30 s limit (whose
+/// message would be "did not complete within 30000 ms").
+#[test]
+fn perf_client_without_a_server_fails_naming_the_address() {
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = format!("udp://{}/0x1234", silent.local_addr().unwrap());
+    let err = fails(&[
+        "perf",
+        "client",
+        &addr,
+        "--peer-timeout",
+        "0.5",
+        "--iters",
+        "10",
+    ]);
+    assert!(err.contains("failed: SendFailed"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "no answer from {addr}: is `tagmatch perf server` running there?"
+        )),
+        "{err}"
+    );
+}
+
 #[test]
 fn perf_rejects_bad_arguments() {
     let c = |extra: &[&str]| {
@@ -169,11 +195,24 @@ fn perf_rejects_bad_arguments() {
     assert!(fails(&["perf", "server", "--bind", "nope"]).contains("--bind"));
     assert!(c(&["--device", "rxe0"]).contains("--device goes with --transport verbs"));
     assert!(c(&["--path-mtu", "1500"]).contains("--path-mtu goes with --transport udp"));
+    assert!(c(&["--peer-timeout", "1"]).contains("--peer-timeout goes with --transport udp"));
+    for bad in ["0", "-1", "nan", "1e9"] {
+        let arg = format!("--peer-timeout={bad}");
+        let err = fails(&["perf", "client", "udp://127.0.0.1:1/0x1", &arg]);
+        assert!(err.contains("--peer-timeout"), "{bad}: {err}");
+    }
     assert!(
         fails(&["perf", "client", "udp://127.0.0.1:1/0x1", "--no-fast-path"])
             .contains("--no-fast-path goes with --transport mem")
     );
     assert!(fails(&["perf", "server", "--device", "rxe0"]).contains("--device goes with"));
+    for bad in ["0", "-2", "inf"] {
+        let arg = format!("--client-timeout={bad}");
+        assert!(
+            fails(&["perf", "server", &arg]).contains("--client-timeout"),
+            "{bad}"
+        );
+    }
     assert!(fails(&["perf", "server", "--transport", "mem"]).contains("expected udp or verbs"));
     // Verbs has nothing to bind: a --bind is refused, not ignored (checked before the
     // device is opened, so also in a build without the `verbs` feature).

@@ -128,6 +128,8 @@ pub use tagmatch_rdm::{
     AtomicArgs, AtomicOp, Datatype, Features, MatchCounters, OpError, OpKind, Protocol, RemoteAddr,
 };
 pub use tagmatch_transport::mem::MemFaults;
+/// Settings of the UDP device ([`Builder::udp_config`]: peer timeout, path MTU, windows).
+pub use tagmatch_transport::udp::UdpConfig;
 /// Settings and counters of the verbs device ([`Builder::verbs_config`], [`DeviceStats::Verbs`]).
 #[cfg(feature = "verbs")]
 pub use tagmatch_transport::verbs::{RdmConfig as VerbsConfig, RdmStats as VerbsStats};
