@@ -170,7 +170,8 @@ fn perf_client_without_a_server_fails_naming_the_address() {
         "--iters",
         "10",
     ]);
-    assert!(err.contains("failed: SendFailed"), "{err}");
+    assert!(err.contains("failed: the peer did not take it"), "{err}");
+    assert!(err.contains("(SendFailed)"), "{err}");
     assert!(
         err.contains(&format!(
             "no answer from {addr}: is `tagmatch perf server` running there?"

@@ -138,7 +138,7 @@ impl fmt::Display for Error {
             Error::UnknownRegion => write!(f, "unknown memory region"),
             Error::TooManyOps => write!(f, "too many operations in flight"),
             Error::TooManyReceives => write!(f, "too many posted receives"),
-            Error::Atomic(e) => write!(f, "invalid atomic arguments: {e:?}"),
+            Error::Atomic(e) => write!(f, "invalid atomic arguments: {}", atomic_text(e)),
             Error::AtomicTooLarge { len } => {
                 write!(
                     f,
@@ -163,8 +163,47 @@ impl fmt::Display for Error {
                 request,
                 kind,
                 error,
-            } => write!(f, "{kind:?} request {} failed: {error:?}", request.id()),
+            } => write!(
+                f,
+                "{kind:?} request {} failed: {}",
+                request.id(),
+                op_error_text(error)
+            ),
             Error::Io { context, source } => write!(f, "{context}: {source}"),
+        }
+    }
+}
+
+/// What an operation's error means, in words (the variant's name in parentheses, so logs
+/// can still be searched for it).
+fn op_error_text(e: &OpError) -> String {
+    match e {
+        OpError::Truncated { msg_len, buf_len } => format!(
+            "truncated (Truncated): the message has {msg_len} bytes, the receive buffer {buf_len}"
+        ),
+        OpError::Canceled => "cancelled (Canceled)".into(),
+        OpError::DeliveryCompleteUnsupported => "delivery complete asked of a peer that does \
+            not support it (DeliveryCompleteUnsupported)"
+            .into(),
+        OpError::SendFailed => {
+            "the peer did not take it: unreachable, gone, or not answering (SendFailed)".into()
+        }
+        OpError::RdmaFailed => "an RDMA operation or registration failed and no fallback \
+            was possible (RdmaFailed)"
+            .into(),
+        OpError::Atomic(a) => format!("the target could not apply it: {}", atomic_text(a)),
+    }
+}
+
+/// [`AtomicError`] in words.
+fn atomic_text(e: &AtomicError) -> String {
+    match e {
+        AtomicError::Datatype(d) => format!("unknown or unsupported datatype {d}"),
+        AtomicError::Op(o) => format!("unknown operation {o}"),
+        AtomicError::OpNotValidForType => "the operation is not defined on the datatype".into(),
+        AtomicError::Length => {
+            "operand lengths are not a multiple of the element size or differ from the target"
+                .into()
         }
     }
 }
@@ -211,5 +250,61 @@ impl Error {
             },
             CallError::MemInUse => Error::UnknownRegion,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every operation error reads as words and still names its variant.
+    #[test]
+    fn failed_operations_display_in_words_with_the_variant_name() {
+        let req = Request {
+            op: tagmatch_rdm::OpId(7),
+            ep: 0,
+        };
+        let cases = [
+            (
+                OpError::Truncated {
+                    msg_len: 10,
+                    buf_len: 4,
+                },
+                "the message has 10 bytes, the receive buffer 4",
+                "(Truncated)",
+            ),
+            (OpError::Canceled, "cancelled", "(Canceled)"),
+            (
+                OpError::DeliveryCompleteUnsupported,
+                "does not support it",
+                "(DeliveryCompleteUnsupported)",
+            ),
+            (
+                OpError::SendFailed,
+                "the peer did not take it",
+                "(SendFailed)",
+            ),
+            (OpError::RdmaFailed, "no fallback", "(RdmaFailed)"),
+            (
+                OpError::Atomic(AtomicError::OpNotValidForType),
+                "could not apply it: the operation is not defined on the datatype",
+                "",
+            ),
+        ];
+        for (error, words, name) in cases {
+            let e = Error::Failed {
+                request: req,
+                kind: OpKind::Send,
+                error,
+            };
+            let s = e.to_string();
+            assert!(s.starts_with("Send request 7 failed: "), "{s}");
+            assert!(s.contains(words) && s.contains(name), "{s}");
+        }
+        let s = Error::Atomic(AtomicError::Datatype(99)).to_string();
+        assert_eq!(
+            s,
+            "invalid atomic arguments: unknown or unsupported datatype 99"
+        );
     }
 }
