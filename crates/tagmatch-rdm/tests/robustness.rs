@@ -390,3 +390,39 @@ quickcheck! {
         after - before == replay.len() as u64 && !replay.is_empty()
     }
 }
+
+/// efa-rdm-protocol-v4 §3.3 table 3.10: offset 20 of a SHORT_RTR is `padding`; wire-layouts
+/// §D.7: libfabric writes `recv_length = total_len` there, and §A.1: "Receivers must ignore
+/// every padding and reserved byte". libfabric's responder answers every SHORT_RTR with one
+/// READRSP carrying the whole buffer (the short read has no CTS), so the responder must not
+/// depend on that field: with 0 it dropped the RTR, with less than the length it sent a short
+/// READRSP and waited for a CTS the requester never sends.
+#[test]
+fn short_rtr_is_answered_whole_whatever_its_padding_holds() {
+    let (mut fab, _, b, _, ba) = warm_pair(41, small_cfg(), small_cfg(), false);
+    let data = payload(200, 9);
+    let (_, key) = fab.register(b, data.clone());
+    let iov = [RmaIov::new(key.addr, 200, key.key)];
+    for pad in [0u64, 1, 100, 200] {
+        let mut rtr = Repr::new(T::ShortRtr)
+            .with(Field::MsgLength, 200)
+            .with(Field::RecvId, 3)
+            .with(Field::RecvLength, pad);
+        rtr.rma_iov = &iov;
+        let mut buf = vec![0; rtr.buffer_len()];
+        rtr.emit(&mut buf).unwrap();
+        fab.ep(b).handle_packet(Some(ba), &buf);
+        let mut readrsp = Vec::new();
+        while let Some(t) = fab.ep(b).poll_transmit() {
+            if let tagmatch_rdm::Transmit::Send { bytes, .. } = t {
+                let p = Packet::new_checked(&bytes[..]).unwrap();
+                if p.pkt_type() == T::ReadRsp {
+                    assert_eq!(p.recv_id(), Some(3));
+                    assert_eq!(p.get(Field::SegLength), Some(200), "padding {pad}");
+                    readrsp.push(p.payload().to_vec());
+                }
+            }
+        }
+        assert_eq!(readrsp, vec![data.clone()], "padding {pad}");
+    }
+}
