@@ -116,10 +116,17 @@ fn handshake_send_failures_do_not_fail_the_application() {
     assert!(fab.ep(a).peer_handshake(ab).is_none());
 }
 
+/// A new process that reuses b's GID and QPN (efa-rdm-protocol-v4 §4.4, "QP collision") is
+/// told apart by its connid: the device reports b's address handle, but the raw address in
+/// its REQ names an endpoint not in the address book, which §2.2 says to insert ("the peer
+/// can get the endpoint's raw address from REQ packet header, then insert the raw address
+/// to its address book"), as libfabric does when its reverse lookup by (AHN, QPN, connid)
+/// fails. Later packets carry its connid header and find it by (GID, QPN, connid). Only a
+/// connid that names no peer, on a packet without a raw address, is dropped.
 #[test]
-fn qp_collision_packets_are_dropped_and_counted() {
-    let (mut fab, a, b, _, ba) = warm_pair(34, small_cfg(), small_cfg(), false);
-    // A new process reuses b's GID and QPN with a new connid.
+fn qp_collision_packets_are_told_apart_by_connid() {
+    let (mut fab, a, b, ab, ba) = warm_pair(34, small_cfg(), small_cfg(), false);
+    fab.record_bytes = true;
     let old = fab.nodes[b].ep.addr();
     let c = fab.add_with_addr(
         small_cfg(),
@@ -134,10 +141,30 @@ fn qp_collision_packets_are_dropped_and_counted() {
         .send(ca, vec![7; 10], SendOpts::default())
         .unwrap();
     fab.drive();
-    assert_eq!(fab.nodes[a].ep.stats().rx_connid_mismatch, 1);
-    assert!(fab.completions(a).is_empty(), "nothing delivered");
-    assert!(fab.types(a, c).is_empty(), "no handshake to the impostor");
-    // A connid header that does not match is dropped too.
+    let pc = fab
+        .ep(a)
+        .lookup_peer_exact(&old.gid, old.qpn, old.qkey ^ 0xdead_beef)
+        .expect("the new process was inserted from its raw address");
+    assert_ne!(pc, ab);
+    let got = fab.completions(a);
+    assert_eq!(done(&got, r).data[..10], [7; 10]);
+    assert_eq!(done(&got, r).src, Some(pc));
+    assert_eq!(fab.types(a, c), vec![T::Handshake]);
+    assert_eq!(fab.nodes[a].ep.stats().rx_connid_mismatch, 0);
+    // After a's handshake, c sends the connid header instead of its raw address; the device
+    // still reports b's address handle.
+    let r = fab.ep(a).recv(None, 64).unwrap();
+    fab.ep(c).send(ca, vec![8; 5], SendOpts::default()).unwrap();
+    fab.drive();
+    let last = fab.log.iter().rev().find(|l| l.from == c).unwrap();
+    assert_eq!(
+        last.flags & (flags::CONNID_HDR | flags::REQ_OPT_RAW_ADDR_HDR),
+        flags::CONNID_HDR
+    );
+    let got = fab.completions(a);
+    assert_eq!(done(&got, r).data[..5], [8; 5]);
+    assert_eq!(done(&got, r).src, Some(pc));
+    // A connid header that names no peer is dropped and counted.
     let mut rep = Repr::new(T::EagerMsgRtm).with(Field::MsgId, 1);
     rep.connid = Some(old.qkey ^ 1);
     rep.payload = b"evil";
@@ -145,12 +172,14 @@ fn qp_collision_packets_are_dropped_and_counted() {
     rep.emit(&mut buf).unwrap();
     let src = fab.ep(a).lookup_peer(&old.gid, old.qpn);
     fab.ep(a).handle_packet(src, &buf);
-    assert_eq!(fab.nodes[a].ep.stats().rx_connid_mismatch, 2);
-    // The real b still gets through.
+    assert_eq!(fab.nodes[a].ep.stats().rx_connid_mismatch, 1);
+    // The real b still gets through, as b.
+    let r = fab.ep(a).recv(None, 64).unwrap();
     fab.ep(b).send(ba, vec![9; 3], SendOpts::default()).unwrap();
     fab.drive();
     let got = fab.completions(a);
     assert_eq!(done(&got, r).data[..3], [9; 3]);
+    assert_eq!(done(&got, r).src, Some(ab));
 }
 
 #[test]
