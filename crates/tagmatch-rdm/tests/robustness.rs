@@ -455,3 +455,42 @@ fn short_rtr_is_answered_whole_whatever_its_padding_holds() {
         assert_eq!(readrsp, vec![data.clone()], "padding {pad}");
     }
 }
+
+/// efa-rdm-protocol-v4 §4.4: the connid header is an extra *request* ("When an endpoint
+/// toggles on this extra request, its peer will try to satisfy it"); §3.2 table 3.7: the
+/// CTSDATA `connid`/`padding` fields "was introduced with the extra request 'connid
+/// header'". libfabric adds the 8-byte CTSDATA connid header only when
+/// `efa_rdm_peer_need_connid` (handshake received *and* the peer's extra bit 3). A peer that
+/// does not request it — libfabric 1.10–1.13, which predate bit 3 — reads the 8 bytes after
+/// the 24-byte header as data, so the header must not be sent to it. (Unlike CTS, READRSP,
+/// EOR, ATOMRSP, RECEIPT and READ_NACK, whose connid goes in a padding field.)
+#[test]
+fn ctsdata_connid_header_only_to_peers_that_request_it() {
+    for request in [true, false] {
+        let cb = feats(|f| f.request_connid_header = request);
+        let (mut fab, a, b, ab, _) = warm_pair(42, small_cfg(), cb, false);
+        let data = payload(3000, 5);
+        let m = message(
+            &mut fab,
+            (a, b, ab),
+            true,
+            data.clone(),
+            SendOpts::default(),
+            3000,
+            false,
+        );
+        check_ok(&m, &data, true);
+        let ctsdata: Vec<u16> = fab
+            .log
+            .iter()
+            .filter(|r| r.from == a && r.pkt_type == T::CtsData)
+            .map(|r| r.flags & flags::CONNID_HDR)
+            .collect();
+        assert!(ctsdata.len() > 1, "long-CTS was used");
+        let want = if request { flags::CONNID_HDR } else { 0 };
+        assert!(
+            ctsdata.iter().all(|&f| f == want),
+            "request {request}: {ctsdata:?}"
+        );
+    }
+}
