@@ -494,3 +494,64 @@ fn ctsdata_connid_header_only_to_peers_that_request_it() {
         );
     }
 }
+
+/// An emulated long write (LONGCTS_RTW, DC_LONGCTS_RTW, LONGREAD_RTW) whose `rma_iov` names
+/// memory this endpoint did not register is refused when it arrives, as libfabric's
+/// responder does (`efa_rdm_rma_verified_copy_iov` fails: "RMA address verify failed",
+/// the packet is released): no write target is created and no CTS asks the requester for
+/// data that would be thrown away (efa-rdm-protocol-v4 §3.3: `rma_iov` is "remote buffer
+/// information", its `key` "the memory registration key for the remote buffer, which is
+/// provided by the responder"). A valid one still starts the transfer.
+#[test]
+fn long_write_to_unregistered_memory_is_refused_on_arrival() {
+    let (mut fab, _, b, _, ba) = warm_pair(43, small_cfg(), small_cfg(), false);
+    let (_, key) = fab.register(b, vec![0; 4096]);
+    let bad = [
+        RmaIov::new(key.addr, 3000, key.key ^ 0x55),
+        RmaIov::new(key.addr + 2048, 3000, key.key),
+        RmaIov::new(key.addr.wrapping_sub(8), 3000, key.key),
+    ];
+    for (i, iov) in bad
+        .iter()
+        .chain([&RmaIov::new(key.addr, 3000, key.key)])
+        .enumerate()
+    {
+        for ty in [T::LongctsRtw, T::DcLongctsRtw, T::LongreadRtw] {
+            let iovs = [*iov];
+            let mut rtw = Repr::new(ty)
+                .with(Field::MsgLength, 3000)
+                .with(Field::SendId, 1);
+            rtw.rma_iov = &iovs;
+            let read_iov = [RmaIov::new(0x1000, 3000, 77)];
+            if ty == T::LongreadRtw {
+                rtw = rtw.with(Field::ReadIovCount, 1);
+                rtw.payload = RmaIov::slice_as_bytes(&read_iov);
+            }
+            let mut buf = vec![0; rtw.buffer_len()];
+            rtw.emit(&mut buf).unwrap();
+            let invalid = fab.nodes[b].ep.stats().rx_invalid;
+            let targets = fab.ep(b).in_flight().1;
+            fab.ep(b).handle_packet(Some(ba), &buf);
+            let mut sent = Vec::new();
+            while let Some(t) = fab.ep(b).poll_transmit() {
+                if let tagmatch_rdm::Transmit::Send { bytes, .. } = t {
+                    sent.push(Packet::new_checked(&bytes[..]).unwrap().pkt_type());
+                }
+            }
+            if i < bad.len() {
+                assert_eq!(fab.ep(b).in_flight().1, targets, "{ty} {iov:?}: no target");
+                assert!(sent.is_empty(), "{ty} {iov:?}: sent {sent:?}");
+                assert_eq!(fab.nodes[b].ep.stats().rx_invalid, invalid + 1);
+            } else {
+                // The valid one starts a write target (and asks for data with a CTS, or
+                // RDMA-reads it for the long-read write).
+                assert_eq!(fab.ep(b).in_flight().1, targets + 1, "{ty}");
+                assert_eq!(
+                    sent.contains(&T::Cts),
+                    ty != T::LongreadRtw,
+                    "{ty}: {sent:?}"
+                );
+            }
+        }
+    }
+}

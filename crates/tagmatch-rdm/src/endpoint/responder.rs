@@ -41,7 +41,16 @@ impl Endpoint {
         let iov = pkt.rma_iov().to_vec();
         let msg_len = pkt.get(Field::MsgLength).unwrap_or(0);
         let want: u64 = iov.iter().map(|e| e.len()).fold(0, u64::saturating_add);
-        if want < msg_len {
+        // efa-rdm-protocol-v4 §3.3: each `rma_iov` entry's `key` is "the memory registration
+        // key for the remote buffer, which is provided by the responder": like libfabric
+        // (`efa_rdm_rma_verified_copy_iov`), refuse the request now if one names memory
+        // this endpoint did not register, rather than create a write target and ask for
+        // data that could only be dropped.
+        if want < msg_len
+            || iov
+                .iter()
+                .any(|e| self.resolve(e.addr(), e.len(), e.key()).is_none())
+        {
             self.stats.rx_invalid += 1;
             return;
         }
