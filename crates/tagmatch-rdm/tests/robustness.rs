@@ -116,10 +116,17 @@ fn handshake_send_failures_do_not_fail_the_application() {
     assert!(fab.ep(a).peer_handshake(ab).is_none());
 }
 
+/// A new process that reuses b's GID and QPN (efa-rdm-protocol-v4 §4.4, "QP collision") is
+/// told apart by its connid: the device reports b's address handle, but the raw address in
+/// its REQ names an endpoint not in the address book, which §2.2 says to insert ("the peer
+/// can get the endpoint's raw address from REQ packet header, then insert the raw address
+/// to its address book"), as libfabric does when its reverse lookup by (AHN, QPN, connid)
+/// fails. Later packets carry its connid header and find it by (GID, QPN, connid). Only a
+/// connid that names no peer, on a packet without a raw address, is dropped.
 #[test]
-fn qp_collision_packets_are_dropped_and_counted() {
-    let (mut fab, a, b, _, ba) = warm_pair(34, small_cfg(), small_cfg(), false);
-    // A new process reuses b's GID and QPN with a new connid.
+fn qp_collision_packets_are_told_apart_by_connid() {
+    let (mut fab, a, b, ab, ba) = warm_pair(34, small_cfg(), small_cfg(), false);
+    fab.record_bytes = true;
     let old = fab.nodes[b].ep.addr();
     let c = fab.add_with_addr(
         small_cfg(),
@@ -134,10 +141,30 @@ fn qp_collision_packets_are_dropped_and_counted() {
         .send(ca, vec![7; 10], SendOpts::default())
         .unwrap();
     fab.drive();
-    assert_eq!(fab.nodes[a].ep.stats().rx_connid_mismatch, 1);
-    assert!(fab.completions(a).is_empty(), "nothing delivered");
-    assert!(fab.types(a, c).is_empty(), "no handshake to the impostor");
-    // A connid header that does not match is dropped too.
+    let pc = fab
+        .ep(a)
+        .lookup_peer_exact(&old.gid, old.qpn, old.qkey ^ 0xdead_beef)
+        .expect("the new process was inserted from its raw address");
+    assert_ne!(pc, ab);
+    let got = fab.completions(a);
+    assert_eq!(done(&got, r).data[..10], [7; 10]);
+    assert_eq!(done(&got, r).src, Some(pc));
+    assert_eq!(fab.types(a, c), vec![T::Handshake]);
+    assert_eq!(fab.nodes[a].ep.stats().rx_connid_mismatch, 0);
+    // After a's handshake, c sends the connid header instead of its raw address; the device
+    // still reports b's address handle.
+    let r = fab.ep(a).recv(None, 64).unwrap();
+    fab.ep(c).send(ca, vec![8; 5], SendOpts::default()).unwrap();
+    fab.drive();
+    let last = fab.log.iter().rev().find(|l| l.from == c).unwrap();
+    assert_eq!(
+        last.flags & (flags::CONNID_HDR | flags::REQ_OPT_RAW_ADDR_HDR),
+        flags::CONNID_HDR
+    );
+    let got = fab.completions(a);
+    assert_eq!(done(&got, r).data[..5], [8; 5]);
+    assert_eq!(done(&got, r).src, Some(pc));
+    // A connid header that names no peer is dropped and counted.
     let mut rep = Repr::new(T::EagerMsgRtm).with(Field::MsgId, 1);
     rep.connid = Some(old.qkey ^ 1);
     rep.payload = b"evil";
@@ -145,12 +172,14 @@ fn qp_collision_packets_are_dropped_and_counted() {
     rep.emit(&mut buf).unwrap();
     let src = fab.ep(a).lookup_peer(&old.gid, old.qpn);
     fab.ep(a).handle_packet(src, &buf);
-    assert_eq!(fab.nodes[a].ep.stats().rx_connid_mismatch, 2);
-    // The real b still gets through.
+    assert_eq!(fab.nodes[a].ep.stats().rx_connid_mismatch, 1);
+    // The real b still gets through, as b.
+    let r = fab.ep(a).recv(None, 64).unwrap();
     fab.ep(b).send(ba, vec![9; 3], SendOpts::default()).unwrap();
     fab.drive();
     let got = fab.completions(a);
     assert_eq!(done(&got, r).data[..3], [9; 3]);
+    assert_eq!(done(&got, r).src, Some(ab));
 }
 
 #[test]
@@ -388,5 +417,141 @@ quickcheck! {
         fab.drive();
         // Every mutated packet was taken in (and processed or dropped), none lost track of.
         after - before == replay.len() as u64 && !replay.is_empty()
+    }
+}
+
+/// efa-rdm-protocol-v4 §3.3 table 3.10: offset 20 of a SHORT_RTR is `padding`; wire-layouts
+/// §D.7: libfabric writes `recv_length = total_len` there, and §A.1: "Receivers must ignore
+/// every padding and reserved byte". libfabric's responder answers every SHORT_RTR with one
+/// READRSP carrying the whole buffer (the short read has no CTS), so the responder must not
+/// depend on that field: with 0 it dropped the RTR, with less than the length it sent a short
+/// READRSP and waited for a CTS the requester never sends.
+#[test]
+fn short_rtr_is_answered_whole_whatever_its_padding_holds() {
+    let (mut fab, _, b, _, ba) = warm_pair(41, small_cfg(), small_cfg(), false);
+    let data = payload(200, 9);
+    let (_, key) = fab.register(b, data.clone());
+    let iov = [RmaIov::new(key.addr, 200, key.key)];
+    for pad in [0u64, 1, 100, 200] {
+        let mut rtr = Repr::new(T::ShortRtr)
+            .with(Field::MsgLength, 200)
+            .with(Field::RecvId, 3)
+            .with(Field::RecvLength, pad);
+        rtr.rma_iov = &iov;
+        let mut buf = vec![0; rtr.buffer_len()];
+        rtr.emit(&mut buf).unwrap();
+        fab.ep(b).handle_packet(Some(ba), &buf);
+        let mut readrsp = Vec::new();
+        while let Some(t) = fab.ep(b).poll_transmit() {
+            if let tagmatch_rdm::Transmit::Send { bytes, .. } = t {
+                let p = Packet::new_checked(&bytes[..]).unwrap();
+                if p.pkt_type() == T::ReadRsp {
+                    assert_eq!(p.recv_id(), Some(3));
+                    assert_eq!(p.get(Field::SegLength), Some(200), "padding {pad}");
+                    readrsp.push(p.payload().to_vec());
+                }
+            }
+        }
+        assert_eq!(readrsp, vec![data.clone()], "padding {pad}");
+    }
+}
+
+/// efa-rdm-protocol-v4 §4.4: the connid header is an extra *request* ("When an endpoint
+/// toggles on this extra request, its peer will try to satisfy it"); §3.2 table 3.7: the
+/// CTSDATA `connid`/`padding` fields "was introduced with the extra request 'connid
+/// header'". libfabric adds the 8-byte CTSDATA connid header only when
+/// `efa_rdm_peer_need_connid` (handshake received *and* the peer's extra bit 3). A peer that
+/// does not request it — libfabric 1.10–1.13, which predate bit 3 — reads the 8 bytes after
+/// the 24-byte header as data, so the header must not be sent to it. (Unlike CTS, READRSP,
+/// EOR, ATOMRSP, RECEIPT and READ_NACK, whose connid goes in a padding field.)
+#[test]
+fn ctsdata_connid_header_only_to_peers_that_request_it() {
+    for request in [true, false] {
+        let cb = feats(|f| f.request_connid_header = request);
+        let (mut fab, a, b, ab, _) = warm_pair(42, small_cfg(), cb, false);
+        let data = payload(3000, 5);
+        let m = message(
+            &mut fab,
+            (a, b, ab),
+            true,
+            data.clone(),
+            SendOpts::default(),
+            3000,
+            false,
+        );
+        check_ok(&m, &data, true);
+        let ctsdata: Vec<u16> = fab
+            .log
+            .iter()
+            .filter(|r| r.from == a && r.pkt_type == T::CtsData)
+            .map(|r| r.flags & flags::CONNID_HDR)
+            .collect();
+        assert!(ctsdata.len() > 1, "long-CTS was used");
+        let want = if request { flags::CONNID_HDR } else { 0 };
+        assert!(
+            ctsdata.iter().all(|&f| f == want),
+            "request {request}: {ctsdata:?}"
+        );
+    }
+}
+
+/// An emulated long write (LONGCTS_RTW, DC_LONGCTS_RTW, LONGREAD_RTW) whose `rma_iov` names
+/// memory this endpoint did not register is refused when it arrives, as libfabric's
+/// responder does (`efa_rdm_rma_verified_copy_iov` fails: "RMA address verify failed",
+/// the packet is released): no write target is created and no CTS asks the requester for
+/// data that would be thrown away (efa-rdm-protocol-v4 §3.3: `rma_iov` is "remote buffer
+/// information", its `key` "the memory registration key for the remote buffer, which is
+/// provided by the responder"). A valid one still starts the transfer.
+#[test]
+fn long_write_to_unregistered_memory_is_refused_on_arrival() {
+    let (mut fab, _, b, _, ba) = warm_pair(43, small_cfg(), small_cfg(), false);
+    let (_, key) = fab.register(b, vec![0; 4096]);
+    let bad = [
+        RmaIov::new(key.addr, 3000, key.key ^ 0x55),
+        RmaIov::new(key.addr + 2048, 3000, key.key),
+        RmaIov::new(key.addr.wrapping_sub(8), 3000, key.key),
+    ];
+    for (i, iov) in bad
+        .iter()
+        .chain([&RmaIov::new(key.addr, 3000, key.key)])
+        .enumerate()
+    {
+        for ty in [T::LongctsRtw, T::DcLongctsRtw, T::LongreadRtw] {
+            let iovs = [*iov];
+            let mut rtw = Repr::new(ty)
+                .with(Field::MsgLength, 3000)
+                .with(Field::SendId, 1);
+            rtw.rma_iov = &iovs;
+            let read_iov = [RmaIov::new(0x1000, 3000, 77)];
+            if ty == T::LongreadRtw {
+                rtw = rtw.with(Field::ReadIovCount, 1);
+                rtw.payload = RmaIov::slice_as_bytes(&read_iov);
+            }
+            let mut buf = vec![0; rtw.buffer_len()];
+            rtw.emit(&mut buf).unwrap();
+            let invalid = fab.nodes[b].ep.stats().rx_invalid;
+            let targets = fab.ep(b).in_flight().1;
+            fab.ep(b).handle_packet(Some(ba), &buf);
+            let mut sent = Vec::new();
+            while let Some(t) = fab.ep(b).poll_transmit() {
+                if let tagmatch_rdm::Transmit::Send { bytes, .. } = t {
+                    sent.push(Packet::new_checked(&bytes[..]).unwrap().pkt_type());
+                }
+            }
+            if i < bad.len() {
+                assert_eq!(fab.ep(b).in_flight().1, targets, "{ty} {iov:?}: no target");
+                assert!(sent.is_empty(), "{ty} {iov:?}: sent {sent:?}");
+                assert_eq!(fab.nodes[b].ep.stats().rx_invalid, invalid + 1);
+            } else {
+                // The valid one starts a write target (and asks for data with a CTS, or
+                // RDMA-reads it for the long-read write).
+                assert_eq!(fab.ep(b).in_flight().1, targets + 1, "{ty}");
+                assert_eq!(
+                    sent.contains(&T::Cts),
+                    ty != T::LongreadRtw,
+                    "{ty}: {sent:?}"
+                );
+            }
+        }
     }
 }

@@ -531,3 +531,31 @@ fn to_vec_emits_exactly_buffer_len() {
         assert_eq!(v.repr.to_vec().unwrap(), v.bytes, "{}", v.name);
     }
 }
+
+/// A header whose `rma_iov[]` (2730 entries: as many as 64 KiB holds, which the iov-count
+/// check allows) ends past 64 KiB. wire-layouts §A.6: "The mandatory size is
+/// base_hdr_size + rma_iov_count*24" — 24 + 2730 * 24 = 65544 bytes here. Such a packet must
+/// be refused, not parsed with header offsets wrapped to 16 bits (which reported `rma_iov`
+/// empty and the payload starting inside the array).
+#[test]
+fn header_past_64k_is_refused_not_wrapped() {
+    let count = 65536 / 24u32;
+    for (ty, flags) in [(0x47u8, 0u16), (0x4a, 0x0020), (0x4a, 0x8022)] {
+        // LONGCTS_RTW (rma_iov_count at 4) and WRITE_RTA (at 8), with and without
+        // CQ data + connid headers after the array.
+        let mut b = vec![ty, 4];
+        b.extend_from_slice(&flags.to_le_bytes());
+        b.resize(24, 0);
+        let at = if ty == 0x47 { 4 } else { 8 };
+        b[at..at + 4].copy_from_slice(&count.to_le_bytes());
+        b.resize(24 + count as usize * 24 + 64, 0);
+        match Packet::new_checked(&b[..]) {
+            Err(e) => assert_eq!(e, Error::Content(ContentError::TooLong), "type {ty}"),
+            Ok(p) => panic!(
+                "type {ty}: accepted with header_len {} and {} rma_iov entries",
+                p.header_len(),
+                p.rma_iov().len()
+            ),
+        }
+    }
+}

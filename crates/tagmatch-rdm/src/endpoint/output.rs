@@ -44,22 +44,27 @@ impl Endpoint {
     }
 
     /// A non-REQ packet. wire-layouts §A.5: CTS, READRSP, EOR, ATOMRSP, RECEIPT and
-    /// READ_NACK are "always sent with CONNID_HDR"; CTSDATA "only after the peer's
-    /// handshake has been received".
+    /// READ_NACK are "always sent with CONNID_HDR" (in a padding field); CTSDATA "only after
+    /// the peer's handshake has been received", and only to a peer that asked for it:
+    /// its 8-byte header "was introduced with the extra request 'connid header'"
+    /// (efa-rdm-protocol-v4 §3.2, §4.4; libfabric `efa_rdm_peer_need_connid`), and a peer
+    /// that predates it reads those bytes as data.
     pub(super) fn ctrl(&self, peer: PeerId, ty: PacketType) -> Repr<'static> {
         let mut r = Repr::new(ty);
         r.connid = match ty {
-            PacketType::CtsData => self.peers[peer.0 as usize]
-                .handshake
-                .is_some()
-                .then_some(self.addr.qkey),
+            PacketType::CtsData => self.ctsdata_connid(peer).then_some(self.addr.qkey),
             _ => Some(self.addr.qkey),
         };
         r
     }
 
+    /// Whether CTSDATA packets to `peer` carry the connid header (see `ctrl`).
+    fn ctsdata_connid(&self, peer: PeerId) -> bool {
+        self.peers[peer.0 as usize].has(extra::REQUEST_CONNID_HEADER)
+    }
+
     pub(super) fn ctsdata_payload(&self, peer: PeerId) -> usize {
-        let connid = self.peers[peer.0 as usize].handshake.is_some();
+        let connid = self.ctsdata_connid(peer);
         self.cfg
             .mtu
             .saturating_sub(CTSDATA_HDR + if connid { CTSDATA_CONNID } else { 0 })

@@ -23,7 +23,7 @@ impl Endpoint {
                 return Rx::Consumed;
             }
         };
-        let peer = match src.filter(|p| (p.0 as usize) < self.peers.len()) {
+        let mut peer = match src.filter(|p| (p.0 as usize) < self.peers.len()) {
             Some(p) => p,
             None => match pkt.raw_addr() {
                 // efa-rdm-protocol-v4 §2.2: "the peer can get the endpoint's raw address
@@ -37,12 +37,24 @@ impl Endpoint {
         };
         // efa-rdm-protocol-v4 §4.4: "it is possible for an endpoint to receive packets from a
         // destroyed QP, which was used by a previous process that used the same QPN" — a
-        // connid that is not the peer's means another endpoint: drop it.
+        // connid that is not the peer's means another endpoint on the same (GID, QPN): the
+        // one added with that connid ("the receiver needs to know the full address of the
+        // sender … the only unknown part is CONNID"), or, for a REQ with a raw address, a new
+        // one to insert (§2.2). Otherwise drop it.
         if let Some(c) = pkt.sender_connid() {
-            if c != self.peers[peer.0 as usize].addr.qkey {
-                tracing::debug!(peer = peer.0, connid = c, "connid mismatch, dropping");
-                self.stats.rx_connid_mismatch += 1;
-                return Rx::Consumed;
+            let a = self.peers[peer.0 as usize].addr;
+            if c != a.qkey {
+                match self.lookup_peer_exact(&a.gid, a.qpn, c) {
+                    Some(p) => peer = p,
+                    None => match pkt.raw_addr() {
+                        Some(r) => peer = self.add_peer(r.addr),
+                        None => {
+                            tracing::debug!(peer = peer.0, connid = c, "connid mismatch, dropping");
+                            self.stats.rx_connid_mismatch += 1;
+                            return Rx::Consumed;
+                        }
+                    },
+                }
             }
         }
         // efa-rdm-protocol-v4 §2.1: "Upon receiving the 1st packet from a peer, an endpoint

@@ -41,7 +41,16 @@ impl Endpoint {
         let iov = pkt.rma_iov().to_vec();
         let msg_len = pkt.get(Field::MsgLength).unwrap_or(0);
         let want: u64 = iov.iter().map(|e| e.len()).fold(0, u64::saturating_add);
-        if want < msg_len {
+        // efa-rdm-protocol-v4 §3.3: each `rma_iov` entry's `key` is "the memory registration
+        // key for the remote buffer, which is provided by the responder": like libfabric
+        // (`efa_rdm_rma_verified_copy_iov`), refuse the request now if one names memory
+        // this endpoint did not register, rather than create a write target and ask for
+        // data that could only be dropped.
+        if want < msg_len
+            || iov
+                .iter()
+                .any(|e| self.resolve(e.addr(), e.len(), e.key()).is_none())
+        {
             self.stats.rx_invalid += 1;
             return;
         }
@@ -99,7 +108,14 @@ impl Endpoint {
         let iov = pkt.rma_iov().to_vec();
         let len = pkt.get(Field::MsgLength).unwrap_or(0);
         let recv_id = pkt.recv_id().unwrap_or(0);
-        let window = pkt.get(Field::RecvLength).unwrap_or(0);
+        // efa-rdm-protocol-v4 §3.3 table 3.10: in a SHORT_RTR offset 20 is `padding`
+        // (wire-layouts §D.7: libfabric writes total_len there), so the short read's window
+        // is the whole length; only LONGCTS_RTR carries one ("serves the same functionality
+        // as the first CTS packet").
+        let window = match pkt.pkt_type() {
+            PacketType::ShortRtr => len,
+            _ => pkt.get(Field::RecvLength).unwrap_or(0),
+        };
         if len > (1 << 32) || (window == 0 && len > 0) {
             self.stats.rx_invalid += 1;
             return;

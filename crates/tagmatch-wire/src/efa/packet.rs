@@ -495,8 +495,8 @@ fn need(part: Part, needed: usize, n: usize) -> Result<()> {
     }
 }
 
-/// Header offsets must fit a u16: the largest header is a 40-byte mandatory part plus
-/// `MAX_IOV_COUNT` entries plus 56 bytes of optional headers, well under 64 KiB.
+/// Header offsets fit a u16: [`check`] refuses a header that ends past 64 KiB (possible
+/// with `MAX_IOV_COUNT` entries of `rma_iov[]`), and the fast path's headers are short.
 #[inline]
 fn o16(v: usize) -> u16 {
     v as u16
@@ -869,6 +869,12 @@ fn check(b: &[u8], layout: &'static Layout) -> Result<u32> {
                 pos = req_optional_headers(b, fl, pos)?;
             }
         }
+    }
+    // `MAX_IOV_COUNT` entries after a 24-byte mandatory header end at 65544: a header that
+    // long cannot be described with the view's 16-bit offsets (nor sent by any peer), so it
+    // is refused rather than wrapped.
+    if pos > u16::MAX as usize {
+        return Err(ContentError::TooLong.into());
     }
     Ok((rma_iov_end as u32) << 16 | o16(pos) as u32)
 }
