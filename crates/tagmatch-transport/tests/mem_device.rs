@@ -520,3 +520,139 @@ fn messages_received_by_mprobe_and_mrecv_make_room_for_refused_ones() {
     }
     assert_eq!(got, (0..N).collect::<Vec<_>>());
 }
+
+/// A receiver with a reorder window of 2 and a sender whose sends are often refused
+/// (`send_again`, so its packets leave out of order): more than `RNR_QUEUED_MAX` packets
+/// beyond the window are parked at the receiver, and the packet the receiver needs next
+/// must still get through (the gate on parked packets must not refuse it), or sender and
+/// receiver wait for each other for ever.
+#[test]
+fn the_packet_the_receiver_needs_is_never_held_back_by_the_rnr_gate() {
+    let net = MemNetwork::with_faults(
+        3,
+        MemFaults {
+            reorder: true,
+            max_delay: 3,
+            send_again: 300,
+            register_fail: 0,
+        },
+    );
+    let small = tagmatch_rdm::Config {
+        reorder_window: 2,
+        ..config()
+    };
+    let mut a = Node::new(config(), net.device());
+    let mut b = Node::new(small, net.device());
+    let ab = a.add_peer(b.addr());
+    const N: u64 = 400;
+    let recvs: Vec<OpId> = (0..N)
+        .map(|_| b.endpoint_mut().trecv(None, 0, !0, 16).unwrap())
+        .collect();
+    for i in 0..N {
+        a.endpoint_mut()
+            .tsend(ab, i, payload(16, i), SendOpts::default())
+            .unwrap();
+    }
+    let mut got = HashMap::new();
+    for _ in 0..20_000 {
+        a.progress(Some(Duration::ZERO)).unwrap();
+        b.progress(Some(Duration::ZERO)).unwrap();
+        while let Some(c) = b.poll_completion() {
+            got.insert(c.op, c);
+        }
+        if got.len() == recvs.len() {
+            break;
+        }
+    }
+    assert!(
+        a.device().rnr_waits() > 0,
+        "the gate was never reached ({} redeliveries)",
+        b.device().rnr_redeliveries()
+    );
+    assert_eq!(got.len(), recvs.len(), "every message matched");
+    for (i, r) in recvs.iter().enumerate() {
+        assert_eq!(got[r].tag, i as u64, "in order");
+        assert_eq!(got[r].data, payload(16, i as u64));
+    }
+}
+
+/// A sender facing a receiver that holds `RNR_QUEUED_MAX` refused packets of it (its
+/// budget is full and it posts no receive) does not spin: its sends wait in the network
+/// unanswered instead of coming back `Again` at every `progress` to be resubmitted, and
+/// its `progress` with a timeout sleeps on its doorbell. Once the receiver receives,
+/// every message arrives, in order, and every send completes.
+#[test]
+fn a_sender_facing_a_full_receiver_waits_without_spinning() {
+    let net = MemNetwork::with_faults(
+        5,
+        MemFaults {
+            reorder: false,
+            max_delay: 3,
+            ..MemFaults::default()
+        },
+    );
+    let small = tagmatch_rdm::Config {
+        max_unexpected_msgs: 2,
+        ..config()
+    };
+    let mut a = Node::new(config(), net.device());
+    let mut b = Node::new(small, net.device());
+    let ab = a.add_peer(b.addr());
+    const N: u64 = 200;
+    let mut sends = Vec::new();
+    // Half first, refused (and held) by b; then the other half meets the limit.
+    for half in [0..N / 2, N / 2..N] {
+        for i in half {
+            sends.push(
+                a.endpoint_mut()
+                    .tsend(ab, i, payload(16, i), SendOpts::default())
+                    .unwrap(),
+            );
+        }
+        for _ in 0..50 {
+            a.progress(Some(Duration::ZERO)).unwrap();
+            b.progress(Some(Duration::ZERO)).unwrap();
+        }
+    }
+    assert!(a.device().rnr_waits() > 0, "b never held enough");
+    // b is not ready and stays so: a alone progresses.
+    let again = a.endpoint().stats().tx_again;
+    for _ in 0..1000 {
+        a.progress(Some(Duration::ZERO)).unwrap();
+    }
+    let resubmitted = a.endpoint().stats().tx_again - again;
+    // Answering the waiting sends `Again` resubmitted each of them at every call (over
+    // 100 000 times here).
+    assert_eq!(resubmitted, 0, "sends refused and resubmitted in a loop");
+    let sleeps = a.device().doorbell().sleeps();
+    a.progress(Some(Duration::from_millis(20))).unwrap();
+    assert_eq!(
+        a.device().doorbell().sleeps(),
+        sleeps + 1,
+        "a's progress did not sleep"
+    );
+    // b receives: everything arrives in order, and a's sends complete.
+    for i in 0..N {
+        let r = b.endpoint_mut().trecv(None, 0, !0, 16).unwrap();
+        let mut done = None;
+        for _ in 0..10_000 {
+            a.progress(Some(Duration::ZERO)).unwrap();
+            b.progress(Some(Duration::ZERO)).unwrap();
+            if let Some(c) = b.poll_completion() {
+                done = Some(c);
+                break;
+            }
+        }
+        let c = done.unwrap_or_else(|| panic!("message {i} never arrived"));
+        assert_eq!(c.op, r);
+        assert_eq!((c.tag, c.data), (i, payload(16, i)));
+    }
+    for s in sends {
+        assert_eq!(a.wait(s, Duration::from_secs(10)).unwrap().result, Ok(()));
+    }
+    for _ in 0..10 {
+        a.progress(Some(Duration::ZERO)).unwrap();
+        b.progress(Some(Duration::ZERO)).unwrap();
+    }
+    assert!(a.is_idle() && b.is_idle() && net.in_flight() == 0);
+}
