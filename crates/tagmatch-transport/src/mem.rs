@@ -667,11 +667,13 @@ impl RdmDevice for MemDevice {
     }
 
     fn is_idle(&self) -> bool {
-        if !self.events.is_empty()
-            || !self.again.is_empty()
-            || !self.parked.is_empty()
-            || self.rdma.pending() != 0
-        {
+        self.is_idle_apart_from_refused() && self.parked.is_empty()
+    }
+
+    /// Idle but for the parked refused packets (which wait for
+    /// [`RdmDevice::retry_refused`]).
+    fn is_idle_apart_from_refused(&self) -> bool {
+        if !self.events.is_empty() || !self.again.is_empty() || self.rdma.pending() != 0 {
             return false;
         }
         let hub = self.net.hub();

@@ -11,7 +11,7 @@ use tagmatch_rdm::{
     AtomicArgs, AtomicOp, Completion, Datatype, OpId, OpKind, RemoteAddr, SendOpts,
 };
 use tagmatch_transport::mem::{MemDevice, MemFaults, MemNetwork};
-use tagmatch_transport::Node;
+use tagmatch_transport::{Node, RdmDevice};
 
 /// Progresses every node round-robin until nothing is in flight; returns the completions
 /// in the order they appeared.
@@ -655,4 +655,103 @@ fn a_sender_facing_a_full_receiver_waits_without_spinning() {
         b.progress(Some(Duration::ZERO)).unwrap();
     }
     assert!(a.is_idle() && b.is_idle() && net.in_flight() == 0);
+}
+
+/// `b` holds packets it refused (its budget is full, no receive posted) after every send
+/// of `a` completed: `flush` returns `true` at once instead of running to its limit — the
+/// held packets wait for the application, not for the network — and keeps them: every
+/// message arrives, in order, once `b` receives.
+fn flush_returns_while_refused_packets_wait<D: RdmDevice + Send>(mut a: Node<D>, mut b: Node<D>) {
+    let ab = a.add_peer(b.addr());
+    const N: u64 = 10;
+    let sends: Vec<OpId> = (0..N)
+        .map(|i| {
+            a.endpoint_mut()
+                .tsend(ab, i, payload(16, i), SendOpts::default())
+                .unwrap()
+        })
+        .collect();
+    let mut done = 0;
+    for _ in 0..10_000 {
+        a.progress(Some(Duration::from_millis(1))).unwrap();
+        b.progress(Some(Duration::ZERO)).unwrap();
+        while let Some(c) = a.poll_completion() {
+            assert!(sends.contains(&c.op) && c.result.is_ok());
+            done += 1;
+        }
+        if done == N {
+            break;
+        }
+    }
+    assert_eq!(done, N, "a's sends completed");
+    assert!(b.endpoint().stats().rx_refused > 0, "b was never full");
+    assert!(!b.is_idle(), "b holds refused packets");
+    let refused = b.endpoint().stats().rx_refused;
+    // a keeps progressing meanwhile (it acknowledges what b sent), as a live peer does.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let flushed = std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                a.progress(Some(Duration::from_millis(1))).unwrap();
+            }
+        });
+        let r = b.flush(Duration::from_secs(5)).unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        r
+    });
+    assert!(flushed, "flush ran to its limit");
+    assert!(
+        b.endpoint().stats().rx_refused - refused <= N,
+        "held packets handed in again and again"
+    );
+    for i in 0..N {
+        let r = b.endpoint_mut().trecv(None, 0, !0, 16).unwrap();
+        let mut got = None;
+        for _ in 0..10_000 {
+            a.progress(Some(Duration::ZERO)).unwrap();
+            b.progress(Some(Duration::from_millis(1))).unwrap();
+            if let Some(c) = b.poll_completion() {
+                got = Some(c);
+                break;
+            }
+        }
+        let c = got.unwrap_or_else(|| panic!("message {i} never arrived"));
+        assert_eq!((c.op, c.tag, c.data), (r, i, payload(16, i)));
+    }
+    for _ in 0..10_000 {
+        if a.is_idle() && b.is_idle() {
+            break;
+        }
+        a.progress(Some(Duration::ZERO)).unwrap();
+        b.progress(Some(Duration::from_millis(1))).unwrap();
+    }
+    assert!(b.is_idle(), "nothing held any more");
+}
+
+fn small_budget() -> tagmatch_rdm::Config {
+    tagmatch_rdm::Config {
+        max_unexpected_msgs: 2,
+        ..config()
+    }
+}
+
+#[test]
+fn flush_returns_while_refused_packets_wait_in_memory() {
+    let net = MemNetwork::with_faults(
+        11,
+        MemFaults {
+            reorder: false,
+            ..MemFaults::default()
+        },
+    );
+    let a = Node::new(config(), net.device());
+    let b = Node::new(small_budget(), net.device());
+    flush_returns_while_refused_packets_wait(a, b);
+}
+
+#[test]
+fn flush_returns_while_refused_packets_wait_over_udp() {
+    let a = common::udp_node("127.0.0.1:0", 1500, config());
+    let b = common::udp_node("127.0.0.1:0", 1500, small_budget());
+    flush_returns_while_refused_packets_wait(a, b);
 }

@@ -1046,8 +1046,13 @@ impl RdmDevice for VerbsRdmDevice {
     }
 
     fn is_idle(&self) -> bool {
-        self.events.is_empty()
-            && self.held.is_empty()
+        self.held.is_empty() && self.is_idle_apart_from_refused()
+    }
+
+    /// Idle but for held refused packets that wait for [`RdmDevice::retry_refused`].
+    fn is_idle_apart_from_refused(&self) -> bool {
+        (!self.rnr_retry || self.held.is_empty())
+            && self.events.is_empty()
             && self.again.is_empty()
             && self.free_tx.len() == self.cfg.send_slots as usize
             && self.peers.iter().all(|p| {
