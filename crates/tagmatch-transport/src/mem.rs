@@ -81,7 +81,8 @@ struct Inflight {
 }
 
 /// Refused packets (receiver not ready) of one sender a device may hold for redelivery
-/// before that sender's new REQ packets to it wait in the network: what keeps a receiver
+/// before that sender's new message packets (REQ packets with a `msg_id`, the only ones an
+/// endpoint refuses) to it wait in the network: what keeps a receiver
 /// that does not receive from holding an unbounded number of packets. A waiting send is
 /// not answered (no [`SendOutcome::Again`] for its endpoint to resubmit in a loop): it
 /// completes when the receiver holds fewer packets of the sender, and the sender's
@@ -187,7 +188,11 @@ impl Hub {
         }
         // The receiver may be waiting for exactly this message (the held ones lie beyond
         // its reorder window): it must get through.
-        msg_id(bytes).is_some_and(|m| h.ids.iter().all(|&x| !later(m, x)))
+        // efa-rdm-protocol-v4 §3.2: "The field `msg_id` records the sending order of all
+        // RTM packets between two endpoint" (RTA too, §3.3). A REQ without one (RTW:
+        // "there is no `msg_id` in the eager RTW header", RTR) is never refused: it adds
+        // nothing held, so it need not wait.
+        msg_id(bytes).is_none_or(|m| h.ids.iter().all(|&x| !later(m, x)))
     }
 
     /// Device `to` took a refused packet of `from` back: one fewer held.

@@ -595,7 +595,8 @@ fn a_sender_facing_a_full_receiver_waits_without_spinning() {
         max_unexpected_msgs: 2,
         ..config()
     };
-    let mut a = Node::new(config(), net.device());
+    // Emulated writes: a write to b is an RTW packet (a REQ without a `msg_id`).
+    let mut a = Node::new(config_emulated(), net.device());
     let mut b = Node::new(small, net.device());
     let ab = a.add_peer(b.addr());
     const N: u64 = 200;
@@ -631,6 +632,30 @@ fn a_sender_facing_a_full_receiver_waits_without_spinning() {
         sleeps + 1,
         "a's progress did not sleep"
     );
+    // A write (RTW) is never refused, so it does not wait behind the messages: it
+    // completes while b is still not ready.
+    let (h, key) = b.register(vec![0; 64], Duration::from_secs(1)).unwrap();
+    let w = a
+        .endpoint_mut()
+        .write(
+            ab,
+            payload(64, 7),
+            RemoteAddr {
+                addr: key.addr,
+                key: key.key,
+            },
+            SendOpts::default(),
+        )
+        .unwrap();
+    for _ in 0..100 {
+        a.progress(Some(Duration::ZERO)).unwrap();
+        b.progress(Some(Duration::ZERO)).unwrap();
+    }
+    let c = a
+        .wait(w, Duration::from_millis(100))
+        .expect("the write waited behind the held messages");
+    assert_eq!(c.result, Ok(()));
+    assert_eq!(b.endpoint().memory(h).unwrap(), &payload(64, 7)[..]);
     // b receives: everything arrives in order, and a's sends complete.
     for i in 0..N {
         let r = b.endpoint_mut().trecv(None, 0, !0, 16).unwrap();
