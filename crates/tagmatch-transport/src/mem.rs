@@ -177,7 +177,8 @@ impl Hub {
     fn admits(&self, to: usize, from: &RawAddr, bytes: &[u8], extra: usize) -> bool {
         // Only REQ packets wait (wire-layouts §A.2: type ≥ 64): control packets always
         // get through to a not-ready receiver.
-        if bytes.first().is_none_or(|&t| t < 64) {
+        // Nothing held (the common case): no hashing on the send path.
+        if bytes.first().is_none_or(|&t| t < 64) || self.held[to].is_empty() {
             return true;
         }
         let Some(h) = self.held[to].get(&peer_key(from)) else {
