@@ -107,6 +107,15 @@ pub trait RdmDevice {
     /// no undelivered event): the process may exit without its peers missing anything.
     fn is_idle(&self) -> bool;
 
+    /// [`RdmDevice::is_idle`], except that packets the endpoint refused and this device
+    /// holds (see [`RdmDevice::refuse`]) do not count while they wait for
+    /// [`RdmDevice::retry_refused`]: they wait for the receiving application, not for the
+    /// network (as messages the endpoint buffered unexpected do). [`crate::Node::flush`]
+    /// stops there. The default is [`RdmDevice::is_idle`].
+    fn is_idle_apart_from_refused(&self) -> bool {
+        self.is_idle()
+    }
+
     /// Datagrams (or messages) received so far, acknowledgements and duplicates included;
     /// [`crate::Node::linger`] waits until it stops moving.
     fn rx_count(&self) -> u64 {

@@ -11,6 +11,13 @@
 //! efa-rdm-protocol-v4 §1.1). Driving the same nodes in the same order with the same seed
 //! gives the same run.
 //!
+//! Receiver not ready: a packet the receiving endpoint refused is held by its device and
+//! delivered again after [`RdmDevice::retry_refused`]. Once a receiver holds
+//! [`RNR_QUEUED_MAX`] packets of one sender, that sender's new REQ packets wait in the
+//! network (their sends stay incomplete, as an EFA send that met RNR is retried by the
+//! device) until the receiver holds fewer — except a packet of a message no later than
+//! every held one, which may be the very one the receiver waits for.
+//!
 //! RDMA is the software RDMA of [`crate::soft_rdma`] (key and bounds checks on the serving
 //! side), so the in-memory device exercises the same checks as the UDP device.
 //!
@@ -19,12 +26,14 @@
 //! it queues a packet for the device, and returns at once when anything is due.
 
 use std::collections::VecDeque;
+
+use foldhash::HashMap;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tagmatch_rdm::{SendOutcome, Transmit};
-use tagmatch_wire::efa::RawAddr;
+use tagmatch_rdm::{SendOutcome, SendToken, Transmit};
+use tagmatch_wire::efa::{Packet, RawAddr};
 
 use crate::bell::Doorbell;
 use crate::device::{DeviceEvent, MemoryAccess, RdmDevice};
@@ -59,7 +68,7 @@ impl Default for MemFaults {
 #[derive(Debug)]
 enum Msg {
     Pkt(Vec<u8>),
-    /// A packet the receiving endpoint refused, queued again (counted in `Hub::rnr`).
+    /// A packet the receiving endpoint refused, queued again (counted in `Hub::held`).
     Refused(Vec<u8>),
     Rdma(RdmaMsg<'static>),
 }
@@ -71,11 +80,55 @@ struct Inflight {
     msg: Msg,
 }
 
-/// Refused packets (receiver not ready) a device may have queued for redelivery before
-/// sends to it are answered [`SendOutcome::Again`]: what keeps a receiver that does not
-/// receive from making the fabric grow without bound (the senders' endpoints queue and
-/// resubmit, as with a full send queue).
+/// Refused packets (receiver not ready) of one sender a device may hold for redelivery
+/// before that sender's new message packets (REQ packets with a `msg_id`, the only ones an
+/// endpoint refuses) to it wait in the network: what keeps a receiver
+/// that does not receive from holding an unbounded number of packets. A waiting send is
+/// not answered (no [`SendOutcome::Again`] for its endpoint to resubmit in a loop): it
+/// completes when the receiver holds fewer packets of the sender, and the sender's
+/// doorbell rings then.
+///
+/// A packet of a message no later (in `msg_id` order) than every packet of the same
+/// sender the receiver holds always gets through: it may be the message the receiver
+/// needs before it can take the held ones (those beyond its reorder window), and holding
+/// it back would leave both sides waiting for each other. Such packets are bounded by the
+/// messages between the receiver's next expected one and the earliest held one.
 pub const RNR_QUEUED_MAX: usize = 64;
+
+/// The sender of a packet as a receiver sees it (what [`same_peer`] compares).
+type PeerKey = ([u8; 16], u16, u32);
+
+fn peer_key(a: &RawAddr) -> PeerKey {
+    (a.gid, a.qpn, a.qkey)
+}
+
+/// The `msg_id` of a packet that has one (the packets an endpoint may refuse).
+fn msg_id(bytes: &[u8]) -> Option<u32> {
+    Packet::new_checked(bytes).ok()?.msg_id()
+}
+
+/// Whether `msg_id` `a` comes after `b` (serial-number order, ids wrap).
+fn later(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
+}
+
+/// Refused packets of one sender a receiver holds (parked, or queued again).
+#[derive(Debug, Default)]
+struct Held {
+    count: usize,
+    /// Their `msg_id`s (one entry per packet that has one).
+    ids: Vec<u32>,
+}
+
+/// A send waiting for its receiver to hold fewer refused packets (see [`RNR_QUEUED_MAX`]).
+#[derive(Debug)]
+struct Waiting {
+    /// The sending device.
+    from: usize,
+    src: RawAddr,
+    token: SendToken,
+    bytes: Vec<u8>,
+}
 
 #[derive(Debug)]
 struct Hub {
@@ -86,8 +139,18 @@ struct Hub {
     inboxes: Vec<Vec<Inflight>>,
     /// Each device's doorbell, rung when a packet is queued in its inbox.
     bells: Vec<Arc<Doorbell>>,
-    /// Refused packets queued again per device (see [`RNR_QUEUED_MAX`]).
-    rnr: Vec<usize>,
+    /// Per receiving device, per sender: the refused packets it holds (see
+    /// [`RNR_QUEUED_MAX`]).
+    held: Vec<HashMap<PeerKey, Held>>,
+    /// Per receiving device: sends to it waiting until it holds fewer refused packets.
+    waiting: Vec<Vec<Waiting>>,
+    /// Per receiving device: it holds fewer refused packets than when its waiting sends
+    /// were last looked at.
+    recheck: Vec<bool>,
+    /// Per sending device: its sends waiting in `waiting`.
+    waiting_sends: Vec<usize>,
+    /// Per sending device: completions of its sends that waited, to report.
+    done: Vec<Vec<(SendToken, SendOutcome)>>,
     /// Per device: it was dropped (its address is nobody's any more).
     gone: Vec<bool>,
     /// Device index by `(gid, qpn, qkey)` (what [`same_peer`] compares).
@@ -107,6 +170,78 @@ impl Hub {
         let due = self.step + self.rng.below(self.faults.max_delay as u64 + 1);
         self.inboxes[to].push(Inflight { due, from, msg });
         self.bells[to].ring();
+    }
+
+    /// Whether REQ packet `bytes` from `from` may go to device `to` now, `extra` packets
+    /// of that sender being on their way besides what `to` holds (see [`RNR_QUEUED_MAX`]).
+    fn admits(&self, to: usize, from: &RawAddr, bytes: &[u8], extra: usize) -> bool {
+        // Only REQ packets wait (wire-layouts §A.2: type ≥ 64): control packets always
+        // get through to a not-ready receiver.
+        // Nothing held (the common case): no hashing on the send path.
+        if bytes.first().is_none_or(|&t| t < 64) || self.held[to].is_empty() {
+            return true;
+        }
+        let Some(h) = self.held[to].get(&peer_key(from)) else {
+            return true;
+        };
+        if h.count + extra < RNR_QUEUED_MAX {
+            return true;
+        }
+        // The receiver may be waiting for exactly this message (the held ones lie beyond
+        // its reorder window): it must get through.
+        // efa-rdm-protocol-v4 §3.2: "The field `msg_id` records the sending order of all
+        // RTM packets between two endpoint" (RTA too, §3.3). A REQ without one (RTW:
+        // "there is no `msg_id` in the eager RTW header", RTR) is never refused: it adds
+        // nothing held, so it need not wait.
+        msg_id(bytes).is_none_or(|m| h.ids.iter().all(|&x| !later(m, x)))
+    }
+
+    /// Device `to` took a refused packet of `from` back: one fewer held.
+    fn unhold(&mut self, to: usize, from: &RawAddr, bytes: &[u8]) {
+        let key = peer_key(from);
+        let Some(h) = self.held[to].get_mut(&key) else {
+            return;
+        };
+        h.count = h.count.saturating_sub(1);
+        if let Some(m) = msg_id(bytes) {
+            if let Some(i) = h.ids.iter().position(|&x| x == m) {
+                h.ids.swap_remove(i);
+            }
+        }
+        if h.count == 0 {
+            self.held[to].remove(&key);
+        }
+        self.recheck[to] = true;
+    }
+
+    /// Sends the waiting sends to `to` that it admits now; each completes for its sender
+    /// (whose doorbell rings).
+    fn release(&mut self, to: usize) {
+        self.recheck[to] = false;
+        if self.waiting[to].is_empty() {
+            return;
+        }
+        let mut sent: HashMap<PeerKey, usize> = HashMap::default();
+        for w in std::mem::take(&mut self.waiting[to]) {
+            let extra = sent.get(&peer_key(&w.src)).copied().unwrap_or(0);
+            if self.admits(to, &w.src, &w.bytes, extra) {
+                *sent.entry(peer_key(&w.src)).or_insert(0) += 1;
+                self.push(to, w.src, Msg::Pkt(w.bytes));
+                self.finish_waiting(w.from, w.token, SendOutcome::Ok);
+            } else {
+                self.waiting[to].push(w);
+            }
+        }
+    }
+
+    /// A waiting send of device `from` finished: its device reports it at its next
+    /// `progress`.
+    fn finish_waiting(&mut self, from: usize, token: SendToken, outcome: SendOutcome) {
+        self.waiting_sends[from] = self.waiting_sends[from].saturating_sub(1);
+        if !self.gone[from] {
+            self.done[from].push((token, outcome));
+            self.bells[from].ring();
+        }
     }
 }
 
@@ -131,7 +266,11 @@ impl MemNetwork {
             addrs: Vec::new(),
             inboxes: Vec::new(),
             bells: Vec::new(),
-            rnr: Vec::new(),
+            held: Vec::new(),
+            waiting: Vec::new(),
+            recheck: Vec::new(),
+            waiting_sends: Vec::new(),
+            done: Vec::new(),
             gone: Vec::new(),
             by_addr: Default::default(),
             mtu: 8928,
@@ -172,7 +311,11 @@ impl MemNetwork {
         hub.inboxes.push(Vec::new());
         let bell = Arc::new(Doorbell::new());
         hub.bells.push(bell.clone());
-        hub.rnr.push(0);
+        hub.held.push(HashMap::default());
+        hub.waiting.push(Vec::new());
+        hub.recheck.push(false);
+        hub.waiting_sends.push(0);
+        hub.done.push(Vec::new());
         hub.gone.push(false);
         hub.by_addr.insert((addr.gid, addr.qpn, addr.qkey), n);
         let salt = hub.rng.next_u64() as u32;
@@ -185,15 +328,19 @@ impl MemNetwork {
             events: VecDeque::new(),
             again: Vec::new(),
             rnr_redeliveries: 0,
+            rnr_waits: 0,
             parked: Vec::new(),
             spare: Vec::new(),
             bell,
         }
     }
 
-    /// Messages not yet delivered, over all devices.
+    /// Messages not yet delivered, over all devices (sends waiting for a not-ready
+    /// receiver included, see [`RNR_QUEUED_MAX`]).
     pub fn in_flight(&self) -> usize {
-        self.hub().inboxes.iter().map(Vec::len).sum()
+        let hub = self.hub();
+        hub.inboxes.iter().map(Vec::len).sum::<usize>()
+            + hub.waiting.iter().map(Vec::len).sum::<usize>()
     }
 }
 
@@ -206,9 +353,10 @@ pub struct MemDevice {
     mtu: usize,
     rdma: SoftRdma,
     events: VecDeque<DeviceEvent>,
-    again: Vec<tagmatch_rdm::SendToken>,
+    again: Vec<SendToken>,
     rnr_redeliveries: u64,
-    /// Refused packets waiting for [`RdmDevice::retry_refused`] (counted in `Hub::rnr`).
+    rnr_waits: u64,
+    /// Refused packets waiting for [`RdmDevice::retry_refused`] (counted in `Hub::held`).
     parked: Vec<(RawAddr, Vec<u8>)>,
     /// The buffer `progress` swaps with the inbox (so neither is reallocated per call).
     spare: Vec<Inflight>,
@@ -227,6 +375,12 @@ impl MemDevice {
         self.rnr_redeliveries
     }
 
+    /// Sends of this device that waited for a receiver holding [`RNR_QUEUED_MAX`] refused
+    /// packets of it.
+    pub fn rnr_waits(&self) -> u64 {
+        self.rnr_waits
+    }
+
     /// Delivers the packets due to this device (in-order, or shuffled with the reorder
     /// fault) as events, serving software-RDMA requests; returns how many it handled.
     fn deliver(&mut self, mem: &mut dyn MemoryAccess) -> usize {
@@ -235,6 +389,15 @@ impl MemDevice {
             let mut hub = self.net.hub();
             hub.step += 1;
             let step = hub.step;
+            if hub.recheck[self.idx] {
+                // Fewer refused packets held since the waiting sends were looked at.
+                hub.release(self.idx);
+            }
+            let done = std::mem::take(&mut hub.done[self.idx]);
+            for (token, outcome) in done {
+                self.events
+                    .push_back(DeviceEvent::SendDone { token, outcome });
+            }
             let inbox = &mut hub.inboxes[self.idx];
             if inbox.iter().all(|m| m.due <= step) {
                 // Everything is due (always, without delay faults): swap the buffers.
@@ -270,9 +433,7 @@ impl MemDevice {
                     .events
                     .push_back(DeviceEvent::Recv { src: m.from, bytes }),
                 Msg::Refused(bytes) => {
-                    let mut hub = self.net.hub();
-                    hub.rnr[self.idx] = hub.rnr[self.idx].saturating_sub(1);
-                    drop(hub);
+                    self.net.hub().unhold(self.idx, &m.from, &bytes);
                     self.events
                         .push_back(DeviceEvent::Recv { src: m.from, bytes });
                 }
@@ -292,11 +453,15 @@ impl MemDevice {
     }
 
     /// Nothing is queued for or at this device and no event waits: only a peer (or a
-    /// parked packet's retry) can give it work.
+    /// parked packet's retry) can give it work. Its sends that wait for a not-ready
+    /// receiver ([`RNR_QUEUED_MAX`]) are no work: the receiver rings this device's doorbell
+    /// when they complete.
     pub fn quiet(&self) -> bool {
-        self.events.is_empty()
-            && self.again.is_empty()
-            && self.net.hub().inboxes[self.idx].is_empty()
+        if !self.events.is_empty() || !self.again.is_empty() {
+            return false;
+        }
+        let hub = self.net.hub();
+        hub.inboxes[self.idx].is_empty() && hub.done[self.idx].is_empty() && !hub.recheck[self.idx]
     }
 
     /// The device's doorbell: rung whenever a packet is queued for it. An owner that drives
@@ -332,7 +497,18 @@ impl Drop for MemDevice {
         hub.by_addr
             .remove(&(self.addr.gid, self.addr.qpn, self.addr.qkey));
         hub.inboxes[self.idx] = Vec::new();
-        hub.rnr[self.idx] = 0;
+        hub.held[self.idx].clear();
+        hub.done[self.idx].clear();
+        // Sends waiting for this device fail, as sends to an address nobody has; this
+        // device's own waiting sends are dropped (nobody will take their completions).
+        for w in std::mem::take(&mut hub.waiting[self.idx]) {
+            hub.finish_waiting(w.from, w.token, SendOutcome::Error);
+        }
+        let me = self.idx;
+        for q in hub.waiting.iter_mut() {
+            q.retain(|w| w.from != me);
+        }
+        hub.waiting_sends[self.idx] = 0;
     }
 }
 
@@ -356,13 +532,18 @@ impl RdmDevice for MemDevice {
                     None => SendOutcome::Error,
                     Some(_) if bytes.len() > self.mtu => SendOutcome::Error,
                     Some(_) if hub.rng.chance(again) => SendOutcome::Again,
-                    // Only REQ packets wait (wire-layouts §A.2: type ≥ 64): control
-                    // packets always get through to a not-ready receiver.
-                    Some(to)
-                        if hub.rnr[to] >= RNR_QUEUED_MAX
-                            && bytes.first().is_some_and(|&t| t >= 64) =>
-                    {
-                        SendOutcome::Again
+                    // Receiver not ready: the send waits, unanswered, until the receiver
+                    // holds fewer refused packets of ours (see `RNR_QUEUED_MAX`).
+                    Some(to) if !hub.admits(to, &self.addr, &bytes, 0) => {
+                        hub.waiting[to].push(Waiting {
+                            from: self.idx,
+                            src: self.addr,
+                            token,
+                            bytes,
+                        });
+                        hub.waiting_sends[self.idx] += 1;
+                        self.rnr_waits += 1;
+                        return;
                     }
                     Some(to) => {
                         hub.push(to, self.addr, Msg::Pkt(bytes));
@@ -470,7 +651,14 @@ impl RdmDevice for MemDevice {
     /// usual delay, until the endpoint takes it.
     fn refuse(&mut self, src: RawAddr, bytes: Vec<u8>) {
         self.rnr_redeliveries += 1;
-        self.net.hub().rnr[self.idx] += 1;
+        {
+            let mut hub = self.net.hub();
+            let h = hub.held[self.idx].entry(peer_key(&src)).or_default();
+            h.count += 1;
+            if let Some(m) = msg_id(&bytes) {
+                h.ids.push(m);
+            }
+        }
         self.parked.push((src, bytes));
     }
 
@@ -485,10 +673,19 @@ impl RdmDevice for MemDevice {
     }
 
     fn is_idle(&self) -> bool {
-        self.events.is_empty()
-            && self.again.is_empty()
-            && self.parked.is_empty()
-            && self.rdma.pending() == 0
-            && self.net.hub().inboxes[self.idx].is_empty()
+        self.is_idle_apart_from_refused() && self.parked.is_empty()
+    }
+
+    /// Idle but for the parked refused packets (which wait for
+    /// [`RdmDevice::retry_refused`]).
+    fn is_idle_apart_from_refused(&self) -> bool {
+        if !self.events.is_empty() || !self.again.is_empty() || self.rdma.pending() != 0 {
+            return false;
+        }
+        let hub = self.net.hub();
+        hub.inboxes[self.idx].is_empty()
+            && hub.done[self.idx].is_empty()
+            && hub.waiting_sends[self.idx] == 0
+            && !hub.recheck[self.idx]
     }
 }

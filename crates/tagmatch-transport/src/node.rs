@@ -245,6 +245,18 @@ impl<D: RdmDevice> Node<D> {
         self.dev.is_idle()
     }
 
+    /// Whether [`Node::flush`] is done: the device is idle, or idle but for refused packets
+    /// that wait for the application (the endpoint's admission epoch did not move since
+    /// they were refused, so handing them in again would only have them refused again).
+    fn flushed(&self) -> bool {
+        self.dev.is_idle()
+            || (!self.ep.has_output()
+                && self
+                    .refused_at
+                    .is_none_or(|e| e == self.ep.admission_epoch())
+                && self.dev.is_idle_apart_from_refused())
+    }
+
     /// Flushes (see [`Node::flush`]), then keeps progressing until nothing was received for
     /// `quiet` (or `limit` passes), so that a peer whose last acknowledgement from us was lost
     /// gets it again when it retransmits (TCP's TIME-WAIT). Call before a node stops being
@@ -260,7 +272,7 @@ impl<D: RdmDevice> Node<D> {
                 return Ok(false);
             }
             if now.duration_since(since) >= quiet {
-                return Ok(idle && self.dev.is_idle());
+                return Ok(idle && self.flushed());
             }
             self.progress(Some(
                 (quiet - now.duration_since(since)).min(deadline - now),
@@ -275,11 +287,18 @@ impl<D: RdmDevice> Node<D> {
 
     /// Progresses until the device is idle (every datagram acknowledged) or `limit` passes;
     /// returns whether it became idle. Call before exiting so that peers get everything.
+    ///
+    /// Packets the endpoint refused (receiver not ready) and the device holds do not keep
+    /// it from returning `true` while they wait for the application: like the unexpected
+    /// messages the endpoint buffered, they arrived (their senders were told so) and only
+    /// a receive of the application can make them admissible, which no amount of
+    /// progress does. Those that became admissible (the endpoint's
+    /// [`Endpoint::admission_epoch`] moved) are handed in first.
     pub fn flush(&mut self, limit: Duration) -> io::Result<bool> {
         let deadline = Instant::now() + limit;
         loop {
             self.pump();
-            if self.dev.is_idle() {
+            if self.flushed() {
                 return Ok(true);
             }
             let now = Instant::now();

@@ -11,7 +11,7 @@ use tagmatch_rdm::{
     AtomicArgs, AtomicOp, Completion, Datatype, OpId, OpKind, RemoteAddr, SendOpts,
 };
 use tagmatch_transport::mem::{MemDevice, MemFaults, MemNetwork};
-use tagmatch_transport::Node;
+use tagmatch_transport::{Node, RdmDevice};
 
 /// Progresses every node round-robin until nothing is in flight; returns the completions
 /// in the order they appeared.
@@ -519,4 +519,264 @@ fn messages_received_by_mprobe_and_mrecv_make_room_for_refused_ones() {
         }
     }
     assert_eq!(got, (0..N).collect::<Vec<_>>());
+}
+
+/// A receiver with a reorder window of 2 and a sender whose sends are often refused
+/// (`send_again`, so its packets leave out of order): more than `RNR_QUEUED_MAX` packets
+/// beyond the window are parked at the receiver, and the packet the receiver needs next
+/// must still get through (the gate on parked packets must not refuse it), or sender and
+/// receiver wait for each other for ever.
+#[test]
+fn the_packet_the_receiver_needs_is_never_held_back_by_the_rnr_gate() {
+    let net = MemNetwork::with_faults(
+        3,
+        MemFaults {
+            reorder: true,
+            max_delay: 3,
+            send_again: 300,
+            register_fail: 0,
+        },
+    );
+    let small = tagmatch_rdm::Config {
+        reorder_window: 2,
+        ..config()
+    };
+    let mut a = Node::new(config(), net.device());
+    let mut b = Node::new(small, net.device());
+    let ab = a.add_peer(b.addr());
+    const N: u64 = 400;
+    let recvs: Vec<OpId> = (0..N)
+        .map(|_| b.endpoint_mut().trecv(None, 0, !0, 16).unwrap())
+        .collect();
+    for i in 0..N {
+        a.endpoint_mut()
+            .tsend(ab, i, payload(16, i), SendOpts::default())
+            .unwrap();
+    }
+    let mut got = HashMap::new();
+    for _ in 0..20_000 {
+        a.progress(Some(Duration::ZERO)).unwrap();
+        b.progress(Some(Duration::ZERO)).unwrap();
+        while let Some(c) = b.poll_completion() {
+            got.insert(c.op, c);
+        }
+        if got.len() == recvs.len() {
+            break;
+        }
+    }
+    assert!(
+        a.device().rnr_waits() > 0,
+        "the gate was never reached ({} redeliveries)",
+        b.device().rnr_redeliveries()
+    );
+    assert_eq!(got.len(), recvs.len(), "every message matched");
+    for (i, r) in recvs.iter().enumerate() {
+        assert_eq!(got[r].tag, i as u64, "in order");
+        assert_eq!(got[r].data, payload(16, i as u64));
+    }
+}
+
+/// A sender facing a receiver that holds `RNR_QUEUED_MAX` refused packets of it (its
+/// budget is full and it posts no receive) does not spin: its sends wait in the network
+/// unanswered instead of coming back `Again` at every `progress` to be resubmitted, and
+/// its `progress` with a timeout sleeps on its doorbell. Once the receiver receives,
+/// every message arrives, in order, and every send completes.
+#[test]
+fn a_sender_facing_a_full_receiver_waits_without_spinning() {
+    let net = MemNetwork::with_faults(
+        5,
+        MemFaults {
+            reorder: false,
+            max_delay: 3,
+            ..MemFaults::default()
+        },
+    );
+    let small = tagmatch_rdm::Config {
+        max_unexpected_msgs: 2,
+        ..config()
+    };
+    // Emulated writes: a write to b is an RTW packet (a REQ without a `msg_id`).
+    let mut a = Node::new(config_emulated(), net.device());
+    let mut b = Node::new(small, net.device());
+    let ab = a.add_peer(b.addr());
+    const N: u64 = 200;
+    let mut sends = Vec::new();
+    // Half first, refused (and held) by b; then the other half meets the limit.
+    for half in [0..N / 2, N / 2..N] {
+        for i in half {
+            sends.push(
+                a.endpoint_mut()
+                    .tsend(ab, i, payload(16, i), SendOpts::default())
+                    .unwrap(),
+            );
+        }
+        for _ in 0..50 {
+            a.progress(Some(Duration::ZERO)).unwrap();
+            b.progress(Some(Duration::ZERO)).unwrap();
+        }
+    }
+    assert!(a.device().rnr_waits() > 0, "b never held enough");
+    // b is not ready and stays so: a alone progresses.
+    let again = a.endpoint().stats().tx_again;
+    for _ in 0..1000 {
+        a.progress(Some(Duration::ZERO)).unwrap();
+    }
+    let resubmitted = a.endpoint().stats().tx_again - again;
+    // Answering the waiting sends `Again` resubmitted each of them at every call (over
+    // 100 000 times here).
+    assert_eq!(resubmitted, 0, "sends refused and resubmitted in a loop");
+    let sleeps = a.device().doorbell().sleeps();
+    a.progress(Some(Duration::from_millis(20))).unwrap();
+    assert_eq!(
+        a.device().doorbell().sleeps(),
+        sleeps + 1,
+        "a's progress did not sleep"
+    );
+    // A write (RTW) is never refused, so it does not wait behind the messages: it
+    // completes while b is still not ready.
+    let (h, key) = b.register(vec![0; 64], Duration::from_secs(1)).unwrap();
+    let w = a
+        .endpoint_mut()
+        .write(
+            ab,
+            payload(64, 7),
+            RemoteAddr {
+                addr: key.addr,
+                key: key.key,
+            },
+            SendOpts::default(),
+        )
+        .unwrap();
+    for _ in 0..100 {
+        a.progress(Some(Duration::ZERO)).unwrap();
+        b.progress(Some(Duration::ZERO)).unwrap();
+    }
+    let c = a
+        .wait(w, Duration::from_millis(100))
+        .expect("the write waited behind the held messages");
+    assert_eq!(c.result, Ok(()));
+    assert_eq!(b.endpoint().memory(h).unwrap(), &payload(64, 7)[..]);
+    // b receives: everything arrives in order, and a's sends complete.
+    for i in 0..N {
+        let r = b.endpoint_mut().trecv(None, 0, !0, 16).unwrap();
+        let mut done = None;
+        for _ in 0..10_000 {
+            a.progress(Some(Duration::ZERO)).unwrap();
+            b.progress(Some(Duration::ZERO)).unwrap();
+            if let Some(c) = b.poll_completion() {
+                done = Some(c);
+                break;
+            }
+        }
+        let c = done.unwrap_or_else(|| panic!("message {i} never arrived"));
+        assert_eq!(c.op, r);
+        assert_eq!((c.tag, c.data), (i, payload(16, i)));
+    }
+    for s in sends {
+        assert_eq!(a.wait(s, Duration::from_secs(10)).unwrap().result, Ok(()));
+    }
+    for _ in 0..10 {
+        a.progress(Some(Duration::ZERO)).unwrap();
+        b.progress(Some(Duration::ZERO)).unwrap();
+    }
+    assert!(a.is_idle() && b.is_idle() && net.in_flight() == 0);
+}
+
+/// `b` holds packets it refused (its budget is full, no receive posted) after every send
+/// of `a` completed: `flush` returns `true` at once instead of running to its limit — the
+/// held packets wait for the application, not for the network — and keeps them: every
+/// message arrives, in order, once `b` receives.
+fn flush_returns_while_refused_packets_wait<D: RdmDevice + Send>(mut a: Node<D>, mut b: Node<D>) {
+    let ab = a.add_peer(b.addr());
+    const N: u64 = 10;
+    let sends: Vec<OpId> = (0..N)
+        .map(|i| {
+            a.endpoint_mut()
+                .tsend(ab, i, payload(16, i), SendOpts::default())
+                .unwrap()
+        })
+        .collect();
+    let mut done = 0;
+    for _ in 0..10_000 {
+        a.progress(Some(Duration::from_millis(1))).unwrap();
+        b.progress(Some(Duration::ZERO)).unwrap();
+        while let Some(c) = a.poll_completion() {
+            assert!(sends.contains(&c.op) && c.result.is_ok());
+            done += 1;
+        }
+        if done == N {
+            break;
+        }
+    }
+    assert_eq!(done, N, "a's sends completed");
+    assert!(b.endpoint().stats().rx_refused > 0, "b was never full");
+    assert!(!b.is_idle(), "b holds refused packets");
+    let refused = b.endpoint().stats().rx_refused;
+    // a keeps progressing meanwhile (it acknowledges what b sent), as a live peer does.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let flushed = std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                a.progress(Some(Duration::from_millis(1))).unwrap();
+            }
+        });
+        let r = b.flush(Duration::from_secs(5)).unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        r
+    });
+    assert!(flushed, "flush ran to its limit");
+    assert!(
+        b.endpoint().stats().rx_refused - refused <= N,
+        "held packets handed in again and again"
+    );
+    for i in 0..N {
+        let r = b.endpoint_mut().trecv(None, 0, !0, 16).unwrap();
+        let mut got = None;
+        for _ in 0..10_000 {
+            a.progress(Some(Duration::ZERO)).unwrap();
+            b.progress(Some(Duration::from_millis(1))).unwrap();
+            if let Some(c) = b.poll_completion() {
+                got = Some(c);
+                break;
+            }
+        }
+        let c = got.unwrap_or_else(|| panic!("message {i} never arrived"));
+        assert_eq!((c.op, c.tag, c.data), (r, i, payload(16, i)));
+    }
+    for _ in 0..10_000 {
+        if a.is_idle() && b.is_idle() {
+            break;
+        }
+        a.progress(Some(Duration::ZERO)).unwrap();
+        b.progress(Some(Duration::from_millis(1))).unwrap();
+    }
+    assert!(b.is_idle(), "nothing held any more");
+}
+
+fn small_budget() -> tagmatch_rdm::Config {
+    tagmatch_rdm::Config {
+        max_unexpected_msgs: 2,
+        ..config()
+    }
+}
+
+#[test]
+fn flush_returns_while_refused_packets_wait_in_memory() {
+    let net = MemNetwork::with_faults(
+        11,
+        MemFaults {
+            reorder: false,
+            ..MemFaults::default()
+        },
+    );
+    let a = Node::new(config(), net.device());
+    let b = Node::new(small_budget(), net.device());
+    flush_returns_while_refused_packets_wait(a, b);
+}
+
+#[test]
+fn flush_returns_while_refused_packets_wait_over_udp() {
+    let a = common::udp_node("127.0.0.1:0", 1500, config());
+    let b = common::udp_node("127.0.0.1:0", 1500, small_budget());
+    flush_returns_while_refused_packets_wait(a, b);
 }

@@ -1233,6 +1233,9 @@ impl Endpoint {
 
     /// Progresses until every datagram has been acknowledged (UDP) or `limit` passes;
     /// returns whether it got there. Call before exiting so peers get everything.
+    /// Messages this endpoint refused for now (receiver not ready: its unexpected budget
+    /// is full) do not keep it from getting there: only a receive can take them (see
+    /// `tagmatch_transport::Node::flush`).
     pub fn flush(&mut self, limit: Duration) -> Result<bool> {
         let start = Instant::now();
         let r = self.node.flush(limit).map_err(Error::io("flush"))?;

@@ -418,10 +418,14 @@ impl Conn {
     }
 
     fn idle(&self) -> bool {
+        self.idle_apart_from_held() && self.held.is_empty()
+    }
+
+    /// Idle but for the packets the endpoint refused and this connection holds.
+    fn idle_apart_from_held(&self) -> bool {
         self.unacked.is_empty()
             && self.waiting.is_empty()
             && self.reads.is_empty()
-            && self.held.is_empty()
             && self.rnr.is_empty()
             && !self.ack.needed()
     }
@@ -1728,12 +1732,18 @@ impl RdmDevice for UdpDevice {
     }
 
     fn is_idle(&self) -> bool {
+        self.is_idle_apart_from_refused() && self.conns.values().all(Conn::idle)
+    }
+
+    /// Idle but for held refused packets that wait for [`RdmDevice::retry_refused`].
+    fn is_idle_apart_from_refused(&self) -> bool {
         self.events.is_empty()
             && self.again.is_empty()
             && self.txq.is_empty()
             && self.rdma.pending() == 0
             && self.shim.as_ref().is_none_or(|s| s.held() == 0)
-            && self.conns.values().all(Conn::idle)
+            && self.conns.values().all(Conn::idle_apart_from_held)
+            && !(self.rnr_retry && self.conns.values().any(|c| !c.held.is_empty()))
     }
 }
 

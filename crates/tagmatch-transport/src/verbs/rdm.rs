@@ -197,6 +197,25 @@ enum ConnState {
     Failed,
 }
 
+/// When the next connection message is due for retransmission (what a sleep must not
+/// pass): the earliest of the connecting peers' `last + cm_retry` (`drive_timers` sends
+/// again once `cm_retry` passed since the last send). `None` when no peer is connecting.
+fn next_cm_retry(
+    states: impl IntoIterator<Item = ConnState>,
+    cm_retry: Duration,
+) -> Option<Instant> {
+    states
+        .into_iter()
+        .filter_map(|s| match s {
+            // An interval too large to add never comes (no panic on a huge setting).
+            ConnState::ReqSent { last, .. } | ConnState::AwaitRtu { last, .. } => {
+                last.checked_add(cm_retry)
+            }
+            _ => None,
+        })
+        .min()
+}
+
 #[derive(Debug)]
 struct PeerConn {
     addr: RawAddr,
@@ -301,13 +320,7 @@ impl VerbsRdmDevice {
         if self.poll_once()? > 0 || !self.events.is_empty() {
             return Ok(false);
         }
-        let connecting = self.peers.iter().any(|p| {
-            matches!(
-                p.state,
-                ConnState::ReqSent { .. } | ConnState::AwaitRtu { .. }
-            )
-        });
-        let deadline = connecting.then(|| Instant::now() + self.cfg.cm_retry);
+        let deadline = next_cm_retry(self.peers.iter().map(|p| p.state), self.cfg.cm_retry);
         if self.watch.is_none() {
             let fd = self.chan.duplicate_fd()?;
             self.watch = Some(crate::watch::Watcher::start(fd)?);
@@ -1006,16 +1019,9 @@ impl RdmDevice for VerbsRdmDevice {
             if self.poll_once()? > 0 || !self.events.is_empty() {
                 continue;
             }
-            let connecting = self.peers.iter().any(|p| {
-                matches!(
-                    p.state,
-                    ConnState::ReqSent { .. } | ConnState::AwaitRtu { .. }
-                )
-            });
-            let nap = if connecting {
-                left.min(self.cfg.cm_retry)
-            } else {
-                left
+            let nap = match next_cm_retry(self.peers.iter().map(|p| p.state), self.cfg.cm_retry) {
+                Some(due) => left.min(due.saturating_duration_since(Instant::now())),
+                None => left,
             };
             let nap = (nap != Duration::MAX).then_some(nap);
             self.chan.wait(nap).map_err(to_io)?;
@@ -1046,8 +1052,13 @@ impl RdmDevice for VerbsRdmDevice {
     }
 
     fn is_idle(&self) -> bool {
-        self.events.is_empty()
-            && self.held.is_empty()
+        self.held.is_empty() && self.is_idle_apart_from_refused()
+    }
+
+    /// Idle but for held refused packets that wait for [`RdmDevice::retry_refused`].
+    fn is_idle_apart_from_refused(&self) -> bool {
+        (!self.rnr_retry || self.held.is_empty())
+            && self.events.is_empty()
             && self.again.is_empty()
             && self.free_tx.len() == self.cfg.send_slots as usize
             && self.peers.iter().all(|p| {
@@ -1098,5 +1109,45 @@ mod tests {
         let mut bad = b;
         bad[5] = 9;
         assert_eq!(CmMsg::parse(&bad), None);
+    }
+
+    /// The retransmission deadline is the connection message's own (its last send plus
+    /// `cm_retry`), the earliest over the connecting peers, not `cm_retry` from whenever
+    /// it is computed (which let a retransmission be late by up to `cm_retry` per sleep).
+    #[test]
+    fn the_next_cm_retry_is_the_earliest_last_send_plus_the_interval() {
+        let retry = Duration::from_millis(50);
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        assert_eq!(next_cm_retry([], retry), None);
+        assert_eq!(
+            next_cm_retry(
+                [ConnState::Idle, ConnState::Connected, ConnState::Failed],
+                retry
+            ),
+            None,
+            "nobody connecting"
+        );
+        // Sent at t0: due at t0 + 50 ms, however late it is computed.
+        let req = ConnState::ReqSent {
+            since: t0,
+            last: t0,
+        };
+        assert_eq!(next_cm_retry([req], retry), Some(at(50)));
+        // The earliest of several, REQs and REPs alike; others ignored.
+        let rep = ConnState::AwaitRtu {
+            since: t0,
+            last: at(10),
+        };
+        let later = ConnState::ReqSent {
+            since: t0,
+            last: at(30),
+        };
+        assert_eq!(
+            next_cm_retry([later, ConnState::Connected, rep], retry),
+            Some(at(60))
+        );
+        assert_eq!(next_cm_retry([later, req, rep], retry), Some(at(50)));
+        assert_eq!(next_cm_retry([req], Duration::MAX), None, "never due");
     }
 }
