@@ -166,15 +166,27 @@ impl Endpoint {
                     // The REQ that stood for "a REQ was sent" did not arrive either.
                     peer.handshake_triggered = false;
                     peer.req_sent = false;
-                    for id in std::mem::take(&mut peer.waiting) {
-                        if let Some(t) = self.tx.get_mut(id) {
-                            t.error.get_or_insert(OpError::SendFailed);
-                            t.all_queued = true;
-                            t.await_eor = false;
-                            t.await_receipt = false;
-                            t.rdma_left = 0;
+                    for w in std::mem::take(&mut peer.waiting) {
+                        match w {
+                            Waiting::Tx(id) => {
+                                if let Some(t) = self.tx.get_mut(id) {
+                                    t.error.get_or_insert(OpError::SendFailed);
+                                    t.all_queued = true;
+                                    t.await_eor = false;
+                                    t.await_receipt = false;
+                                    t.rdma_left = 0;
+                                }
+                                self.tx_check(id);
+                            }
+                            // A fetch/compare atomic that never went out: its ATOMRSP
+                            // will not come either.
+                            Waiting::Rta(id, _) => {
+                                if let Some(r) = self.rx.get_mut(id) {
+                                    r.error.get_or_insert(OpError::SendFailed);
+                                }
+                                self.rx_fail(id);
+                            }
                         }
-                        self.tx_check(id);
                     }
                 }
                 PktOwner::Tx(id) => {
