@@ -631,3 +631,59 @@ fn atomics_waiting_for_an_unreachable_peer_fail_with_send_failed() {
     assert_eq!(fab.ep(a).in_flight(), (0, 0, 0));
     assert_eq!(fab.ep(a).resources(), (0, 0, 0));
 }
+
+/// Operations that queued for the handshake of an unreachable peer without a trigger of
+/// their own (an earlier REQ to it was expected to bring the handshake) do not wait for
+/// ever when that REQ fails: the handshake is triggered then, and they fail with it.
+#[test]
+fn operations_waiting_on_a_failed_req_fail_with_send_failed() {
+    let mut fab = Fabric::new(32);
+    let a = fab.add(small_cfg());
+    let ghost = fab.ep(a).add_peer(tagmatch_wire::efa::RawAddr {
+        gid: [0x56; 16],
+        qpn: 998,
+        qkey: 8,
+        next: 0,
+    });
+    let dc = SendOpts {
+        delivery_complete: true,
+        ..SendOpts::default()
+    };
+    let s0 = fab
+        .ep(a)
+        .tsend(ghost, 1, vec![1; 8], SendOpts::default())
+        .unwrap();
+    let s1 = fab.ep(a).tsend(ghost, 2, vec![2; 8], dc).unwrap();
+    let f = fab
+        .ep(a)
+        .atomic_fetch(
+            ghost,
+            u64_args(AtomicOp::Sum, 1, None),
+            RemoteAddr {
+                addr: 0x1000,
+                key: 3,
+            },
+        )
+        .unwrap();
+    // The eager RTM stands for the handshake request: no trigger yet.
+    assert_eq!(fab.ep(a).stats().tx_packets, 1);
+    fab.drive();
+    let got: Vec<_> = fab
+        .completions(a)
+        .iter()
+        .map(|x| (x.op, x.kind, x.result))
+        .collect();
+    let failed = Err(tagmatch_rdm::OpError::SendFailed);
+    assert_eq!(
+        got,
+        vec![
+            (s0, OpKind::Send, failed),
+            (s1, OpKind::Send, failed),
+            (f, OpKind::AtomicFetch, failed),
+        ]
+    );
+    // The eager RTM, then the trigger sent when it failed.
+    assert_eq!(fab.ep(a).stats().tx_packets, 2);
+    assert_eq!(fab.ep(a).in_flight(), (0, 0, 0));
+    assert_eq!(fab.ep(a).resources(), (0, 0, 0));
+}

@@ -123,6 +123,12 @@ impl Endpoint {
             self.stats.unknown_tokens += 1;
             return;
         };
+        if matches!(outcome, SendOutcome::Error)
+            && p.owner != PktOwner::Trigger
+            && p.bytes.first().is_some_and(|&t| t >= 64)
+        {
+            self.req_lost(p.peer);
+        }
         match outcome {
             SendOutcome::Again => {
                 // efa-rdm-protocol-v4 §3.2 (medium): "it is possible … for some packets to be
@@ -207,6 +213,23 @@ impl Endpoint {
                     self.rx_fail(id);
                 }
             },
+        }
+    }
+
+    /// A REQ to `peer` failed. Before the peer's handshake, operations waiting for it may
+    /// rely on that REQ (`req_sent`: the peer would answer it with a handshake) and have
+    /// triggered none: provoke the handshake now, so that they start when it comes, or
+    /// fail with the trigger, instead of waiting for ever.
+    fn req_lost(&mut self, peer: PeerId) {
+        let Some(p) = self.peers.get_mut(peer.0 as usize) else {
+            return;
+        };
+        if p.handshake.is_some() {
+            return;
+        }
+        p.req_sent = false;
+        if !p.waiting.is_empty() {
+            self.trigger_handshake(peer);
         }
     }
 
