@@ -471,3 +471,219 @@ fn atomics_apply_in_msg_id_order_under_reordering() {
         );
     }
 }
+
+fn u64_args(op: AtomicOp, v: u64, compare: Option<u64>) -> AtomicArgs {
+    AtomicArgs {
+        datatype: Datatype::U64,
+        op,
+        operand: v.to_le_bytes().to_vec(),
+        compare: compare.map(|c| c.to_le_bytes().to_vec()),
+    }
+}
+
+/// The `(type, msg_id)` of every packet with a `msg_id` that `from` sent to `to`.
+fn msg_ids(fab: &Fabric, from: usize, to: usize) -> Vec<(T, u32)> {
+    fab.log
+        .iter()
+        .filter(|r| r.from == from && r.to == to)
+        .filter_map(|r| {
+            let pkt = tagmatch_wire::efa::Packet::new_checked(&r.bytes[..]).ok()?;
+            Some((r.pkt_type, pkt.msg_id()?))
+        })
+        .collect()
+}
+
+/// efa-rdm-protocol-v4 §3.2: "The field `msg_id` records the sending order of all RTM
+/// packets between two endpoint"; §3.3: the RTA's `msg_id` "is used to implement ordered
+/// atomic operations". Fetch and compare atomics issued while a delivery-complete send
+/// waits for the peer's handshake queue behind it and take their `msg_id`s in call order,
+/// so the target applies them in the application's order.
+#[test]
+fn fetch_and_compare_atomics_queue_behind_a_send_waiting_for_the_handshake() {
+    for seed in 0..8 {
+        let (mut fab, a, b, ab, ba) = pair(300 + seed, small_cfg(), small_cfg(), seed > 0);
+        fab.record_bytes = true;
+        let (mem, key) = fab.register(b, 10u64.to_le_bytes().to_vec());
+        let base = RemoteAddr {
+            addr: key.addr,
+            key: key.key,
+        };
+        let r1 = fab.ep(b).trecv(Some(ba), 0x77, 0, 16).unwrap();
+        let r2 = fab.ep(b).trecv(Some(ba), 0x78, 0, 16).unwrap();
+        fab.log.clear();
+        let dc = SendOpts {
+            delivery_complete: true,
+            ..SendOpts::default()
+        };
+        let first = fab.ep(a).next_msg_id(ab).unwrap();
+        let s1 = fab.ep(a).tsend(ab, 0x77, vec![1; 8], dc).unwrap();
+        let f = fab
+            .ep(a)
+            .atomic_fetch(ab, u64_args(AtomicOp::Sum, 5, None), base)
+            .unwrap();
+        let s2 = fab
+            .ep(a)
+            .tsend(ab, 0x78, vec![2; 8], SendOpts::default())
+            .unwrap();
+        let c = fab
+            .ep(a)
+            .atomic_compare(ab, u64_args(AtomicOp::Cswap, 100, Some(15)), base)
+            .unwrap();
+        fab.drive();
+        assert!(fab.wire_errors.is_empty(), "{:?}", fab.wire_errors);
+        // Wire order and msg_ids: the application's call order.
+        let ids = |i: u32| first.wrapping_add(i);
+        assert_eq!(
+            msg_ids(&fab, a, b),
+            vec![
+                (T::DcEagerTagRtm, ids(0)),
+                (T::FetchRta, ids(1)),
+                (T::EagerTagRtm, ids(2)),
+                (T::CompareRta, ids(3)),
+            ],
+            "seed {seed}"
+        );
+        // The target delivered the send (RECEIPT) before applying the atomics (ATOMRSP).
+        let answers: Vec<T> = fab
+            .types(b, a)
+            .into_iter()
+            .filter(|t| matches!(t, T::Receipt | T::AtomRsp))
+            .collect();
+        assert_eq!(
+            answers,
+            vec![T::Receipt, T::AtomRsp, T::AtomRsp],
+            "seed {seed}"
+        );
+        let ca = fab.completions(a);
+        for op in [s1, f, s2, c] {
+            assert_eq!(done(&ca, op).result, Ok(()), "seed {seed}");
+        }
+        // Fetch (10 + 5) before compare (15 == 15: swap to 100).
+        assert_eq!(done(&ca, f).data, 10u64.to_le_bytes(), "seed {seed}");
+        assert_eq!(done(&ca, c).data, 15u64.to_le_bytes(), "seed {seed}");
+        assert_eq!(
+            fab.ep(b).memory(mem).unwrap()[..8],
+            100u64.to_le_bytes(),
+            "seed {seed}"
+        );
+        let cb = fab.completions(b);
+        assert_eq!(done(&cb, r1).data[..8], [1; 8], "seed {seed}");
+        assert_eq!(done(&cb, r2).data[..8], [2; 8], "seed {seed}");
+        assert_eq!(fab.ep(a).in_flight(), (0, 0, 0), "seed {seed}");
+    }
+}
+
+/// A fetch/compare atomic waiting behind a send for the handshake of a peer that cannot be
+/// reached completes with `SendFailed` when the handshake trigger fails, like the send.
+#[test]
+fn atomics_waiting_for_an_unreachable_peer_fail_with_send_failed() {
+    let mut fab = Fabric::new(31);
+    let a = fab.add(small_cfg());
+    let ghost = fab.ep(a).add_peer(tagmatch_wire::efa::RawAddr {
+        gid: [0x55; 16],
+        qpn: 999,
+        qkey: 7,
+        next: 0,
+    });
+    let base = RemoteAddr {
+        addr: 0x1000,
+        key: 3,
+    };
+    let dc = SendOpts {
+        delivery_complete: true,
+        ..SendOpts::default()
+    };
+    let s = fab.ep(a).tsend(ghost, 1, vec![1; 8], dc).unwrap();
+    let f = fab
+        .ep(a)
+        .atomic_fetch(ghost, u64_args(AtomicOp::Sum, 1, None), base)
+        .unwrap();
+    let c = fab
+        .ep(a)
+        .atomic_compare(ghost, u64_args(AtomicOp::Cswap, 2, Some(0)), base)
+        .unwrap();
+    // Only the handshake trigger goes to the device: the atomics wait behind the send.
+    assert_eq!(fab.ep(a).stats().tx_packets, 1);
+    fab.drive();
+    let cs = fab.completions(a);
+    let got: Vec<_> = cs.iter().map(|x| (x.op, x.kind, x.result)).collect();
+    let failed = Err(tagmatch_rdm::OpError::SendFailed);
+    assert_eq!(
+        got,
+        vec![
+            (s, OpKind::Send, failed),
+            (f, OpKind::AtomicFetch, failed),
+            (c, OpKind::AtomicCompare, failed),
+        ]
+    );
+    assert_eq!(fab.ep(a).stats().tx_packets, 1);
+    assert_eq!(fab.ep(a).in_flight(), (0, 0, 0));
+    assert_eq!(fab.ep(a).resources(), (0, 0, 0));
+    // Nothing waits any more: a later atomic goes out at once and fails the same way.
+    let f2 = fab
+        .ep(a)
+        .atomic_fetch(ghost, u64_args(AtomicOp::Sum, 1, None), base)
+        .unwrap();
+    fab.drive();
+    let cs = fab.completions(a);
+    assert_eq!(cs.len(), 1);
+    assert_eq!((cs[0].op, cs[0].result), (f2, failed));
+    assert_eq!(fab.ep(a).in_flight(), (0, 0, 0));
+    assert_eq!(fab.ep(a).resources(), (0, 0, 0));
+}
+
+/// Operations that queued for the handshake of an unreachable peer without a trigger of
+/// their own (an earlier REQ to it was expected to bring the handshake) do not wait for
+/// ever when that REQ fails: the handshake is triggered then, and they fail with it.
+#[test]
+fn operations_waiting_on_a_failed_req_fail_with_send_failed() {
+    let mut fab = Fabric::new(32);
+    let a = fab.add(small_cfg());
+    let ghost = fab.ep(a).add_peer(tagmatch_wire::efa::RawAddr {
+        gid: [0x56; 16],
+        qpn: 998,
+        qkey: 8,
+        next: 0,
+    });
+    let dc = SendOpts {
+        delivery_complete: true,
+        ..SendOpts::default()
+    };
+    let s0 = fab
+        .ep(a)
+        .tsend(ghost, 1, vec![1; 8], SendOpts::default())
+        .unwrap();
+    let s1 = fab.ep(a).tsend(ghost, 2, vec![2; 8], dc).unwrap();
+    let f = fab
+        .ep(a)
+        .atomic_fetch(
+            ghost,
+            u64_args(AtomicOp::Sum, 1, None),
+            RemoteAddr {
+                addr: 0x1000,
+                key: 3,
+            },
+        )
+        .unwrap();
+    // The eager RTM stands for the handshake request: no trigger yet.
+    assert_eq!(fab.ep(a).stats().tx_packets, 1);
+    fab.drive();
+    let got: Vec<_> = fab
+        .completions(a)
+        .iter()
+        .map(|x| (x.op, x.kind, x.result))
+        .collect();
+    let failed = Err(tagmatch_rdm::OpError::SendFailed);
+    assert_eq!(
+        got,
+        vec![
+            (s0, OpKind::Send, failed),
+            (s1, OpKind::Send, failed),
+            (f, OpKind::AtomicFetch, failed),
+        ]
+    );
+    // The eager RTM, then the trigger sent when it failed.
+    assert_eq!(fab.ep(a).stats().tx_packets, 2);
+    assert_eq!(fab.ep(a).in_flight(), (0, 0, 0));
+    assert_eq!(fab.ep(a).resources(), (0, 0, 0));
+}

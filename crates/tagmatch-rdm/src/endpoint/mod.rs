@@ -57,7 +57,30 @@ struct Peer {
     req_sent: bool,
     next_msg_id: u32,
     msgs: HashMap<u32, Slot>,
-    waiting: Vec<u32>,
+    /// Operations waiting for the peer's handshake, in the application's call order (see
+    /// `tx_begin`); they start, and take their `msg_id`s, in this order.
+    waiting: Vec<Waiting>,
+}
+
+/// An operation waiting for a peer's handshake.
+#[derive(Debug)]
+enum Waiting {
+    /// A TX op.
+    Tx(u32),
+    /// A fetch/compare atomic: the RX op that awaits its ATOMRSP, and its request, sent
+    /// (with the next `msg_id`) when it starts.
+    Rta(u32, RtaReq),
+}
+
+/// A FETCH_RTA / COMPARE_RTA not sent yet.
+#[derive(Debug)]
+struct RtaReq {
+    ty: PacketType,
+    datatype: Datatype,
+    op: AtomicOp,
+    /// `buf`, followed for COMPARE_RTA by `compare`.
+    payload: Vec<u8>,
+    remote: RmaIov,
 }
 
 impl Peer {

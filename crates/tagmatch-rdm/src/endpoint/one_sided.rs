@@ -312,28 +312,54 @@ impl Endpoint {
         };
         self.mem[mem].owner = Owner::Rx(id);
         self.note_protocol(op, Protocol::Atomic);
-        let p = &mut self.peers[peer.0 as usize];
-        let msg_id = p.next_msg_id;
-        p.next_msg_id = p.next_msg_id.wrapping_add(1);
         let mut payload = args.operand;
         if let Some(c) = &args.compare {
             // efa-rdm-protocol-v4 §3.3: "the application data part of a COMPARE_RTA packet
             // contains two segments of data: buf and compare".
             payload.extend_from_slice(c);
         }
-        let iov = [RmaIov::new(remote.addr, n as u64, remote.key)];
-        let mut req = self
-            .req(peer, ty)
-            .with(Field::MsgId, msg_id as u64)
-            .with(Field::AtomicDatatype, args.datatype as u64)
-            .with(Field::AtomicOp, args.op as u64)
-            .with(Field::RecvId, id as u64);
-        req.rma_iov = &iov;
-        let req = Repr {
-            payload: &payload,
-            ..req
+        let req = RtaReq {
+            ty,
+            datatype: args.datatype,
+            op: args.op,
+            payload,
+            remote: RmaIov::new(remote.addr, n as u64, remote.key),
         };
-        self.emit(peer, &req, PktOwner::Rx(id));
+        // efa-rdm-protocol-v4 §3.3: the RTA's `msg_id` "is used to implement ordered atomic
+        // operations"; §3.2: "The field `msg_id` records the sending order". Operations
+        // queued for the peer's handshake (`tx_begin`) keep this one behind them: it takes
+        // its `msg_id` when it starts, in the application's order.
+        if !self.peers[peer.0 as usize].waiting.is_empty() {
+            self.peers[peer.0 as usize]
+                .waiting
+                .push(Waiting::Rta(id, req));
+            self.trigger_handshake(peer);
+        } else {
+            self.send_rta(id, req);
+        }
         Ok(op)
+    }
+
+    /// Sends the FETCH_RTA / COMPARE_RTA of RX op `id` with the peer's next `msg_id`.
+    pub(super) fn send_rta(&mut self, id: u32, req: RtaReq) {
+        let Some(r) = self.rx.get_mut(id) else { return };
+        let Some(peer) = r.peer else { return };
+        let p = &mut self.peers[peer.0 as usize];
+        let msg_id = p.next_msg_id;
+        p.next_msg_id = p.next_msg_id.wrapping_add(1);
+        r.msg_id = msg_id;
+        let iov = [req.remote];
+        let mut pkt = self
+            .req(peer, req.ty)
+            .with(Field::MsgId, msg_id as u64)
+            .with(Field::AtomicDatatype, req.datatype as u64)
+            .with(Field::AtomicOp, req.op as u64)
+            .with(Field::RecvId, id as u64);
+        pkt.rma_iov = &iov;
+        let pkt = Repr {
+            payload: &req.payload,
+            ..pkt
+        };
+        self.emit(peer, &pkt, PktOwner::Rx(id));
     }
 }

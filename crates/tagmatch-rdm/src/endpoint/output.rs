@@ -123,6 +123,12 @@ impl Endpoint {
             self.stats.unknown_tokens += 1;
             return;
         };
+        if matches!(outcome, SendOutcome::Error)
+            && p.owner != PktOwner::Trigger
+            && p.bytes.first().is_some_and(|&t| t >= 64)
+        {
+            self.req_lost(p.peer);
+        }
         match outcome {
             SendOutcome::Again => {
                 // efa-rdm-protocol-v4 §3.2 (medium): "it is possible … for some packets to be
@@ -166,15 +172,27 @@ impl Endpoint {
                     // The REQ that stood for "a REQ was sent" did not arrive either.
                     peer.handshake_triggered = false;
                     peer.req_sent = false;
-                    for id in std::mem::take(&mut peer.waiting) {
-                        if let Some(t) = self.tx.get_mut(id) {
-                            t.error.get_or_insert(OpError::SendFailed);
-                            t.all_queued = true;
-                            t.await_eor = false;
-                            t.await_receipt = false;
-                            t.rdma_left = 0;
+                    for w in std::mem::take(&mut peer.waiting) {
+                        match w {
+                            Waiting::Tx(id) => {
+                                if let Some(t) = self.tx.get_mut(id) {
+                                    t.error.get_or_insert(OpError::SendFailed);
+                                    t.all_queued = true;
+                                    t.await_eor = false;
+                                    t.await_receipt = false;
+                                    t.rdma_left = 0;
+                                }
+                                self.tx_check(id);
+                            }
+                            // A fetch/compare atomic that never went out: its ATOMRSP
+                            // will not come either.
+                            Waiting::Rta(id, _) => {
+                                if let Some(r) = self.rx.get_mut(id) {
+                                    r.error.get_or_insert(OpError::SendFailed);
+                                }
+                                self.rx_fail(id);
+                            }
                         }
-                        self.tx_check(id);
                     }
                 }
                 PktOwner::Tx(id) => {
@@ -195,6 +213,23 @@ impl Endpoint {
                     self.rx_fail(id);
                 }
             },
+        }
+    }
+
+    /// A REQ to `peer` failed. Before the peer's handshake, operations waiting for it may
+    /// rely on that REQ (`req_sent`: the peer would answer it with a handshake) and have
+    /// triggered none: provoke the handshake now, so that they start when it comes, or
+    /// fail with the trigger, instead of waiting for ever.
+    fn req_lost(&mut self, peer: PeerId) {
+        let Some(p) = self.peers.get_mut(peer.0 as usize) else {
+            return;
+        };
+        if p.handshake.is_some() {
+            return;
+        }
+        p.req_sent = false;
+        if !p.waiting.is_empty() {
+            self.trigger_handshake(peer);
         }
     }
 

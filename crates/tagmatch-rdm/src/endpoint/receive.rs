@@ -92,8 +92,11 @@ impl Endpoint {
         let p = &mut self.peers[peer.0 as usize];
         p.handshake = Some(hs);
         let waiting = std::mem::take(&mut p.waiting);
-        for id in waiting {
-            self.tx_start(id);
+        for w in waiting {
+            match w {
+                Waiting::Tx(id) => self.tx_start(id),
+                Waiting::Rta(id, req) => self.send_rta(id, req),
+            }
         }
     }
 

@@ -169,7 +169,7 @@ impl Endpoint {
         if needs_handshake {
             // efa-rdm-protocol-v4 §2.1: the DC decision needs the peer's features, so wait
             // for its handshake (and provoke one).
-            self.peers[peer.0 as usize].waiting.push(id);
+            self.peers[peer.0 as usize].waiting.push(Waiting::Tx(id));
             self.trigger_handshake(peer);
             return;
         }
