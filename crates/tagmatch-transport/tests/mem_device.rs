@@ -274,36 +274,12 @@ fn refused_packets_come_back_when_they_can_be_taken() {
     let mut a = Node::new(config(), net.device());
     let mut b = Node::new(small, net.device());
     let ab = a.add_peer(b.addr());
-    const N: u64 = 60;
     // Window: every receive posted first.
-    let recvs: Vec<OpId> = (0..N)
-        .map(|_| b.endpoint_mut().trecv(None, 0, !0, 16).unwrap())
-        .collect();
-    for i in 0..N {
-        a.endpoint_mut()
-            .tsend(ab, i, payload(16, i), SendOpts::default())
-            .unwrap();
-    }
-    let mut got = HashMap::new();
-    for _ in 0..100_000 {
-        a.progress(Some(Duration::ZERO)).unwrap();
-        b.progress(Some(Duration::ZERO)).unwrap();
-        while let Some(c) = b.poll_completion() {
-            got.insert(c.op, c);
-        }
-        if got.len() == recvs.len() {
-            break;
-        }
-    }
+    receive_in_order(&mut a, &mut b, ab, 60, 100_000);
     assert!(
         b.endpoint().stats().rx_refused > 0,
         "nothing was beyond the window"
     );
-    assert_eq!(got.len(), recvs.len(), "every message matched");
-    for (i, r) in recvs.iter().enumerate() {
-        assert_eq!(got[r].tag, i as u64, "in order");
-        assert_eq!(got[r].data, payload(16, i as u64));
-    }
     // Budget: no receive posted, two messages fit.
     for i in 0..20 {
         a.endpoint_mut()
@@ -544,17 +520,34 @@ fn the_packet_the_receiver_needs_is_never_held_back_by_the_rnr_gate() {
     let mut a = Node::new(config(), net.device());
     let mut b = Node::new(small, net.device());
     let ab = a.add_peer(b.addr());
-    const N: u64 = 400;
-    let recvs: Vec<OpId> = (0..N)
+    receive_in_order(&mut a, &mut b, ab, 400, 20_000);
+    assert!(
+        a.device().rnr_waits() > 0,
+        "the gate was never reached ({} redeliveries)",
+        b.device().rnr_redeliveries()
+    );
+}
+
+/// Posts `n` wildcard receives of 16 bytes at `b`, then sends `n` messages (tag `i`) from
+/// `a` to `b` (`ab`), progresses both for at most `rounds` rounds until every receive
+/// completed, and checks that each did, in send order, with its payload.
+fn receive_in_order(
+    a: &mut Node<MemDevice>,
+    b: &mut Node<MemDevice>,
+    ab: tagmatch_rdm::PeerId,
+    n: u64,
+    rounds: usize,
+) {
+    let recvs: Vec<OpId> = (0..n)
         .map(|_| b.endpoint_mut().trecv(None, 0, !0, 16).unwrap())
         .collect();
-    for i in 0..N {
+    for i in 0..n {
         a.endpoint_mut()
             .tsend(ab, i, payload(16, i), SendOpts::default())
             .unwrap();
     }
     let mut got = HashMap::new();
-    for _ in 0..20_000 {
+    for _ in 0..rounds {
         a.progress(Some(Duration::ZERO)).unwrap();
         b.progress(Some(Duration::ZERO)).unwrap();
         while let Some(c) = b.poll_completion() {
@@ -564,11 +557,6 @@ fn the_packet_the_receiver_needs_is_never_held_back_by_the_rnr_gate() {
             break;
         }
     }
-    assert!(
-        a.device().rnr_waits() > 0,
-        "the gate was never reached ({} redeliveries)",
-        b.device().rnr_redeliveries()
-    );
     assert_eq!(got.len(), recvs.len(), "every message matched");
     for (i, r) in recvs.iter().enumerate() {
         assert_eq!(got[r].tag, i as u64, "in order");
