@@ -969,6 +969,16 @@ struct Progress {
 }
 
 impl Progress {
+    /// A progress line that never shows (warm-up runs, tests).
+    fn quiet() -> Progress {
+        Progress {
+            on: false,
+            label: String::new(),
+            last: Instant::now(),
+            shown: false,
+        }
+    }
+
     fn tick(&mut self, done: u64, total: u64) {
         if !self.on || done % 256 != 0 || self.last.elapsed() < Duration::from_millis(250) {
             return;
@@ -1145,12 +1155,7 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
             last: Instant::now(),
             shown: false,
         };
-        let mut quiet = Progress {
-            on: false,
-            label: String::new(),
-            last: Instant::now(),
-            shown: false,
-        };
+        let mut quiet = Progress::quiet();
         let r = client
             .run(a.test, size, warm, a.window, &mut quiet)
             .and_then(|_| client.run(a.test, size, iters, a.window, &mut progress));
@@ -1491,12 +1496,7 @@ mod tests {
             reuse: true,
             spin: SPIN_BW,
         };
-        let mut quiet = Progress {
-            on: false,
-            label: String::new(),
-            last: Instant::now(),
-            shown: false,
-        };
+        let mut quiet = Progress::quiet();
         let (rtts, _) = next.run(Test::TagLat, 8, 50, 1, &mut quiet).unwrap();
         assert_eq!(rtts.len(), 50);
         assert_eq!(next.local.as_ref().map(|s| s.runs), Some(2));
