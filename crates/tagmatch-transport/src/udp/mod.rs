@@ -417,6 +417,42 @@ impl Conn {
         }
     }
 
+    /// Accounts for frame `f`, acknowledged at `now` and removed from the window: its
+    /// bytes, an RTT sample, its transmission order into `latest`, its send completion.
+    fn on_acked(
+        &mut self,
+        f: TxFrame,
+        now: Instant,
+        latest: &mut Option<u64>,
+        events: &mut VecDeque<DeviceEvent>,
+    ) {
+        self.unacked_bytes -= f.body.len();
+        if f.retries == 0 {
+            // Only frames sent once say which copy was acknowledged (an ACK of a
+            // retransmitted frame may be for the first copy).
+            *latest = Some(latest.map_or(f.order, |l| l.max(f.order)));
+            // Karn: RTT samples from frames sent once only.
+            let r = now.duration_since(f.last_sent);
+            match self.srtt {
+                None => {
+                    self.srtt = Some(r);
+                    self.rttvar = r / 2;
+                }
+                Some(s) => {
+                    let d = s.abs_diff(r);
+                    self.rttvar = (self.rttvar * 3 + d) / 4;
+                    self.srtt = Some((s * 7 + r) / 8);
+                }
+            }
+        }
+        if let Some(token) = f.token {
+            events.push_back(DeviceEvent::SendDone {
+                token,
+                outcome: SendOutcome::Ok,
+            });
+        }
+    }
+
     fn idle(&self) -> bool {
         self.unacked.is_empty()
             && self.waiting.is_empty()
@@ -494,6 +530,18 @@ struct ReadJob {
 
 type ConnKey = (SocketAddr, u32);
 
+/// A datagram as `UdpDevice::flush` gathers it: (queue index, destination, frame header
+/// and message header, their length, payload).
+type Piece<'a> = (usize, SocketAddr, [u8; HEAD_MAX], usize, &'a [u8]);
+
+/// The destination and iovecs of a gathered datagram.
+fn gather<'a>((_, to, head, head_len, payload): &'a Piece<'a>) -> (SocketAddr, [IoSlice<'a>; 2]) {
+    (
+        *to,
+        [IoSlice::new(&head[..*head_len]), IoSlice::new(payload)],
+    )
+}
+
 /// The UDP device. See the module documentation.
 #[derive(Debug)]
 pub struct UdpDevice {
@@ -521,6 +569,11 @@ pub struct UdpDevice {
     /// The last batched receive got at most one datagram: `progress` tries `recvfrom`
     /// first.
     rx_narrow: bool,
+    /// Consecutive `progress` calls whose `recvfrom` (narrow mode) found a datagram.
+    rx_streak: u8,
+    /// `fill_windows`' connection keys and frames, kept for their allocations.
+    fill_keys: Vec<ConnKey>,
+    fill_out: Vec<Out>,
     /// [`RdmDevice::retry_refused`] was called: the held packets go up at the next
     /// `progress` (until then they are no work, see `busy` there).
     rnr_retry: bool,
@@ -604,6 +657,9 @@ impl UdpDevice {
             max_inflight_bytes,
             last_read: None,
             rx_narrow: false,
+            rx_streak: 0,
+            fill_keys: Vec::new(),
+            fill_out: Vec::new(),
             rnr_retry: false,
             stats: UdpStats::default(),
             watch: None,
@@ -698,23 +754,29 @@ impl UdpDevice {
     /// Moves waiting frames of every connection into its window and onto the wire.
     /// `now`: the time, `None` to read the clock (only if something is sent).
     fn fill_windows(&mut self, mem: &dyn MemoryAccess, now: Option<Instant>) {
-        let keys: Vec<ConnKey> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| {
-                (!c.waiting.is_empty() || !c.reads.is_empty())
-                    && c.unacked.len() < self.cfg.max_inflight
-                    && c.unacked_bytes < self.max_inflight_bytes
-            })
-            .map(|(k, _)| *k)
-            .collect();
+        // The connection keys and the frames to queue go through vectors kept in the
+        // device (taken and put back): no allocation per call.
+        let mut keys = std::mem::take(&mut self.fill_keys);
+        keys.clear();
+        keys.extend(
+            self.conns
+                .iter()
+                .filter(|(_, c)| {
+                    (!c.waiting.is_empty() || !c.reads.is_empty())
+                        && c.unacked.len() < self.cfg.max_inflight
+                        && c.unacked_bytes < self.max_inflight_bytes
+                })
+                .map(|(k, _)| *k),
+        );
         if keys.is_empty() {
+            self.fill_keys = keys;
             return;
         }
         let now = now.unwrap_or_else(Instant::now);
         let chunk = self.rdma_chunk() as u64;
-        for k in keys {
-            let mut dgs = Vec::new();
+        let mut dgs = std::mem::take(&mut self.fill_out);
+        for &k in &keys {
+            dgs.clear();
             if let Some(c) = self.conns.get_mut(&k) {
                 // Top the waiting queue up from the streamed reads, one window's worth.
                 let room = self.cfg.max_inflight.saturating_sub(c.unacked.len());
@@ -797,10 +859,12 @@ impl UdpDevice {
                 }
                 self.stats.frames_sent += dgs.len() as u64;
             }
-            for o in dgs {
+            for o in dgs.drain(..) {
                 self.out(o);
             }
         }
+        self.fill_keys = keys;
+        self.fill_out = dgs;
     }
 
     /// The earliest retransmission deadline, without firing anything: `progress` checks
@@ -906,51 +970,25 @@ impl UdpDevice {
         let Some(c) = self.conns.get_mut(&k) else {
             return;
         };
-        let mut acked = Vec::new();
+        // Each acknowledged frame is accounted for as it leaves the window (no list of
+        // them is built).
+        let mut latest: Option<u64> = None;
+        let events = &mut self.events;
         while let Some((&s, _)) = c.unacked.first_key_value() {
             if s > ack as u64 {
                 break;
             }
             if let Some(f) = c.unacked.remove(&s) {
-                c.unacked_bytes -= f.body.len();
-                acked.push(f);
+                c.on_acked(f, now, &mut latest, events);
             }
         }
         if sack != 0 {
             for i in 0..64u64 {
                 if sack & (1 << i) != 0 {
                     if let Some(f) = c.unacked.remove(&(ack as u64 + 2 + i)) {
-                        c.unacked_bytes -= f.body.len();
-                        acked.push(f);
+                        c.on_acked(f, now, &mut latest, events);
                     }
                 }
-            }
-        }
-        let mut latest: Option<u64> = None;
-        for f in acked {
-            if f.retries == 0 {
-                // Only frames sent once say which copy was acknowledged (an ACK of a
-                // retransmitted frame may be for the first copy).
-                latest = Some(latest.map_or(f.order, |l| l.max(f.order)));
-                // Karn: RTT samples from frames sent once only.
-                let r = now.duration_since(f.last_sent);
-                match c.srtt {
-                    None => {
-                        c.srtt = Some(r);
-                        c.rttvar = r / 2;
-                    }
-                    Some(s) => {
-                        let d = s.abs_diff(r);
-                        c.rttvar = (c.rttvar * 3 + d) / 4;
-                        c.srtt = Some((s * 7 + r) / 8);
-                    }
-                }
-            }
-            if let Some(token) = f.token {
-                self.events.push_back(DeviceEvent::SendDone {
-                    token,
-                    outcome: SendOutcome::Ok,
-                });
             }
         }
         // Loss detection by transmission order (RACK-like): a frame sent more than
@@ -1412,6 +1450,59 @@ impl UdpDevice {
         }
     }
 
+    /// The pieces of queued datagram `o` (queue index `i`) as `flush` gathers them: the
+    /// destination, the frame header (and a served read's message header) built now with
+    /// the acknowledgement state of the moment, its length, and the payload where it lies.
+    /// `None`: a frame acknowledged (or a connection failed) since it was queued, or a
+    /// served read's range gone (checked by `check_frames` just before).
+    fn piece<'a>(
+        conns: &'a HashMap<ConnKey, Conn>,
+        i: usize,
+        o: &'a Out,
+        mem: &'a dyn MemoryAccess,
+        my_connid: u32,
+    ) -> Option<Piece<'a>> {
+        match o {
+            Out::Dgram(to, d) => Some((i, *to, [0; HEAD_MAX], 0, d)),
+            Out::Frame(k, seq) => {
+                let c = conns.get(k)?;
+                let f = c.unacked.get(seq)?;
+                let mut head = [0u8; HEAD_MAX];
+                let mut head_len = HDR_LEN;
+                let payload = match &f.body {
+                    Body::Bytes(b) => &b[..],
+                    Body::Read {
+                        id,
+                        offset,
+                        mem: h,
+                        off,
+                        len,
+                        ..
+                    } => {
+                        let range = mem.region(*h).and_then(|b| {
+                            let s = usize::try_from(*off).ok()?;
+                            b.get(s..s.checked_add(usize::try_from(*len).ok()?)?)
+                        })?;
+                        head[HDR_LEN..HDR_LEN + READ_DATA_HDR]
+                            .copy_from_slice(&RdmaMsg::read_data_header(*id, *offset));
+                        head_len += READ_DATA_HDR;
+                        range
+                    }
+                };
+                Header {
+                    kind: f.kind,
+                    src_connid: my_connid,
+                    dst_connid: c.peer.qkey,
+                    seq: *seq as u32,
+                    ack: c.cum,
+                    sack: c.sack(),
+                }
+                .emit(f.body.len(), &mut head);
+                Some((i, c.sock, head, head_len, payload))
+            }
+        }
+    }
+
     /// Sends the queued datagrams until the queue is empty or the socket would block, in
     /// batches of [`UdpConfig::batch`] gathered from their pieces: a frame's header is
     /// built now, its body (or a served read's bytes, from the region) is sent from where
@@ -1426,76 +1517,43 @@ impl UdpDevice {
         while !self.txq.is_empty() {
             let n = self.txq.len().min(batch);
             self.check_frames(n, mem);
-            // (queue index, destination, frame header and message header, their length,
-            // payload)
-            type Piece<'a> = (usize, SocketAddr, [u8; HEAD_MAX], usize, &'a [u8]);
-            let mut pieces: Vec<Piece<'_>> = Vec::with_capacity(n);
-            for (i, o) in self.txq.range(..n).enumerate() {
-                match o {
-                    Out::Dgram(to, d) => pieces.push((i, *to, [0; HEAD_MAX], 0, d)),
-                    Out::Frame(k, seq) => {
-                        let Some(c) = self.conns.get(k) else {
-                            continue;
-                        };
-                        let Some(f) = c.unacked.get(seq) else {
-                            continue;
-                        };
-                        let mut head = [0u8; HEAD_MAX];
-                        let mut head_len = HDR_LEN;
-                        let payload = match &f.body {
-                            Body::Bytes(b) => &b[..],
-                            Body::Read {
-                                id,
-                                offset,
-                                mem: h,
-                                off,
-                                len,
-                                ..
-                            } => {
-                                // Checked by `check_frames` just now.
-                                let range = mem.region(*h).and_then(|b| {
-                                    let s = usize::try_from(*off).ok()?;
-                                    b.get(s..s.checked_add(usize::try_from(*len).ok()?)?)
-                                });
-                                let Some(range) = range else {
-                                    continue;
-                                };
-                                head[HDR_LEN..HDR_LEN + READ_DATA_HDR]
-                                    .copy_from_slice(&RdmaMsg::read_data_header(*id, *offset));
-                                head_len += READ_DATA_HDR;
-                                range
-                            }
-                        };
-                        Header {
-                            kind: f.kind,
-                            src_connid: my_connid,
-                            dst_connid: c.peer.qkey,
-                            seq: *seq as u32,
-                            ack: c.cum,
-                            sack: c.sack(),
-                        }
-                        .emit(f.body.len(), &mut head);
-                        pieces.push((i, c.sock, head, head_len, payload));
-                    }
-                }
+            // A lone datagram (a ping-pong's) is gathered on the stack, no allocation.
+            let mut one: Option<Piece<'_>> = None;
+            let mut pieces: Vec<Piece<'_>> = Vec::new();
+            if n == 1 {
+                let conns = &self.conns;
+                one = self
+                    .txq
+                    .front()
+                    .and_then(|o| Self::piece(conns, 0, o, mem, my_connid));
+            } else {
+                pieces.reserve(n);
+                pieces.extend(
+                    self.txq
+                        .range(..n)
+                        .enumerate()
+                        .filter_map(|(i, o)| Self::piece(&self.conns, i, o, mem, my_connid)),
+                );
             }
-            let msgs: Vec<(SocketAddr, [IoSlice<'_>; 2])> = pieces
-                .iter()
-                .map(|(_, to, head, head_len, payload)| {
-                    (
-                        *to,
-                        [IoSlice::new(&head[..*head_len]), IoSlice::new(payload)],
-                    )
-                })
-                .collect();
+            let pieces: &[Piece<'_>] = match &one {
+                Some(p) => std::slice::from_ref(p),
+                None => &pieces,
+            };
+            let single: [(SocketAddr, [IoSlice<'_>; 2]); 1];
+            let many: Vec<(SocketAddr, [IoSlice<'_>; 2])>;
+            let msgs: &[(SocketAddr, [IoSlice<'_>; 2])] = if let [p] = pieces {
+                single = [gather(p)];
+                &single
+            } else {
+                many = pieces.iter().map(gather).collect();
+                &many
+            };
             // Queue entries up to (not including) this index are done.
-            let done = match self.sock.send_gather(&msgs) {
+            let done = match self.sock.send_gather(msgs) {
                 Ok(sent) if sent >= pieces.len() => n,
                 Ok(sent) => pieces[sent].0,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     let skipped = pieces.first().map_or(n, |p| p.0);
-                    drop(msgs);
-                    drop(pieces);
                     self.txq.drain(..skipped);
                     return Ok(());
                 }
@@ -1505,8 +1563,6 @@ impl UdpDevice {
                     pieces.first().map_or(n, |p| p.0 + 1)
                 }
             };
-            drop(msgs);
-            drop(pieces);
             self.txq.drain(..done);
         }
         Ok(())
@@ -1661,14 +1717,26 @@ impl RdmDevice for UdpDevice {
         // batched receive got at most one datagram, as in a ping-pong, so `recvfrom` is
         // tried first; it needs no message-header arrays, a cheaper spin of the owner).
         let timer_due = next.is_some_and(|n| n <= read_at);
+        // A `recvfrom` that found nothing found the socket empty: no batched receive
+        // after it (in a busy-polled ping-pong every miss cost two receive calls). The
+        // narrow mode ends when two consecutive `progress` calls each found a datagram
+        // with it (a stream: the next `progress` reads a whole batch); a ping-pong, whose
+        // hits are separated by misses, never leaves it.
+        let mut drained = false;
         if !hit && self.rx_narrow {
             hit = self.receive(mem, 1, 1)? > 0;
-            // The next `progress` reads a whole batch.
-            self.rx_narrow = !hit;
+            if hit {
+                self.rx_streak = self.rx_streak.saturating_add(1);
+                self.rx_narrow = self.rx_streak < 2;
+            } else {
+                self.rx_streak = 0;
+                drained = true;
+            }
         }
-        if !hit || timer_due {
+        if (!hit && !drained) || timer_due {
             let n = self.receive(mem, 16, self.rx_bufs.len())?;
             self.rx_narrow = n <= 1;
+            self.rx_streak = 0;
         }
         let absent = self
             .last_read
@@ -1755,6 +1823,41 @@ mod tests {
 
     fn dev() -> UdpDevice {
         UdpDevice::bind(UdpConfig::new("127.0.0.1:0".parse().expect("addr"))).expect("bind")
+    }
+
+    /// Busy-polling an empty socket (a ping-pong waiting for its answer) costs one
+    /// `recvfrom` per `progress`, not a `recvfrom` and a `recvmmsg`; datagrams that keep
+    /// coming (two consecutive `progress` calls each found one) are read in batches again.
+    #[test]
+    fn busy_polling_costs_one_receive_call_and_a_stream_goes_back_to_batches() {
+        let mut d = dev();
+        let mut mem = NoMem(Vec::new());
+        let calls = |d: &UdpDevice| d.sock.stats.recv_calls;
+        // The first `progress` reads a batch (none yet), then the device is narrow.
+        d.progress(&mut mem, Some(Duration::ZERO))
+            .expect("progress");
+        let before = calls(&d);
+        for _ in 0..10 {
+            d.progress(&mut mem, Some(Duration::ZERO))
+                .expect("progress");
+        }
+        assert_eq!(calls(&d) - before, 10);
+        // A stream of 40 datagrams (not frames: counted as bad and dropped).
+        let tx = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        for _ in 0..40 {
+            tx.send_to(&[0u8; 40], d.addr.sock).expect("send");
+        }
+        let before = calls(&d);
+        d.progress(&mut mem, Some(Duration::ZERO))
+            .expect("progress");
+        d.progress(&mut mem, Some(Duration::ZERO))
+            .expect("progress");
+        assert_eq!((calls(&d) - before, d.sock.stats.rx_datagrams), (2, 2));
+        // The third reads the other 38 in two batched calls (32, then 6: drained).
+        d.progress(&mut mem, Some(Duration::ZERO))
+            .expect("progress");
+        assert_eq!((calls(&d) - before, d.sock.stats.rx_datagrams), (4, 40));
+        assert_eq!(d.stats().bad_frames, 40);
     }
 
     /// A device whose readiness thread was started releases its port when dropped (the
