@@ -574,6 +574,10 @@ pub struct UdpDevice {
     /// `fill_windows`' connection keys and frames, kept for their allocations.
     fill_keys: Vec<ConnKey>,
     fill_out: Vec<Out>,
+    /// A connection may have frames to move into its window: set when frames are queued,
+    /// a served read starts, or frames leave a window; cleared by a `fill_windows` that
+    /// found no connection to fill (which then skips its scan until it is set again).
+    fill_due: bool,
     /// [`RdmDevice::retry_refused`] was called: the held packets go up at the next
     /// `progress` (until then they are no work, see `busy` there).
     rnr_retry: bool,
@@ -660,6 +664,7 @@ impl UdpDevice {
             rx_streak: 0,
             fill_keys: Vec::new(),
             fill_out: Vec::new(),
+            fill_due: false,
             rnr_retry: false,
             stats: UdpStats::default(),
             watch: None,
@@ -748,6 +753,7 @@ impl UdpDevice {
             deferred: false,
             order: 0,
         });
+        self.fill_due = true;
         true
     }
 
@@ -756,6 +762,9 @@ impl UdpDevice {
     fn fill_windows(&mut self, mem: &dyn MemoryAccess, now: Option<Instant>) {
         // The connection keys and the frames to queue go through vectors kept in the
         // device (taken and put back): no allocation per call.
+        if !self.fill_due {
+            return;
+        }
         let mut keys = std::mem::take(&mut self.fill_keys);
         keys.clear();
         keys.extend(
@@ -769,6 +778,7 @@ impl UdpDevice {
                 .map(|(k, _)| *k),
         );
         if keys.is_empty() {
+            self.fill_due = false;
             self.fill_keys = keys;
             return;
         }
@@ -980,6 +990,7 @@ impl UdpDevice {
             }
             if let Some(f) = c.unacked.remove(&s) {
                 c.on_acked(f, now, &mut latest, events);
+                self.fill_due = true;
             }
         }
         if sack != 0 {
@@ -987,6 +998,7 @@ impl UdpDevice {
                 if sack & (1 << i) != 0 {
                     if let Some(f) = c.unacked.remove(&(ack as u64 + 2 + i)) {
                         c.on_acked(f, now, &mut latest, events);
+                        self.fill_due = true;
                     }
                 }
             }
@@ -997,6 +1009,9 @@ impl UdpDevice {
         let Some(latest) = latest else {
             return;
         };
+        if c.unacked.is_empty() {
+            return;
+        }
         let reo = c.srtt.map_or(Duration::ZERO, |s| s / 4);
         let rto = c.rto(&self.cfg);
         let mut dgs = Vec::new();
@@ -1086,7 +1101,7 @@ impl UdpDevice {
         };
         let seq = h.seq;
         let delay = self.cfg.ack_delay;
-        if seq <= c.cum || c.ooo.contains(&seq) {
+        if seq <= c.cum || (!c.ooo.is_empty() && c.ooo.contains(&seq)) {
             // The peer sent it again: our ACK was lost or late; it goes at once.
             c.ack.on_frame(Arrival::Urgent, now, delay);
             self.stats.duplicates += 1;
@@ -1163,6 +1178,7 @@ impl UdpDevice {
             match self.rdma.check_read(key, addr, len, mem) {
                 Ok((h, off)) => {
                     if let Some(c) = self.conns.get_mut(&k) {
+                        self.fill_due = true;
                         c.reads.push_back(ReadJob {
                             id,
                             key,
@@ -1220,11 +1236,13 @@ impl UdpDevice {
     /// Sends pure ACKs where a received frame has not been acknowledged by a data frame
     /// and its ACK is due (see [`AckState`]), and receiver-not-ready notices (which carry
     /// the ACK too) where frames were refused.
-    fn acks(&mut self, now: Instant) {
+    /// `now`: the time, `None` to read the clock (only if an ACK is pending).
+    fn acks(&mut self, mut now: Option<Instant>) {
         let mut dgs = Vec::new();
         let mut rnrs = 0;
         for c in self.conns.values_mut() {
-            if c.ack.ready(now) || !c.rnr.is_empty() {
+            let due = c.ack.due.is_some() && c.ack.ready(*now.get_or_insert_with(Instant::now));
+            if due || !c.rnr.is_empty() {
                 c.ack.sent();
                 let (kind, body) = if c.rnr.is_empty() {
                     (KIND_ACK, Vec::new())
@@ -1443,6 +1461,7 @@ impl UdpDevice {
                     .emit(&mut b);
                     c.unacked_bytes -= f.body.len();
                     c.unacked_bytes += b.len();
+                    self.fill_due = true;
                     f.kind = KIND_READ_RESP;
                     f.body = Body::Bytes(b);
                 }
@@ -1709,8 +1728,14 @@ impl RdmDevice for UdpDevice {
             // Waiting on the socket is watching it (see `timers`).
             self.last_read = Some(Instant::now());
         }
-        // Timers are judged at `read_at`: the socket held no ACK of theirs then.
-        let read_at = Instant::now();
+        // Timers are judged at `read_at`: the socket held no ACK of theirs then. Without a
+        // wait, the time read at the start serves (earlier than the read, so no timer is
+        // judged expired that was not by then; one clock read fewer per busy-poll).
+        let read_at = if wait == Some(Duration::ZERO) {
+            now
+        } else {
+            Instant::now()
+        };
         // After a busy-poll hit, the rest of the socket is read now only if a timer is
         // due (it must not fire with an ACK unread); otherwise at the next `progress`.
         // Likewise after a one-datagram receive that found one (`rx_narrow`: the last
@@ -1744,9 +1769,9 @@ impl RdmDevice for UdpDevice {
             .map(|_| read_at);
         self.last_read = Some(read_at);
         self.timers(read_at, absent);
-        let now = Instant::now();
-        self.fill_windows(mem, Some(now));
-        self.acks(now);
+        // The clock is read again only if a frame goes out or an ACK is pending.
+        self.fill_windows(mem, None);
+        self.acks(None);
         self.flush(mem)?;
         // Held packets go up again after the socket was read, so that the receive above
         // still saw how many are held (and left new packet frames unacknowledged beyond
@@ -1992,7 +2017,7 @@ mod tests {
             // The request carries the ACK of b's previous answer.
             assert_eq!(headers(&req)[0].ack as u64, round);
             deliver(&a, &mut b, &req, t + 5 * US);
-            b.acks(t + 5 * US);
+            b.acks(Some(t + 5 * US));
             assert!(b.txq.is_empty(), "no pure ACK before the delay");
             assert_eq!(b.next_deadline(), Some(t + 5 * US + delay));
             // b answers just before the delay runs out.
@@ -2003,14 +2028,14 @@ mod tests {
                 (h.len(), h[0].kind, h[0].ack as u64),
                 (1, KIND_PKT, round + 1)
             );
-            b.acks(t + 6 * US + delay);
+            b.acks(Some(t + 6 * US + delay));
             assert!(b.txq.is_empty(), "the answer acknowledged the request");
             deliver(&b, &mut a, &ans, t + 10 * US + delay);
             assert_eq!(
                 send_done(&mut a),
                 vec![(SendToken(2 * round), SendOutcome::Ok)]
             );
-            a.acks(t + 11 * US + delay);
+            a.acks(Some(t + 11 * US + delay));
             assert!(
                 a.txq.is_empty(),
                 "a's ACK of the answer waits for its next request"
@@ -2031,16 +2056,16 @@ mod tests {
         let f = wire(&mut a);
         deliver(&a, &mut b, &f, t0 + US);
         for t in [t0 + US, t0 + delay] {
-            b.acks(t);
+            b.acks(Some(t));
             assert!(b.txq.is_empty());
         }
-        b.acks(t0 + US + delay);
+        b.acks(Some(t0 + US + delay));
         let acks = wire(&mut b);
         let h = headers(&acks);
         assert_eq!((h.len(), h[0].kind, h[0].ack), (1, KIND_ACK, 1));
         assert_eq!(b.stats.acks_sent, 1);
         assert!(b.conns.values().all(Conn::idle));
-        b.acks(t0 + 3 * delay);
+        b.acks(Some(t0 + 3 * delay));
         assert!(b.txq.is_empty(), "one ACK only");
         deliver(&b, &mut a, &acks, t0 + 2 * US + delay);
         assert_eq!(send_done(&mut a), vec![(SendToken(7), SendOutcome::Ok)]);
@@ -2058,24 +2083,24 @@ mod tests {
         send(&mut a, &b, b"2", 2, t0);
         let f = wire(&mut a);
         deliver(&a, &mut b, &f, t0);
-        b.acks(t0);
+        b.acks(Some(t0));
         assert_eq!(headers(&wire(&mut b))[0].ack, 2);
         // Frame 3 lost, 4 arrives: ACK 2 with 4 in the sack bitmap, at once.
         send(&mut a, &b, b"3", 3, t0);
         send(&mut a, &b, b"4", 4, t0);
         let f = wire(&mut a);
         deliver(&a, &mut b, &f[1..], t0);
-        b.acks(t0);
+        b.acks(Some(t0));
         let h = headers(&wire(&mut b));
         assert_eq!((h[0].ack, h[0].sack), (2, 1 << 0));
         // A duplicate of frame 4.
         deliver(&a, &mut b, &f[1..], t0);
-        b.acks(t0);
+        b.acks(Some(t0));
         assert_eq!(headers(&wire(&mut b)).len(), 1);
         assert_eq!(b.stats.duplicates, 1);
         // Frame 3 fills the gap: at once too.
         deliver(&a, &mut b, &f[..1], t0);
-        b.acks(t0);
+        b.acks(Some(t0));
         assert_eq!(headers(&wire(&mut b))[0].ack, 4);
     }
 
@@ -2194,7 +2219,7 @@ mod tests {
                     }
                 }
             }
-            b.acks(t);
+            b.acks(Some(t));
             let back = wire(b);
             if b_answers {
                 deliver(b, a, &back, t);
@@ -2263,7 +2288,7 @@ mod tests {
             let f = wire(&mut a);
             deliver(&a, &mut b, &f, t);
             while b.poll_event().is_some() {}
-            b.acks(t);
+            b.acks(Some(t));
             let back = wire(&mut b);
             deliver(&b, &mut a, &back, t);
             for (tok, o) in send_done(&mut a) {
@@ -2348,7 +2373,7 @@ mod tests {
                     }
                 }
                 a.timers(t, None);
-                b.acks(t);
+                b.acks(Some(t));
                 for f in wire(&mut b) {
                     in_flight.push((t + lat(i), false, f));
                     i += 1;
@@ -2394,7 +2419,7 @@ mod tests {
                 d.on_datagram(from, &h.datagram(&body), &mut mem, now);
             }
             d.timers(Instant::now(), None);
-            d.acks(Instant::now());
+            d.acks(Some(Instant::now()));
             while d.poll_event().is_some() {}
             mem.0.len() == 64 && d.conns.len() <= 3
         }
