@@ -65,9 +65,8 @@ fn socket_addr(a: nix::sys::socket::SockaddrStorage) -> Option<SocketAddr> {
     }
 }
 
-/// Most datagrams one `recvmmsg` call receives.
-#[cfg(any(target_os = "linux", target_os = "android"))]
-const RECV_BATCH_MAX: usize = 64;
+/// Most datagrams one batched receive call ([`Sock::recv_batch`]) returns.
+pub const RECV_BATCH_MAX: usize = 64;
 
 /// `recvmmsg` message headers kept between calls. `nix`'s `MultiHeaders` holds raw
 /// pointers (it is not `Send`), so it cannot live in the device, which must be; it is
