@@ -177,7 +177,8 @@ pub struct UdpConfig {
     /// A frame unacknowledged this long fails its connection (from its first transmission,
     /// or from the peer's latest receiver-not-ready notice for it).
     pub peer_timeout: Duration,
-    /// Datagrams per `sendmmsg`/`recvmmsg` call.
+    /// Datagrams per `sendmmsg`/`recvmmsg` call (a receive call takes at most
+    /// [`sock::RECV_BATCH_MAX`]).
     pub batch: usize,
     /// Most connections (peer socket address and connid); frames that would open one more
     /// are dropped and counted, so spoofed sources cannot grow the table without bound.
