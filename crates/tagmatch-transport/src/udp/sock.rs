@@ -66,7 +66,7 @@ fn socket_addr(a: nix::sys::socket::SockaddrStorage) -> Option<SocketAddr> {
 }
 
 /// Most datagrams one batched receive call ([`Sock::recv_batch`]) returns.
-pub const RECV_BATCH_MAX: usize = 64;
+pub const RECV_BATCH_MAX: usize = 32;
 
 /// `recvmmsg` message headers kept between calls. `nix`'s `MultiHeaders` holds raw
 /// pointers (it is not `Send`), so it cannot live in the device, which must be; it is
