@@ -789,7 +789,12 @@ impl UdpDevice {
                 // Top the waiting queue up from the streamed reads, one window's worth.
                 let room = self.cfg.max_inflight.saturating_sub(c.unacked.len());
                 let room_bytes = self.max_inflight_bytes.saturating_sub(c.unacked_bytes);
-                let mut waiting_bytes: usize = c.waiting.iter().map(|f| f.body.len()).sum();
+                // (Summed only when there are reads to top up from.)
+                let mut waiting_bytes: usize = if c.reads.is_empty() {
+                    0
+                } else {
+                    c.waiting.iter().map(|f| f.body.len()).sum()
+                };
                 while c.waiting.len() < room && waiting_bytes < room_bytes {
                     let Some(job) = c.reads.front_mut() else {
                         break;
@@ -878,10 +883,23 @@ impl UdpDevice {
     /// The earliest retransmission deadline, without firing anything: `progress` checks
     /// it before it waits, and fires timers only after it has read what the socket holds.
     fn next_deadline(&self) -> Option<Instant> {
-        self.conns
-            .values()
-            .flat_map(|c| c.unacked.values().map(|f| f.deadline).chain(c.ack.due))
-            .min()
+        // Plain loops: the iterator chain (flat_map, chain, min) cost about twice as many
+        // instructions for the usual one connection with one frame in flight.
+        let mut next: Option<Instant> = None;
+        let mut note = |t: Instant| {
+            if next.is_none_or(|n| t < n) {
+                next = Some(t);
+            }
+        };
+        for c in self.conns.values() {
+            if let Some(d) = c.ack.due {
+                note(d);
+            }
+            for f in c.unacked.values() {
+                note(f.deadline);
+            }
+        }
+        next
     }
 
     /// Retransmits due frames, fails connections whose peer stopped answering; returns the
