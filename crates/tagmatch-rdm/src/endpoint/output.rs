@@ -72,18 +72,36 @@ impl Endpoint {
     }
 
     pub(super) fn emit(&mut self, peer: PeerId, repr: &Repr<'_>, owner: PktOwner) {
+        if let Some(bytes) = Self::encode(repr) {
+            self.emit_encoded(peer, repr.pkt_type, bytes, owner);
+        }
+    }
+
+    /// The packet's bytes (`None`, logged: it cannot be emitted). Needs no `&mut self`, so
+    /// a payload can be borrowed from the endpoint's regions while the packet is built.
+    pub(super) fn encode(repr: &Repr<'_>) -> Option<Vec<u8>> {
         let mut bytes = vec![0u8; repr.buffer_len()];
         match repr.emit(&mut bytes) {
-            Ok(_) => {}
+            Ok(_) => Some(bytes),
             Err(e) => {
                 tracing::error!(?e, ty = %repr.pkt_type, "cannot emit packet");
-                return;
+                None
             }
         }
+    }
+
+    /// Queues the packet `bytes` (of type `ty`) that [`Endpoint::encode`] built.
+    pub(super) fn emit_encoded(
+        &mut self,
+        peer: PeerId,
+        ty: PacketType,
+        bytes: Vec<u8>,
+        owner: PktOwner,
+    ) {
         if bytes.len() > self.cfg.mtu {
             // Only an ATOMRSP echoing a peer's larger operand can get here; the device will
             // refuse it and the requester's operation fails.
-            tracing::warn!(ty = %repr.pkt_type, len = bytes.len(), "packet exceeds the MTU");
+            tracing::warn!(%ty, len = bytes.len(), "packet exceeds the MTU");
             self.stats.tx_oversize += 1;
         }
         if let PktOwner::Tx(id) = owner {

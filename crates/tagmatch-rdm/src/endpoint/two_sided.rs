@@ -110,6 +110,19 @@ impl Endpoint {
     }
 
     /// Bytes `start..start + n` of TX op `id`'s message (copied out of its buffer).
+    /// Bytes `start..start + n` of send `id`'s data, where they lie (empty if gone).
+    pub(super) fn tx_slice(&self, id: u32, start: u64, n: u64) -> &[u8] {
+        let Some(t) = self.tx.get(id) else {
+            return &[];
+        };
+        let Some(r) = self.mem.get(t.mem) else {
+            return &[];
+        };
+        let a = (t.mem_off + start) as usize;
+        let b = (t.mem_off + start + n) as usize;
+        r.bytes.get(a..b).unwrap_or_default()
+    }
+
     pub(super) fn tx_bytes(&self, id: u32, start: u64, n: u64) -> Vec<u8> {
         let Some(t) = self.tx.get(id) else {
             return Vec::new();
@@ -244,13 +257,15 @@ impl Endpoint {
         tracing::debug!(?op, ?proto, len, "send");
         match proto {
             Protocol::Eager => {
-                let data = self.tx_bytes(id, 0, len);
+                // The payload is encoded from where it lies (no copy of it first).
                 let r = self.msg_req(id, eager_ty).with(Field::MsgId, msg_id as u64);
                 let r = Repr {
-                    payload: &data,
+                    payload: self.tx_slice(id, 0, len),
                     ..r
                 };
-                self.emit(peer, &r, PktOwner::Tx(id));
+                if let Some(bytes) = Self::encode(&r) {
+                    self.emit_encoded(peer, eager_ty, bytes, PktOwner::Tx(id));
+                }
                 self.tx_queued_all(id);
             }
             Protocol::Medium => {
