@@ -322,8 +322,12 @@ struct Peer<M> {
     /// `(head + d) % window` holds sequence number `expected + d`.
     ring: Vec<Held<M>>,
     head: usize,
-    /// Non-empty slots (messages and skips).
+    /// Non-empty slots (messages, controls and skips).
     occupied: usize,
+    /// One past the offset (from `expected`) of the last non-empty slot; 0 when none.
+    /// The empty slots below it, `span - occupied`, are the gaps whose messages the
+    /// message budget keeps room for (see [`Engine::reserved`]).
+    span: u32,
 }
 
 impl<M> Peer<M> {
@@ -333,11 +337,18 @@ impl<M> Peer<M> {
             ring: Vec::new(),
             head: 0,
             occupied: 0,
+            span: 0,
         }
+    }
+
+    /// The empty slots below the last held one.
+    fn gaps(&self) -> usize {
+        self.span as usize - self.occupied
     }
 
     fn advance(&mut self) {
         self.expected = self.expected.wrapping_add(1);
+        self.span = self.span.saturating_sub(1);
         if !self.ring.is_empty() {
             self.head = (self.head + 1) % self.ring.len();
         }
@@ -367,6 +378,10 @@ pub struct Engine<R, M> {
     n_kind: [usize; 5],
     next_seq: u64,
     peers: FastMap<u32, Peer<M>>,
+    /// Room the message budget keeps for the messages missing below held ones: the sum of
+    /// every peer's gaps. The next message in order from a source with held successors
+    /// takes its place from here, so it is admitted without ever exceeding the budget.
+    reserved: usize,
     scratch: Vec<u32>,
     c: Counters,
     /// Last claim id given by [`Engine::mprobe`].
@@ -399,6 +414,7 @@ impl<R, M> Engine<R, M> {
             n_kind: [0; 5],
             next_seq: 0,
             peers: FastMap::default(),
+            reserved: 0,
             scratch: Vec::new(),
             c: Counters::default(),
             claims: 0,
@@ -803,10 +819,17 @@ impl<R, M> Engine<R, M> {
         self.unexp.len() - claims + self.c.reorder_depth
     }
 
-    /// Whether one more stored message of `len` bytes stays within the budgets.
+    /// Whether one more stored message of `len` bytes (`held` of them counted) stays
+    /// within the budgets, the room kept for missing in-order messages included.
     fn fits(&self, len: usize, held: usize) -> bool {
+        self.fits_more(1, len, held)
+    }
+
+    /// Whether `more` messages (the last of `len` bytes, `held` of them counted) more
+    /// than are stored and reserved stay within the budgets.
+    fn fits_more(&self, more: usize, len: usize, held: usize) -> bool {
         len <= u32::MAX as usize
-            && self.held_messages() < self.cfg.max_messages
+            && self.held_messages() + self.reserved + more <= self.cfg.max_messages
             && self
                 .c
                 .bytes_held
@@ -1173,8 +1196,12 @@ impl<R, M> Engine<R, M> {
     /// returned). Otherwise it is rejected: [`RejectReason::WindowOverflow`] (too far
     /// ahead), [`RejectReason::Stale`] (behind: already processed),
     /// [`RejectReason::Duplicate`] (already held) or [`RejectReason::Backpressure`]
-    /// (budget, or [`MAX_ENTRIES`] stored messages, which also bounds the admission of
-    /// the next message over the budget). A rejected message leaves the engine unchanged.
+    /// (budget, or [`MAX_ENTRIES`] stored messages). A held message keeps room in the
+    /// message budget for itself and for every message of its source missing below it,
+    /// so a message ahead is refused with `Backpressure` when that room is not there,
+    /// and the next message in order, which takes the room kept for it, never exceeds
+    /// [`Config::max_messages`] (see [`Config::max_bytes`] for bytes). A rejected message
+    /// leaves the engine unchanged.
     pub fn deliver(
         &mut self,
         env: Envelope,
@@ -1273,20 +1300,31 @@ impl<R, M> Engine<R, M> {
         // result in an error".
         let window = self.cfg.reorder_window;
         let initial = self.cfg.initial_seq;
-        let fits = match item {
-            Item::Msg { len, held, .. } => self.fits(len, held),
+        let (stored, reserved, max_messages) =
+            (self.held_messages(), self.reserved, self.cfg.max_messages);
+        let bytes_fit = match item {
+            Item::Msg { len, held, .. } => {
+                len <= u32::MAX as usize
+                    && self
+                        .c
+                        .bytes_held
+                        .checked_add(held)
+                        .is_some_and(|b| b <= self.cfg.max_bytes)
+            }
             Item::Control => true,
         };
         let peer = self.peers.entry(src).or_insert_with(|| Peer::new(initial));
         let d = seq.wrapping_sub(peer.expected);
         if d == 0 {
-            // The next message in order is admitted over the budget when successors of it
-            // are held: they count against the same budget and wait for it, so refusing
-            // it would leave the source stuck for ever. Each message admitted so fills a
-            // gap below held ones, which entered within the budget and the reorder window:
-            // the overshoot is at most, per source, the gaps below its held messages.
+            // The next message in order is admitted without the budget's check when
+            // successors of it are held: they wait for it, so refusing it would leave the
+            // source stuck for ever. It takes the place the message budget kept for it
+            // when the successors were held (see the out-of-order branch below), so the
+            // message count never exceeds the budget; its bytes may (a gap's size is not
+            // known in advance): at most, per source, the gaps below its held messages.
             // Otherwise the budget applies.
             let check_budget = peer.occupied == 0;
+            let gaps_before = peer.gaps();
             // The hard ceiling (`MAX_ENTRIES`) is never passed: this item and every held
             // successor it releases must fit in the message slab.
             if !check_budget && self.unexp.len() + 1 + peer.occupied > self.max_stored {
@@ -1343,6 +1381,10 @@ impl<R, M> Engine<R, M> {
                     }
                 }
             }
+            // The item took the place kept for it (offset 0 was a gap when successors were
+            // held); the released successors leave the gaps above them as they were.
+            let gaps_after = self.peers.get(&src).map_or(0, Peer::gaps);
+            self.reserved = self.reserved + gaps_after - gaps_before;
             return Ok(n);
         }
         if d >= 1 << 31 {
@@ -1362,6 +1404,19 @@ impl<R, M> Engine<R, M> {
             self.c.rejected_sequence += 1;
             return Err((RejectReason::Duplicate, item));
         }
+        // The message budget keeps room for this message and for every message missing
+        // below it (the gaps it opens), so that the next in order, admitted over the
+        // budget's check when successors of it are held, never exceeds it: `more` is what
+        // holding it adds (0 when it fills a gap: its room was kept). Controls take no
+        // message budget and are held whatever the room.
+        let span2 = peer.span.max(d + 1);
+        let more = (span2 - peer.span) as usize;
+        let fits = match item {
+            Item::Msg { .. } => {
+                bytes_fit && (more == 0 || stored + reserved + more <= max_messages)
+            }
+            Item::Control => true,
+        };
         if !fits {
             self.c.rejected_backpressure += 1;
             return Err((RejectReason::Backpressure, item));
@@ -1380,6 +1435,9 @@ impl<R, M> Engine<R, M> {
             Item::Control => Held::Control,
         };
         peer.occupied += 1;
+        peer.span = span2;
+        // Gaps: `more - 1` new ones below this message (or one filled when `more` is 0).
+        self.reserved = self.reserved + more - 1;
         Ok(0)
     }
 
@@ -1631,6 +1689,7 @@ impl<R, M> Engine<R, M> {
         s.clear();
         self.scratch = s;
         if let Some(peer) = self.peers.remove(&src) {
+            self.reserved -= peer.gaps();
             for h in peer.ring {
                 if let Held::Msg(m, held) = h {
                     self.c.reorder_depth -= 1;
@@ -1689,7 +1748,7 @@ impl<R, M> Engine<R, M> {
     /// Memory state of the unexpected side ([`Pressure::Full`]: the next message that
     /// must be stored is refused).
     pub fn pressure(&self) -> Pressure {
-        let msgs = self.held_messages();
+        let msgs = self.held_messages() + self.reserved;
         let bytes = self.c.bytes_held;
         if msgs >= self.cfg.max_messages || bytes >= self.cfg.max_bytes {
             return Pressure::Full;

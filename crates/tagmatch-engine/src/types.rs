@@ -361,15 +361,21 @@ pub struct Config {
     /// 0 and 1 both mean "no out-of-order arrival accepted".
     pub reorder_window: u32,
     /// Budget of payload bytes held by the engine (unexpected + reorder buffer + claimed).
-    /// One exception, for both budgets: [`Engine::deliver`](crate::Engine::deliver)
-    /// admits a source's next message in order over the budget when messages after it are
-    /// held out of order (they wait for it; refusing it would leave the source stuck).
-    /// Out-of-order arrivals themselves enter only within the budget, so the overshoot is
-    /// at most, per source, the gaps below its held messages (within the reorder window).
+    /// One exception: [`Engine::deliver`](crate::Engine::deliver) admits a source's next
+    /// message in order over the byte budget when messages after it are held out of
+    /// order (they wait for it; refusing it would leave the source stuck, and its size is
+    /// not known when they are held). Out-of-order arrivals themselves enter only within
+    /// the budget, so the overshoot is at most, per source, the gaps below its held
+    /// messages (within the reorder window).
     pub max_bytes: usize,
-    /// Budget of entries held by the engine (unexpected + reorder buffer + claimed); see
-    /// [`Config::max_bytes`] for the one exception. Capped at [`MAX_ENTRIES`], which the
-    /// exception never passes for stored messages.
+    /// Budget of entries held by the engine (unexpected + reorder buffer + claimed), never
+    /// exceeded: a message held out of order keeps room for itself and for every message
+    /// of its source missing below it (one that cannot is refused with
+    /// [`RejectReason::Backpressure`](crate::RejectReason::Backpressure)), so the next in
+    /// order always has its place. (A held control sequence number,
+    /// [`Engine::deliver_control`](crate::Engine::deliver_control), takes no room and
+    /// keeps none: the messages missing below one may exceed the budget.) Capped at
+    /// [`MAX_ENTRIES`].
     pub max_messages: usize,
     /// Limit of posted receives (capped at [`MAX_ENTRIES`]).
     pub max_posted: usize,

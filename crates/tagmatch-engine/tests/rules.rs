@@ -440,58 +440,106 @@ fn byte_budget_gives_backpressure_and_leaves_state_unchanged() {
 }
 
 #[test]
-fn message_count_budget_includes_held_and_claimed() {
+fn message_count_budget_includes_held_claimed_and_the_room_kept_for_gaps() {
     let mut e = E::new(Config::default().max_messages(3));
     e.arrive(env(0, 0, 0), 0, 0).unwrap();
     let c = e.mprobe(&RecvSpec::new(0, None, None)).unwrap();
+    // Seq 1 of source 1 is held: it and the message missing below it (seq 0) take two
+    // places, so with the claimed message the budget of 3 is full.
     e.deliver(env(0, 1, 0), 1, 0, 1, |_| {}).unwrap();
-    e.arrive(env(0, 0, 0), 0, 2).unwrap();
     assert_eq!(e.pressure(), Pressure::Full);
     assert_eq!(
-        e.arrive(env(0, 0, 0), 0, 3).unwrap_err().reason,
+        e.arrive(env(0, 0, 0), 0, 2).unwrap_err().reason,
         RejectReason::Backpressure
     );
-    // The next in order from source 1, whose seq 1 is held, is admitted over the budget:
-    // the held successor waits for it (refusing it would leave source 1 stuck for ever).
-    // Draining a held message into the unexpected queue never fails.
+    // The next in order from source 1 takes the place kept for it; its held successor
+    // follows. Draining a held message into the unexpected queue never fails, and the
+    // budget is never exceeded: 4 and 1 queued, 0 claimed.
     assert_eq!(e.deliver(env(0, 1, 0), 0, 0, 4, |_| {}), Ok(2));
-    // 2, 4 and 1 queued, 0 claimed: one over the budget of 3.
     assert_eq!(
         (e.counters().unexpected_depth, e.counters().claimed_depth),
-        (3, 1)
+        (2, 1)
     );
     e.mrecv(c.handle).unwrap();
-    // Without held successors the budget applies to the next in order too.
+    // Without held successors the budget applies to the next in order: one more fits.
+    assert_eq!(e.deliver(env(0, 1, 0), 2, 0, 5, |_| {}), Ok(1));
     assert_eq!(
-        e.deliver(env(0, 1, 0), 2, 0, 5, |_| {}).unwrap_err().reason,
+        e.deliver(env(0, 1, 0), 3, 0, 6, |_| {}).unwrap_err().reason,
         RejectReason::Backpressure
     );
 }
 
-/// Out-of-order successors fill the budget and match posted receives once their
-/// predecessor arrives; the predecessor itself matches nothing. It must be admitted, or the
-/// source never progresses (receiver-not-ready redelivery would refuse it for ever).
+/// A held successor and the gap below it fill the budget; a second successor, which
+/// would need a third place, is refused (the transport hands it in again later). The
+/// predecessor, which matches nothing, is admitted in the place kept for it: the source
+/// progresses, and the budget holds.
 #[test]
 fn next_in_order_is_admitted_when_held_successors_fill_the_budget() {
     let mut e = E::new(Config::default().max_messages(2));
     pending(e.post(RecvSpec::exact(0, 7, 1), "r1"));
     pending(e.post(RecvSpec::exact(0, 7, 2), "r2"));
     e.deliver(env(0, 7, 1), 1, 0, 11, |_| {}).unwrap();
-    e.deliver(env(0, 7, 2), 2, 0, 12, |_| {}).unwrap();
     assert_eq!(e.pressure(), Pressure::Full);
+    assert_eq!(
+        e.deliver(env(0, 7, 2), 2, 0, 12, |_| {})
+            .unwrap_err()
+            .reason,
+        RejectReason::Backpressure
+    );
     let mut got = Vec::new();
-    let n = e
-        .deliver(env(0, 7, 0), 0, 0, 10, |a| {
-            got.push(match a {
-                Arrived::Matched(m) => (m.msg, Some(m.recv)),
-                Arrived::Unexpected(en) => (en.tag as u32 + 10, None),
-            })
+    let mut show = |a: Arrived<&'static str, u32>| {
+        got.push(match a {
+            Arrived::Matched(m) => (m.msg, Some(m.recv)),
+            Arrived::Unexpected(en) => (en.tag as u32 + 10, None),
         })
-        .unwrap();
-    assert_eq!(n, 3);
+    };
+    assert_eq!(e.deliver(env(0, 7, 0), 0, 0, 10, &mut show), Ok(2));
+    assert_eq!(e.deliver(env(0, 7, 2), 2, 0, 12, &mut show), Ok(1));
     assert_eq!(got, vec![(10, None), (11, Some("r1")), (12, Some("r2"))]);
     assert_eq!(e.counters().unexpected_depth, 1);
     assert_eq!(e.counters().reorder_depth, 0);
+}
+
+/// Successors arriving before their predecessors (here every round delivers a source's
+/// messages in reverse order, and refused ones come again in the next round, as the
+/// receiver-not-ready redelivery does) never take the engine over its message budget:
+/// a held message keeps room for the ones missing below it. Before that rule, the budget
+/// of 2 grew to 64 (the reorder window): each in-order message was admitted over it
+/// while successors waited.
+#[test]
+fn reversed_arrivals_never_exceed_the_message_budget() {
+    let mut e = E::new(Config::default().max_messages(2).reorder_window(64));
+    let n = 200u32;
+    let mut pending: Vec<u32> = (0..n).rev().collect();
+    let mut order = Vec::new();
+    let mut peak = 0;
+    for _round in 0..10 * n {
+        if pending.is_empty() {
+            break;
+        }
+        let mut refused = Vec::new();
+        for &s in &pending {
+            let r = e.deliver(env(0, 3, u64::from(s)), s, 8, s, |a| {
+                if let Arrived::Unexpected(en) = a {
+                    order.push(en.tag as u32)
+                }
+            });
+            if r.is_err() {
+                refused.push(s);
+            }
+            let c = e.counters();
+            peak = peak.max(c.unexpected_depth + c.reorder_depth);
+            // The application receives one message per delivery attempt.
+            if let Some(c) = e.mprobe(&RecvSpec::new(0, None, None)) {
+                e.mrecv(c.handle).unwrap();
+            }
+        }
+        refused.reverse();
+        pending = refused;
+    }
+    assert!(pending.is_empty(), "{} never delivered", pending.len());
+    assert_eq!(order, (0..n).collect::<Vec<_>>(), "in send order");
+    assert!(peak <= 2, "peak {peak} over the budget of 2");
 }
 
 #[test]

@@ -112,7 +112,9 @@ pub struct Config {
     /// refused for now (`Rx::Refused`, counted in `Stats::rx_refused`): the owner
     /// hands it in again later, so nothing is lost and memory stays bounded.
     pub max_unexpected_bytes: usize,
-    /// Budget of unexpected and out-of-order messages.
+    /// Budget of unexpected and out-of-order messages, never exceeded: a message held out
+    /// of order keeps room for the messages of its peer missing below it, and one that
+    /// cannot is refused for now like a message over the byte budget.
     pub max_unexpected_msgs: usize,
     /// Whether messages claimed with `mprobe`/`tmprobe` and not yet received count
     /// against the two budgets above (default `true`). An owner that claims every message

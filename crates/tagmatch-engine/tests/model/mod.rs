@@ -90,6 +90,24 @@ impl Model {
         self.unexp.len() + self.claimed.len() + self.held_count()
     }
 
+    /// The messages missing below held ones, per source (the gaps of its reorder window
+    /// below the last held sequence number): the message budget keeps room for them.
+    pub fn reserved(&self) -> usize {
+        self.peers.values().map(Self::gaps).sum()
+    }
+
+    fn span(p: &Peer) -> usize {
+        p.held
+            .keys()
+            .map(|&q| q.wrapping_sub(p.expected) as usize + 1)
+            .max()
+            .unwrap_or(0)
+    }
+
+    fn gaps(p: &Peer) -> usize {
+        Self::span(p) - p.held.len()
+    }
+
     pub fn bytes(&self) -> usize {
         let held: usize = self
             .peers
@@ -108,12 +126,12 @@ impl Model {
 
     fn fits(&self, len: usize) -> bool {
         len <= u32::MAX as usize
-            && self.stored() < self.max_messages
+            && self.stored() + self.reserved() < self.max_messages
             && self.bytes() + len <= self.max_bytes
     }
 
     pub fn pressure(&self) -> Pressure {
-        let (m, b) = (self.stored(), self.bytes());
+        let (m, b) = (self.stored() + self.reserved(), self.bytes());
         if m >= self.max_messages || b >= self.max_bytes {
             Pressure::Full
         } else if m as u128 * 100 >= self.max_messages as u128 * self.high_water as u128
@@ -193,7 +211,7 @@ impl Model {
             Some(RejectReason::WindowOverflow)
         } else if self.peers[&src].held.contains_key(&seq) {
             Some(RejectReason::Duplicate)
-        } else if !self.fits(m.len) {
+        } else if !self.fits_held(src, d, m.len) {
             Some(RejectReason::Backpressure)
         } else {
             None
@@ -205,6 +223,17 @@ impl Model {
                 self.peers.get_mut(&src).unwrap().held.insert(seq, Some(m));
             }
         }
+    }
+
+    /// Whether a message `d` ahead of `src`'s next expected one may be held: it and the
+    /// gaps it opens below it fit in the message budget (a message filling a gap has
+    /// its room kept already), and its bytes fit.
+    fn fits_held(&self, src: u32, d: u32, len: usize) -> bool {
+        let span = Self::span(&self.peers[&src]);
+        let more = (d as usize + 1).saturating_sub(span);
+        len <= u32::MAX as usize
+            && self.bytes() + len <= self.max_bytes
+            && (more == 0 || self.stored() + self.reserved() + more <= self.max_messages)
     }
 
     pub fn probe(&self, spec: &RecvSpec) -> Option<u32> {
