@@ -16,7 +16,7 @@ use tagmatch_engine::{
 };
 use tagmatch_wire::efa::{
     extra, flags, ExtraInfo, Field, HandshakeExt, Packet, PacketType, RawAddr, RawAddrHdr, Repr,
-    RmaIov, RMA_IOV_LEN,
+    RmaIov, RtmHeader, RMA_IOV_LEN,
 };
 
 use crate::atomic::{self, AtomicOp, Datatype};

@@ -90,6 +90,25 @@ impl Endpoint {
         }
     }
 
+    /// An eager or medium RTM: `h` then `payload` (`None`, logged: it cannot be emitted).
+    /// The packet [`Endpoint::encode`] builds from the same values, without the walk over
+    /// the type's layout.
+    pub(super) fn encode_rtm(h: &RtmHeader, payload: &[u8]) -> Option<Vec<u8>> {
+        let hl = h.header_len();
+        let mut bytes = Vec::with_capacity(hl + payload.len());
+        bytes.resize(hl, 0);
+        match h.emit(&mut bytes) {
+            Ok(_) => {
+                bytes.extend_from_slice(payload);
+                Some(bytes)
+            }
+            Err(e) => {
+                tracing::error!(?e, ty = %h.pkt_type, "cannot emit packet");
+                None
+            }
+        }
+    }
+
     /// Queues the packet `bytes` (of type `ty`) that [`Endpoint::encode`] built.
     pub(super) fn emit_encoded(
         &mut self,
