@@ -335,9 +335,16 @@ impl Endpoint {
             src: peer.0,
             tag: if is_rta { ib as u64 } else { ibm.tag },
         };
+        // An eager payload is not copied yet: when a posted receive matches it now, it goes
+        // straight from the packet into the receive buffer; otherwise it is buffered below.
+        let direct = proto == RxProto::Eager && !is_rta;
         // The engine's budget counts what is buffered here, not the message length (long
         // protocols leave the data at the sender until matched).
-        let len = ibm.data.len();
+        let len = if direct {
+            ibm.msg_len as usize
+        } else {
+            ibm.data.len()
+        };
         let mut arrived = Vec::new();
         match self
             .engine
@@ -368,9 +375,24 @@ impl Endpoint {
                 };
             }
         }
+        let mut payload = None;
+        if direct {
+            let now = arrived
+                .iter()
+                .any(|a| matches!(a, Arrived::Matched(m) if m.msg as usize == ib));
+            if now {
+                payload = Some(pkt.payload());
+            } else if let Some(ibm) = self.inbound.get_mut(ib) {
+                // Unexpected, or held for an earlier message: buffered until matched.
+                ibm.data = pkt.payload().to_vec();
+            }
+        }
         for a in arrived {
             match a {
-                Arrived::Matched(m) => self.on_match(m.recv, m.msg as usize),
+                Arrived::Matched(m) => {
+                    let data = payload.filter(|_| m.msg as usize == ib);
+                    self.on_match_with(m.recv, m.msg as usize, data)
+                }
                 Arrived::Unexpected(env) if env.comm == COMM_RTA => {
                     let spec = RecvSpec::exact(COMM_RTA, env.src, env.tag);
                     if let Some(c) = self.engine.mprobe(&spec) {
@@ -449,8 +471,9 @@ impl Endpoint {
         }
         match proto {
             RxProto::Eager => {
-                ib.data = pkt.payload().to_vec();
-                ib.msg_len = ib.data.len() as u64;
+                // The payload is copied by `on_sequenced` (into the matching receive's
+                // buffer, or kept here when none matches yet).
+                ib.msg_len = pkt.payload().len() as u64;
                 ib.received = ib.msg_len;
             }
             RxProto::Medium => {
@@ -584,6 +607,12 @@ impl Endpoint {
 
     /// A posted receive `rx` and an inbound message `ib` met.
     pub(super) fn on_match(&mut self, id: u32, ib_idx: usize) {
+        self.on_match_with(id, ib_idx, None);
+    }
+
+    /// [`Endpoint::on_match`]; `direct` is the eager payload of `ib` when it was not
+    /// buffered (the packet being handled).
+    pub(super) fn on_match_with(&mut self, id: u32, ib_idx: usize, direct: Option<&[u8]>) {
         let Some(ib) = self.inbound.try_remove(ib_idx) else {
             return;
         };
@@ -608,9 +637,10 @@ impl Endpoint {
         // Buffered bytes: the eager payload, the medium/runt segments so far (at their
         // offsets, zeros elsewhere), or the LONGCTS_RTM payload at offset 0.
         if let Some(m) = self.rx[id].mem {
+            let data = direct.unwrap_or(&ib.data);
             let buf = &mut self.mem[m].bytes;
-            let n = buf.len().min(ib.data.len());
-            buf[..n].copy_from_slice(&ib.data[..n]);
+            let n = buf.len().min(data.len());
+            buf[..n].copy_from_slice(&data[..n]);
         }
         let r = &mut self.rx[id];
         r.received = ib.received;
