@@ -364,19 +364,23 @@ pub struct Endpoint {
     mr_by_key: HashMap<u64, usize>,
     out: VecDeque<Transmit>,
     sends: HashMap<u64, PendingSend>,
+    /// Buffers of answered [`PendingSend`]s, reused for the next packets' copies.
+    spare_copies: Vec<Vec<u8>>,
     rdmas: HashMap<u64, RdmaOwner>,
     next_token: u64,
     completions: VecDeque<Completion>,
     posted_ops: HashMap<OpId, u32>,
     stats: Stats,
     next_op: u64,
-    protocols: HashMap<OpId, Protocol>,
-    protocol_order: VecDeque<OpId>,
+    /// The protocols of the last [`PROTOCOL_MEMORY`] operations, slot `op % PROTOCOL_MEMORY`
+    /// holding `(op, protocol)` (op 0 is never issued: an empty slot).
+    protocols: Vec<(u64, Protocol)>,
     /// See [`Endpoint::admission_epoch`].
     admission: u64,
 }
 
-/// How many operations [`Endpoint::protocol_of`] remembers.
+/// How many operations [`Endpoint::protocol_of`] remembers: those among the last
+/// `PROTOCOL_MEMORY` operations started (sends, receives, RMA, atomics alike).
 pub const PROTOCOL_MEMORY: usize = 4096;
 
 impl Endpoint {
@@ -405,14 +409,14 @@ impl Endpoint {
             mr_by_key: HashMap::default(),
             out: VecDeque::new(),
             sends: HashMap::default(),
+            spare_copies: Vec::new(),
             rdmas: HashMap::default(),
             next_token: 1,
             completions: VecDeque::new(),
             posted_ops: HashMap::default(),
             stats: Stats::default(),
             next_op: 1,
-            protocols: HashMap::default(),
-            protocol_order: VecDeque::new(),
+            protocols: Vec::new(),
             admission: 0,
         }
     }
@@ -520,7 +524,10 @@ impl Endpoint {
 
     /// The subprotocol an operation chose (for the last [`PROTOCOL_MEMORY`] operations).
     pub fn protocol_of(&self, op: OpId) -> Option<Protocol> {
-        self.protocols.get(&op).copied()
+        match self.protocols.get(op.0 as usize % PROTOCOL_MEMORY) {
+            Some(&(o, p)) if o == op.0 => Some(p),
+            _ => None,
+        }
     }
 
     /// Memory regions held (application regions plus operation buffers) and device
@@ -536,14 +543,12 @@ impl Endpoint {
 
     /// Remembers the protocol of the last [`PROTOCOL_MEMORY`] operations.
     fn note_protocol(&mut self, op: OpId, proto: Protocol) {
-        if self.protocols.insert(op, proto).is_none() {
-            self.protocol_order.push_back(op);
-            if self.protocol_order.len() > PROTOCOL_MEMORY {
-                if let Some(old) = self.protocol_order.pop_front() {
-                    self.protocols.remove(&old);
-                }
-            }
+        // A slot per operation id, overwritten by the operation PROTOCOL_MEMORY ids later:
+        // no hashing and no eviction queue on the send path.
+        if self.protocols.is_empty() {
+            self.protocols = vec![(0, Protocol::Eager); PROTOCOL_MEMORY];
         }
+        self.protocols[op.0 as usize % PROTOCOL_MEMORY] = (op.0, proto);
     }
 
     fn new_op(&mut self) -> OpId {

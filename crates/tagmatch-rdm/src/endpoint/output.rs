@@ -2,6 +2,9 @@
 
 use super::*;
 
+/// How many answered sends' copy buffers [`Endpoint::push_send`] keeps for reuse.
+const SPARE_COPIES: usize = 64;
+
 impl Endpoint {
     /// efa-rdm-protocol-v4 §2.2: "After the endpoint received the HANDSHAKE packet from the
     /// peer, it will stop including its raw address in the header (see section 4.3 for an
@@ -138,11 +141,16 @@ impl Endpoint {
         let token = self.token();
         let dest = self.peers[peer.0 as usize].addr;
         self.stats.tx_packets += 1;
+        // The copy kept for a device that answers `Again`, in a buffer of an earlier send
+        // (no allocation once a few are in circulation).
+        let mut copy = self.spare_copies.pop().unwrap_or_default();
+        copy.clear();
+        copy.extend_from_slice(&bytes);
         self.sends.insert(
             token,
             PendingSend {
                 peer,
-                bytes: bytes.clone(),
+                bytes: copy,
                 owner,
             },
         );
@@ -156,7 +164,7 @@ impl Endpoint {
 
     /// The device finished (or refused) a packet.
     pub fn on_send_done(&mut self, token: SendToken, outcome: SendOutcome) {
-        let Some(p) = self.sends.remove(&token.0) else {
+        let Some(mut p) = self.sends.remove(&token.0) else {
             self.stats.unknown_tokens += 1;
             return;
         };
@@ -165,6 +173,13 @@ impl Endpoint {
             && p.bytes.first().is_some_and(|&t| t >= 64)
         {
             self.req_lost(p.peer);
+        }
+        if outcome != SendOutcome::Again
+            && self.spare_copies.len() < SPARE_COPIES
+            && p.bytes.capacity() <= self.cfg.mtu
+        {
+            // The copy is no longer needed: its buffer serves a later packet.
+            self.spare_copies.push(std::mem::take(&mut p.bytes));
         }
         match outcome {
             SendOutcome::Again => {
