@@ -319,9 +319,6 @@ impl Endpoint {
             self.stats.rx_invalid += 1;
             return Rx::Consumed;
         };
-        self.peers[peer.0 as usize]
-            .msgs
-            .insert(msg_id, Slot::Pending(ib));
         let tagged = ty.is_tagged();
         let ibm = &self.inbound[ib];
         let env = Envelope {
@@ -357,7 +354,6 @@ impl Endpoint {
                 self.admission += 1;
             }
             Err(rej) => {
-                self.peers[peer.0 as usize].msgs.remove(&msg_id);
                 self.inbound.try_remove(ib);
                 return match rej.reason {
                     // Not now: the budget is full or the message is too far ahead. Nothing
@@ -375,15 +371,22 @@ impl Endpoint {
                 };
             }
         }
+        let now = arrived
+            .iter()
+            .any(|a| matches!(a, Arrived::Matched(m) if m.msg as usize == ib));
+        if !now {
+            // Unexpected, or held for an earlier message: later packets of the message
+            // find it here (a message matched now is entered by `on_match_with`).
+            self.peers[peer.0 as usize]
+                .msgs
+                .insert(msg_id, Slot::Pending(ib));
+        }
         let mut payload = None;
         if direct {
-            let now = arrived
-                .iter()
-                .any(|a| matches!(a, Arrived::Matched(m) if m.msg as usize == ib));
             if now {
                 payload = Some(pkt.payload());
             } else if let Some(ibm) = self.inbound.get_mut(ib) {
-                // Unexpected, or held for an earlier message: buffered until matched.
+                // Buffered until matched.
                 ibm.data = pkt.payload().to_vec();
             }
         }
@@ -631,9 +634,11 @@ impl Endpoint {
         r.dc = ib.dc;
         r.read_iov = ib.read_iov;
         r.runt_len = ib.runt_len;
-        self.peers[ib.peer.0 as usize]
-            .msgs
-            .insert(ib.msg_id, Slot::Matched(id));
+        if direct.is_none() {
+            self.peers[ib.peer.0 as usize]
+                .msgs
+                .insert(ib.msg_id, Slot::Matched(id));
+        }
         // Buffered bytes: the eager payload, the medium/runt segments so far (at their
         // offsets, zeros elsewhere), or the LONGCTS_RTM payload at offset 0.
         if let Some(m) = self.rx[id].mem {
@@ -646,6 +651,13 @@ impl Endpoint {
         r.received = ib.received;
         r.requested = ib.received;
         self.rx_progress(id);
+        // A message matched on arrival had no entry; one that completed at once needs
+        // none (nothing more of it comes).
+        if direct.is_some() && self.rx.get(id).is_some() {
+            self.peers[ib.peer.0 as usize]
+                .msgs
+                .insert(ib.msg_id, Slot::Matched(id));
+        }
     }
 
     /// CTS window for `left` bytes still to come.
