@@ -369,7 +369,6 @@ pub struct Endpoint {
     rdmas: HashMap<u64, RdmaOwner>,
     next_token: u64,
     completions: VecDeque<Completion>,
-    posted_ops: HashMap<OpId, u32>,
     stats: Stats,
     next_op: u64,
     /// The protocols of the last [`PROTOCOL_MEMORY`] operations, slot `op % PROTOCOL_MEMORY`
@@ -413,7 +412,6 @@ impl Endpoint {
             rdmas: HashMap::default(),
             next_token: 1,
             completions: VecDeque::new(),
-            posted_ops: HashMap::default(),
             stats: Stats::default(),
             next_op: 1,
             protocols: Vec::new(),

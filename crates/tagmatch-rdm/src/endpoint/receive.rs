@@ -620,7 +620,6 @@ impl Endpoint {
             return;
         };
         let Some(r) = self.rx.get_mut(id) else { return };
-        self.posted_ops.remove(&r.op);
         r.posted = None;
         r.matched = true;
         r.peer = Some(ib.peer);

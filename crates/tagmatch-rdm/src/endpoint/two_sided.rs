@@ -682,7 +682,6 @@ impl Endpoint {
             Ok(Posted::Matched(m)) => self.on_match(id, m.msg as usize),
             Ok(Posted::Pending(h)) => {
                 self.rx[id].posted = Some(h);
-                self.posted_ops.insert(op, id);
             }
             Err(_) => {
                 self.rx.remove(id);
@@ -797,11 +796,12 @@ impl Endpoint {
     /// Cancels a posted receive that has not matched yet; it completes with
     /// [`OpError::Canceled`].
     pub fn cancel(&mut self, op: OpId) -> Result<(), CallError> {
-        let id = self.posted_ops.remove(&op).ok_or(CallError::UnknownOp)?;
-        let h = self
+        // A walk over the receive ops (cancel is rare): no op-to-id map kept up to date
+        // on every receive.
+        let (id, h) = self
             .rx
-            .get(id)
-            .and_then(|r| r.posted)
+            .iter()
+            .find_map(|(id, r)| Some((id, r.posted.filter(|_| r.op == op)?)))
             .ok_or(CallError::UnknownOp)?;
         self.engine.cancel(h).map_err(|_| CallError::UnknownOp)?;
         if let Some(r) = self.rx.get_mut(id) {
