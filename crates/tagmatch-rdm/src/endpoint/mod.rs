@@ -324,6 +324,9 @@ impl TxOp {
 
 #[derive(Debug)]
 struct PendingSend {
+    /// Its [`SendToken`]: the slot in `Endpoint::sends` in the low 32 bits, a sequence
+    /// number above (a stale token does not hit the slot's next send).
+    token: u64,
     peer: PeerId,
     bytes: Vec<u8>,
     owner: PktOwner,
@@ -363,7 +366,7 @@ pub struct Endpoint {
     mem: Slab<Region>,
     mr_by_key: HashMap<u64, usize>,
     out: VecDeque<Transmit>,
-    sends: HashMap<u64, PendingSend>,
+    sends: Slab<PendingSend>,
     /// Buffers of answered [`PendingSend`]s, reused for the next packets' copies.
     spare_copies: Vec<Vec<u8>>,
     rdmas: HashMap<u64, RdmaOwner>,
@@ -407,7 +410,7 @@ impl Endpoint {
             mem: Slab::new(),
             mr_by_key: HashMap::default(),
             out: VecDeque::new(),
-            sends: HashMap::default(),
+            sends: Slab::new(),
             spare_copies: Vec::new(),
             rdmas: HashMap::default(),
             next_token: 1,

@@ -138,7 +138,9 @@ impl Endpoint {
         if bytes.first().is_some_and(|&t| t >= 64) {
             self.peers[peer.0 as usize].req_sent = true;
         }
-        let token = self.token();
+        let entry = self.sends.vacant_entry();
+        let token = entry.key() as u64 & 0xffff_ffff | self.next_token << 32;
+        self.next_token += 1;
         let dest = self.peers[peer.0 as usize].addr;
         self.stats.tx_packets += 1;
         // The copy kept for a device that answers `Again`, in a buffer of an earlier send
@@ -146,14 +148,12 @@ impl Endpoint {
         let mut copy = self.spare_copies.pop().unwrap_or_default();
         copy.clear();
         copy.extend_from_slice(&bytes);
-        self.sends.insert(
+        entry.insert(PendingSend {
             token,
-            PendingSend {
-                peer,
-                bytes: copy,
-                owner,
-            },
-        );
+            peer,
+            bytes: copy,
+            owner,
+        });
         self.out.push_back(Transmit::Send {
             token: SendToken(token),
             peer,
@@ -164,9 +164,13 @@ impl Endpoint {
 
     /// The device finished (or refused) a packet.
     pub fn on_send_done(&mut self, token: SendToken, outcome: SendOutcome) {
-        let Some(mut p) = self.sends.remove(&token.0) else {
-            self.stats.unknown_tokens += 1;
-            return;
+        let slot = (token.0 & 0xffff_ffff) as usize;
+        let mut p = match self.sends.get(slot) {
+            Some(p) if p.token == token.0 => self.sends.remove(slot),
+            _ => {
+                self.stats.unknown_tokens += 1;
+                return;
+            }
         };
         if matches!(outcome, SendOutcome::Error)
             && p.owner != PktOwner::Trigger
