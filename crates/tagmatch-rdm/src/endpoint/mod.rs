@@ -360,6 +360,8 @@ pub struct Endpoint {
     /// for every received packet, is O(1).
     by_ah: HashMap<([u8; 16], u16), PeerId>,
     engine: Engine<u32, u32>,
+    /// Scratch for the arrivals of one [`Engine::deliver`] (its capacity reused).
+    arrived: Vec<Arrived<u32, u32>>,
     tx: GenSlab<TxOp>,
     rx: GenSlab<RxOp>,
     inbound: Slab<Inbound>,
@@ -404,6 +406,7 @@ impl Endpoint {
             by_addr: HashMap::default(),
             by_ah: HashMap::default(),
             engine: Engine::new(ecfg),
+            arrived: Vec::new(),
             tx: GenSlab::default(),
             rx: GenSlab::default(),
             inbound: Slab::new(),

@@ -342,7 +342,9 @@ impl Endpoint {
         } else {
             ibm.data.len()
         };
-        let mut arrived = Vec::new();
+        // The arrivals go into a vector kept across calls (no allocation per message).
+        let mut arrived = std::mem::take(&mut self.arrived);
+        arrived.clear();
         match self
             .engine
             .deliver(env, msg_id, len, ib as u32, |a| arrived.push(a))
@@ -354,6 +356,7 @@ impl Endpoint {
                 self.admission += 1;
             }
             Err(rej) => {
+                self.arrived = arrived;
                 self.inbound.try_remove(ib);
                 return match rej.reason {
                     // Not now: the budget is full or the message is too far ahead. Nothing
@@ -390,7 +393,7 @@ impl Endpoint {
                 ibm.data = pkt.payload().to_vec();
             }
         }
-        for a in arrived {
+        for a in arrived.drain(..) {
             match a {
                 Arrived::Matched(m) => {
                     let data = payload.filter(|_| m.msg as usize == ib);
@@ -407,6 +410,7 @@ impl Endpoint {
                 Arrived::Unexpected(_) => {}
             }
         }
+        self.arrived = arrived;
         Rx::Consumed
     }
 
