@@ -77,6 +77,13 @@ impl<T> GenSlab<T> {
         self.slab.len()
     }
 
+    /// The live entries with their ids.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, &T)> + '_ {
+        self.slab
+            .iter()
+            .map(|(i, (g, v))| (i as u32 | g << INDEX_BITS, v))
+    }
+
     /// Ids of every live entry.
     #[cfg(test)]
     pub(crate) fn ids(&self) -> Vec<u32> {

@@ -16,7 +16,7 @@ use tagmatch_engine::{
 };
 use tagmatch_wire::efa::{
     extra, flags, ExtraInfo, Field, HandshakeExt, Packet, PacketType, RawAddr, RawAddrHdr, Repr,
-    RmaIov, RMA_IOV_LEN,
+    RmaIov, RtmHeader, RMA_IOV_LEN,
 };
 
 use crate::atomic::{self, AtomicOp, Datatype};
@@ -324,6 +324,9 @@ impl TxOp {
 
 #[derive(Debug)]
 struct PendingSend {
+    /// Its [`SendToken`]: the slot in `Endpoint::sends` in the low 32 bits, a sequence
+    /// number above (a stale token does not hit the slot's next send).
+    token: u64,
     peer: PeerId,
     bytes: Vec<u8>,
     owner: PktOwner,
@@ -357,26 +360,31 @@ pub struct Endpoint {
     /// for every received packet, is O(1).
     by_ah: HashMap<([u8; 16], u16), PeerId>,
     engine: Engine<u32, u32>,
+    /// Scratch for the arrivals of one [`Engine::deliver`] (its capacity reused).
+    arrived: Vec<Arrived<u32, u32>>,
     tx: GenSlab<TxOp>,
     rx: GenSlab<RxOp>,
     inbound: Slab<Inbound>,
     mem: Slab<Region>,
     mr_by_key: HashMap<u64, usize>,
     out: VecDeque<Transmit>,
-    sends: HashMap<u64, PendingSend>,
+    sends: Slab<PendingSend>,
+    /// Buffers of answered [`PendingSend`]s, reused for the next packets' copies.
+    spare_copies: Vec<Vec<u8>>,
     rdmas: HashMap<u64, RdmaOwner>,
     next_token: u64,
     completions: VecDeque<Completion>,
-    posted_ops: HashMap<OpId, u32>,
     stats: Stats,
     next_op: u64,
-    protocols: HashMap<OpId, Protocol>,
-    protocol_order: VecDeque<OpId>,
+    /// The protocols of the last [`PROTOCOL_MEMORY`] operations, slot `op % PROTOCOL_MEMORY`
+    /// holding `(op, protocol)` (op 0 is never issued: an empty slot).
+    protocols: Vec<(u64, Protocol)>,
     /// See [`Endpoint::admission_epoch`].
     admission: u64,
 }
 
-/// How many operations [`Endpoint::protocol_of`] remembers.
+/// How many operations [`Endpoint::protocol_of`] remembers: those among the last
+/// `PROTOCOL_MEMORY` operations started (sends, receives, RMA, atomics alike).
 pub const PROTOCOL_MEMORY: usize = 4096;
 
 impl Endpoint {
@@ -398,21 +406,21 @@ impl Endpoint {
             by_addr: HashMap::default(),
             by_ah: HashMap::default(),
             engine: Engine::new(ecfg),
+            arrived: Vec::new(),
             tx: GenSlab::default(),
             rx: GenSlab::default(),
             inbound: Slab::new(),
             mem: Slab::new(),
             mr_by_key: HashMap::default(),
             out: VecDeque::new(),
-            sends: HashMap::default(),
+            sends: Slab::new(),
+            spare_copies: Vec::new(),
             rdmas: HashMap::default(),
             next_token: 1,
             completions: VecDeque::new(),
-            posted_ops: HashMap::default(),
             stats: Stats::default(),
             next_op: 1,
-            protocols: HashMap::default(),
-            protocol_order: VecDeque::new(),
+            protocols: Vec::new(),
             admission: 0,
         }
     }
@@ -520,7 +528,10 @@ impl Endpoint {
 
     /// The subprotocol an operation chose (for the last [`PROTOCOL_MEMORY`] operations).
     pub fn protocol_of(&self, op: OpId) -> Option<Protocol> {
-        self.protocols.get(&op).copied()
+        match self.protocols.get(op.0 as usize % PROTOCOL_MEMORY) {
+            Some(&(o, p)) if o == op.0 => Some(p),
+            _ => None,
+        }
     }
 
     /// Memory regions held (application regions plus operation buffers) and device
@@ -536,14 +547,12 @@ impl Endpoint {
 
     /// Remembers the protocol of the last [`PROTOCOL_MEMORY`] operations.
     fn note_protocol(&mut self, op: OpId, proto: Protocol) {
-        if self.protocols.insert(op, proto).is_none() {
-            self.protocol_order.push_back(op);
-            if self.protocol_order.len() > PROTOCOL_MEMORY {
-                if let Some(old) = self.protocol_order.pop_front() {
-                    self.protocols.remove(&old);
-                }
-            }
+        // A slot per operation id, overwritten by the operation PROTOCOL_MEMORY ids later:
+        // no hashing and no eviction queue on the send path.
+        if self.protocols.is_empty() {
+            self.protocols = vec![(0, Protocol::Eager); PROTOCOL_MEMORY];
         }
+        self.protocols[op.0 as usize % PROTOCOL_MEMORY] = (op.0, proto);
     }
 
     fn new_op(&mut self) -> OpId {

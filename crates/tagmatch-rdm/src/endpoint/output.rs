@@ -2,6 +2,9 @@
 
 use super::*;
 
+/// How many answered sends' copy buffers [`Endpoint::push_send`] keeps for reuse.
+const SPARE_COPIES: usize = 64;
+
 impl Endpoint {
     /// efa-rdm-protocol-v4 §2.2: "After the endpoint received the HANDSHAKE packet from the
     /// peer, it will stop including its raw address in the header (see section 4.3 for an
@@ -90,6 +93,25 @@ impl Endpoint {
         }
     }
 
+    /// An eager or medium RTM: `h` then `payload` (`None`, logged: it cannot be emitted).
+    /// The packet [`Endpoint::encode`] builds from the same values, without the walk over
+    /// the type's layout.
+    pub(super) fn encode_rtm(h: &RtmHeader, payload: &[u8]) -> Option<Vec<u8>> {
+        let hl = h.header_len();
+        let mut bytes = Vec::with_capacity(hl + payload.len());
+        bytes.resize(hl, 0);
+        match h.emit(&mut bytes) {
+            Ok(_) => {
+                bytes.extend_from_slice(payload);
+                Some(bytes)
+            }
+            Err(e) => {
+                tracing::error!(?e, ty = %h.pkt_type, "cannot emit packet");
+                None
+            }
+        }
+    }
+
     /// Queues the packet `bytes` (of type `ty`) that [`Endpoint::encode`] built.
     pub(super) fn emit_encoded(
         &mut self,
@@ -116,17 +138,22 @@ impl Endpoint {
         if bytes.first().is_some_and(|&t| t >= 64) {
             self.peers[peer.0 as usize].req_sent = true;
         }
-        let token = self.token();
+        let entry = self.sends.vacant_entry();
+        let token = entry.key() as u64 & 0xffff_ffff | self.next_token << 32;
+        self.next_token += 1;
         let dest = self.peers[peer.0 as usize].addr;
         self.stats.tx_packets += 1;
-        self.sends.insert(
+        // The copy kept for a device that answers `Again`, in a buffer of an earlier send
+        // (no allocation once a few are in circulation).
+        let mut copy = self.spare_copies.pop().unwrap_or_default();
+        copy.clear();
+        copy.extend_from_slice(&bytes);
+        entry.insert(PendingSend {
             token,
-            PendingSend {
-                peer,
-                bytes: bytes.clone(),
-                owner,
-            },
-        );
+            peer,
+            bytes: copy,
+            owner,
+        });
         self.out.push_back(Transmit::Send {
             token: SendToken(token),
             peer,
@@ -137,15 +164,26 @@ impl Endpoint {
 
     /// The device finished (or refused) a packet.
     pub fn on_send_done(&mut self, token: SendToken, outcome: SendOutcome) {
-        let Some(p) = self.sends.remove(&token.0) else {
-            self.stats.unknown_tokens += 1;
-            return;
+        let slot = (token.0 & 0xffff_ffff) as usize;
+        let mut p = match self.sends.get(slot) {
+            Some(p) if p.token == token.0 => self.sends.remove(slot),
+            _ => {
+                self.stats.unknown_tokens += 1;
+                return;
+            }
         };
         if matches!(outcome, SendOutcome::Error)
             && p.owner != PktOwner::Trigger
             && p.bytes.first().is_some_and(|&t| t >= 64)
         {
             self.req_lost(p.peer);
+        }
+        if outcome != SendOutcome::Again
+            && self.spare_copies.len() < SPARE_COPIES
+            && p.bytes.capacity() <= self.cfg.mtu
+        {
+            // The copy is no longer needed: its buffer serves a later packet.
+            self.spare_copies.push(std::mem::take(&mut p.bytes));
         }
         match outcome {
             SendOutcome::Again => {

@@ -319,9 +319,6 @@ impl Endpoint {
             self.stats.rx_invalid += 1;
             return Rx::Consumed;
         };
-        self.peers[peer.0 as usize]
-            .msgs
-            .insert(msg_id, Slot::Pending(ib));
         let tagged = ty.is_tagged();
         let ibm = &self.inbound[ib];
         let env = Envelope {
@@ -335,10 +332,19 @@ impl Endpoint {
             src: peer.0,
             tag: if is_rta { ib as u64 } else { ibm.tag },
         };
+        // An eager payload is not copied yet: when a posted receive matches it now, it goes
+        // straight from the packet into the receive buffer; otherwise it is buffered below.
+        let direct = proto == RxProto::Eager && !is_rta;
         // The engine's budget counts what is buffered here, not the message length (long
         // protocols leave the data at the sender until matched).
-        let len = ibm.data.len();
-        let mut arrived = Vec::new();
+        let len = if direct {
+            ibm.msg_len as usize
+        } else {
+            ibm.data.len()
+        };
+        // The arrivals go into a vector kept across calls (no allocation per message).
+        let mut arrived = std::mem::take(&mut self.arrived);
+        arrived.clear();
         match self
             .engine
             .deliver(env, msg_id, len, ib as u32, |a| arrived.push(a))
@@ -350,7 +356,7 @@ impl Endpoint {
                 self.admission += 1;
             }
             Err(rej) => {
-                self.peers[peer.0 as usize].msgs.remove(&msg_id);
+                self.arrived = arrived;
                 self.inbound.try_remove(ib);
                 return match rej.reason {
                     // Not now: the budget is full or the message is too far ahead. Nothing
@@ -368,9 +374,31 @@ impl Endpoint {
                 };
             }
         }
-        for a in arrived {
+        let now = arrived
+            .iter()
+            .any(|a| matches!(a, Arrived::Matched(m) if m.msg as usize == ib));
+        if !now {
+            // Unexpected, or held for an earlier message: later packets of the message
+            // find it here (a message matched now is entered by `on_match_with`).
+            self.peers[peer.0 as usize]
+                .msgs
+                .insert(msg_id, Slot::Pending(ib));
+        }
+        let mut payload = None;
+        if direct {
+            if now {
+                payload = Some(pkt.payload());
+            } else if let Some(ibm) = self.inbound.get_mut(ib) {
+                // Buffered until matched.
+                ibm.data = pkt.payload().to_vec();
+            }
+        }
+        for a in arrived.drain(..) {
             match a {
-                Arrived::Matched(m) => self.on_match(m.recv, m.msg as usize),
+                Arrived::Matched(m) => {
+                    let data = payload.filter(|_| m.msg as usize == ib);
+                    self.on_match_with(m.recv, m.msg as usize, data)
+                }
                 Arrived::Unexpected(env) if env.comm == COMM_RTA => {
                     let spec = RecvSpec::exact(COMM_RTA, env.src, env.tag);
                     if let Some(c) = self.engine.mprobe(&spec) {
@@ -382,6 +410,7 @@ impl Endpoint {
                 Arrived::Unexpected(_) => {}
             }
         }
+        self.arrived = arrived;
         Rx::Consumed
     }
 
@@ -449,8 +478,9 @@ impl Endpoint {
         }
         match proto {
             RxProto::Eager => {
-                ib.data = pkt.payload().to_vec();
-                ib.msg_len = ib.data.len() as u64;
+                // The payload is copied by `on_sequenced` (into the matching receive's
+                // buffer, or kept here when none matches yet).
+                ib.msg_len = pkt.payload().len() as u64;
                 ib.received = ib.msg_len;
             }
             RxProto::Medium => {
@@ -584,11 +614,16 @@ impl Endpoint {
 
     /// A posted receive `rx` and an inbound message `ib` met.
     pub(super) fn on_match(&mut self, id: u32, ib_idx: usize) {
+        self.on_match_with(id, ib_idx, None);
+    }
+
+    /// [`Endpoint::on_match`]; `direct` is the eager payload of `ib` when it was not
+    /// buffered (the packet being handled).
+    pub(super) fn on_match_with(&mut self, id: u32, ib_idx: usize, direct: Option<&[u8]>) {
         let Some(ib) = self.inbound.try_remove(ib_idx) else {
             return;
         };
         let Some(r) = self.rx.get_mut(id) else { return };
-        self.posted_ops.remove(&r.op);
         r.posted = None;
         r.matched = true;
         r.peer = Some(ib.peer);
@@ -602,20 +637,30 @@ impl Endpoint {
         r.dc = ib.dc;
         r.read_iov = ib.read_iov;
         r.runt_len = ib.runt_len;
-        self.peers[ib.peer.0 as usize]
-            .msgs
-            .insert(ib.msg_id, Slot::Matched(id));
+        if direct.is_none() {
+            self.peers[ib.peer.0 as usize]
+                .msgs
+                .insert(ib.msg_id, Slot::Matched(id));
+        }
         // Buffered bytes: the eager payload, the medium/runt segments so far (at their
         // offsets, zeros elsewhere), or the LONGCTS_RTM payload at offset 0.
         if let Some(m) = self.rx[id].mem {
+            let data = direct.unwrap_or(&ib.data);
             let buf = &mut self.mem[m].bytes;
-            let n = buf.len().min(ib.data.len());
-            buf[..n].copy_from_slice(&ib.data[..n]);
+            let n = buf.len().min(data.len());
+            buf[..n].copy_from_slice(&data[..n]);
         }
         let r = &mut self.rx[id];
         r.received = ib.received;
         r.requested = ib.received;
         self.rx_progress(id);
+        // A message matched on arrival had no entry; one that completed at once needs
+        // none (nothing more of it comes).
+        if direct.is_some() && self.rx.get(id).is_some() {
+            self.peers[ib.peer.0 as usize]
+                .msgs
+                .insert(ib.msg_id, Slot::Matched(id));
+        }
     }
 
     /// CTS window for `left` bytes still to come.

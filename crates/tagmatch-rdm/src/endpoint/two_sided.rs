@@ -258,12 +258,11 @@ impl Endpoint {
         match proto {
             Protocol::Eager => {
                 // The payload is encoded from where it lies (no copy of it first).
-                let r = self.msg_req(id, eager_ty).with(Field::MsgId, msg_id as u64);
-                let r = Repr {
-                    payload: self.tx_slice(id, 0, len),
-                    ..r
+                let h = RtmHeader {
+                    msg_id,
+                    ..self.rtm_hdr(id, eager_ty)
                 };
-                if let Some(bytes) = Self::encode(&r) {
+                if let Some(bytes) = Self::encode_rtm(&h, self.tx_slice(id, 0, len)) {
                     self.emit_encoded(peer, eager_ty, bytes, PktOwner::Tx(id));
                 }
                 self.tx_queued_all(id);
@@ -284,17 +283,19 @@ impl Endpoint {
                 } else {
                     std::mem::take(&mut self.mem[self.tx[id].mem].bytes)
                 };
+                let h = RtmHeader {
+                    msg_id,
+                    msg_length: len,
+                    ..self.rtm_hdr(id, ty)
+                };
                 for (i, chunk) in data.chunks(per).enumerate() {
-                    let r = self
-                        .msg_req(id, ty)
-                        .with(Field::MsgId, msg_id as u64)
-                        .with(Field::MsgLength, len)
-                        .with(Field::SegOffset, (i * per) as u64);
-                    let r = Repr {
-                        payload: chunk,
-                        ..r
+                    let h = RtmHeader {
+                        seg_offset: (i * per) as u64,
+                        ..h
                     };
-                    self.emit(peer, &r, PktOwner::Tx(id));
+                    if let Some(bytes) = Self::encode_rtm(&h, chunk) {
+                        self.emit_encoded(peer, ty, bytes, PktOwner::Tx(id));
+                    }
                 }
                 if !borrowed {
                     let m = self.tx[id].mem;
@@ -317,6 +318,21 @@ impl Endpoint {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// The eager or medium RTM header of `ty` for TX op `id`, with the fields and optional
+    /// headers every RTM of that op carries (those of [`Endpoint::msg_req`]).
+    pub(super) fn rtm_hdr(&self, id: u32, ty: PacketType) -> RtmHeader {
+        let t = &self.tx[id];
+        let (raw_addr, connid) = self.req_opts(t.peer);
+        RtmHeader {
+            tag: t.tag,
+            send_id: id,
+            raw_addr,
+            cq_data: t.cq_data,
+            connid,
+            ..RtmHeader::new(ty)
         }
     }
 
@@ -666,7 +682,6 @@ impl Endpoint {
             Ok(Posted::Matched(m)) => self.on_match(id, m.msg as usize),
             Ok(Posted::Pending(h)) => {
                 self.rx[id].posted = Some(h);
-                self.posted_ops.insert(op, id);
             }
             Err(_) => {
                 self.rx.remove(id);
@@ -781,11 +796,12 @@ impl Endpoint {
     /// Cancels a posted receive that has not matched yet; it completes with
     /// [`OpError::Canceled`].
     pub fn cancel(&mut self, op: OpId) -> Result<(), CallError> {
-        let id = self.posted_ops.remove(&op).ok_or(CallError::UnknownOp)?;
-        let h = self
+        // A walk over the receive ops (cancel is rare): no op-to-id map kept up to date
+        // on every receive.
+        let (id, h) = self
             .rx
-            .get(id)
-            .and_then(|r| r.posted)
+            .iter()
+            .find_map(|(id, r)| Some((id, r.posted.filter(|_| r.op == op)?)))
             .ok_or(CallError::UnknownOp)?;
         self.engine.cancel(h).map_err(|_| CallError::UnknownOp)?;
         if let Some(r) = self.rx.get_mut(id) {

@@ -8,6 +8,8 @@
 //!   validates every header once, after which every accessor is infallible.
 //! - [`Repr`] is the owned representation: [`Repr::parse`] and [`Repr::emit`] into a caller
 //!   buffer of exactly [`Repr::buffer_len`] bytes, with no allocation.
+//! - [`RtmHeader`] writes the eager and medium RTM headers of the small-message path
+//!   directly (the bytes [`Repr::emit`] writes, without the layout walk).
 //!
 //! Every packet type is described by one [`Layout`] row (its fixed fields and their offsets,
 //! where its connid sits, whether it ends in an `rma_iov[]` array and what its payload
@@ -18,12 +20,14 @@ mod layout;
 mod packet;
 mod raw_addr;
 mod repr;
+mod rtm;
 
 pub use iov::RmaIov;
 pub use layout::{ConnidPlace, Field, FieldAt, Layout, PayloadKind, Width};
 pub use packet::Packet;
 pub use raw_addr::{RawAddr, RawAddrHdr};
 pub use repr::{ExtraInfo, Fields, HandshakeExt, Repr, UserRecvQp};
+pub use rtm::RtmHeader;
 
 use crate::error::ContentError;
 
