@@ -1044,7 +1044,16 @@ impl Endpoint {
         })
     }
 
+    /// Moves the protocol node's completions into `ready` (a check of an empty queue when
+    /// there are none, as on the fast path).
+    #[inline]
     fn take_node(&mut self) {
+        if self.node.has_completions() {
+            self.take_node_slow();
+        }
+    }
+
+    fn take_node_slow(&mut self) {
         while let Some(c) = self.node.poll_completion() {
             if let Some(c) = self.convert(c) {
                 self.ready.push_back(c);

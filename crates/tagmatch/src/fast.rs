@@ -27,7 +27,7 @@
 
 use foldhash::HashMap;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use tagmatch_transport::bell::Doorbell;
@@ -162,6 +162,9 @@ pub(crate) struct Lane {
     closed: AtomicBool,
     /// The sender is gone (dropped): once drained, the receiver releases the lane.
     sender_gone: AtomicBool,
+    /// The sender has messages waiting for ring space: the receiver rings the sender's
+    /// doorbell when it frees slots only while this is set (see [`RxLane::publish`]).
+    room_wanted: AtomicBool,
     /// What waited at the sender for ring space when it was dropped, in order after the
     /// ring's messages (written once, before `sender_gone` is set).
     orphans: Mutex<VecDeque<Raw>>,
@@ -193,6 +196,7 @@ impl Lane {
             sender_bell,
             closed: AtomicBool::new(false),
             sender_gone: AtomicBool::new(false),
+            room_wanted: AtomicBool::new(false),
             orphans: Mutex::new(VecDeque::new()),
         }
     }
@@ -201,7 +205,7 @@ impl Lane {
     fn close(&self) {
         self.closed.store(true, Ordering::Release);
         if let Some(inbox) = self.ack_to.upgrade() {
-            inbox.peers_closed.store(true, Ordering::Release);
+            inbox.raise(EV_PEERS_CLOSED);
         }
         self.sender_bell.ring();
     }
@@ -210,7 +214,7 @@ impl Lane {
     pub(crate) fn ack(&self, op: u64) {
         if let Some(inbox) = self.ack_to.upgrade() {
             lock(&inbox.acks).push(op);
-            inbox.has_acks.store(true, Ordering::Release);
+            inbox.raise(EV_ACKS);
             inbox.bell.ring();
         }
     }
@@ -244,7 +248,7 @@ impl Drop for TxLane {
         // orphans.
         self.lane.sender_gone.store(true, Ordering::Release);
         if let Some(inbox) = self.dest.upgrade() {
-            inbox.senders_gone.store(true, Ordering::Release);
+            inbox.raise(EV_SENDERS_GONE);
         }
         self.dest_bell.ring();
     }
@@ -268,7 +272,12 @@ impl TxLane {
         if self.tail - self.head_seen < SLOTS {
             return true;
         }
-        self.head_seen = self.lane.head.0.load(Ordering::Acquire);
+        // SeqCst: with the SeqCst store of `room_wanted` before it (made when the message
+        // was queued) and the receiver's SeqCst store of `head` then load of
+        // `room_wanted` in `RxLane::publish`, either this load sees the freed slots or the
+        // receiver sees `room_wanted` and rings: no lost wake-up for a sender that sleeps
+        // on its doorbell with messages waiting.
+        self.head_seen = self.lane.head.0.load(Ordering::SeqCst);
         self.tail - self.head_seen < SLOTS
     }
 
@@ -321,6 +330,10 @@ impl TxLane {
         } else {
             ([0; INLINE_WORDS], Some(data.into_vec()))
         };
+        if self.waiting.is_empty() {
+            // Before the next look at `head` (see `has_room`).
+            self.lane.room_wanted.store(true, Ordering::SeqCst);
+        }
         self.waiting.push_back(Raw {
             tag,
             flags,
@@ -342,6 +355,10 @@ impl TxLane {
             }
         }
         if wrote {
+            if self.waiting.is_empty() {
+                // Only this side writes it: a stale `true` would cost a ring, no more.
+                self.lane.room_wanted.store(false, Ordering::Relaxed);
+            }
             self.dest_bell.ring();
         }
     }
@@ -430,11 +447,16 @@ impl RxLane {
             && lock(&self.lane.orphans).is_empty()
     }
 
-    /// Hands the consumed slots back to the sender.
+    /// Hands the consumed slots back to the sender, and wakes it if it has messages
+    /// waiting for this space.
+    #[inline]
     pub(crate) fn publish(&self) {
-        self.lane.head.0.store(self.head, Ordering::Release);
-        // The sender may have messages waiting for this space.
-        self.lane.sender_bell.ring();
+        // SeqCst store then SeqCst load: see `TxLane::has_room` (a sender without
+        // waiting messages needs no ring, and most publishes find none).
+        self.lane.head.0.store(self.head, Ordering::SeqCst);
+        if self.lane.room_wanted.load(Ordering::SeqCst) {
+            self.lane.sender_bell.ring();
+        }
     }
 }
 
@@ -445,16 +467,23 @@ impl RxLane {
 pub(crate) struct Inbox {
     /// New lanes, and whether the endpoint is gone (then no lane is added).
     fresh: Mutex<Fresh>,
-    has_fresh: AtomicBool,
     acks: Mutex<Vec<u64>>,
-    has_acks: AtomicBool,
-    /// A sender of one of the lanes into this endpoint was dropped.
-    senders_gone: AtomicBool,
-    /// A receiver of one of this endpoint's lanes was dropped.
-    peers_closed: AtomicBool,
+    /// What happened since the endpoint last looked, one bit each ([`EV_FRESH`],
+    /// [`EV_ACKS`], [`EV_SENDERS_GONE`], [`EV_PEERS_CLOSED`]): a progress with nothing
+    /// new pays one load for all of them.
+    events: AtomicU32,
     /// The endpoint's doorbell (shared with its in-memory device).
     pub(crate) bell: Arc<Doorbell>,
 }
+
+/// [`Inbox::events`]: lanes were opened to the endpoint.
+const EV_FRESH: u32 = 1;
+/// [`Inbox::events`]: delivery-complete acknowledgements arrived.
+const EV_ACKS: u32 = 2;
+/// [`Inbox::events`]: a sender of one of the lanes into this endpoint was dropped.
+const EV_SENDERS_GONE: u32 = 4;
+/// [`Inbox::events`]: a receiver of one of this endpoint's lanes was dropped.
+const EV_PEERS_CLOSED: u32 = 8;
 
 #[derive(Debug, Default)]
 struct Fresh {
@@ -463,25 +492,43 @@ struct Fresh {
 }
 
 impl Inbox {
+    /// Sets event `bit` (after the data it announces is in place).
+    fn raise(&self, bit: u32) {
+        // Release: the endpoint that sees the bit sees what it announces.
+        self.events.fetch_or(bit, Ordering::Release);
+    }
+
+    /// Clears event `bit`; whether it was set. Cleared before the data it announces is
+    /// taken: what is added after that sets it again.
+    #[inline]
+    fn take(&self, bit: u32) -> bool {
+        self.events.load(Ordering::Relaxed) & bit != 0
+            && self.events.fetch_and(!bit, Ordering::AcqRel) & bit != 0
+    }
+
+    /// Whether anything happened since the events were last taken (one load; when it is
+    /// `false`, every `take_*` below would return `false`).
+    #[inline]
+    pub(crate) fn any_event(&self) -> bool {
+        self.events.load(Ordering::Acquire) != 0
+    }
+
     /// Takes the lanes opened since the last call into `out`; whether there were any.
     #[inline]
     pub(crate) fn take_new_lanes(&self, out: &mut Vec<Arc<Lane>>) -> bool {
-        if !self.has_fresh.load(Ordering::Acquire) {
+        if !self.take(EV_FRESH) {
             return false;
         }
-        let mut f = lock(&self.fresh);
-        self.has_fresh.store(false, Ordering::Relaxed);
-        out.append(&mut f.lanes);
+        out.append(&mut lock(&self.fresh).lanes);
         true
     }
 
     /// Takes the delivery-complete acknowledgements into `out`; whether there were any.
     #[inline]
     pub(crate) fn take_acks(&self, out: &mut Vec<u64>) -> bool {
-        if !self.has_acks.load(Ordering::Acquire) {
+        if !self.take(EV_ACKS) {
             return false;
         }
-        self.has_acks.store(false, Ordering::Relaxed);
         out.append(&mut lock(&self.acks));
         true
     }
@@ -489,13 +536,13 @@ impl Inbox {
     /// Whether a sender of a lane into this endpoint went since the last call.
     #[inline]
     pub(crate) fn take_senders_gone(&self) -> bool {
-        self.senders_gone.load(Ordering::Relaxed) && self.senders_gone.swap(false, Ordering::AcqRel)
+        self.take(EV_SENDERS_GONE)
     }
 
     /// Whether a receiver of one of this endpoint's lanes went since the last call.
     #[inline]
     pub(crate) fn take_peers_closed(&self) -> bool {
-        self.peers_closed.load(Ordering::Relaxed) && self.peers_closed.swap(false, Ordering::AcqRel)
+        self.take(EV_PEERS_CLOSED)
     }
 }
 
@@ -551,7 +598,7 @@ impl Hub {
             return None;
         }
         f.lanes.push(lane.clone());
-        dest.has_fresh.store(true, Ordering::Release);
+        dest.raise(EV_FRESH);
         dest.bell.ring();
         Some(TxLane {
             lane,

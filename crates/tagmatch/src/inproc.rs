@@ -277,18 +277,25 @@ fn spec(tag: Option<TagMatch>, src: Option<PeerId>) -> RecvSpec {
 
 /// Hands one lane message to the engine: matched (then completed), or queued as
 /// unexpected; either way a delivery-complete send is acknowledged to its sender. Refused
-/// by the budget: the message comes back, to wait at the head of its lane.
+/// by the budget: the message comes back, to wait at the head of its lane. (Inlined, and
+/// the message in parts: no record is moved on the way to the engine.)
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
 fn arrive(
     engine: &mut tagmatch_engine::Engine<RecvCtx, FastMsg>,
     node: &mut Node<Device>,
     proto_recvs: &mut HashMap<u64, (u64, Option<Vec<u8>>)>,
     out: &mut Out<'_>,
     lane: &crate::fast::Lane,
-    s: Stalled,
+    env: Envelope,
+    len: usize,
+    held: usize,
+    msg: FastMsg,
+    dc: Option<u64>,
 ) -> Result<(), Stalled> {
-    match engine.arrive_held(s.env, s.len, s.held, s.msg) {
+    match engine.arrive_held(env, len, held, msg) {
         Ok(a) => {
-            if let Some(op) = s.dc {
+            if let Some(op) = dc {
                 // Delivered: matched, or held as unexpected by the receiver.
                 lane.ack(op);
             }
@@ -300,9 +307,9 @@ fn arrive(
         Err(r) => Err(Stalled {
             env: r.env,
             len: r.len,
-            held: s.held,
+            held,
             msg: r.msg,
-            dc: s.dc,
+            dc,
         }),
     }
 }
@@ -767,14 +774,17 @@ impl Endpoint {
             counters,
             ep: *id,
         };
-        if f.inbox.take_acks(&mut f.acks) {
+        // One load tells whether any of the inbox's events (acknowledgements, lanes
+        // closed, opened or whose sender went) happened: usually none did.
+        let events = f.inbox.any_event();
+        if events && f.inbox.take_acks(&mut f.acks) {
             for op in f.acks.drain(..) {
                 if let Some((len, tag, _)) = f.dc_pending.remove(&op) {
                     out.send_done(op, len, tag);
                 }
             }
         }
-        if f.inbox.take_peers_closed() {
+        if events && f.inbox.take_peers_closed() {
             // A receiver went: its lanes are released (sends to it fail from now on), and
             // a delivery-complete send it never acknowledged fails (what waited for ring
             // space is dropped with the lane).
@@ -819,7 +829,7 @@ impl Endpoint {
             }
             f.any_waiting = any;
         }
-        if f.inbox.take_new_lanes(&mut f.new_lanes) {
+        if events && f.inbox.take_new_lanes(&mut f.new_lanes) {
             for lane in f.new_lanes.drain(..) {
                 let peer = node.endpoint_mut().add_peer(lane.src);
                 let rx = fast::rx_lane(lane, peer.0);
@@ -830,7 +840,7 @@ impl Endpoint {
                 f.stalled.push(None);
             }
         }
-        if f.inbox.take_senders_gone() {
+        if events && f.inbox.take_senders_gone() {
             f.reap = true;
         }
         let reap = f.reap;
@@ -898,7 +908,11 @@ impl Endpoint {
                     &mut f.proto_recvs,
                     &mut out,
                     &rx.lane,
-                    s,
+                    s.env,
+                    s.len,
+                    s.held,
+                    s.msg,
+                    s.dc,
                 ) {
                     *stalled = Some(again);
                     continue;
@@ -921,20 +935,17 @@ impl Endpoint {
                     payload: raw.payload(),
                     cq_data,
                 };
-                let s = Stalled {
-                    env,
-                    len,
-                    held: len,
-                    msg,
-                    dc,
-                };
                 if let Err(again) = arrive(
                     &mut f.engine,
                     node,
                     &mut f.proto_recvs,
                     &mut out,
                     &rx.lane,
-                    s,
+                    env,
+                    len,
+                    len,
+                    msg,
+                    dc,
                 ) {
                     out.counters.fast_backpressure += 1;
                     *stalled = Some(again);
