@@ -103,13 +103,24 @@ pub(crate) fn copy_inline(words: &[u64; INLINE_WORDS], n: usize, out: &mut [u8])
     }
 }
 
-#[inline]
+/// `data` (at most [`INLINE`] bytes) as little-endian words: whole words are loaded as
+/// such, only a last partial one goes through a byte copy.
+#[inline(always)]
 fn pack_inline(data: &[u8]) -> [u64; INLINE_WORDS] {
     let mut words = [0u64; INLINE_WORDS];
-    for (i, chunk) in data.chunks(8).enumerate() {
-        let mut b = [0u8; 8];
-        b[..chunk.len()].copy_from_slice(chunk);
-        words[i] = u64::from_le_bytes(b);
+    let mut whole = data.chunks_exact(8);
+    for (w, c) in words.iter_mut().zip(&mut whole) {
+        if let Ok(b) = <[u8; 8]>::try_from(c) {
+            *w = u64::from_le_bytes(b);
+        }
+    }
+    let rest = whole.remainder();
+    if !rest.is_empty() {
+        if let Some(w) = words.get_mut(data.len() / 8) {
+            let mut b = [0u8; 8];
+            b[..rest.len()].copy_from_slice(rest);
+            *w = u64::from_le_bytes(b);
+        }
     }
     words
 }
@@ -281,6 +292,7 @@ impl TxLane {
         self.tail - self.head_seen < SLOTS
     }
 
+    #[inline(always)]
     fn write(&mut self, tag: u64, flags: u64, len: usize, cq: u64, op: u64, words: &[u64]) {
         let s = &self.lane.slots[self.tail & (SLOTS - 1)];
         s.w[0].store(tag, Ordering::Relaxed);
@@ -312,6 +324,7 @@ impl TxLane {
     }
 
     /// Queues one message, in order behind any that wait for ring space.
+    #[inline]
     pub(crate) fn send(&mut self, tag: u64, flags: u64, cq: u64, op: u64, data: Bytes<'_>) {
         let len = data.len();
         if self.waiting.is_empty() && self.has_room() {
@@ -677,6 +690,69 @@ mod tests {
         assert!(ia.take_peers_closed(), "and the sender is told");
         assert!(!ia.take_peers_closed());
         assert!(hub.connect(a, &ia, &b).is_none());
+    }
+
+    /// The receiver rings the sender's doorbell when it frees ring space only while the
+    /// sender has messages waiting for it, and then never misses the sender (which looked
+    /// at the ring after taking the bell's epoch, found it full, and waits for a ring),
+    /// the receiver running on another thread.
+    #[test]
+    fn freed_ring_space_wakes_a_sender_only_when_messages_wait() {
+        use std::time::Duration;
+        let hub = Hub::default();
+        let (a, b) = (
+            RawAddr {
+                qpn: 1,
+                ..RawAddr::default()
+            },
+            RawAddr {
+                qpn: 2,
+                ..RawAddr::default()
+            },
+        );
+        let bell_a = Arc::new(Doorbell::new());
+        let ia = hub.register(a, bell_a.clone());
+        let ib = hub.register(b, Arc::default());
+        let mut tx = hub.connect(a, &ia, &b).unwrap();
+        let mut lanes = Vec::new();
+        assert!(ib.take_new_lanes(&mut lanes));
+        let mut rx = rx_lane(lanes.pop().unwrap(), 0);
+        tx.send(0, F_TAGGED, 0, 0, Bytes::Borrowed(&[1]));
+        let before = bell_a.epoch();
+        assert_eq!(rx.pop().map(|r| r.tag), Some(0));
+        rx.publish();
+        assert_eq!(bell_a.epoch(), before, "nothing waits at the sender: no ring");
+        for round in 0..50u64 {
+            // A full ring and one message waiting for space.
+            let base = 1 + round * (SLOTS as u64 + 1);
+            for i in 0..=SLOTS as u64 {
+                tx.send(base + i, F_TAGGED, 0, 0, Bytes::Borrowed(&[2; 8]));
+            }
+            assert_eq!(tx.waiting(), 1);
+            let seen = bell_a.epoch();
+            tx.flush();
+            assert_eq!(tx.waiting(), 1, "no room yet");
+            let t = std::thread::spawn(move || {
+                let mut tags = Vec::new();
+                while let Some(r) = rx.pop() {
+                    tags.push(r.tag);
+                }
+                rx.publish();
+                (rx, tags)
+            });
+            assert!(
+                bell_a.wait(seen, Duration::from_secs(60)),
+                "the receiver rang the waiting sender"
+            );
+            let (back, tags) = t.join().unwrap();
+            rx = back;
+            let want: Vec<u64> = (base..base + SLOTS as u64).collect();
+            assert_eq!(tags, want);
+            tx.flush();
+            assert_eq!(tx.waiting(), 0);
+            assert_eq!(rx.pop().map(|r| r.tag), Some(base + SLOTS as u64));
+            rx.publish();
+        }
     }
 
     /// A sender dropped with messages in the ring and waiting for ring space hands the

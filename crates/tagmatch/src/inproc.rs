@@ -407,7 +407,22 @@ fn finish(
 impl Endpoint {
     /// Whether messages to `pid` take the fast path (decided at the first message, then
     /// fixed: every message of the pair takes the same path, so order holds).
+    #[inline]
     pub(crate) fn is_fast(&mut self, pid: PeerId) -> bool {
+        let Some(f) = self.fast.as_deref() else {
+            return false;
+        };
+        match f.routes.get(pid.0 as usize) {
+            Some(Route::Fast(_) | Route::Gone) => true,
+            Some(Route::Proto) => false,
+            Some(Route::Unknown) | None => self.decide_route(pid),
+        }
+    }
+
+    /// [`Endpoint::is_fast`] for a peer not messaged yet: opens the lane to it if it is
+    /// a fast-path endpoint of the same fabric.
+    #[cold]
+    fn decide_route(&mut self, pid: PeerId) -> bool {
         let Some(f) = self.fast.as_deref_mut() else {
             return false;
         };
