@@ -293,19 +293,25 @@ impl TxLane {
     }
 
     #[inline(always)]
-    fn write(&mut self, tag: u64, flags: u64, len: usize, cq: u64, op: u64, words: &[u64]) {
+    fn write(
+        &mut self,
+        tag: u64,
+        flags: u64,
+        len: usize,
+        cq: u64,
+        op: u64,
+        words: &[u64; INLINE_WORDS],
+    ) {
         let s = &self.lane.slots[self.tail & (SLOTS - 1)];
         s.w[0].store(tag, Ordering::Relaxed);
         // A big payload's length is its `Vec`'s: only inline lengths (≤ 32) matter here.
         s.w[1].store(flags << 32 | (len as u64 & 0xffff_ffff), Ordering::Relaxed);
         s.w[2].store(cq, Ordering::Relaxed);
         s.w[3].store(op, Ordering::Relaxed);
-        let used = if flags & F_BIG != 0 {
-            0
-        } else {
-            len.div_ceil(8)
-        };
-        for (d, w) in s.w[4..].iter().zip(&words[..used.min(words.len())]) {
+        // Every inline word, those past the payload zero (as `pack_inline` leaves them):
+        // four plain stores into the line being written anyway, no loop bound to compute,
+        // and the receiver loads the four words the same way.
+        for (d, w) in s.w[4..].iter().zip(words) {
             d.store(*w, Ordering::Relaxed);
         }
         self.tail += 1;
@@ -333,7 +339,7 @@ impl TxLane {
                 self.write(tag, flags, len, cq, op, &words);
             } else {
                 lock(&self.lane.big).push_back(data.into_vec());
-                self.write(tag, flags | F_BIG, len, cq, op, &[]);
+                self.write(tag, flags | F_BIG, len, cq, op, &[0; INLINE_WORDS]);
             }
             self.dest_bell.ring();
             return;
@@ -409,14 +415,13 @@ impl RxLane {
         let op = s.w[3].load(Ordering::Relaxed);
         let flags = meta >> 32;
         let len = (meta & 0xffff_ffff) as usize;
-        let mut inline = [0u64; INLINE_WORDS];
+        // The sender wrote every inline word (zero past the payload; all zero for a big
+        // one): four plain loads.
+        let inline: [u64; INLINE_WORDS] =
+            std::array::from_fn(|i| s.w[4 + i].load(Ordering::Relaxed));
         let big = if flags & F_BIG != 0 {
             lock(&self.lane.big).pop_front()
         } else {
-            let used = len.div_ceil(8).min(INLINE_WORDS);
-            for (d, w) in inline[..used].iter_mut().zip(&s.w[4..]) {
-                *d = w.load(Ordering::Relaxed);
-            }
             None
         };
         self.head += 1;
@@ -577,7 +582,11 @@ impl Hub {
 
     /// Removes `addr` (its endpoint is dropped) and closes the lanes into it: those its
     /// endpoint took (`taken`) and those opened since.
-    pub(crate) fn unregister(&self, addr: &RawAddr, taken: &[RxLane]) {
+    pub(crate) fn unregister<'a>(
+        &self,
+        addr: &RawAddr,
+        taken: impl IntoIterator<Item = &'a RxLane>,
+    ) {
         let inbox = lock(&self.inboxes).remove(addr);
         for rx in taken {
             rx.lane.close();
@@ -685,7 +694,7 @@ mod tests {
         assert_eq!(tx.waiting(), 0);
         assert!(hub.connect(a, &ia, &RawAddr::default()).is_none());
         assert!(!tx.closed());
-        hub.unregister(&b, &[rx]);
+        hub.unregister(&b, [&rx]);
         assert!(tx.closed(), "the receiver's lanes are closed");
         assert!(ia.take_peers_closed(), "and the sender is told");
         assert!(!ia.take_peers_closed());

@@ -95,6 +95,13 @@ struct Stalled {
     dc: Option<u64>,
 }
 
+/// A lane into this endpoint and the message it holds back for the budget.
+#[derive(Debug)]
+struct InLane {
+    rx: RxLane,
+    stalled: Option<Stalled>,
+}
+
 #[derive(Debug)]
 enum Route {
     Unknown,
@@ -122,9 +129,8 @@ pub(crate) struct Fast {
     /// Per peer (by index): how messages to it travel, decided at the first send.
     routes: Vec<Route>,
     any_waiting: bool,
-    /// The lanes into this endpoint, and the message each holds back for the budget.
-    rx: Vec<RxLane>,
-    stalled: Vec<Option<Stalled>>,
+    /// The lanes into this endpoint, each with the message it holds back for the budget.
+    rx: Vec<InLane>,
     /// Lanes just taken from the inbox (kept to reuse its allocation).
     new_lanes: Vec<Arc<fast::Lane>>,
     /// Some lane's sender is gone and the lane is not released yet (see `fast_progress`).
@@ -168,7 +174,6 @@ impl Fast {
             routes: Vec::new(),
             any_waiting: false,
             rx: Vec::new(),
-            stalled: Vec::new(),
             new_lanes: Vec::new(),
             reap: false,
             next_op: FAST_BIT | 1,
@@ -220,7 +225,8 @@ impl Fast {
 impl Drop for Fast {
     fn drop(&mut self) {
         // The lanes out of this endpoint go with `routes` (see `TxLane`'s `Drop`).
-        self.hub.unregister(&self.addr, &self.rx);
+        self.hub
+            .unregister(&self.addr, self.rx.iter().map(|l| &l.rx));
     }
 }
 
@@ -851,8 +857,7 @@ impl Endpoint {
                 // Its sender may have gone already, its notice taken by an earlier call
                 // (before the lane was taken here).
                 f.reap |= rx.sender_gone();
-                f.rx.push(rx);
-                f.stalled.push(None);
+                f.rx.push(InLane { rx, stalled: None });
             }
         }
         if events && f.inbox.take_senders_gone() {
@@ -914,7 +919,7 @@ impl Endpoint {
                 }
             }
         }
-        for (rx, stalled) in f.rx.iter_mut().zip(f.stalled.iter_mut()) {
+        for InLane { rx, stalled } in f.rx.iter_mut() {
             if stalled.is_some() {
                 let Some(s) = stalled.take() else { continue };
                 if let Err(again) = arrive(
@@ -978,12 +983,12 @@ impl Endpoint {
             let mut left = false;
             let mut i = 0;
             while i < f.rx.len() {
-                if f.stalled[i].is_none() && f.rx[i].drained() {
+                let l = &mut f.rx[i];
+                if l.stalled.is_none() && l.rx.drained() {
                     f.rx.swap_remove(i);
-                    f.stalled.swap_remove(i);
                     out.counters.fast_lanes_released += 1;
                 } else {
-                    left |= f.rx[i].sender_gone();
+                    left |= l.rx.sender_gone();
                     i += 1;
                 }
             }
