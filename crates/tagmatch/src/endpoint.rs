@@ -216,6 +216,7 @@ pub struct Completion {
 
 impl Completion {
     /// `Ok(self)` on success, [`Error::Failed`] otherwise.
+    #[inline]
     pub fn into_result(self) -> Result<Completion> {
         match self.status {
             Ok(()) => Ok(self),
@@ -1162,6 +1163,7 @@ impl Endpoint {
     }
 
     /// The next completion, in completion order.
+    #[inline]
     pub fn poll_completion(&mut self) -> Option<Completion> {
         if self.ready.is_empty() {
             self.take_node();
@@ -1170,11 +1172,18 @@ impl Endpoint {
     }
 
     /// Takes `req`'s completion if it is ready (others stay queued).
+    #[inline]
     pub fn take_completion(&mut self, req: Request) -> Option<Completion> {
         self.take_node();
-        if self.ready.front().is_some_and(|c| c.request == req) {
-            return self.ready.pop_front();
+        match self.ready.front() {
+            None => None,
+            Some(c) if c.request == req => self.ready.pop_front(),
+            Some(_) => self.take_completion_behind(req),
         }
+    }
+
+    /// [`Endpoint::take_completion`] when `req`'s is not the first one.
+    fn take_completion_behind(&mut self, req: Request) -> Option<Completion> {
         let i = self.ready.iter().position(|c| c.request == req)?;
         self.ready.remove(i)
     }

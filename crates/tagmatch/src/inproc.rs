@@ -320,6 +320,40 @@ fn arrive(
     }
 }
 
+/// [`finish`] for a protocol-path message: receives it from the protocol endpoint (out
+/// of line: the fast path's own messages do not come here).
+#[cold]
+fn finish_proto(
+    node: &mut Node<Device>,
+    proto_recvs: &mut HashMap<u64, (u64, Option<Vec<u8>>)>,
+    out: &mut Out<'_>,
+    op: u64,
+    buf: RecvBuf,
+    claim: tagmatch_rdm::Claim,
+) {
+    match node.endpoint_mut().mrecv(claim, buf.len()) {
+        Ok(rop) => {
+            proto_recvs.insert(rop.0, (op, buf.into_caller()));
+        }
+        Err(e) => {
+            // The claim was taken by this endpoint and never handed out: it cannot be
+            // stale. Report rather than lose the receive.
+            tracing::debug!(?e, "mrecv of a claimed protocol message failed");
+            out.push(Completion {
+                request: Request { op: OpId(op), ep: out.ep },
+                kind: OpKind::Recv,
+                status: Err(OpError::Canceled),
+                data: Vec::new(),
+                len: 0,
+                tag: 0,
+                source: None,
+                cq_data: None,
+                protocol: None,
+            });
+        }
+    }
+}
+
 /// A receive met its message: copies the bytes into the receive's buffer and completes it
 /// (or, for a protocol-path message, receives it from the protocol endpoint).
 fn finish(
@@ -335,30 +369,7 @@ fn finish(
     let n = len.min(buf_len);
     let data = match (msg.payload, ctx.buf) {
         (Payload::Proto(claim), buf) => {
-            match node.endpoint_mut().mrecv(claim, buf_len) {
-                Ok(rop) => {
-                    proto_recvs.insert(rop.0, (ctx.op, buf.into_caller()));
-                }
-                Err(e) => {
-                    // The claim was taken by this endpoint and never handed out: it
-                    // cannot be stale. Report rather than lose the receive.
-                    tracing::debug!(?e, "mrecv of a claimed protocol message failed");
-                    out.push(Completion {
-                        request: Request {
-                            op: OpId(ctx.op),
-                            ep: out.ep,
-                        },
-                        kind: OpKind::Recv,
-                        status: Err(OpError::Canceled),
-                        data: Vec::new(),
-                        len: 0,
-                        tag: 0,
-                        source: None,
-                        cq_data: None,
-                        protocol: None,
-                    });
-                }
-            }
+            finish_proto(node, proto_recvs, out, ctx.op, buf, claim);
             return;
         }
         (Payload::Heap(mut v), RecvBuf::Alloc(_)) => {
@@ -448,7 +459,9 @@ impl Endpoint {
         matches!(f.routes[i], Route::Fast(_) | Route::Gone)
     }
 
-    /// A send on the fast path (`is_fast(pid)` holds).
+    /// A send on the fast path (`is_fast(pid)` holds). Inlined: at an injected send's
+    /// call the options are constants and their branches go.
+    #[inline]
     pub(crate) fn fast_send(
         &mut self,
         pid: PeerId,
