@@ -58,7 +58,8 @@ impl Doorbell {
             let _g = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
             self.cv.notify_all();
         }
-        let woken = std::mem::take(&mut *self.wakers.lock().unwrap_or_else(PoisonError::into_inner));
+        let woken =
+            std::mem::take(&mut *self.wakers.lock().unwrap_or_else(PoisonError::into_inner));
         if !woken.is_empty() {
             self.sleepers.fetch_sub(woken.len(), Ordering::SeqCst);
             for w in woken {

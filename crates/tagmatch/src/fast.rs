@@ -730,7 +730,11 @@ mod tests {
         let before = bell_a.epoch();
         assert_eq!(rx.pop().map(|r| r.tag), Some(0));
         rx.publish();
-        assert_eq!(bell_a.epoch(), before, "nothing waits at the sender: no ring");
+        assert_eq!(
+            bell_a.epoch(),
+            before,
+            "nothing waits at the sender: no ring"
+        );
         for round in 0..50u64 {
             // A full ring and one message waiting for space.
             let base = 1 + round * (SLOTS as u64 + 1);

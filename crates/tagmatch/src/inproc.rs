@@ -340,7 +340,10 @@ fn finish_proto(
             // stale. Report rather than lose the receive.
             tracing::debug!(?e, "mrecv of a claimed protocol message failed");
             out.push(Completion {
-                request: Request { op: OpId(op), ep: out.ep },
+                request: Request {
+                    op: OpId(op),
+                    ep: out.ep,
+                },
                 kind: OpKind::Recv,
                 status: Err(OpError::Canceled),
                 data: Vec::new(),
