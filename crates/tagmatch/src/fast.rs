@@ -60,8 +60,8 @@ struct Slot {
 #[repr(align(64))]
 struct Index(AtomicUsize);
 
-/// A message as read from a slot (inline bytes copied out) or queued by the sender when
-/// the ring is full.
+/// A message queued by the sender while the ring is full (and handed to the lane as an
+/// orphan when the sender goes).
 #[derive(Debug)]
 pub(crate) struct Raw {
     pub tag: u64,
@@ -74,13 +74,32 @@ pub(crate) struct Raw {
 }
 
 impl Raw {
-    /// The payload as the receiver stores it.
-    pub(crate) fn payload(self) -> Payload {
-        match self.big {
-            Some(v) => Payload::Heap(v),
-            None => Payload::Inline { words: self.inline },
+    /// The message as the receiver takes it.
+    fn into_popped(self) -> Popped {
+        Popped {
+            tag: self.tag,
+            flags: self.flags,
+            len: self.len,
+            cq_data: self.cq_data,
+            op: self.op,
+            payload: match self.big {
+                Some(v) => Payload::Heap(v),
+                None => Payload::Inline { words: self.inline },
+            },
         }
     }
+}
+
+/// A message taken from a lane, its payload already as the receiver stores it (read from
+/// the slot straight into that form: no intermediate record).
+#[derive(Debug)]
+pub(crate) struct Popped {
+    pub tag: u64,
+    pub flags: u64,
+    pub len: usize,
+    pub cq_data: u64,
+    pub op: u64,
+    pub payload: Payload,
 }
 
 /// A message's bytes inside the receiver's matching engine.
@@ -401,7 +420,7 @@ pub(crate) struct RxLane {
 impl RxLane {
     /// The next message, if one is published; call [`RxLane::publish`] after a batch.
     #[inline]
-    pub(crate) fn pop(&mut self) -> Option<Raw> {
+    pub(crate) fn pop(&mut self) -> Option<Popped> {
         if self.head == self.tail_seen {
             self.tail_seen = self.lane.tail.0.load(Ordering::Acquire);
             if self.head == self.tail_seen {
@@ -414,31 +433,37 @@ impl RxLane {
         let cq_data = s.w[2].load(Ordering::Relaxed);
         let op = s.w[3].load(Ordering::Relaxed);
         let flags = meta >> 32;
-        let len = (meta & 0xffff_ffff) as usize;
+        let mut len = (meta & 0xffff_ffff) as usize;
         // The sender wrote every inline word (zero past the payload; all zero for a big
         // one): four plain loads.
-        let inline: [u64; INLINE_WORDS] =
-            std::array::from_fn(|i| s.w[4 + i].load(Ordering::Relaxed));
-        let big = if flags & F_BIG != 0 {
-            lock(&self.lane.big).pop_front()
+        let inline = || Payload::Inline {
+            words: std::array::from_fn(|i| s.w[4 + i].load(Ordering::Relaxed)),
+        };
+        let payload = if flags & F_BIG != 0 {
+            match lock(&self.lane.big).pop_front() {
+                Some(v) => {
+                    len = v.len();
+                    Payload::Heap(v)
+                }
+                None => inline(),
+            }
         } else {
-            None
+            inline()
         };
         self.head += 1;
-        Some(Raw {
+        Some(Popped {
             tag,
             flags: flags & !F_BIG,
-            len: big.as_ref().map_or(len, |v| v.len()),
+            len,
             cq_data,
             op,
-            inline,
-            big,
+            payload,
         })
     }
 
     /// [`RxLane::pop`], then, once the sender is gone and the ring is empty, what waited
     /// at the sender when it went.
-    pub(crate) fn pop_any(&mut self) -> Option<Raw> {
+    pub(crate) fn pop_any(&mut self) -> Option<Popped> {
         if let Some(r) = self.pop() {
             return Some(r);
         }
@@ -450,7 +475,7 @@ impl RxLane {
         if let Some(r) = self.pop() {
             return Some(r);
         }
-        lock(&self.lane.orphans).pop_front()
+        lock(&self.lane.orphans).pop_front().map(Raw::into_popped)
     }
 
     /// Whether the sender is gone.
@@ -677,7 +702,7 @@ mod tests {
             while let Some(r) = rx.pop() {
                 let want = if got % 3 == 0 { 100 } else { got % 33 };
                 assert_eq!((r.tag, r.len), (got as u64, want));
-                match r.payload() {
+                match r.payload {
                     Payload::Heap(v) => assert_eq!(v, vec![got as u8; want]),
                     Payload::Inline { words } => {
                         let mut out = vec![0u8; want];

@@ -968,7 +968,7 @@ impl Endpoint {
                 let env = Envelope::new(comm, rx.peer, raw.tag);
                 let len = raw.len;
                 let msg = FastMsg {
-                    payload: raw.payload(),
+                    payload: raw.payload,
                     cq_data,
                 };
                 if let Err(again) = arrive(
