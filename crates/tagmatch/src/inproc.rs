@@ -359,6 +359,7 @@ fn finish_proto(
 
 /// A receive met its message: copies the bytes into the receive's buffer and completes it
 /// (or, for a protocol-path message, receives it from the protocol endpoint).
+#[inline]
 fn finish(
     node: &mut Node<Device>,
     proto_recvs: &mut HashMap<u64, (u64, Option<Vec<u8>>)>,
@@ -464,7 +465,7 @@ impl Endpoint {
 
     /// A send on the fast path (`is_fast(pid)` holds). Inlined: at an injected send's
     /// call the options are constants and their branches go.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn fast_send(
         &mut self,
         pid: PeerId,
