@@ -349,7 +349,7 @@ impl TxLane {
     }
 
     /// Queues one message, in order behind any that wait for ring space.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn send(&mut self, tag: u64, flags: u64, cq: u64, op: u64, data: Bytes<'_>) {
         let len = data.len();
         if self.waiting.is_empty() && self.has_room() {

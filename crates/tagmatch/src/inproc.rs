@@ -1033,6 +1033,7 @@ impl Endpoint {
     /// assert!(a.poll_completion().is_none(), "an injected send has no completion");
     /// # Ok(()) }
     /// ```
+    #[inline]
     pub fn tinject(&mut self, peer: Peer, tag: u64, data: &[u8]) -> Result<()> {
         self.inject_inner(peer, Some(tag), data)
     }
@@ -1042,6 +1043,7 @@ impl Endpoint {
         self.inject_inner(peer, None, data)
     }
 
+    #[inline]
     fn inject_inner(&mut self, peer: Peer, tag: Option<u64>, data: &[u8]) -> Result<()> {
         tracing::trace!(peer = peer.index(), ?tag, len = data.len(), "inject");
         let pid = self.pid(peer)?;
@@ -1050,6 +1052,19 @@ impl Endpoint {
                 .fast_send(pid, tag, Bytes::Borrowed(data), SendOpts::default(), true)
                 .map(|_| ());
         }
+        self.inject_proto(peer, pid, tag, data)
+    }
+
+    /// [`Endpoint::inject_inner`] over the protocol path (out of line: the fast path's
+    /// injected send is inlined at the caller).
+    #[inline(never)]
+    fn inject_proto(
+        &mut self,
+        peer: Peer,
+        pid: PeerId,
+        tag: Option<u64>,
+        data: &[u8],
+    ) -> Result<()> {
         let ep = self.node.endpoint_mut();
         let r = match tag {
             Some(t) => ep.tsend(pid, t, data.to_vec(), SendOpts::default()),
