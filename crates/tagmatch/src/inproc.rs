@@ -359,7 +359,7 @@ fn finish_proto(
 
 /// A receive met its message: copies the bytes into the receive's buffer and completes it
 /// (or, for a protocol-path message, receives it from the protocol endpoint).
-#[inline]
+#[inline(always)]
 fn finish(
     node: &mut Node<Device>,
     proto_recvs: &mut HashMap<u64, (u64, Option<Vec<u8>>)>,
