@@ -1043,7 +1043,7 @@ impl Endpoint {
         self.inject_inner(peer, None, data)
     }
 
-    #[inline]
+    #[inline(always)]
     fn inject_inner(&mut self, peer: Peer, tag: Option<u64>, data: &[u8]) -> Result<()> {
         tracing::trace!(peer = peer.index(), ?tag, len = data.len(), "inject");
         let pid = self.pid(peer)?;
