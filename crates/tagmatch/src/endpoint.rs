@@ -1073,7 +1073,16 @@ impl Endpoint {
     /// `poll(2)`, verbs on its completion channel, the in-process transport on the
     /// endpoint's doorbell, which peers ring when they hand it a packet or a fast-path
     /// message; [`Counters::idle_sleeps`](crate::Counters::idle_sleeps) counts those sleeps).
+    #[inline]
     pub fn progress_timeout(&mut self, timeout: Duration) -> Result<usize> {
+        if timeout.is_zero() {
+            return self.progress_pass(Duration::ZERO);
+        }
+        self.progress_blocking(timeout)
+    }
+
+    /// [`Endpoint::progress_timeout`] with a timeout (out of line: a zero one is a pass).
+    fn progress_blocking(&mut self, timeout: Duration) -> Result<usize> {
         if let (false, Device::Mem(d)) = (timeout.is_zero(), self.node.device()) {
             // In-process: the device has no descriptor to block on. Look for work with the
             // doorbell's epoch taken first; with nothing new, sleep until a peer rings (a
@@ -1151,17 +1160,25 @@ impl Endpoint {
 
     /// One [`Endpoint::progress_timeout`] pass: the device (blocking at most `timeout`),
     /// then the fast path.
+    #[inline]
     fn progress_pass(&mut self, timeout: Duration) -> Result<usize> {
         self.counters.progress_calls += 1;
         if self.device_due() {
-            self.node
-                .progress(Some(timeout))
-                .map_err(Error::io("progress"))?;
-            self.take_node();
-            self.device_polled();
+            self.device_pass(timeout)?;
         }
         self.fast_progress();
         Ok(self.ready.len())
+    }
+
+    /// The device's share of a pass (out of line: with the fast path most passes skip it).
+    #[inline(never)]
+    fn device_pass(&mut self, timeout: Duration) -> Result<()> {
+        self.node
+            .progress(Some(timeout))
+            .map_err(Error::io("progress"))?;
+        self.take_node();
+        self.device_polled();
+        Ok(())
     }
 
     /// The next completion, in completion order.
