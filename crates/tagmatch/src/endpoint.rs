@@ -371,6 +371,7 @@ impl Endpoint {
         Builder::default()
     }
 
+    #[inline]
     pub(crate) fn pid(&mut self, p: Peer) -> Result<PeerId> {
         if p.ep == self.id {
             Ok(p.id)
@@ -380,6 +381,7 @@ impl Endpoint {
         }
     }
 
+    #[inline]
     pub(crate) fn src(&mut self, s: Source) -> Result<Option<PeerId>> {
         match s {
             Source::Any => Ok(None),
