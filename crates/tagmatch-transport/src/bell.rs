@@ -43,19 +43,27 @@ impl Doorbell {
     pub fn ring(&self) {
         self.epoch.fetch_add(1, Ordering::SeqCst);
         if self.sleepers.load(Ordering::SeqCst) != 0 {
-            self.rings.fetch_add(1, Ordering::Relaxed);
-            // Under the mutex: a sleeper that checked the old epoch is already waiting.
-            {
-                let _g = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
-                self.cv.notify_all();
-            }
-            let woken =
-                std::mem::take(&mut *self.wakers.lock().unwrap_or_else(PoisonError::into_inner));
-            if !woken.is_empty() {
-                self.sleepers.fetch_sub(woken.len(), Ordering::SeqCst);
-                for w in woken {
-                    w.wake();
-                }
+            self.wake();
+        }
+    }
+
+    /// [`Doorbell::ring`] with someone asleep (kept out of line: the common ring is the
+    /// add and the load above, inlined at the ringer).
+    #[cold]
+    #[inline(never)]
+    fn wake(&self) {
+        self.rings.fetch_add(1, Ordering::Relaxed);
+        // Under the mutex: a sleeper that checked the old epoch is already waiting.
+        {
+            let _g = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+            self.cv.notify_all();
+        }
+        let woken =
+            std::mem::take(&mut *self.wakers.lock().unwrap_or_else(PoisonError::into_inner));
+        if !woken.is_empty() {
+            self.sleepers.fetch_sub(woken.len(), Ordering::SeqCst);
+            for w in woken {
+                w.wake();
             }
         }
     }

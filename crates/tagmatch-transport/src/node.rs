@@ -194,6 +194,12 @@ impl<D: RdmDevice> Node<D> {
                 .is_some_and(|e| e != self.ep.admission_epoch())
     }
 
+    /// Whether completions wait to be taken ([`Node::poll_completion`]).
+    #[inline]
+    pub fn has_completions(&self) -> bool {
+        !self.completions.is_empty()
+    }
+
     /// The next completion.
     pub fn poll_completion(&mut self) -> Option<Completion> {
         self.completions.pop_front()

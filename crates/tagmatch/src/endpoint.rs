@@ -216,6 +216,7 @@ pub struct Completion {
 
 impl Completion {
     /// `Ok(self)` on success, [`Error::Failed`] otherwise.
+    #[inline]
     pub fn into_result(self) -> Result<Completion> {
         match self.status {
             Ok(()) => Ok(self),
@@ -370,6 +371,7 @@ impl Endpoint {
         Builder::default()
     }
 
+    #[inline]
     pub(crate) fn pid(&mut self, p: Peer) -> Result<PeerId> {
         if p.ep == self.id {
             Ok(p.id)
@@ -379,6 +381,7 @@ impl Endpoint {
         }
     }
 
+    #[inline]
     pub(crate) fn src(&mut self, s: Source) -> Result<Option<PeerId>> {
         match s {
             Source::Any => Ok(None),
@@ -1044,7 +1047,16 @@ impl Endpoint {
         })
     }
 
+    /// Moves the protocol node's completions into `ready` (a check of an empty queue when
+    /// there are none, as on the fast path).
+    #[inline]
     fn take_node(&mut self) {
+        if self.node.has_completions() {
+            self.take_node_slow();
+        }
+    }
+
+    fn take_node_slow(&mut self) {
         while let Some(c) = self.node.poll_completion() {
             if let Some(c) = self.convert(c) {
                 self.ready.push_back(c);
@@ -1053,15 +1065,26 @@ impl Endpoint {
     }
 
     /// Does the IO without blocking; returns how many completions are ready.
+    #[inline]
     pub fn progress(&mut self) -> Result<usize> {
-        self.progress_timeout(Duration::ZERO)
+        // `progress_timeout` with no timeout is one pass (it sleeps only with one).
+        self.progress_pass(Duration::ZERO)
     }
 
     /// Does the IO, blocking at most `timeout` when nothing is ready at once (UDP waits in
     /// `poll(2)`, verbs on its completion channel, the in-process transport on the
     /// endpoint's doorbell, which peers ring when they hand it a packet or a fast-path
     /// message; [`Counters::idle_sleeps`](crate::Counters::idle_sleeps) counts those sleeps).
+    #[inline]
     pub fn progress_timeout(&mut self, timeout: Duration) -> Result<usize> {
+        if timeout.is_zero() {
+            return self.progress_pass(Duration::ZERO);
+        }
+        self.progress_blocking(timeout)
+    }
+
+    /// [`Endpoint::progress_timeout`] with a timeout (out of line: a zero one is a pass).
+    fn progress_blocking(&mut self, timeout: Duration) -> Result<usize> {
         if let (false, Device::Mem(d)) = (timeout.is_zero(), self.node.device()) {
             // In-process: the device has no descriptor to block on. Look for work with the
             // doorbell's epoch taken first; with nothing new, sleep until a peer rings (a
@@ -1139,20 +1162,29 @@ impl Endpoint {
 
     /// One [`Endpoint::progress_timeout`] pass: the device (blocking at most `timeout`),
     /// then the fast path.
+    #[inline]
     fn progress_pass(&mut self, timeout: Duration) -> Result<usize> {
         self.counters.progress_calls += 1;
         if self.device_due() {
-            self.node
-                .progress(Some(timeout))
-                .map_err(Error::io("progress"))?;
-            self.take_node();
-            self.device_polled();
+            self.device_pass(timeout)?;
         }
         self.fast_progress();
         Ok(self.ready.len())
     }
 
+    /// The device's share of a pass (out of line: with the fast path most passes skip it).
+    #[inline(never)]
+    fn device_pass(&mut self, timeout: Duration) -> Result<()> {
+        self.node
+            .progress(Some(timeout))
+            .map_err(Error::io("progress"))?;
+        self.take_node();
+        self.device_polled();
+        Ok(())
+    }
+
     /// The next completion, in completion order.
+    #[inline]
     pub fn poll_completion(&mut self) -> Option<Completion> {
         if self.ready.is_empty() {
             self.take_node();
@@ -1161,11 +1193,18 @@ impl Endpoint {
     }
 
     /// Takes `req`'s completion if it is ready (others stay queued).
+    #[inline]
     pub fn take_completion(&mut self, req: Request) -> Option<Completion> {
         self.take_node();
-        if self.ready.front().is_some_and(|c| c.request == req) {
-            return self.ready.pop_front();
+        match self.ready.front() {
+            None => None,
+            Some(c) if c.request == req => self.ready.pop_front(),
+            Some(_) => self.take_completion_behind(req),
         }
+    }
+
+    /// [`Endpoint::take_completion`] when `req`'s is not the first one.
+    fn take_completion_behind(&mut self, req: Request) -> Option<Completion> {
         let i = self.ready.iter().position(|c| c.request == req)?;
         self.ready.remove(i)
     }

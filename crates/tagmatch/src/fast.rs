@@ -27,7 +27,7 @@
 
 use foldhash::HashMap;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use tagmatch_transport::bell::Doorbell;
@@ -60,8 +60,8 @@ struct Slot {
 #[repr(align(64))]
 struct Index(AtomicUsize);
 
-/// A message as read from a slot (inline bytes copied out) or queued by the sender when
-/// the ring is full.
+/// A message queued by the sender while the ring is full (and handed to the lane as an
+/// orphan when the sender goes).
 #[derive(Debug)]
 pub(crate) struct Raw {
     pub tag: u64,
@@ -74,13 +74,32 @@ pub(crate) struct Raw {
 }
 
 impl Raw {
-    /// The payload as the receiver stores it.
-    pub(crate) fn payload(self) -> Payload {
-        match self.big {
-            Some(v) => Payload::Heap(v),
-            None => Payload::Inline { words: self.inline },
+    /// The message as the receiver takes it.
+    fn into_popped(self) -> Popped {
+        Popped {
+            tag: self.tag,
+            flags: self.flags,
+            len: self.len,
+            cq_data: self.cq_data,
+            op: self.op,
+            payload: match self.big {
+                Some(v) => Payload::Heap(v),
+                None => Payload::Inline { words: self.inline },
+            },
         }
     }
+}
+
+/// A message taken from a lane, its payload already as the receiver stores it (read from
+/// the slot straight into that form: no intermediate record).
+#[derive(Debug)]
+pub(crate) struct Popped {
+    pub tag: u64,
+    pub flags: u64,
+    pub len: usize,
+    pub cq_data: u64,
+    pub op: u64,
+    pub payload: Payload,
 }
 
 /// A message's bytes inside the receiver's matching engine.
@@ -103,13 +122,24 @@ pub(crate) fn copy_inline(words: &[u64; INLINE_WORDS], n: usize, out: &mut [u8])
     }
 }
 
-#[inline]
+/// `data` (at most [`INLINE`] bytes) as little-endian words: whole words are loaded as
+/// such, only a last partial one goes through a byte copy.
+#[inline(always)]
 fn pack_inline(data: &[u8]) -> [u64; INLINE_WORDS] {
     let mut words = [0u64; INLINE_WORDS];
-    for (i, chunk) in data.chunks(8).enumerate() {
-        let mut b = [0u8; 8];
-        b[..chunk.len()].copy_from_slice(chunk);
-        words[i] = u64::from_le_bytes(b);
+    let mut whole = data.chunks_exact(8);
+    for (w, c) in words.iter_mut().zip(&mut whole) {
+        if let Ok(b) = <[u8; 8]>::try_from(c) {
+            *w = u64::from_le_bytes(b);
+        }
+    }
+    let rest = whole.remainder();
+    if !rest.is_empty() {
+        if let Some(w) = words.get_mut(data.len() / 8) {
+            let mut b = [0u8; 8];
+            b[..rest.len()].copy_from_slice(rest);
+            *w = u64::from_le_bytes(b);
+        }
     }
     words
 }
@@ -162,6 +192,9 @@ pub(crate) struct Lane {
     closed: AtomicBool,
     /// The sender is gone (dropped): once drained, the receiver releases the lane.
     sender_gone: AtomicBool,
+    /// The sender has messages waiting for ring space: the receiver rings the sender's
+    /// doorbell when it frees slots only while this is set (see [`RxLane::publish`]).
+    room_wanted: AtomicBool,
     /// What waited at the sender for ring space when it was dropped, in order after the
     /// ring's messages (written once, before `sender_gone` is set).
     orphans: Mutex<VecDeque<Raw>>,
@@ -193,6 +226,7 @@ impl Lane {
             sender_bell,
             closed: AtomicBool::new(false),
             sender_gone: AtomicBool::new(false),
+            room_wanted: AtomicBool::new(false),
             orphans: Mutex::new(VecDeque::new()),
         }
     }
@@ -201,7 +235,7 @@ impl Lane {
     fn close(&self) {
         self.closed.store(true, Ordering::Release);
         if let Some(inbox) = self.ack_to.upgrade() {
-            inbox.peers_closed.store(true, Ordering::Release);
+            inbox.raise(EV_PEERS_CLOSED);
         }
         self.sender_bell.ring();
     }
@@ -210,7 +244,7 @@ impl Lane {
     pub(crate) fn ack(&self, op: u64) {
         if let Some(inbox) = self.ack_to.upgrade() {
             lock(&inbox.acks).push(op);
-            inbox.has_acks.store(true, Ordering::Release);
+            inbox.raise(EV_ACKS);
             inbox.bell.ring();
         }
     }
@@ -244,7 +278,7 @@ impl Drop for TxLane {
         // orphans.
         self.lane.sender_gone.store(true, Ordering::Release);
         if let Some(inbox) = self.dest.upgrade() {
-            inbox.senders_gone.store(true, Ordering::Release);
+            inbox.raise(EV_SENDERS_GONE);
         }
         self.dest_bell.ring();
     }
@@ -268,23 +302,35 @@ impl TxLane {
         if self.tail - self.head_seen < SLOTS {
             return true;
         }
-        self.head_seen = self.lane.head.0.load(Ordering::Acquire);
+        // SeqCst: with the SeqCst store of `room_wanted` before it (made when the message
+        // was queued) and the receiver's SeqCst store of `head` then load of
+        // `room_wanted` in `RxLane::publish`, either this load sees the freed slots or the
+        // receiver sees `room_wanted` and rings: no lost wake-up for a sender that sleeps
+        // on its doorbell with messages waiting.
+        self.head_seen = self.lane.head.0.load(Ordering::SeqCst);
         self.tail - self.head_seen < SLOTS
     }
 
-    fn write(&mut self, tag: u64, flags: u64, len: usize, cq: u64, op: u64, words: &[u64]) {
+    #[inline(always)]
+    fn write(
+        &mut self,
+        tag: u64,
+        flags: u64,
+        len: usize,
+        cq: u64,
+        op: u64,
+        words: &[u64; INLINE_WORDS],
+    ) {
         let s = &self.lane.slots[self.tail & (SLOTS - 1)];
         s.w[0].store(tag, Ordering::Relaxed);
         // A big payload's length is its `Vec`'s: only inline lengths (≤ 32) matter here.
         s.w[1].store(flags << 32 | (len as u64 & 0xffff_ffff), Ordering::Relaxed);
         s.w[2].store(cq, Ordering::Relaxed);
         s.w[3].store(op, Ordering::Relaxed);
-        let used = if flags & F_BIG != 0 {
-            0
-        } else {
-            len.div_ceil(8)
-        };
-        for (d, w) in s.w[4..].iter().zip(&words[..used.min(words.len())]) {
+        // Every inline word, those past the payload zero (as `pack_inline` leaves them):
+        // four plain stores into the line being written anyway, no loop bound to compute,
+        // and the receiver loads the four words the same way.
+        for (d, w) in s.w[4..].iter().zip(words) {
             d.store(*w, Ordering::Relaxed);
         }
         self.tail += 1;
@@ -303,6 +349,7 @@ impl TxLane {
     }
 
     /// Queues one message, in order behind any that wait for ring space.
+    #[inline(always)]
     pub(crate) fn send(&mut self, tag: u64, flags: u64, cq: u64, op: u64, data: Bytes<'_>) {
         let len = data.len();
         if self.waiting.is_empty() && self.has_room() {
@@ -311,7 +358,7 @@ impl TxLane {
                 self.write(tag, flags, len, cq, op, &words);
             } else {
                 lock(&self.lane.big).push_back(data.into_vec());
-                self.write(tag, flags | F_BIG, len, cq, op, &[]);
+                self.write(tag, flags | F_BIG, len, cq, op, &[0; INLINE_WORDS]);
             }
             self.dest_bell.ring();
             return;
@@ -321,6 +368,10 @@ impl TxLane {
         } else {
             ([0; INLINE_WORDS], Some(data.into_vec()))
         };
+        if self.waiting.is_empty() {
+            // Before the next look at `head` (see `has_room`).
+            self.lane.room_wanted.store(true, Ordering::SeqCst);
+        }
         self.waiting.push_back(Raw {
             tag,
             flags,
@@ -342,6 +393,10 @@ impl TxLane {
             }
         }
         if wrote {
+            if self.waiting.is_empty() {
+                // Only this side writes it: a stale `true` would cost a ring, no more.
+                self.lane.room_wanted.store(false, Ordering::Relaxed);
+            }
             self.dest_bell.ring();
         }
     }
@@ -365,7 +420,7 @@ pub(crate) struct RxLane {
 impl RxLane {
     /// The next message, if one is published; call [`RxLane::publish`] after a batch.
     #[inline]
-    pub(crate) fn pop(&mut self) -> Option<Raw> {
+    pub(crate) fn pop(&mut self) -> Option<Popped> {
         if self.head == self.tail_seen {
             self.tail_seen = self.lane.tail.0.load(Ordering::Acquire);
             if self.head == self.tail_seen {
@@ -378,32 +433,37 @@ impl RxLane {
         let cq_data = s.w[2].load(Ordering::Relaxed);
         let op = s.w[3].load(Ordering::Relaxed);
         let flags = meta >> 32;
-        let len = (meta & 0xffff_ffff) as usize;
-        let mut inline = [0u64; INLINE_WORDS];
-        let big = if flags & F_BIG != 0 {
-            lock(&self.lane.big).pop_front()
-        } else {
-            let used = len.div_ceil(8).min(INLINE_WORDS);
-            for (d, w) in inline[..used].iter_mut().zip(&s.w[4..]) {
-                *d = w.load(Ordering::Relaxed);
+        let mut len = (meta & 0xffff_ffff) as usize;
+        // The sender wrote every inline word (zero past the payload; all zero for a big
+        // one): four plain loads.
+        let inline = || Payload::Inline {
+            words: std::array::from_fn(|i| s.w[4 + i].load(Ordering::Relaxed)),
+        };
+        let payload = if flags & F_BIG != 0 {
+            match lock(&self.lane.big).pop_front() {
+                Some(v) => {
+                    len = v.len();
+                    Payload::Heap(v)
+                }
+                None => inline(),
             }
-            None
+        } else {
+            inline()
         };
         self.head += 1;
-        Some(Raw {
+        Some(Popped {
             tag,
             flags: flags & !F_BIG,
-            len: big.as_ref().map_or(len, |v| v.len()),
+            len,
             cq_data,
             op,
-            inline,
-            big,
+            payload,
         })
     }
 
     /// [`RxLane::pop`], then, once the sender is gone and the ring is empty, what waited
     /// at the sender when it went.
-    pub(crate) fn pop_any(&mut self) -> Option<Raw> {
+    pub(crate) fn pop_any(&mut self) -> Option<Popped> {
         if let Some(r) = self.pop() {
             return Some(r);
         }
@@ -415,7 +475,7 @@ impl RxLane {
         if let Some(r) = self.pop() {
             return Some(r);
         }
-        lock(&self.lane.orphans).pop_front()
+        lock(&self.lane.orphans).pop_front().map(Raw::into_popped)
     }
 
     /// Whether the sender is gone.
@@ -430,11 +490,16 @@ impl RxLane {
             && lock(&self.lane.orphans).is_empty()
     }
 
-    /// Hands the consumed slots back to the sender.
+    /// Hands the consumed slots back to the sender, and wakes it if it has messages
+    /// waiting for this space.
+    #[inline]
     pub(crate) fn publish(&self) {
-        self.lane.head.0.store(self.head, Ordering::Release);
-        // The sender may have messages waiting for this space.
-        self.lane.sender_bell.ring();
+        // SeqCst store then SeqCst load: see `TxLane::has_room` (a sender without
+        // waiting messages needs no ring, and most publishes find none).
+        self.lane.head.0.store(self.head, Ordering::SeqCst);
+        if self.lane.room_wanted.load(Ordering::SeqCst) {
+            self.lane.sender_bell.ring();
+        }
     }
 }
 
@@ -445,16 +510,23 @@ impl RxLane {
 pub(crate) struct Inbox {
     /// New lanes, and whether the endpoint is gone (then no lane is added).
     fresh: Mutex<Fresh>,
-    has_fresh: AtomicBool,
     acks: Mutex<Vec<u64>>,
-    has_acks: AtomicBool,
-    /// A sender of one of the lanes into this endpoint was dropped.
-    senders_gone: AtomicBool,
-    /// A receiver of one of this endpoint's lanes was dropped.
-    peers_closed: AtomicBool,
+    /// What happened since the endpoint last looked, one bit each ([`EV_FRESH`],
+    /// [`EV_ACKS`], [`EV_SENDERS_GONE`], [`EV_PEERS_CLOSED`]): a progress with nothing
+    /// new pays one load for all of them.
+    events: AtomicU32,
     /// The endpoint's doorbell (shared with its in-memory device).
     pub(crate) bell: Arc<Doorbell>,
 }
+
+/// [`Inbox::events`]: lanes were opened to the endpoint.
+const EV_FRESH: u32 = 1;
+/// [`Inbox::events`]: delivery-complete acknowledgements arrived.
+const EV_ACKS: u32 = 2;
+/// [`Inbox::events`]: a sender of one of the lanes into this endpoint was dropped.
+const EV_SENDERS_GONE: u32 = 4;
+/// [`Inbox::events`]: a receiver of one of this endpoint's lanes was dropped.
+const EV_PEERS_CLOSED: u32 = 8;
 
 #[derive(Debug, Default)]
 struct Fresh {
@@ -463,25 +535,43 @@ struct Fresh {
 }
 
 impl Inbox {
+    /// Sets event `bit` (after the data it announces is in place).
+    fn raise(&self, bit: u32) {
+        // Release: the endpoint that sees the bit sees what it announces.
+        self.events.fetch_or(bit, Ordering::Release);
+    }
+
+    /// Clears event `bit`; whether it was set. Cleared before the data it announces is
+    /// taken: what is added after that sets it again.
+    #[inline]
+    fn take(&self, bit: u32) -> bool {
+        self.events.load(Ordering::Relaxed) & bit != 0
+            && self.events.fetch_and(!bit, Ordering::AcqRel) & bit != 0
+    }
+
+    /// Whether anything happened since the events were last taken (one load; when it is
+    /// `false`, every `take_*` below would return `false`).
+    #[inline]
+    pub(crate) fn any_event(&self) -> bool {
+        self.events.load(Ordering::Acquire) != 0
+    }
+
     /// Takes the lanes opened since the last call into `out`; whether there were any.
     #[inline]
     pub(crate) fn take_new_lanes(&self, out: &mut Vec<Arc<Lane>>) -> bool {
-        if !self.has_fresh.load(Ordering::Acquire) {
+        if !self.take(EV_FRESH) {
             return false;
         }
-        let mut f = lock(&self.fresh);
-        self.has_fresh.store(false, Ordering::Relaxed);
-        out.append(&mut f.lanes);
+        out.append(&mut lock(&self.fresh).lanes);
         true
     }
 
     /// Takes the delivery-complete acknowledgements into `out`; whether there were any.
     #[inline]
     pub(crate) fn take_acks(&self, out: &mut Vec<u64>) -> bool {
-        if !self.has_acks.load(Ordering::Acquire) {
+        if !self.take(EV_ACKS) {
             return false;
         }
-        self.has_acks.store(false, Ordering::Relaxed);
         out.append(&mut lock(&self.acks));
         true
     }
@@ -489,13 +579,13 @@ impl Inbox {
     /// Whether a sender of a lane into this endpoint went since the last call.
     #[inline]
     pub(crate) fn take_senders_gone(&self) -> bool {
-        self.senders_gone.load(Ordering::Relaxed) && self.senders_gone.swap(false, Ordering::AcqRel)
+        self.take(EV_SENDERS_GONE)
     }
 
     /// Whether a receiver of one of this endpoint's lanes went since the last call.
     #[inline]
     pub(crate) fn take_peers_closed(&self) -> bool {
-        self.peers_closed.load(Ordering::Relaxed) && self.peers_closed.swap(false, Ordering::AcqRel)
+        self.take(EV_PEERS_CLOSED)
     }
 }
 
@@ -517,7 +607,11 @@ impl Hub {
 
     /// Removes `addr` (its endpoint is dropped) and closes the lanes into it: those its
     /// endpoint took (`taken`) and those opened since.
-    pub(crate) fn unregister(&self, addr: &RawAddr, taken: &[RxLane]) {
+    pub(crate) fn unregister<'a>(
+        &self,
+        addr: &RawAddr,
+        taken: impl IntoIterator<Item = &'a RxLane>,
+    ) {
         let inbox = lock(&self.inboxes).remove(addr);
         for rx in taken {
             rx.lane.close();
@@ -551,7 +645,7 @@ impl Hub {
             return None;
         }
         f.lanes.push(lane.clone());
-        dest.has_fresh.store(true, Ordering::Release);
+        dest.raise(EV_FRESH);
         dest.bell.ring();
         Some(TxLane {
             lane,
@@ -608,7 +702,7 @@ mod tests {
             while let Some(r) = rx.pop() {
                 let want = if got % 3 == 0 { 100 } else { got % 33 };
                 assert_eq!((r.tag, r.len), (got as u64, want));
-                match r.payload() {
+                match r.payload {
                     Payload::Heap(v) => assert_eq!(v, vec![got as u8; want]),
                     Payload::Inline { words } => {
                         let mut out = vec![0u8; want];
@@ -625,11 +719,78 @@ mod tests {
         assert_eq!(tx.waiting(), 0);
         assert!(hub.connect(a, &ia, &RawAddr::default()).is_none());
         assert!(!tx.closed());
-        hub.unregister(&b, &[rx]);
+        hub.unregister(&b, [&rx]);
         assert!(tx.closed(), "the receiver's lanes are closed");
         assert!(ia.take_peers_closed(), "and the sender is told");
         assert!(!ia.take_peers_closed());
         assert!(hub.connect(a, &ia, &b).is_none());
+    }
+
+    /// The receiver rings the sender's doorbell when it frees ring space only while the
+    /// sender has messages waiting for it, and then never misses the sender (which looked
+    /// at the ring after taking the bell's epoch, found it full, and waits for a ring),
+    /// the receiver running on another thread.
+    #[test]
+    fn freed_ring_space_wakes_a_sender_only_when_messages_wait() {
+        use std::time::Duration;
+        let hub = Hub::default();
+        let (a, b) = (
+            RawAddr {
+                qpn: 1,
+                ..RawAddr::default()
+            },
+            RawAddr {
+                qpn: 2,
+                ..RawAddr::default()
+            },
+        );
+        let bell_a = Arc::new(Doorbell::new());
+        let ia = hub.register(a, bell_a.clone());
+        let ib = hub.register(b, Arc::default());
+        let mut tx = hub.connect(a, &ia, &b).unwrap();
+        let mut lanes = Vec::new();
+        assert!(ib.take_new_lanes(&mut lanes));
+        let mut rx = rx_lane(lanes.pop().unwrap(), 0);
+        tx.send(0, F_TAGGED, 0, 0, Bytes::Borrowed(&[1]));
+        let before = bell_a.epoch();
+        assert_eq!(rx.pop().map(|r| r.tag), Some(0));
+        rx.publish();
+        assert_eq!(
+            bell_a.epoch(),
+            before,
+            "nothing waits at the sender: no ring"
+        );
+        for round in 0..50u64 {
+            // A full ring and one message waiting for space.
+            let base = 1 + round * (SLOTS as u64 + 1);
+            for i in 0..=SLOTS as u64 {
+                tx.send(base + i, F_TAGGED, 0, 0, Bytes::Borrowed(&[2; 8]));
+            }
+            assert_eq!(tx.waiting(), 1);
+            let seen = bell_a.epoch();
+            tx.flush();
+            assert_eq!(tx.waiting(), 1, "no room yet");
+            let t = std::thread::spawn(move || {
+                let mut tags = Vec::new();
+                while let Some(r) = rx.pop() {
+                    tags.push(r.tag);
+                }
+                rx.publish();
+                (rx, tags)
+            });
+            assert!(
+                bell_a.wait(seen, Duration::from_secs(60)),
+                "the receiver rang the waiting sender"
+            );
+            let (back, tags) = t.join().unwrap();
+            rx = back;
+            let want: Vec<u64> = (base..base + SLOTS as u64).collect();
+            assert_eq!(tags, want);
+            tx.flush();
+            assert_eq!(tx.waiting(), 0);
+            assert_eq!(rx.pop().map(|r| r.tag), Some(base + SLOTS as u64));
+            rx.publish();
+        }
     }
 
     /// A sender dropped with messages in the ring and waiting for ring space hands the

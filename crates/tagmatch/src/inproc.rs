@@ -95,6 +95,13 @@ struct Stalled {
     dc: Option<u64>,
 }
 
+/// A lane into this endpoint and the message it holds back for the budget.
+#[derive(Debug)]
+struct InLane {
+    rx: RxLane,
+    stalled: Option<Stalled>,
+}
+
 #[derive(Debug)]
 enum Route {
     Unknown,
@@ -122,9 +129,8 @@ pub(crate) struct Fast {
     /// Per peer (by index): how messages to it travel, decided at the first send.
     routes: Vec<Route>,
     any_waiting: bool,
-    /// The lanes into this endpoint, and the message each holds back for the budget.
-    rx: Vec<RxLane>,
-    stalled: Vec<Option<Stalled>>,
+    /// The lanes into this endpoint, each with the message it holds back for the budget.
+    rx: Vec<InLane>,
     /// Lanes just taken from the inbox (kept to reuse its allocation).
     new_lanes: Vec<Arc<fast::Lane>>,
     /// Some lane's sender is gone and the lane is not released yet (see `fast_progress`).
@@ -168,7 +174,6 @@ impl Fast {
             routes: Vec::new(),
             any_waiting: false,
             rx: Vec::new(),
-            stalled: Vec::new(),
             new_lanes: Vec::new(),
             reap: false,
             next_op: FAST_BIT | 1,
@@ -220,7 +225,8 @@ impl Fast {
 impl Drop for Fast {
     fn drop(&mut self) {
         // The lanes out of this endpoint go with `routes` (see `TxLane`'s `Drop`).
-        self.hub.unregister(&self.addr, &self.rx);
+        self.hub
+            .unregister(&self.addr, self.rx.iter().map(|l| &l.rx));
     }
 }
 
@@ -277,18 +283,25 @@ fn spec(tag: Option<TagMatch>, src: Option<PeerId>) -> RecvSpec {
 
 /// Hands one lane message to the engine: matched (then completed), or queued as
 /// unexpected; either way a delivery-complete send is acknowledged to its sender. Refused
-/// by the budget: the message comes back, to wait at the head of its lane.
+/// by the budget: the message comes back, to wait at the head of its lane. (Inlined, and
+/// the message in parts: no record is moved on the way to the engine.)
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
 fn arrive(
     engine: &mut tagmatch_engine::Engine<RecvCtx, FastMsg>,
     node: &mut Node<Device>,
     proto_recvs: &mut HashMap<u64, (u64, Option<Vec<u8>>)>,
     out: &mut Out<'_>,
     lane: &crate::fast::Lane,
-    s: Stalled,
+    env: Envelope,
+    len: usize,
+    held: usize,
+    msg: FastMsg,
+    dc: Option<u64>,
 ) -> Result<(), Stalled> {
-    match engine.arrive_held(s.env, s.len, s.held, s.msg) {
+    match engine.arrive_held(env, len, held, msg) {
         Ok(a) => {
-            if let Some(op) = s.dc {
+            if let Some(op) = dc {
                 // Delivered: matched, or held as unexpected by the receiver.
                 lane.ack(op);
             }
@@ -300,15 +313,53 @@ fn arrive(
         Err(r) => Err(Stalled {
             env: r.env,
             len: r.len,
-            held: s.held,
+            held,
             msg: r.msg,
-            dc: s.dc,
+            dc,
         }),
+    }
+}
+
+/// [`finish`] for a protocol-path message: receives it from the protocol endpoint (out
+/// of line: the fast path's own messages do not come here).
+#[cold]
+fn finish_proto(
+    node: &mut Node<Device>,
+    proto_recvs: &mut HashMap<u64, (u64, Option<Vec<u8>>)>,
+    out: &mut Out<'_>,
+    op: u64,
+    buf: RecvBuf,
+    claim: tagmatch_rdm::Claim,
+) {
+    match node.endpoint_mut().mrecv(claim, buf.len()) {
+        Ok(rop) => {
+            proto_recvs.insert(rop.0, (op, buf.into_caller()));
+        }
+        Err(e) => {
+            // The claim was taken by this endpoint and never handed out: it cannot be
+            // stale. Report rather than lose the receive.
+            tracing::debug!(?e, "mrecv of a claimed protocol message failed");
+            out.push(Completion {
+                request: Request {
+                    op: OpId(op),
+                    ep: out.ep,
+                },
+                kind: OpKind::Recv,
+                status: Err(OpError::Canceled),
+                data: Vec::new(),
+                len: 0,
+                tag: 0,
+                source: None,
+                cq_data: None,
+                protocol: None,
+            });
+        }
     }
 }
 
 /// A receive met its message: copies the bytes into the receive's buffer and completes it
 /// (or, for a protocol-path message, receives it from the protocol endpoint).
+#[inline(always)]
 fn finish(
     node: &mut Node<Device>,
     proto_recvs: &mut HashMap<u64, (u64, Option<Vec<u8>>)>,
@@ -322,30 +373,7 @@ fn finish(
     let n = len.min(buf_len);
     let data = match (msg.payload, ctx.buf) {
         (Payload::Proto(claim), buf) => {
-            match node.endpoint_mut().mrecv(claim, buf_len) {
-                Ok(rop) => {
-                    proto_recvs.insert(rop.0, (ctx.op, buf.into_caller()));
-                }
-                Err(e) => {
-                    // The claim was taken by this endpoint and never handed out: it
-                    // cannot be stale. Report rather than lose the receive.
-                    tracing::debug!(?e, "mrecv of a claimed protocol message failed");
-                    out.push(Completion {
-                        request: Request {
-                            op: OpId(ctx.op),
-                            ep: out.ep,
-                        },
-                        kind: OpKind::Recv,
-                        status: Err(OpError::Canceled),
-                        data: Vec::new(),
-                        len: 0,
-                        tag: 0,
-                        source: None,
-                        cq_data: None,
-                        protocol: None,
-                    });
-                }
-            }
+            finish_proto(node, proto_recvs, out, ctx.op, buf, claim);
             return;
         }
         (Payload::Heap(mut v), RecvBuf::Alloc(_)) => {
@@ -400,7 +428,22 @@ fn finish(
 impl Endpoint {
     /// Whether messages to `pid` take the fast path (decided at the first message, then
     /// fixed: every message of the pair takes the same path, so order holds).
+    #[inline]
     pub(crate) fn is_fast(&mut self, pid: PeerId) -> bool {
+        let Some(f) = self.fast.as_deref() else {
+            return false;
+        };
+        match f.routes.get(pid.0 as usize) {
+            Some(Route::Fast(_) | Route::Gone) => true,
+            Some(Route::Proto) => false,
+            Some(Route::Unknown) | None => self.decide_route(pid),
+        }
+    }
+
+    /// [`Endpoint::is_fast`] for a peer not messaged yet: opens the lane to it if it is
+    /// a fast-path endpoint of the same fabric.
+    #[cold]
+    fn decide_route(&mut self, pid: PeerId) -> bool {
         let Some(f) = self.fast.as_deref_mut() else {
             return false;
         };
@@ -420,7 +463,9 @@ impl Endpoint {
         matches!(f.routes[i], Route::Fast(_) | Route::Gone)
     }
 
-    /// A send on the fast path (`is_fast(pid)` holds).
+    /// A send on the fast path (`is_fast(pid)` holds). Inlined: at an injected send's
+    /// call the options are constants and their branches go.
+    #[inline(always)]
     pub(crate) fn fast_send(
         &mut self,
         pid: PeerId,
@@ -767,14 +812,17 @@ impl Endpoint {
             counters,
             ep: *id,
         };
-        if f.inbox.take_acks(&mut f.acks) {
+        // One load tells whether any of the inbox's events (acknowledgements, lanes
+        // closed, opened or whose sender went) happened: usually none did.
+        let events = f.inbox.any_event();
+        if events && f.inbox.take_acks(&mut f.acks) {
             for op in f.acks.drain(..) {
                 if let Some((len, tag, _)) = f.dc_pending.remove(&op) {
                     out.send_done(op, len, tag);
                 }
             }
         }
-        if f.inbox.take_peers_closed() {
+        if events && f.inbox.take_peers_closed() {
             // A receiver went: its lanes are released (sends to it fail from now on), and
             // a delivery-complete send it never acknowledged fails (what waited for ring
             // space is dropped with the lane).
@@ -819,18 +867,17 @@ impl Endpoint {
             }
             f.any_waiting = any;
         }
-        if f.inbox.take_new_lanes(&mut f.new_lanes) {
+        if events && f.inbox.take_new_lanes(&mut f.new_lanes) {
             for lane in f.new_lanes.drain(..) {
                 let peer = node.endpoint_mut().add_peer(lane.src);
                 let rx = fast::rx_lane(lane, peer.0);
                 // Its sender may have gone already, its notice taken by an earlier call
                 // (before the lane was taken here).
                 f.reap |= rx.sender_gone();
-                f.rx.push(rx);
-                f.stalled.push(None);
+                f.rx.push(InLane { rx, stalled: None });
             }
         }
-        if f.inbox.take_senders_gone() {
+        if events && f.inbox.take_senders_gone() {
             f.reap = true;
         }
         let reap = f.reap;
@@ -889,7 +936,7 @@ impl Endpoint {
                 }
             }
         }
-        for (rx, stalled) in f.rx.iter_mut().zip(f.stalled.iter_mut()) {
+        for InLane { rx, stalled } in f.rx.iter_mut() {
             if stalled.is_some() {
                 let Some(s) = stalled.take() else { continue };
                 if let Err(again) = arrive(
@@ -898,7 +945,11 @@ impl Endpoint {
                     &mut f.proto_recvs,
                     &mut out,
                     &rx.lane,
-                    s,
+                    s.env,
+                    s.len,
+                    s.held,
+                    s.msg,
+                    s.dc,
                 ) {
                     *stalled = Some(again);
                     continue;
@@ -918,15 +969,8 @@ impl Endpoint {
                 let env = Envelope::new(comm, rx.peer, raw.tag);
                 let len = raw.len;
                 let msg = FastMsg {
-                    payload: raw.payload(),
+                    payload: raw.payload,
                     cq_data,
-                };
-                let s = Stalled {
-                    env,
-                    len,
-                    held: len,
-                    msg,
-                    dc,
                 };
                 if let Err(again) = arrive(
                     &mut f.engine,
@@ -934,7 +978,11 @@ impl Endpoint {
                     &mut f.proto_recvs,
                     &mut out,
                     &rx.lane,
-                    s,
+                    env,
+                    len,
+                    len,
+                    msg,
+                    dc,
                 ) {
                     out.counters.fast_backpressure += 1;
                     *stalled = Some(again);
@@ -952,12 +1000,12 @@ impl Endpoint {
             let mut left = false;
             let mut i = 0;
             while i < f.rx.len() {
-                if f.stalled[i].is_none() && f.rx[i].drained() {
+                let l = &mut f.rx[i];
+                if l.stalled.is_none() && l.rx.drained() {
                     f.rx.swap_remove(i);
-                    f.stalled.swap_remove(i);
                     out.counters.fast_lanes_released += 1;
                 } else {
-                    left |= f.rx[i].sender_gone();
+                    left |= l.rx.sender_gone();
                     i += 1;
                 }
             }
@@ -985,6 +1033,7 @@ impl Endpoint {
     /// assert!(a.poll_completion().is_none(), "an injected send has no completion");
     /// # Ok(()) }
     /// ```
+    #[inline]
     pub fn tinject(&mut self, peer: Peer, tag: u64, data: &[u8]) -> Result<()> {
         self.inject_inner(peer, Some(tag), data)
     }
@@ -994,6 +1043,7 @@ impl Endpoint {
         self.inject_inner(peer, None, data)
     }
 
+    #[inline(always)]
     fn inject_inner(&mut self, peer: Peer, tag: Option<u64>, data: &[u8]) -> Result<()> {
         tracing::trace!(peer = peer.index(), ?tag, len = data.len(), "inject");
         let pid = self.pid(peer)?;
@@ -1002,6 +1052,19 @@ impl Endpoint {
                 .fast_send(pid, tag, Bytes::Borrowed(data), SendOpts::default(), true)
                 .map(|_| ());
         }
+        self.inject_proto(peer, pid, tag, data)
+    }
+
+    /// [`Endpoint::inject_inner`] over the protocol path (out of line: the fast path's
+    /// injected send is inlined at the caller).
+    #[inline(never)]
+    fn inject_proto(
+        &mut self,
+        peer: Peer,
+        pid: PeerId,
+        tag: Option<u64>,
+        data: &[u8],
+    ) -> Result<()> {
         let ep = self.node.endpoint_mut();
         let r = match tag {
             Some(t) => ep.tsend(pid, t, data.to_vec(), SendOpts::default()),
