@@ -228,6 +228,21 @@ impl Completion {
         }
     }
 
+    /// A receive that ended without data, with `error`.
+    pub(crate) fn recv_failed(request: Request, error: OpError) -> Completion {
+        Completion {
+            request,
+            kind: OpKind::Recv,
+            status: Err(error),
+            data: Vec::new(),
+            len: 0,
+            tag: 0,
+            source: None,
+            cq_data: None,
+            protocol: None,
+        }
+    }
+
     /// The first 8 bytes of `data` as a little-endian `u64` (fetched atomics).
     pub fn data_u64(&self) -> Option<u64> {
         let b: [u8; 8] = self.data.get(..8)?.try_into().ok()?;

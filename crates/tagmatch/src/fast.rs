@@ -672,6 +672,15 @@ pub(crate) fn rx_lane(lane: Arc<Lane>, peer: u32) -> RxLane {
 mod tests {
     use super::*;
 
+    /// Two distinct endpoint addresses.
+    fn two_addrs() -> (RawAddr, RawAddr) {
+        let at = |qpn| RawAddr {
+            qpn,
+            ..RawAddr::default()
+        };
+        (at(1), at(2))
+    }
+
     #[test]
     fn lane_keeps_order_across_inline_big_and_waiting() {
         let hub = Hub::default();
@@ -734,16 +743,7 @@ mod tests {
     fn freed_ring_space_wakes_a_sender_only_when_messages_wait() {
         use std::time::Duration;
         let hub = Hub::default();
-        let (a, b) = (
-            RawAddr {
-                qpn: 1,
-                ..RawAddr::default()
-            },
-            RawAddr {
-                qpn: 2,
-                ..RawAddr::default()
-            },
-        );
+        let (a, b) = two_addrs();
         let bell_a = Arc::new(Doorbell::new());
         let ia = hub.register(a, bell_a.clone());
         let ib = hub.register(b, Arc::default());
@@ -799,16 +799,7 @@ mod tests {
     #[test]
     fn a_dropped_sender_leaves_nothing_behind_in_its_queue() {
         let hub = Hub::default();
-        let (a, b) = (
-            RawAddr {
-                qpn: 1,
-                ..RawAddr::default()
-            },
-            RawAddr {
-                qpn: 2,
-                ..RawAddr::default()
-            },
-        );
+        let (a, b) = two_addrs();
         let ia = hub.register(a, Arc::default());
         let ib = hub.register(b, Arc::default());
         let mut tx = hub.connect(a, &ia, &b).unwrap();

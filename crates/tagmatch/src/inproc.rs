@@ -339,20 +339,11 @@ fn finish_proto(
             // The claim was taken by this endpoint and never handed out: it cannot be
             // stale. Report rather than lose the receive.
             tracing::debug!(?e, "mrecv of a claimed protocol message failed");
-            out.push(Completion {
-                request: Request {
-                    op: OpId(op),
-                    ep: out.ep,
-                },
-                kind: OpKind::Recv,
-                status: Err(OpError::Canceled),
-                data: Vec::new(),
-                len: 0,
-                tag: 0,
-                source: None,
-                cq_data: None,
-                protocol: None,
-            });
+            let request = Request {
+                op: OpId(op),
+                ep: out.ep,
+            };
+            out.push(Completion::recv_failed(request, OpError::Canceled));
         }
     }
 }
@@ -703,17 +694,7 @@ impl Endpoint {
             counters: &mut self.counters,
             ep,
         }
-        .push(Completion {
-            request: req,
-            kind: OpKind::Recv,
-            status: Err(OpError::Canceled),
-            data: Vec::new(),
-            len: 0,
-            tag: 0,
-            source: None,
-            cq_data: None,
-            protocol: None,
-        });
+        .push(Completion::recv_failed(req, OpError::Canceled));
         Ok(())
     }
 
