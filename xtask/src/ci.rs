@@ -67,8 +67,11 @@ pub fn stages() -> Vec<Stage> {
         },
         Stage {
             name: "test",
-            about: "cargo test --workspace (unit, integration and doc tests)",
-            run: |ctx| cargo_stage(ctx, &["test", "--workspace"], &[]),
+            about: "cargo test --workspace (unit, integration and doc tests), then every example of the tagmatch facade (ping_pong also over UDP)",
+            run: |ctx| {
+                cargo_stage(ctx, &["test", "--workspace"], &[])?;
+                run_examples(ctx)
+            },
         },
         Stage {
             name: "features",
@@ -170,6 +173,37 @@ fn verbs_stage(ctx: &Ctx) -> Result<Outcome> {
     cargo_stage(ctx, vm::TRANSPORT_VERBS_TESTS, &[])?;
     // The facade's verbs tests (they skip on a host without RDMA; vm-test runs them).
     cargo_stage(ctx, vm::FACADE_VERBS_TESTS, &[])
+}
+
+/// Runs every example of the facade (`crates/tagmatch/examples/*.rs`), which must exit
+/// successfully: they are documentation a user runs first, and `cargo test` only builds
+/// them. `ping_pong` runs in-process and over UDP.
+fn run_examples(ctx: &Ctx) -> Result<Outcome> {
+    let dir = ctx.root.join("crates/tagmatch/examples");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            name.strip_suffix(".rs").map(str::to_owned)
+        })
+        .collect();
+    names.sort();
+    for name in &names {
+        let mut runs: Vec<Vec<&str>> = vec![vec![]];
+        if name == "ping_pong" {
+            runs.push(vec!["udp"]);
+        }
+        for extra in runs {
+            let mut args = vec!["run", "-q", "-p", "tagmatch", "--example", name.as_str()];
+            if !extra.is_empty() {
+                args.push("--");
+                args.extend(extra);
+            }
+            cargo_stage(ctx, &args, &[])?;
+        }
+    }
+    Ok(Outcome::Ok)
 }
 
 fn cargo_stage(ctx: &Ctx, args: &[&str], env: &[(&str, &str)]) -> Result<Outcome> {

@@ -48,6 +48,11 @@ fn main() -> Result<(), tagmatch::Error> {
         assert_eq!(c.data, i.to_le_bytes());
     }
     let rtt = start.elapsed() / ROUNDS as u32;
+    // The responder's last send completes when this side acknowledges it: keep
+    // progressing until nothing is owed to the peer (over UDP, the acknowledgement of the
+    // last reply), then let the responder finish. Without it the responder's last send
+    // waits for an acknowledgement that never comes and fails after the peer timeout.
+    ping.flush(Duration::from_secs(2))?;
     responder.join().expect("responder thread")?;
     println!(
         "{ROUNDS} round trips of 8 bytes over {}: {:.2} µs per round trip",
