@@ -257,6 +257,17 @@ impl Row {
     }
 }
 
+/// A control message (client to server): the test's code at byte 0, then size,
+/// iterations and window as little-endian `u64`s at 8, 16 and 24.
+fn ctrl_msg(test: u8, size: u64, iters: u64, window: u64) -> Vec<u8> {
+    let mut b = vec![0u8; CTRL_LEN];
+    b[0] = test;
+    b[8..16].copy_from_slice(&size.to_le_bytes());
+    b[16..24].copy_from_slice(&iters.to_le_bytes());
+    b[24..32].copy_from_slice(&window.to_le_bytes());
+    b
+}
+
 fn default_iters(test: Test, size: usize) -> u64 {
     let by_bytes = ((512usize << 20) / size.max(1)) as u64;
     let cap = match test {
@@ -829,11 +840,7 @@ impl Client {
         window: u64,
     ) -> Result<RemoteKey, tagmatch::Error> {
         let reply = self.ep.trecv(self.server, REPLY, 24)?;
-        let mut b = vec![0u8; CTRL_LEN];
-        b[0] = test;
-        b[8..16].copy_from_slice(&(size as u64).to_le_bytes());
-        b[16..24].copy_from_slice(&iters.to_le_bytes());
-        b[24..32].copy_from_slice(&window.to_le_bytes());
+        let b = ctrl_msg(test, size as u64, iters, window);
         let s = self.ep.tsend(self.server, CTRL, b)?;
         self.sends.push_back(s);
         let c = self.wait_reply(reply, s)?;
@@ -1437,12 +1444,9 @@ mod tests {
             let mut c = Endpoint::builder().mem(&fabric).build().unwrap();
             let p = c.insert_peer(&server.address()).unwrap();
             let reply = c.trecv(p, REPLY, 24).unwrap();
-            let mut b = vec![0u8; CTRL_LEN];
-            b[0] = Test::TagBw.code();
-            b[8..16].copy_from_slice(&8u64.to_le_bytes());
-            b[16..24].copy_from_slice(&100u64.to_le_bytes());
-            b[24..32].copy_from_slice(&4u64.to_le_bytes());
-            let _ = c.tsend(p, CTRL, b).unwrap();
+            let _ = c
+                .tsend(p, CTRL, ctrl_msg(Test::TagBw.code(), 8, 100, 4))
+                .unwrap();
             let mut got = None;
             for _ in 0..10_000 {
                 c.progress().unwrap();
@@ -1508,14 +1512,7 @@ mod tests {
         let mut server = Server::new(Endpoint::builder().mem(&fabric).build().unwrap()).unwrap();
         let mut c = Endpoint::builder().mem(&fabric).build().unwrap();
         let p = c.insert_peer(&server.address()).unwrap();
-        let ctrl = |test: u8, size: u64, iters: u64, window: u64| {
-            let mut b = vec![0u8; CTRL_LEN];
-            b[0] = test;
-            b[8..16].copy_from_slice(&size.to_le_bytes());
-            b[16..24].copy_from_slice(&iters.to_le_bytes());
-            b[24..32].copy_from_slice(&window.to_le_bytes());
-            b
-        };
+        let ctrl = ctrl_msg;
         for bad in [
             ctrl(77, 8, 1, 1),
             ctrl(0, 1 << 40, 1, 1),
