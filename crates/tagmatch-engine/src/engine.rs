@@ -224,7 +224,8 @@ impl<R> Linked for PNode<R> {
     }
 }
 
-/// An unexpected (or claimed) message. `len` is `u32`, and the four lists' links are
+/// An unexpected (or claimed) message. `len` is `u32`, and the four lists' links (the
+/// (comm) pair threads the arrival-order list while the (comm) lists are not built) are
 /// 23-bit fields with the head marks in them, packed in 24 bytes (see `list::Packed4`), so
 /// the node is 44 bytes + `M` (48 for a `u32` payload, which is also its slab slot: the
 /// links' never-zero upper `next` bits give the slot its vacancy niche); larger payloads
@@ -376,6 +377,14 @@ pub struct Engine<R, M> {
     ix: [Index; 5],
     /// Posted receives per index kind (to skip lookups of empty kinds on arrival).
     n_kind: [usize; 5],
+    /// Which of the unexpected messages' wildcard lists (bit `K_SRC`, `K_TAG`, `K_COMM`)
+    /// are kept: a list kind is built when a receive, probe or purge first needs it, and
+    /// forgotten when no message is queued (see [`Engine::build_unexp`]).
+    built: u8,
+    /// While the (comm) lists are not kept, the queued messages' (comm) link pair threads
+    /// one list of them all in arrival order (from which the wildcard lists are built):
+    /// its head.
+    arrivals: Option<u32>,
     next_seq: u64,
     peers: FastMap<u32, Peer<M>>,
     /// Room the message budget keeps for the messages missing below held ones: the sum of
@@ -412,6 +421,8 @@ impl<R, M> Engine<R, M> {
             masks: FastMap::default(),
             held: FastMap::default(),
             n_kind: [0; 5],
+            built: 0,
+            arrivals: None,
             next_seq: 0,
             peers: FastMap::default(),
             reserved: 0,
@@ -563,8 +574,9 @@ impl<R, M> Engine<R, M> {
         match (src, spec.tag) {
             // matching-notes §5: "Wildcard-versus-unexpected search is linear everywhere."
             // Here every message sits on four FIFOs at once, (comm,src,tag), (comm,src),
-            // (comm,tag) and (comm), so the earliest match for exact, ANY_TAG, ANY_SOURCE
-            // and ANY_SOURCE+ANY_TAG is the head of one list: O(1).
+            // (comm,tag) and (comm) (the caller has built the wildcard kind it needs, see
+            // `build_unexp`), so the earliest match for exact, ANY_TAG, ANY_SOURCE and
+            // ANY_SOURCE+ANY_TAG is the head of one list: O(1).
             (Some(s), TagSel::Exact(t)) => {
                 *attempts += 1;
                 self.unexp_head(K_EXACT, &Envelope::new(spec.comm, s, t))
@@ -670,25 +682,41 @@ impl<R, M> Engine<R, M> {
 
     // ------------------------------------------------------------------ removal helpers
 
-    /// Unlinks an unexpected message from its four lists (it stays in the slab).
+    /// Unlinks an unexpected message from its lists (it stays in the slab).
     fn unlink_unexp(&mut self, idx: u32) {
-        let env = self.unexp.at(idx).env;
-        self.unlink_unexp_from::<K_EXACT>(idx, &env);
-        self.unlink_unexp_from::<K_SRC>(idx, &env);
-        self.unlink_unexp_from::<K_TAG>(idx, &env);
-        self.unlink_unexp_from::<K_COMM>(idx, &env);
+        let n = self.unexp.at(idx);
+        let (env, links) = (n.env, n.links);
+        self.unlink_detached_from::<K_EXACT>(idx, &env, links.get(K_EXACT));
+        self.unlink_rest_detached::<K_EXACT>(idx, &env, &links);
     }
 
-    /// Unlinks unexpected message `idx` (envelope `env`) from its list `K`, updating the
-    /// index if the head changed. `K` is a constant, so the link and index are fixed.
+    /// Unlinks message `idx` (envelope `env`, links `links`; it may already be out of the
+    /// slab) from every list it is on but its (comm, src, tag) list and list `K`.
     #[inline(always)]
-    fn unlink_unexp_from<const K: usize>(&mut self, idx: u32, env: &Envelope) {
-        let u = list::unlink(&mut self.unexp, K, idx);
-        self.index_after_unlink(K, env, u, idx);
+    fn unlink_rest_detached<const K: usize>(&mut self, idx: u32, env: &Envelope, links: &Packed4) {
+        if K != K_SRC && self.built & (1 << K_SRC) != 0 {
+            self.unlink_detached_from::<K_SRC>(idx, env, links.get(K_SRC));
+        }
+        if K != K_TAG && self.built & (1 << K_TAG) != 0 {
+            self.unlink_detached_from::<K_TAG>(idx, env, links.get(K_TAG));
+        }
+        if K != K_COMM {
+            if self.built & (1 << K_COMM) != 0 {
+                self.unlink_detached_from::<K_COMM>(idx, env, links.get(K_COMM));
+            } else {
+                // The arrival-order list, whose head is kept here rather than in an index.
+                match list::unlink_detached(&mut self.unexp, K_COMM, idx, links.get(K_COMM)) {
+                    Unlinked::Inner => {}
+                    Unlinked::NewHead(h) => self.arrivals = Some(h),
+                    Unlinked::Empty => self.arrivals = None,
+                }
+            }
+        }
     }
 
-    /// [`Engine::unlink_unexp_from`] of a message already taken out of the slab, whose
-    /// link on list `K` was `l`.
+    /// Unlinks unexpected message `idx` (envelope `env`, possibly already out of the
+    /// slab), whose link on list `K` was `l`, from that list, updating the index if the
+    /// head changed. `K` is a constant, so the link and index are fixed.
     #[inline(always)]
     fn unlink_detached_from<const K: usize>(&mut self, idx: u32, env: &Envelope, l: Link) {
         let u = list::unlink_detached(&mut self.unexp, K, idx, l);
@@ -803,11 +831,114 @@ impl<R, M> Engine<R, M> {
         idx
     }
 
-    /// Links a stored message into the (comm,src), (comm,tag) and (comm) lists.
+    /// Links a stored message (already on its (comm, src, tag) list) into the wildcard
+    /// lists that are kept, or the arrival-order list while the (comm) lists are not.
+    #[inline]
     fn link_unexp_rest(&mut self, idx: u32, env: &Envelope) {
-        self.index_push_unexp(K_SRC, env, idx);
-        self.index_push_unexp(K_TAG, env, idx);
-        self.index_push_unexp(K_COMM, env, idx);
+        if self.built != 0 {
+            if self.unexp.len() - self.c.claimed_depth == 1 {
+                // The only queued message: every list is empty, the built ones can be
+                // forgotten (built again, from the arrival order, when next needed).
+                self.built = 0;
+            } else {
+                if self.built & (1 << K_SRC) != 0 {
+                    self.index_push_unexp(K_SRC, env, idx);
+                }
+                if self.built & (1 << K_TAG) != 0 {
+                    self.index_push_unexp(K_TAG, env, idx);
+                }
+                if self.built & (1 << K_COMM) != 0 {
+                    self.index_push_unexp(K_COMM, env, idx);
+                    return;
+                }
+            }
+        }
+        list::push_back(&mut self.unexp, K_COMM, self.arrivals, idx);
+        if self.arrivals.is_none() {
+            self.arrivals = Some(idx);
+        }
+    }
+
+    /// Makes sure the unexpected messages' lists of kind `k` are kept (the (comm, src,
+    /// tag) lists always are).
+    ///
+    /// matching-notes §5: most communicators never see a wildcard receive, so a message
+    /// is linked at arrival only into its (comm, src, tag) list and one arrival-order
+    /// list, whose head is an engine field (no index). The first receive, probe or purge
+    /// that needs a wildcard list kind builds that kind from the queued messages in
+    /// arrival order; from then on arrivals are linked into it too, until no message is
+    /// queued. Each message is linked into each kind at most once, so the build is
+    /// amortised O(1) per message.
+    #[inline(always)]
+    fn build_unexp(&mut self, k: usize) {
+        if k != K_EXACT && self.built & (1 << k) == 0 {
+            self.build_unexp_slow(k);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn build_unexp_slow(&mut self, k: usize) {
+        if k != K_COMM {
+            // At most one key per distinct (comm, src, tag) of a queued message: sized
+            // once instead of doubling (each doubling re-reads every entry's node). The
+            // (comm) index has one key per communicator and grows as needed.
+            let queued = self.unexp.len() - self.c.claimed_depth;
+            let keys = self.ix[k].len() + queued.min(self.ix[K_EXACT].len());
+            let (p, u) = (&self.posted, &self.unexp);
+            self.ix[k].reserve(keys, rehasher(p, u, k));
+        }
+        if self.built & (1 << K_COMM) == 0 {
+            // Walk the arrival-order list. For the (comm) lists themselves, each node's
+            // pair is rewritten after its successor is read: the pushes only touch that
+            // node and earlier ones (tails and heads of lists already walked).
+            if let Some(head) = self.arrivals {
+                let mut cur = head;
+                loop {
+                    let n = self.unexp.at(cur);
+                    let (env, next) = (n.env, n.links.get(K_COMM).next);
+                    self.index_push_unexp(k, &env, cur);
+                    if next == head {
+                        break;
+                    }
+                    cur = next;
+                }
+            }
+            if k == K_COMM {
+                self.arrivals = None;
+            }
+        } else {
+            // The (comm) lists give each communicator's arrival order, which is all a
+            // (comm, src) or (comm, tag) list needs.
+            let mut s = core::mem::take(&mut self.scratch);
+            s.clear();
+            s.extend(self.ix[K_COMM].values().filter(|v| v & POSTED == 0));
+            for &head in &s {
+                let mut cur = head;
+                loop {
+                    let n = self.unexp.at(cur);
+                    let (env, next) = (n.env, n.links.get(K_COMM).next);
+                    self.index_push_unexp(k, &env, cur);
+                    if next == head {
+                        break;
+                    }
+                    cur = next;
+                }
+            }
+            s.clear();
+            self.scratch = s;
+        }
+        self.built |= 1 << k;
+    }
+
+    /// The unexpected list kind [`Engine::search_unexp`] reads for `spec` (normalised).
+    fn unexp_kind(spec: &RecvSpec) -> usize {
+        match (spec.src, spec.tag) {
+            (Source::Rank(_), TagSel::Exact(_)) => K_EXACT,
+            (Source::Rank(_), _) => K_SRC,
+            (Source::Any, TagSel::Exact(_)) => K_TAG,
+            (Source::Any, _) => K_COMM,
+        }
     }
 
     fn held_messages(&self) -> usize {
@@ -870,6 +1001,7 @@ impl<R, M> Engine<R, M> {
     }
 
     fn post_general(&mut self, spec: RecvSpec, recv: R) -> Result<Posted<R, M>, PostRejected<R>> {
+        self.build_unexp(Self::unexp_kind(&spec));
         let mut a = 0;
         let found = self.search_unexp(&spec, &mut a);
         self.c.match_attempts += a;
@@ -929,6 +1061,9 @@ impl<R, M> Engine<R, M> {
         recv: R,
     ) -> Result<Posted<R, M>, PostRejected<R>> {
         let k = K;
+        if K != K_EXACT {
+            self.build_unexp(K);
+        }
         let can_post = self.posted.len() < self.cfg.max_posted;
         self.c.match_attempts += 1;
         let h = hash_key(k, &key);
@@ -985,15 +1120,7 @@ impl<R, M> Engine<R, M> {
         if K != K_EXACT {
             self.unlink_detached_from::<K_EXACT>(found, &env, n.links.get(K_EXACT));
         }
-        if K != K_SRC {
-            self.unlink_detached_from::<K_SRC>(found, &env, n.links.get(K_SRC));
-        }
-        if K != K_TAG {
-            self.unlink_detached_from::<K_TAG>(found, &env, n.links.get(K_TAG));
-        }
-        if K != K_COMM {
-            self.unlink_detached_from::<K_COMM>(found, &env, n.links.get(K_COMM));
-        }
+        self.unlink_rest_detached::<K>(found, &env, &n.links);
         self.c.bytes_held -= self.take_held_bytes(found, n.len);
         Ok(Posted::Matched(Match {
             recv,
@@ -1465,6 +1592,7 @@ impl<R, M> Engine<R, M> {
     /// it stays queued. Same cost as [`Engine::post`].
     pub fn probe(&mut self, spec: &RecvSpec) -> Option<Peek<'_, M>> {
         let spec = spec.normalized();
+        self.build_unexp(Self::unexp_kind(&spec));
         let mut a = 0;
         let found = self.search_unexp(&spec, &mut a);
         self.c.match_attempts += a;
@@ -1490,6 +1618,7 @@ impl<R, M> Engine<R, M> {
     /// [`Engine::mrecv`] with the returned handle takes it. Its bytes stay counted.
     pub fn mprobe(&mut self, spec: &RecvSpec) -> Option<Claimed> {
         let spec = spec.normalized();
+        self.build_unexp(Self::unexp_kind(&spec));
         let mut a = 0;
         let found = self.search_unexp(&spec, &mut a);
         self.c.match_attempts += a;
@@ -1645,17 +1774,22 @@ impl<R, M> Engine<R, M> {
     /// - Unexpected side: O(C + m), C the buckets of the (comm) index (a power of two ≥ 16,
     ///   at most 4/3 × 2 × the communicators that have unexpected messages) and m the
     ///   peer's unexpected messages: one (comm, src) probe per such communicator, then
-    ///   O(1) per message. Other peers' messages are not visited.
+    ///   O(1) per message. Other peers' messages are not visited, unless the (comm) and
+    ///   (comm, src) lists of unexpected messages are not kept at the time (no wildcard
+    ///   receive since the queue was last empty): they are built first, O(queued
+    ///   messages), amortised over those messages as for a wildcard receive.
     /// - Reorder state: O(W) when the peer's ring of [`Config::reorder_window`] W slots
     ///   was allocated (it is freed; the next out-of-order arrival from the peer
     ///   allocates it again), else O(1).
     ///
-    /// No allocation (the engine's scratch vector is reused once it has grown).
+    /// No allocation once the scratch vector and the lists' indexes have grown.
     pub fn purge_peer(&mut self, src: u32, mut sink: impl FnMut(Purged<R, M>)) -> usize {
         let mut n = self.cancel_where(
             |spec, _| matches!(spec.src, Source::Rank(s) if s == src),
             |spec, r| sink(Purged::Recv(spec, r)),
         );
+        self.build_unexp(K_COMM);
+        self.build_unexp(K_SRC);
         let mut s = core::mem::take(&mut self.scratch);
         s.clear();
         // The communicators that have unexpected messages first, then the messages.
@@ -1711,6 +1845,7 @@ impl<R, M> Engine<R, M> {
             |spec, _| spec.comm == comm,
             |spec, r| sink(Purged::Recv(spec, r)),
         );
+        self.build_unexp(K_COMM);
         while let Some(head) = self.unexp_head(K_COMM, &Envelope::new(comm, 0, 0)) {
             sink(Purged::Unexpected(self.take_unexp(head)));
             n += 1;

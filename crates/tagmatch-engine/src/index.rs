@@ -99,7 +99,6 @@ impl Index {
     }
 
     /// Entries stored.
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.len
     }

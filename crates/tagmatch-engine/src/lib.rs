@@ -29,19 +29,26 @@
 //!
 //! | operation | cost |
 //! |---|---|
-//! | [`Engine::post`] exact / ANY_TAG / ANY_SOURCE / both | O(1) |
+//! | [`Engine::post`] exact / ANY_TAG / ANY_SOURCE / both | O(1); amortised for a wildcard kind's first use since the queue was last empty (below) |
 //! | [`Engine::post`] general mask | scan of the unexpected messages of (comm, src) or (comm) |
 //! | [`Engine::arrive`], [`Engine::deliver`] | O(1), plus a scan of the communicator's general-mask receives if any are posted |
 //! | [`Engine::probe`], [`Engine::mprobe`] | as `post` |
 //! | [`Engine::mrecv`], [`Engine::cancel`] | O(1), generation-checked handles |
 //! | [`Engine::cancel_where`] (bulk cancel by predicate) | O(posted) |
-//! | [`Engine::purge_peer`] | O(posted) + O(communicators + that peer's messages) |
+//! | [`Engine::purge_peer`] | O(posted) + O(communicators + that peer's messages); amortised O(queued) when its wildcard lists are not built |
 //! | [`Engine::purge_comm`] | O(posted) + O(its messages) + O(peers × window) |
 //!
-//! How: every unexpected message sits on four FIFOs at once — keyed (comm, src, tag),
+//! How: every unexpected message sits on up to four FIFOs at once — keyed (comm, src, tag),
 //! (comm, src), (comm, tag) and (comm) — so the earliest match for each receive kind is a
-//! list head. Each posted receive sits on the one FIFO of its kind; an arrival looks at
-//! (at most) four list heads and takes the lowest posting sequence number. The lists are
+//! list head. The three wildcard kinds are built on first use: until a receive, probe or
+//! purge needs one, a message is linked only into its (comm, src, tag) list and one
+//! arrival-order list (an exact-only workload pays for two lists, not four); the first
+//! that needs a kind builds its lists from the arrival order, O(queued messages) once,
+//! after which arrivals are linked into it too, until the queue is empty again. Each
+//! message is linked into each kind at most once, so, like an index doubling, the build
+//! is amortised O(1) per message. Each posted receive sits on the one FIFO of its kind;
+//! an arrival looks at (at most) four list heads and takes the lowest posting sequence
+//! number. The lists are
 //! intrusive, doubly linked through 23-bit slab indices (a message's eight links pack
 //! into 24 bytes), and their heads live in open-addressing hash indexes of 4-byte buckets
 //! (reference, distance from home, hash fingerprint) whose keys are read from the nodes.

@@ -657,3 +657,100 @@ fn claims_leave_the_budget_when_they_do_not_count() {
         assert_eq!(e.counters().claimed_depth, 0);
     }
 }
+
+/// The wildcard lists of unexpected messages are built when first needed (from the
+/// arrival order), kept while messages are queued, and forgotten when the queue drains:
+/// whichever kind is needed first, with several communicators, a claimed message held
+/// across the drains and a purge before any wildcard, every receive and probe still
+/// finds the earliest-arrived match.
+#[test]
+fn wildcard_lists_built_on_first_use_keep_arrival_order() {
+    // The four O(1) kinds, made from a queued message's envelope so that one matches.
+    let spec_of = |kind: usize, m: &Envelope| match kind {
+        0 => RecvSpec::exact(m.comm, m.src, m.tag),
+        1 => RecvSpec::new(m.comm, Some(m.src), None),
+        2 => RecvSpec::new(m.comm, None, Some(m.tag)),
+        _ => RecvSpec::new(m.comm, None, None),
+    };
+    let hits = |kind: usize, k: &Envelope, m: &Envelope| {
+        k.comm == m.comm
+            && match kind {
+                0 => k.src == m.src && k.tag == m.tag,
+                1 => k.src == m.src,
+                2 => k.tag == m.tag,
+                _ => true,
+            }
+    };
+    for first in 1..4 {
+        let mut e: Engine<u32, u32> = Engine::default();
+        let mut model: Vec<(u32, Envelope)> = Vec::new();
+        let mut id = 0u32;
+        let mut arrive = |e: &mut Engine<u32, u32>, model: &mut Vec<(u32, Envelope)>| {
+            let m = env(id % 3, (id * 7) % 4, u64::from((id * 5) % 6));
+            assert!(matches!(e.arrive(m, 0, id), Ok(Arrived::Unexpected(_))));
+            model.push((id, m));
+            id += 1;
+        };
+        let mut claim = None;
+        for round in 0..3 {
+            for _ in 0..40 {
+                arrive(&mut e, &mut model);
+            }
+            if round == 0 {
+                // Claimed: on no list, in the slab across the drains below.
+                let (cid, cm) = model.remove(0);
+                let c = e.mprobe(&RecvSpec::exact(cm.comm, cm.src, cm.tag)).unwrap();
+                assert_eq!(*e.claimed(c.handle).unwrap(), cid);
+                claim = Some((c.handle, cid));
+            }
+            if round == 1 {
+                // A purge before any wildcard receive of this round: every message of
+                // the peer, in arrival order within each communicator.
+                let mut got = Vec::new();
+                e.purge_peer(3, |p| match p {
+                    Purged::Unexpected(m) => got.push((m.env.comm, m.msg)),
+                    _ => panic!("only messages were queued"),
+                });
+                for c in 0..3 {
+                    let want: Vec<u32> = model
+                        .iter()
+                        .filter(|(_, m)| m.src == 3 && m.comm == c)
+                        .map(|&(i, _)| i)
+                        .collect();
+                    let of_c: Vec<u32> = got.iter().filter(|g| g.0 == c).map(|g| g.1).collect();
+                    assert_eq!(of_c, want);
+                }
+                assert_eq!(got.len(), model.iter().filter(|(_, m)| m.src == 3).count());
+                model.retain(|(_, m)| m.src != 3);
+            }
+            let mut step = 0usize;
+            while !model.is_empty() {
+                // The first wildcard kind of each round rotates with `first`; exact
+                // receives and new arrivals interleave with the wildcards.
+                let kind = match step % 4 {
+                    0 => (first + round) % 3 + 1,
+                    1 => 0,
+                    2 => (first + round + 1) % 3 + 1,
+                    _ => (first + round + 2) % 3 + 1,
+                };
+                let key = model[(step * 13) % model.len()].1;
+                let spec = spec_of(kind, &key);
+                let pos = model.iter().position(|(_, m)| hits(kind, &key, m)).unwrap();
+                assert_eq!(e.probe(&spec).map(|p| *p.msg), Some(model[pos].0));
+                assert_eq!(
+                    matched_msg(e.post(spec, 0)),
+                    Some(model.remove(pos).0),
+                    "round {round} step {step} kind {kind}"
+                );
+                if step % 5 == 0 && step < 60 {
+                    arrive(&mut e, &mut model);
+                }
+                step += 1;
+            }
+            assert_eq!(e.counters().unexpected_depth, 0);
+        }
+        let (h, cid) = claim.unwrap();
+        assert_eq!(e.mrecv(h).unwrap().msg, cid);
+        assert_eq!(e.counters().posted_depth, 0);
+    }
+}
