@@ -14,9 +14,14 @@
 //! `bytes_per_posted` / `bytes_per_unexpected`: engine heap bytes at the end of set-up
 //! divided by the entries it holds, payload excluded; `null` when the workload's set-up
 //! does not fill that queue.
+//!
+//! `--engine ucx-like|ob1-like|linear` runs the same workloads, measured the same way, on
+//! a baseline of `tagmatch_engine::baseline` (the schemes of UCX, Open MPI ob1 and MPICH)
+//! instead of the engine; the JSON then adds `"engine"`.
 
 use std::time::{Duration, Instant};
 
+use tagmatch_engine::baseline::{self, BaselinePrepared, Linear, Matcher, Ob1Like, UcxLike};
 use tagmatch_engine::workload::{Params, Prepared, Workload};
 
 use crate::{input, Error};
@@ -62,6 +67,12 @@ pub struct MatchArgs {
     /// the offload counters.
     #[arg(long, value_name = "H")]
     pub hw_tags: Option<u32>,
+    /// What matches: tagmatch (the engine), or a baseline re-implementing another
+    /// library's scheme on the same workloads: ucx-like (1021 hash buckets + one wildcard
+    /// queue; wildcard receives scan every unexpected message), ob1-like (per-peer
+    /// lists; ANY_SOURCE receives walk every peer), linear (MPICH: one list per queue).
+    #[arg(long, value_name = "E", default_value = "tagmatch")]
+    pub engine: String,
 }
 
 /// Measured figures.
@@ -93,10 +104,59 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-/// Runs the measurement (`min_time` of timed phases, at least `min_reps` repetitions).
+/// A workload after its set-up, on whatever runs it (the engine, a baseline, the
+/// offload driver): what the measurement needs.
+pub trait Runnable {
+    /// Timed operations.
+    fn ops(&self) -> usize;
+    /// Runs timed operations `start..end`, in order; the matches made so far.
+    fn run_range(&mut self, start: usize, end: usize) -> usize;
+    /// Heap bytes per posted receive and per unexpected message at the end of set-up.
+    fn bytes(&self) -> (Option<f64>, Option<f64>);
+}
+
+impl Runnable for Prepared {
+    fn ops(&self) -> usize {
+        Prepared::ops(self)
+    }
+    #[inline]
+    fn run_range(&mut self, start: usize, end: usize) -> usize {
+        Prepared::run_range(self, start, end)
+    }
+    fn bytes(&self) -> (Option<f64>, Option<f64>) {
+        (self.bytes_per_posted(), self.bytes_per_unexpected())
+    }
+}
+
+impl<B: Matcher> Runnable for BaselinePrepared<B> {
+    fn ops(&self) -> usize {
+        BaselinePrepared::ops(self)
+    }
+    #[inline]
+    fn run_range(&mut self, start: usize, end: usize) -> usize {
+        BaselinePrepared::run_range(self, start, end)
+    }
+    fn bytes(&self) -> (Option<f64>, Option<f64>) {
+        (self.bytes_per_posted(), self.bytes_per_unexpected())
+    }
+}
+
+/// Runs the measurement on the engine (`min_time` of timed phases, at least `min_reps`
+/// repetitions).
 pub fn measure(w: Workload, p: &Params, min_time: Duration, min_reps: usize) -> Figures {
-    let probe = Prepared::new(w, p);
-    let ops = probe.ops().max(1);
+    measure_with(|| Prepared::new(w, p), min_time, min_reps).0
+}
+
+/// Runs the measurement on what `make` prepares (the method of the module
+/// documentation); returns the figures and the last prepared run (for its counters).
+pub fn measure_with<P: Runnable>(
+    mut make: impl FnMut() -> P,
+    min_time: Duration,
+    min_reps: usize,
+) -> (Figures, P) {
+    let mut last = make();
+    let ops = last.ops().max(1);
+    let (bytes_per_posted, bytes_per_unexpected) = last.bytes();
     // A group is timed with one clock pair: enough copies for >= GROUP_OPS operations
     // (one copy when the workload has that many), prepared just before, so the engine
     // under test is as warm as set-up leaves it; a repetition is enough groups for
@@ -110,11 +170,11 @@ pub fn measure(w: Workload, p: &Params, min_time: Duration, min_reps: usize) -> 
     while total < min_time || rep < min_reps {
         let mut rep_time = Duration::ZERO;
         for _ in 0..groups {
-            let mut preps: Vec<Prepared> = (0..group).map(|_| Prepared::new(w, p)).collect();
+            let mut preps: Vec<P> = (0..group).map(|_| make()).collect();
             if rep % 2 == 0 {
                 let t = Instant::now();
                 for prep in preps.iter_mut() {
-                    std::hint::black_box(prep.run());
+                    std::hint::black_box(prep.run_range(0, ops));
                 }
                 rep_time += t.elapsed();
             } else {
@@ -131,6 +191,9 @@ pub fn measure(w: Workload, p: &Params, min_time: Duration, min_reps: usize) -> 
                 }
                 rep_time += t0.elapsed();
             }
+            if let Some(p) = preps.pop() {
+                last = p;
+            }
         }
         if rep % 2 == 0 {
             per_rep.push(rep_time.as_nanos() as f64 / (groups * group * ops) as f64);
@@ -140,14 +203,22 @@ pub fn measure(w: Workload, p: &Params, min_time: Duration, min_reps: usize) -> 
     }
     per_rep.sort_by(f64::total_cmp);
     batches.sort_by(f64::total_cmp);
-    Figures {
-        ops,
-        ns_per_op: percentile(&per_rep, 0.5),
-        p50_ns: percentile(&batches, 0.5),
-        p99_ns: percentile(&batches, 0.99),
-        bytes_per_posted: probe.bytes_per_posted(),
-        bytes_per_unexpected: probe.bytes_per_unexpected(),
-    }
+    (
+        Figures {
+            ops,
+            ns_per_op: percentile(&per_rep, 0.5),
+            p50_ns: percentile(&batches, 0.5),
+            p99_ns: percentile(&batches, 0.99),
+            bytes_per_posted,
+            bytes_per_unexpected,
+        },
+        last,
+    )
+}
+
+/// [`measure_with`] on baseline `B`.
+fn baseline_figures<B: Matcher + Default>(w: Workload, p: &Params, t: Duration) -> Figures {
+    measure_with(|| BaselinePrepared::<B>::new(w, p), t, 5).0
 }
 
 fn round2(x: f64) -> f64 {
@@ -171,11 +242,24 @@ pub fn run(args: Args) -> Result<(), Error> {
     let mut p = Params::new(a.depth);
     p.wildcard_fraction = a.wildcard_fraction;
     p.peers = a.peers;
-    let (f, hw) = match a.hw_tags {
-        None => (measure(w, &p, Duration::from_millis(100), 5), None),
-        Some(h) => {
-            let (f, run) = hw::measure(w, &p, h, Duration::from_millis(100), 5);
+    let kind: baseline::Kind = a
+        .engine
+        .parse()
+        .map_err(|e| fail(format!("--engine: {e}")))?;
+    let t = Duration::from_millis(100);
+    let (f, hw) = match (a.hw_tags, kind) {
+        (None, baseline::Kind::Tagmatch) => (measure(w, &p, t, 5), None),
+        (None, baseline::Kind::Ucx) => (baseline_figures::<UcxLike>(w, &p, t), None),
+        (None, baseline::Kind::Ob1) => (baseline_figures::<Ob1Like>(w, &p, t), None),
+        (None, baseline::Kind::Linear) => (baseline_figures::<Linear>(w, &p, t), None),
+        (Some(h), baseline::Kind::Tagmatch) => {
+            let (f, run) = measure_with(|| hw::HwPrepared::new(w, &p, h), t, 5);
             (f, Some((h, run.driver().counters())))
+        }
+        (Some(_), k) => {
+            return Err(fail(format!(
+                "--hw-tags runs the engine's offload driver; it does not apply to --engine {k}"
+            )))
         }
     };
     let text = if a.json {
@@ -189,6 +273,9 @@ pub fn run(args: Args) -> Result<(), Error> {
             "bytes_per_posted": f.bytes_per_posted.map(round2),
             "bytes_per_unexpected": f.bytes_per_unexpected.map(round2),
         });
+        if kind != baseline::Kind::Tagmatch {
+            j["engine"] = kind.name().into();
+        }
         if let Some((h, c)) = &hw {
             j["hw_tags"] = (*h).into();
             j["offload"] = crate::replay::offload_json(c);
@@ -197,8 +284,12 @@ pub fn run(args: Args) -> Result<(), Error> {
     } else {
         let bytes = |b: Option<f64>| b.map_or("-".to_string(), |b| format!("{b:.1}"));
         format!(
-            "{} depth={} ops={} ns/op={:.2} p50={:.2} p99={:.2} bytes/posted={} bytes/unexpected={}",
+            "{}{} depth={} ops={} ns/op={:.2} p50={:.2} p99={:.2} bytes/posted={} bytes/unexpected={}",
             w.name(),
+            match kind {
+                baseline::Kind::Tagmatch => String::new(),
+                k => format!(" engine={k}"),
+            },
             a.depth,
             f.ops,
             f.ns_per_op,

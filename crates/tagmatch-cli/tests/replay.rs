@@ -277,6 +277,32 @@ fn bench_match_json_has_the_documented_fields() {
 }
 
 #[test]
+fn bench_match_runs_every_baseline_on_the_same_workload() {
+    for engine in ["ucx-like", "ob1-like", "linear"] {
+        let o = run(
+            &[
+                "bench",
+                "match",
+                "--workload",
+                "unexpected-any-tag",
+                "--depth",
+                "16",
+                "--engine",
+                engine,
+                "--json",
+            ],
+            "",
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+        assert_eq!(v["engine"], engine);
+        assert_eq!(v["ops"], 16);
+        assert!(v["ns_per_op"].as_f64().is_some_and(|x| x > 0.0));
+        assert!(v["bytes_per_unexpected"].as_f64().is_some_and(|x| x > 0.0));
+    }
+}
+
+#[test]
 fn bench_match_rejects_bad_arguments() {
     for args in [
         &["bench", "match", "--workload", "nope", "--depth", "4"][..],
@@ -297,6 +323,28 @@ fn bench_match_rejects_bad_arguments() {
             "4",
             "--wildcard-fraction",
             "2",
+        ][..],
+        &[
+            "bench",
+            "match",
+            "--workload",
+            "posted-exact",
+            "--depth",
+            "4",
+            "--engine",
+            "mpich",
+        ][..],
+        &[
+            "bench",
+            "match",
+            "--workload",
+            "posted-exact",
+            "--depth",
+            "4",
+            "--engine",
+            "ucx-like",
+            "--hw-tags",
+            "8",
         ][..],
     ] {
         let o = run(args, "");

@@ -123,10 +123,13 @@
 //! # Benchmarks
 //!
 //! [`workload`] holds the seven workloads of the project's benchmark spec; the criterion
-//! bench `matching` and `tagmatch bench match` both run them.
+//! bench `matching` and `tagmatch bench match` both run them. [`baseline`] re-implements
+//! the matching schemes of UCX, Open MPI ob1 and MPICH's linear lists, so that `tagmatch
+//! bench match --engine ucx-like|ob1-like|linear` measures them on the same workloads.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod baseline;
 mod engine;
 mod hash;
 mod index;

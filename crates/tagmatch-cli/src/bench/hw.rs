@@ -9,14 +9,10 @@
 //! include the model's cost; `bytes_per_*` are the software engine's heap bytes after
 //! set-up. The JSON adds `hw_tags` and the offload counters of one run (`offload`).
 
-use std::time::{Duration, Instant};
-
 use tagmatch_engine::offload::{Driver, DriverConfig, Event, OffHandle, PostOutcome};
 use tagmatch_engine::tm_srq::TmCaps;
 use tagmatch_engine::workload::{Op, Params, Plan, Workload};
 use tagmatch_engine::Config;
-
-use super::{percentile, Figures};
 
 /// A workload after its set-up, on the driver.
 pub struct HwPrepared {
@@ -123,61 +119,22 @@ impl HwPrepared {
     }
 }
 
-/// Measures like the software run; returns the figures and one prepared run (for its
-/// counters).
-pub fn measure(
-    w: Workload,
-    p: &Params,
-    hw_tags: u32,
-    min_time: Duration,
-    min_reps: usize,
-) -> (Figures, HwPrepared) {
-    let mut last = HwPrepared::new(w, p, hw_tags);
-    let ops = last.ops().max(1);
-    let (bpp, bpu) = (
-        (last.setup_posted > 0 && last.setup_unexpected == 0)
-            .then(|| last.setup_heap as f64 / last.setup_posted as f64),
-        (last.setup_unexpected > 0 && last.setup_posted == 0)
-            .then(|| last.setup_heap as f64 / last.setup_unexpected as f64),
-    );
-    let mut per_rep = Vec::new();
-    let mut batches = Vec::new();
-    let mut total = Duration::ZERO;
-    let mut rep = 0usize;
-    while total < min_time || rep < min_reps {
-        let mut prep = HwPrepared::new(w, p, hw_tags);
-        let t0 = Instant::now();
-        if rep % 2 == 0 {
-            std::hint::black_box(prep.run_range(0, ops));
-            let t = t0.elapsed();
-            per_rep.push(t.as_nanos() as f64 / ops as f64);
-        } else {
-            let mut i = 0;
-            while i < ops {
-                let end = (i + 16).min(ops);
-                let t = Instant::now();
-                std::hint::black_box(prep.run_range(i, end));
-                batches.push(t.elapsed().as_nanos() as f64 / (end - i) as f64);
-                i = end;
-            }
-        }
-        total += t0.elapsed();
-        rep += 1;
-        last = prep;
+impl super::Runnable for HwPrepared {
+    fn ops(&self) -> usize {
+        HwPrepared::ops(self)
     }
-    per_rep.sort_by(f64::total_cmp);
-    batches.sort_by(f64::total_cmp);
-    (
-        Figures {
-            ops,
-            ns_per_op: percentile(&per_rep, 0.5),
-            p50_ns: percentile(&batches, 0.5),
-            p99_ns: percentile(&batches, 0.99),
-            bytes_per_posted: bpp,
-            bytes_per_unexpected: bpu,
-        },
-        last,
-    )
+    fn run_range(&mut self, start: usize, end: usize) -> usize {
+        HwPrepared::run_range(self, start, end)
+    }
+    /// The software engine's heap bytes after set-up.
+    fn bytes(&self) -> (Option<f64>, Option<f64>) {
+        (
+            (self.setup_posted > 0 && self.setup_unexpected == 0)
+                .then(|| self.setup_heap as f64 / self.setup_posted as f64),
+            (self.setup_unexpected > 0 && self.setup_posted == 0)
+                .then(|| self.setup_heap as f64 / self.setup_unexpected as f64),
+        )
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,781 @@
+//! Baselines: the matching schemes of UCX, Open MPI ob1 and MPICH (ch4 active-message
+//! path), re-implemented on the same data-structure habits as the engine, so that
+//! `tagmatch bench match --engine …` measures them on exactly the workloads and with
+//! exactly the method the engine is measured with (matching-notes §4.2: "Run as
+//! baselines: a re-implementation of UCX's bucket+wildcard+sn scheme, ob1's
+//! per-peer+wild scheme, and a linear list").
+//!
+//! They are benchmark references, not alternatives to [`crate::Engine`]: they keep the
+//! matching rules (posting order, earliest-arrived message, per-source order) but nothing
+//! else (no budgets, sequencing, probes or purges). Each keeps the *search structure* of
+//! the scheme it stands for; where the original costs more for reasons that are not the
+//! search (UCX's singly-linked queues make a cancel scan its queue; ob1 takes a lock),
+//! the baseline does not, so the comparison, if anything, flatters the baselines.
+//! Receives and messages are named by `u32` ids, as in [`crate::workload`].
+
+use crate::hash::{map_heap_bytes, FastMap};
+use crate::workload::{Op, Params, Plan, Workload};
+use crate::{Envelope, RecvSpec, Source, TagSel};
+use core::fmt;
+use core::str::FromStr;
+
+/// The operations a baseline offers (those the workloads use).
+pub trait Matcher {
+    /// Posts receive `rid`: the id of the message it takes now, if any.
+    fn post(&mut self, spec: RecvSpec, rid: u32) -> Option<u32>;
+    /// Message `mid` arrives: the id of the receive it matches, if any.
+    fn arrive(&mut self, env: Envelope, mid: u32) -> Option<u32>;
+    /// Cancels pending receive `rid`; `false` if it is not pending.
+    fn cancel(&mut self, rid: u32) -> bool;
+    /// Pending receives and unexpected messages.
+    fn depths(&self) -> (usize, usize);
+    /// Heap bytes of the structures, from their capacities.
+    fn heap_bytes(&self) -> usize;
+}
+
+/// "No node" in a link.
+const NIL: u32 = u32::MAX;
+
+/// Head and tail of one intrusive FIFO.
+#[derive(Clone, Copy, Debug)]
+struct Chain {
+    head: u32,
+    tail: u32,
+}
+
+impl Default for Chain {
+    fn default() -> Self {
+        Chain {
+            head: NIL,
+            tail: NIL,
+        }
+    }
+}
+
+impl Chain {
+    fn is_empty(&self) -> bool {
+        self.head == NIL
+    }
+}
+
+/// A slot of a [`Pool`]: the value and its `(prev, next)` pair on each of `L` lists.
+#[derive(Clone, Debug)]
+struct Slot<T, const L: usize> {
+    val: Option<T>,
+    links: [(u32, u32); L],
+}
+
+/// A slab of values, each on up to `L` doubly-linked FIFOs ([`Chain`]s kept by the caller).
+#[derive(Clone, Debug)]
+struct Pool<T, const L: usize> {
+    slots: Vec<Slot<T, L>>,
+    free: Vec<u32>,
+    len: usize,
+}
+
+impl<T, const L: usize> Default for Pool<T, L> {
+    fn default() -> Self {
+        Pool {
+            slots: Vec::new(),
+            free: Vec::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<T, const L: usize> Pool<T, L> {
+    fn insert(&mut self, v: T) -> u32 {
+        self.len += 1;
+        let s = Slot {
+            val: Some(v),
+            links: [(NIL, NIL); L],
+        };
+        match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = s;
+                i
+            }
+            None => {
+                self.slots.push(s);
+                (self.slots.len() - 1) as u32
+            }
+        }
+    }
+
+    fn take(&mut self, i: u32) -> Option<T> {
+        let v = self.slots.get_mut(i as usize)?.val.take()?;
+        self.len -= 1;
+        self.free.push(i);
+        Some(v)
+    }
+
+    fn get(&self, i: u32) -> &T {
+        match &self.slots[i as usize].val {
+            Some(v) => v,
+            None => unreachable!("baseline invariant: slot {i} on a list is occupied"),
+        }
+    }
+
+    fn push_back(&mut self, c: &mut Chain, k: usize, i: u32) {
+        self.slots[i as usize].links[k] = (c.tail, NIL);
+        if c.tail == NIL {
+            c.head = i;
+        } else {
+            self.slots[c.tail as usize].links[k].1 = i;
+        }
+        c.tail = i;
+    }
+
+    fn unlink(&mut self, c: &mut Chain, k: usize, i: u32) {
+        let (p, n) = self.slots[i as usize].links[k];
+        if p == NIL {
+            c.head = n;
+        } else {
+            self.slots[p as usize].links[k].1 = n;
+        }
+        if n == NIL {
+            c.tail = p;
+        } else {
+            self.slots[n as usize].links[k].0 = p;
+        }
+    }
+
+    fn next(&self, k: usize, i: u32) -> u32 {
+        self.slots[i as usize].links[k].1
+    }
+
+    /// First node of `c` (list `k`) whose value satisfies `f`.
+    fn find(&self, c: &Chain, k: usize, mut f: impl FnMut(&T) -> bool) -> Option<u32> {
+        let mut i = c.head;
+        while i != NIL {
+            if f(self.get(i)) {
+                return Some(i);
+            }
+            i = self.next(k, i);
+        }
+        None
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.slots.capacity() * core::mem::size_of::<Slot<T, L>>() + self.free.capacity() * 4
+    }
+}
+
+/// A posted receive of a baseline.
+#[derive(Clone, Copy, Debug)]
+struct Recv {
+    spec: RecvSpec,
+    rid: u32,
+    /// Posting sequence number.
+    sn: u64,
+}
+
+/// An unexpected message of a baseline.
+#[derive(Clone, Copy, Debug)]
+struct Frag {
+    env: Envelope,
+    mid: u32,
+    /// Arrival sequence number.
+    sn: u64,
+}
+
+/// Receive id → pool slot of the pending receive (`NIL`: not pending).
+#[derive(Clone, Debug, Default)]
+struct ByRid(Vec<u32>);
+
+impl ByRid {
+    fn set(&mut self, rid: u32, slot: u32) {
+        let i = rid as usize;
+        if self.0.len() <= i {
+            self.0.resize(i + 1, NIL);
+        }
+        self.0[i] = slot;
+    }
+    fn take(&mut self, rid: u32) -> Option<u32> {
+        let s = self.0.get_mut(rid as usize)?;
+        let v = core::mem::replace(s, NIL);
+        (v != NIL).then_some(v)
+    }
+    fn heap_bytes(&self) -> usize {
+        self.0.capacity() * 4
+    }
+}
+
+fn is_exact(spec: &RecvSpec) -> bool {
+    matches!((spec.src, spec.tag), (Source::Rank(_), TagSel::Exact(_)))
+}
+
+// ---------------------------------------------------------------------------- linear
+
+/// MPICH ch4 active-message path (and ch3): one posted list and one unexpected list,
+/// each searched linearly from the front (matching-notes §4.1: "single linear list per
+/// VCI"). Removal of the found entry is O(1).
+#[derive(Clone, Debug, Default)]
+pub struct Linear {
+    recvs: Pool<Recv, 1>,
+    posted: Chain,
+    frags: Pool<Frag, 1>,
+    unexpected: Chain,
+    by_rid: ByRid,
+    sn: u64,
+}
+
+impl Matcher for Linear {
+    fn post(&mut self, spec: RecvSpec, rid: u32) -> Option<u32> {
+        if let Some(i) = self
+            .frags
+            .find(&self.unexpected, 0, |f| spec.matches(&f.env))
+        {
+            self.frags.unlink(&mut self.unexpected, 0, i);
+            return self.frags.take(i).map(|f| f.mid);
+        }
+        self.sn += 1;
+        let i = self.recvs.insert(Recv {
+            spec,
+            rid,
+            sn: self.sn,
+        });
+        self.recvs.push_back(&mut self.posted, 0, i);
+        self.by_rid.set(rid, i);
+        None
+    }
+
+    fn arrive(&mut self, env: Envelope, mid: u32) -> Option<u32> {
+        if let Some(i) = self.recvs.find(&self.posted, 0, |r| r.spec.matches(&env)) {
+            self.recvs.unlink(&mut self.posted, 0, i);
+            let r = self.recvs.take(i)?;
+            self.by_rid.take(r.rid);
+            return Some(r.rid);
+        }
+        self.sn += 1;
+        let i = self.frags.insert(Frag {
+            env,
+            mid,
+            sn: self.sn,
+        });
+        self.frags.push_back(&mut self.unexpected, 0, i);
+        None
+    }
+
+    fn cancel(&mut self, rid: u32) -> bool {
+        match self.by_rid.take(rid) {
+            Some(i) => {
+                self.recvs.unlink(&mut self.posted, 0, i);
+                self.recvs.take(i).is_some()
+            }
+            None => false,
+        }
+    }
+
+    fn depths(&self) -> (usize, usize) {
+        (self.recvs.len, self.frags.len)
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.recvs.heap_bytes() + self.frags.heap_bytes() + self.by_rid.heap_bytes()
+    }
+}
+
+// ---------------------------------------------------------------------------- UCX
+
+/// matching-notes §1.1: "`UCP_TAG_MATCH_HASH_SIZE 1021`"; the array is allocated
+/// rounded up to a power of two.
+const UCX_BUCKETS: usize = 1021;
+
+/// matching-notes §1.1: "The hash is `(u32)tag % 1021 ^ (u32)(tag>>32) % 1021` over the
+/// whole 64-bit tag. Under OMPI's layout that covers (tag, src, ctx)" — OMPI pml_ucx
+/// packs tag:24 | rank:20 | ctx:20 (§1.0), as here.
+fn ucx_bucket(env: &Envelope) -> usize {
+    let t = (env.tag & 0xFF_FFFF)
+        | (u64::from(env.src & 0xF_FFFF) << 24)
+        | (u64::from(env.comm & 0xF_FFFF) << 44);
+    ((t as u32 % UCX_BUCKETS as u32) ^ ((t >> 32) as u32 % UCX_BUCKETS as u32)) as usize
+}
+
+/// UCX's software matcher (`ucp_tag_match_t`, matching-notes §1.1): expected receives
+/// with a full mask (exact source and tag) in 1021 hash-bucket FIFOs, every other
+/// receive in one wildcard FIFO, merged by posting sequence number on arrival when the
+/// wildcard FIFO is not empty; each unexpected message on its bucket's FIFO and on the
+/// global `all` FIFO, which a wildcard receive scans.
+#[derive(Clone, Debug)]
+pub struct UcxLike {
+    recvs: Pool<Recv, 1>,
+    exp_hash: Vec<Chain>,
+    exp_wild: Chain,
+    frags: Pool<Frag, 2>,
+    unexp_hash: Vec<Chain>,
+    unexp_all: Chain,
+    by_rid: ByRid,
+    sn: u64,
+}
+
+impl Default for UcxLike {
+    fn default() -> Self {
+        let n = UCX_BUCKETS.next_power_of_two();
+        UcxLike {
+            recvs: Pool::default(),
+            exp_hash: vec![Chain::default(); n],
+            exp_wild: Chain::default(),
+            frags: Pool::default(),
+            unexp_hash: vec![Chain::default(); n],
+            unexp_all: Chain::default(),
+            by_rid: ByRid::default(),
+            sn: 0,
+        }
+    }
+}
+
+impl Matcher for UcxLike {
+    fn post(&mut self, spec: RecvSpec, rid: u32) -> Option<u32> {
+        // matching-notes §1.1: "A full-mask receive or probe scans its bucket. A wildcard
+        // receive or probe scans `all` linearly".
+        let exact = is_exact(&spec);
+        let b = match (spec.src, spec.tag) {
+            (Source::Rank(s), TagSel::Exact(t)) => ucx_bucket(&Envelope::new(spec.comm, s, t)),
+            _ => 0,
+        };
+        let found = if exact {
+            self.frags
+                .find(&self.unexp_hash[b], 0, |f| spec.matches(&f.env))
+        } else {
+            self.frags
+                .find(&self.unexp_all, 1, |f| spec.matches(&f.env))
+        };
+        if let Some(i) = found {
+            let fb = ucx_bucket(&self.frags.get(i).env);
+            self.frags.unlink(&mut self.unexp_hash[fb], 0, i);
+            self.frags.unlink(&mut self.unexp_all, 1, i);
+            return self.frags.take(i).map(|f| f.mid);
+        }
+        // "Every posted receive gets `sn = expected.sn++`".
+        self.sn += 1;
+        let i = self.recvs.insert(Recv {
+            spec,
+            rid,
+            sn: self.sn,
+        });
+        if exact {
+            self.recvs.push_back(&mut self.exp_hash[b], 0, i);
+        } else {
+            self.recvs.push_back(&mut self.exp_wild, 0, i);
+        }
+        self.by_rid.set(rid, i);
+        None
+    }
+
+    fn arrive(&mut self, env: Envelope, mid: u32) -> Option<u32> {
+        let b = ucx_bucket(&env);
+        // "if the wildcard queue is empty, scan only the bucket. Otherwise … a two-way
+        // merge of bucket and wildcard queues by `sn`".
+        let in_bucket = self
+            .recvs
+            .find(&self.exp_hash[b], 0, |r| r.spec.matches(&env));
+        let in_wild = if self.exp_wild.is_empty() {
+            None
+        } else {
+            self.recvs.find(&self.exp_wild, 0, |r| r.spec.matches(&env))
+        };
+        let pick = match (in_bucket, in_wild) {
+            (Some(a), Some(w)) if self.recvs.get(w).sn < self.recvs.get(a).sn => Some((w, true)),
+            (Some(a), _) => Some((a, false)),
+            (None, Some(w)) => Some((w, true)),
+            (None, None) => None,
+        };
+        if let Some((i, wild)) = pick {
+            if wild {
+                self.recvs.unlink(&mut self.exp_wild, 0, i);
+            } else {
+                self.recvs.unlink(&mut self.exp_hash[b], 0, i);
+            }
+            let r = self.recvs.take(i)?;
+            self.by_rid.take(r.rid);
+            return Some(r.rid);
+        }
+        let i = self.frags.insert(Frag { env, mid, sn: 0 });
+        self.frags.push_back(&mut self.unexp_hash[b], 0, i);
+        self.frags.push_back(&mut self.unexp_all, 1, i);
+        None
+    }
+
+    fn cancel(&mut self, rid: u32) -> bool {
+        let Some(i) = self.by_rid.take(rid) else {
+            return false;
+        };
+        let spec = self.recvs.get(i).spec;
+        match (spec.src, spec.tag) {
+            (Source::Rank(s), TagSel::Exact(t)) => {
+                let b = ucx_bucket(&Envelope::new(spec.comm, s, t));
+                self.recvs.unlink(&mut self.exp_hash[b], 0, i);
+            }
+            _ => self.recvs.unlink(&mut self.exp_wild, 0, i),
+        }
+        self.recvs.take(i).is_some()
+    }
+
+    fn depths(&self) -> (usize, usize) {
+        (self.recvs.len, self.frags.len)
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.recvs.heap_bytes()
+            + self.frags.heap_bytes()
+            + (self.exp_hash.capacity() + self.unexp_hash.capacity())
+                * core::mem::size_of::<Chain>()
+            + self.by_rid.heap_bytes()
+    }
+}
+
+// ---------------------------------------------------------------------------- ob1
+
+/// Per (communicator, peer) state of [`Ob1Like`].
+#[derive(Clone, Copy, Debug, Default)]
+struct Proc {
+    specific: Chain,
+    unexpected: Chain,
+}
+
+/// Per communicator state of [`Ob1Like`].
+#[derive(Clone, Debug, Default)]
+struct Comm {
+    wild: Chain,
+    /// Indexed by source rank.
+    procs: Vec<Proc>,
+}
+
+/// Open MPI ob1 (matching-notes §1.3): per communicator a `wild_receives` FIFO
+/// (ANY_SOURCE receives) and per (communicator, peer) `specific_receives` (exact and
+/// ANY_TAG receives, matched by comparison) and `unexpected_frags`. An arrival merges the
+/// peer's specific receives with the wild ones by sequence number; a specific-source
+/// receive scans that peer's unexpected messages; an ANY_SOURCE receive walks every
+/// peer. ob1 takes the first match found walking round-robin from `last_probed`; this
+/// baseline walks all of them and takes the earliest arrival (the engine's rule, so
+/// results compare), at the same O(P + U) cost.
+#[derive(Clone, Debug, Default)]
+pub struct Ob1Like {
+    comms: FastMap<u32, Comm>,
+    recvs: Pool<Recv, 1>,
+    frags: Pool<Frag, 1>,
+    by_rid: ByRid,
+    sn: u64,
+}
+
+impl Ob1Like {
+    fn proc_mut(c: &mut Comm, src: u32) -> &mut Proc {
+        let i = src as usize;
+        if c.procs.len() <= i {
+            c.procs.resize(i + 1, Proc::default());
+        }
+        &mut c.procs[i]
+    }
+}
+
+impl Matcher for Ob1Like {
+    fn post(&mut self, spec: RecvSpec, rid: u32) -> Option<u32> {
+        let c = self.comms.entry(spec.comm).or_default();
+        let found = match spec.src {
+            Source::Rank(s) => {
+                let p = Ob1Like::proc_mut(c, s);
+                self.frags
+                    .find(&p.unexpected, 0, |f| spec.matches(&f.env))
+                    .map(|i| (i, s))
+            }
+            Source::Any => {
+                let mut best: Option<(u32, u32)> = None;
+                for (s, p) in c.procs.iter().enumerate() {
+                    if let Some(i) = self.frags.find(&p.unexpected, 0, |f| spec.matches(&f.env)) {
+                        if best.is_none_or(|(b, _)| self.frags.get(i).sn < self.frags.get(b).sn) {
+                            best = Some((i, s as u32));
+                        }
+                    }
+                }
+                best
+            }
+        };
+        if let Some((i, s)) = found {
+            let p = Ob1Like::proc_mut(c, s);
+            self.frags.unlink(&mut p.unexpected, 0, i);
+            return self.frags.take(i).map(|f| f.mid);
+        }
+        self.sn += 1;
+        let i = self.recvs.insert(Recv {
+            spec,
+            rid,
+            sn: self.sn,
+        });
+        match spec.src {
+            Source::Rank(s) => {
+                let p = Ob1Like::proc_mut(c, s);
+                self.recvs.push_back(&mut p.specific, 0, i);
+            }
+            Source::Any => self.recvs.push_back(&mut c.wild, 0, i),
+        }
+        self.by_rid.set(rid, i);
+        None
+    }
+
+    fn arrive(&mut self, env: Envelope, mid: u32) -> Option<u32> {
+        let c = self.comms.entry(env.comm).or_default();
+        // matching-notes §1.3: "merge `proc->specific_receives` with `comm->wild_receives`
+        // by `req_sequence`".
+        let wild = self.recvs.find(&c.wild, 0, |r| r.spec.matches(&env));
+        let p = Ob1Like::proc_mut(c, env.src);
+        let spec = self.recvs.find(&p.specific, 0, |r| r.spec.matches(&env));
+        let pick = match (spec, wild) {
+            (Some(a), Some(w)) if self.recvs.get(w).sn < self.recvs.get(a).sn => Some((w, true)),
+            (Some(a), _) => Some((a, false)),
+            (None, Some(w)) => Some((w, true)),
+            (None, None) => None,
+        };
+        if let Some((i, is_wild)) = pick {
+            if is_wild {
+                self.recvs.unlink(&mut c.wild, 0, i);
+            } else {
+                let p = Ob1Like::proc_mut(c, env.src);
+                self.recvs.unlink(&mut p.specific, 0, i);
+            }
+            let r = self.recvs.take(i)?;
+            self.by_rid.take(r.rid);
+            return Some(r.rid);
+        }
+        self.sn += 1;
+        let i = self.frags.insert(Frag {
+            env,
+            mid,
+            sn: self.sn,
+        });
+        let p = Ob1Like::proc_mut(c, env.src);
+        self.frags.push_back(&mut p.unexpected, 0, i);
+        None
+    }
+
+    fn cancel(&mut self, rid: u32) -> bool {
+        let Some(i) = self.by_rid.take(rid) else {
+            return false;
+        };
+        let spec = self.recvs.get(i).spec;
+        let c = self.comms.entry(spec.comm).or_default();
+        match spec.src {
+            Source::Rank(s) => {
+                let p = Ob1Like::proc_mut(c, s);
+                self.recvs.unlink(&mut p.specific, 0, i);
+            }
+            Source::Any => self.recvs.unlink(&mut c.wild, 0, i),
+        }
+        self.recvs.take(i).is_some()
+    }
+
+    fn depths(&self) -> (usize, usize) {
+        (self.recvs.len, self.frags.len)
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.recvs.heap_bytes()
+            + self.frags.heap_bytes()
+            + self.by_rid.heap_bytes()
+            + map_heap_bytes(&self.comms)
+            + self
+                .comms
+                .values()
+                .map(|c| c.procs.capacity() * core::mem::size_of::<Proc>())
+                .sum::<usize>()
+    }
+}
+
+// ---------------------------------------------------------------------------- runs
+
+/// Which baseline (or the engine itself, for `tagmatch bench match --engine`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// [`crate::Engine`].
+    Tagmatch,
+    /// [`UcxLike`].
+    Ucx,
+    /// [`Ob1Like`].
+    Ob1,
+    /// [`Linear`].
+    Linear,
+}
+
+impl Kind {
+    /// All kinds, the engine first.
+    pub const ALL: [Kind; 4] = [Kind::Tagmatch, Kind::Ucx, Kind::Ob1, Kind::Linear];
+
+    /// The command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Tagmatch => "tagmatch",
+            Kind::Ucx => "ucx-like",
+            Kind::Ob1 => "ob1-like",
+            Kind::Linear => "linear",
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An unknown engine name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownKind(pub String);
+
+impl fmt::Display for UnknownKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown engine {:?} (expected one of:", self.0)?;
+        for k in Kind::ALL {
+            write!(f, " {}", k.name())?;
+        }
+        f.write_str(")")
+    }
+}
+
+impl std::error::Error for UnknownKind {}
+
+impl FromStr for Kind {
+    type Err = UnknownKind;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Kind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| UnknownKind(s.to_string()))
+    }
+}
+
+/// A workload after its set-up phase on a baseline (the counterpart of
+/// [`crate::workload::Prepared`]).
+#[derive(Debug)]
+pub struct BaselinePrepared<B> {
+    b: B,
+    ops: Vec<Op>,
+    matches: usize,
+    /// Heap bytes at the end of set-up.
+    pub setup_heap_bytes: usize,
+    /// Pending receives at the end of set-up.
+    pub setup_posted: usize,
+    /// Unexpected messages at the end of set-up.
+    pub setup_unexpected: usize,
+}
+
+impl<B: Matcher + Default> BaselinePrepared<B> {
+    /// Runs the set-up phase of `w` on a new baseline.
+    pub fn new(w: Workload, p: &Params) -> Self {
+        let Plan { setup, timed } = Plan::new(w, p);
+        let mut b = B::default();
+        for op in setup {
+            apply(&mut b, op);
+        }
+        let (posted, unexpected) = b.depths();
+        BaselinePrepared {
+            setup_heap_bytes: b.heap_bytes(),
+            setup_posted: posted,
+            setup_unexpected: unexpected,
+            b,
+            ops: timed,
+            matches: 0,
+        }
+    }
+}
+
+/// Runs one operation; whether it made a match.
+#[inline]
+fn apply<B: Matcher>(b: &mut B, op: Op) -> bool {
+    match op {
+        Op::Post(spec, rid) => b.post(spec, rid).is_some(),
+        Op::Arrive(env, mid) => b.arrive(env, mid).is_some(),
+        Op::Cancel(rid) => {
+            b.cancel(rid);
+            false
+        }
+    }
+}
+
+impl<B: Matcher> BaselinePrepared<B> {
+    /// Number of timed operations.
+    pub fn ops(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Runs timed operations `start..end` (clamped); returns the matches made so far.
+    /// Ranges must be run in order, each once.
+    pub fn run_range(&mut self, start: usize, end: usize) -> usize {
+        let end = end.min(self.ops.len());
+        let start = start.min(end);
+        let mut m = 0;
+        for &op in &self.ops[start..end] {
+            m += usize::from(apply(&mut self.b, op));
+        }
+        self.matches += m;
+        self.matches
+    }
+
+    /// The baseline (to read its depths after a run).
+    pub fn baseline(&self) -> &B {
+        &self.b
+    }
+
+    /// Heap bytes per pending receive at the end of set-up (`None` unless the set-up
+    /// leaves only receives).
+    pub fn bytes_per_posted(&self) -> Option<f64> {
+        (self.setup_posted > 0 && self.setup_unexpected == 0)
+            .then(|| self.setup_heap_bytes as f64 / self.setup_posted as f64)
+    }
+
+    /// Heap bytes per unexpected message at the end of set-up (`None` unless the set-up
+    /// leaves only messages).
+    pub fn bytes_per_unexpected(&self) -> Option<f64> {
+        (self.setup_unexpected > 0 && self.setup_posted == 0)
+            .then(|| self.setup_heap_bytes as f64 / self.setup_unexpected as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::Prepared;
+
+    fn check<B: Matcher + Default>(kind: Kind) {
+        for w in Workload::ALL {
+            for n in [1, 2, 7, 64, 1000] {
+                for f in [0.0, 0.5, 1.0] {
+                    let mut p = Params::new(n);
+                    p.wildcard_fraction = f;
+                    let want = Prepared::new(w, &p).run();
+                    let mut b = BaselinePrepared::<B>::new(w, &p);
+                    assert_eq!(b.run_range(0, b.ops()), want, "{kind} {w} n={n} f={f}");
+                    assert_eq!(b.baseline().depths(), (0, 0), "{kind} {w} n={n} f={f}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_baseline_matches_every_workload_like_the_engine() {
+        check::<Linear>(Kind::Linear);
+        check::<UcxLike>(Kind::Ucx);
+        check::<Ob1Like>(Kind::Ob1);
+    }
+
+    #[test]
+    fn ucx_buckets_follow_the_documented_hash() {
+        // (u32)t % 1021 ^ (u32)(t >> 32) % 1021 over tag:24 | rank:20 | ctx:20.
+        let e = Envelope::new(3, 5, 7);
+        let t: u64 = 7 | (5 << 24) | (3 << 44);
+        let want = ((t as u32 % 1021) ^ ((t >> 32) as u32 % 1021)) as usize;
+        assert_eq!(ucx_bucket(&e), want);
+        assert!((0..5000u64).all(|i| ucx_bucket(&Envelope::new(1, 2, i)) < 1024));
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for k in Kind::ALL {
+            assert_eq!(k.name().parse::<Kind>(), Ok(k));
+        }
+        assert!("mpich"
+            .parse::<Kind>()
+            .unwrap_err()
+            .to_string()
+            .contains("ucx-like"));
+    }
+}
