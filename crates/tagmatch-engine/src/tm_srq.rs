@@ -26,7 +26,9 @@
 //!   matching entry is disabled goes to software as unexpected.
 //! - Counts are compared on 16 bits, as mlx5 puts them in the WQE.
 //! - Completion flags: `TM_SYNC_REQ` on every list-operation completion executed while the
-//!   counts disagree; `TM_MATCH` / `TM_DATA_VALID` on tag-matching receive completions.
+//!   counts disagree, and on an unexpected (`RECV`) completion once more than `0x3fff`
+//!   unexpected messages are unreported (mlx5's `MLX5_TM_MAX_SYNC_DIFF`); `TM_MATCH` /
+//!   `TM_DATA_VALID` on tag-matching receive completions.
 //! - Entry lifetime (handle reuse): a handle is free again only once its entry left the
 //!   list *and* no queued operation nor unpolled completion refers to it (mlx5 keeps a tag
 //!   "until its consume completion"), so a late DEL can never hit a recycled entry.
@@ -61,6 +63,10 @@ impl TmCaps {
         }
     }
 }
+
+/// wire-layouts §C.1: `MLX5_TM_MAX_SYNC_DIFF`, the unreported unexpected messages above which
+/// an unexpected completion carries `TM_SYNC_REQ`.
+const MAX_SYNC_DIFF: u32 = 0x3fff;
 
 /// `enum ibv_wc_status` values the model produces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -649,11 +655,21 @@ impl<P> TmSrq<P> {
             return Err(ArriveError::Rnr(msg));
         };
         self.hw_cnt = self.hw_cnt.wrapping_add(1);
+        // rdma-core-tag-matching: "all completions indicate when synchronization is
+        // necessary by setting the IBV_WC_TM_SYNC_REQ flag"; wire-layouts §C.1: on the
+        // UNEXPECTED completion "when unexp_in - unexp_out > 0x3fff (MLX5_TM_MAX_SYNC_DIFF)",
+        // before the 16-bit counts become ambiguous.
+        let lag = self.hw_cnt.wrapping_sub(self.sw_cnt) & 0xffff;
+        let wc_flags = if self.honor_phase && lag > MAX_SYNC_DIFF {
+            wc_flags::TM_SYNC_REQ
+        } else {
+            0
+        };
         self.cq.push_back(Cqe {
             wr_id,
             status: WcStatus::Success,
             opcode: WcOpcode::Recv,
-            wc_flags: 0,
+            wc_flags,
             byte_len: u32::try_from(msg.wire_len()).unwrap_or(u32::MAX),
             tm_info: None,
             msg: Some(msg),
