@@ -497,10 +497,26 @@ struct VerbsTm {
     wcs: Vec<Wc>,
 }
 
+/// Whether a completion of the TM-SRQ's CQ delivered a whole message (TMH included) into a
+/// receive-queue buffer: `IBV_WC_RECV` ("used for unexpected messages", rdma-core
+/// `tag_matching.md`), `IBV_WC_TM_NO_TAG`, or a successful `IBV_WC_TM_RECV` with neither
+/// `IBV_WC_TM_MATCH` nor `IBV_WC_TM_DATA_VALID`, which is how mlx5 reports an unexpected
+/// message (wire-layouts §C.1: "UNEXPECTED → IBV_WC_TM_RECV with no MATCH flag").
+fn in_rq_buffer(wc: &Wc) -> bool {
+    match wc.opcode {
+        sys::IBV_WC_RECV | sys::IBV_WC_TM_NO_TAG => true,
+        sys::IBV_WC_TM_RECV => {
+            wc.status == sys::IBV_WC_SUCCESS
+                && wc.wc_flags & (sys::IBV_WC_TM_MATCH | sys::IBV_WC_TM_DATA_VALID) == 0
+        }
+        _ => false,
+    }
+}
+
 impl VerbsTm {
     fn convert(&mut self, wc: Wc) -> Option<Cqe<Carried<Incoming>>> {
         match wc.opcode {
-            sys::IBV_WC_RECV | sys::IBV_WC_TM_NO_TAG => {
+            _ if in_rq_buffer(&wc) => {
                 if wc.status == sys::IBV_WC_WR_FLUSH_ERR {
                     return None;
                 }
@@ -1907,6 +1923,44 @@ mod tests {
             total_hw > 0,
             "no hardware match in any run: the comparison is vacuous"
         );
+    }
+
+    /// wire-layouts §C.1: mlx5 reports an unexpected message as "IBV_WC_TM_RECV with no
+    /// MATCH flag"; its bytes are in a receive-queue buffer like an `IBV_WC_RECV`'s, while
+    /// `TM_RECV` with `TM_MATCH` or `TM_DATA_VALID` names a tagged buffer.
+    #[test]
+    fn unexpected_tm_recv_without_match_is_read_from_the_receive_queue() {
+        let wc = |opcode, status, wc_flags| Wc {
+            wr_id: 3,
+            status,
+            opcode,
+            byte_len: 24,
+            qp_num: 0,
+            wc_flags,
+            tm: None,
+        };
+        let ok = sys::IBV_WC_SUCCESS;
+        assert!(in_rq_buffer(&wc(sys::IBV_WC_RECV, ok, 0)));
+        assert!(in_rq_buffer(&wc(sys::IBV_WC_TM_NO_TAG, ok, 0)));
+        assert!(in_rq_buffer(&wc(sys::IBV_WC_TM_RECV, ok, 0)));
+        assert!(in_rq_buffer(&wc(
+            sys::IBV_WC_TM_RECV,
+            ok,
+            sys::IBV_WC_TM_SYNC_REQ
+        )));
+        for flags in [
+            sys::IBV_WC_TM_MATCH,
+            sys::IBV_WC_TM_DATA_VALID,
+            sys::IBV_WC_TM_MATCH | sys::IBV_WC_TM_DATA_VALID,
+        ] {
+            assert!(!in_rq_buffer(&wc(sys::IBV_WC_TM_RECV, ok, flags)));
+        }
+        assert!(!in_rq_buffer(&wc(
+            sys::IBV_WC_TM_RECV,
+            sys::IBV_WC_TM_RNDV_INCOMPLETE,
+            sys::IBV_WC_TM_MATCH
+        )));
+        assert!(!in_rq_buffer(&wc(sys::IBV_WC_TM_ADD, ok, 0)));
     }
 
     #[test]
