@@ -457,7 +457,8 @@ pub struct DriverConfig {
     /// TM capabilities; `None` (TM unsupported) or `max_num_tags == 0` runs everything in
     /// software.
     pub caps: Option<TmCaps>,
-    /// Packet size of the model (eager payloads above it complete in two steps).
+    /// Packet size of the model (eager messages, TMH + payload, above it complete in two
+    /// steps).
     pub mtu: u32,
     /// Untagged receive buffers kept posted to the SRQ.
     pub srq_depth: u32,

@@ -394,7 +394,7 @@ pub struct TmSrq<P> {
 impl<P> TmSrq<P> {
     /// `ibv_create_srq_ex(IBV_SRQT_TM)`. Fails (EINVAL, `cmd_srq.c:86-92`) when
     /// `max_num_tags` or `max_ops` is 0. `mtu` splits eager messages into packets: a
-    /// payload above it completes as `MATCH` then `DATA_VALID`.
+    /// message (TMH + payload) above it completes as `MATCH` then `DATA_VALID`.
     pub fn new(caps: TmCaps, mtu: u32) -> Option<Self> {
         if caps.max_num_tags == 0 || caps.max_ops == 0 {
             return None;
@@ -727,8 +727,9 @@ impl<P> TmSrq<P> {
                 cqe.byte_len = s.buf_len;
                 cqe.msg = Some(msg);
             }
-            _ if msg.len <= self.mtu => {
-                // "In single-packet eager messages, both flags are set."
+            // "In single-packet eager messages, both flags are set." The packet holds the
+            // TMH and the payload ("The message consists of a TMH followed by payload").
+            _ if msg.wire_len() <= u64::from(self.mtu) => {
                 cqe.wc_flags |= wc_flags::TM_DATA_VALID;
                 cqe.byte_len = msg.len;
                 cqe.msg = Some(msg);

@@ -169,6 +169,36 @@ fn matched_data_skips_headers_unexpected_data_keeps_them() {
     assert_eq!(s.hw_unexpected(), 2);
 }
 
+/// rdma-core-tag-matching: "In single-packet eager messages, both flags are set. When larger
+/// messages or rendezvous transfers are involved, matching and data transfer completion are
+/// distinct events". "Single-packet" is the message on the wire: "The message consists of a
+/// TMH followed by payload", so the TMH shares the first packet with the payload.
+#[test]
+fn single_packet_means_tmh_and_payload_fit_one_mtu() {
+    let mtu = 4096u32;
+    let mut s = srq(2, 8, 4);
+    add(&mut s, 1, 5, EXACT, 1 << 20, 0);
+    add(&mut s, 2, 5, EXACT, 1 << 20, 0);
+    drain(&mut s);
+    let fits = mtu - TMH_LEN as u32;
+    s.arrive(WireMsg::eager(5, 0, fits, 0)).unwrap();
+    let c = s.poll_cq().unwrap();
+    assert_eq!(
+        (c.wr_id, c.wc_flags, c.byte_len),
+        (1, wc_flags::TM_MATCH | wc_flags::TM_DATA_VALID, fits)
+    );
+    // One byte more needs a second packet: MATCH now, DATA_VALID when the data is in.
+    s.arrive(WireMsg::eager(5, 0, fits + 1, 0)).unwrap();
+    let c = s.poll_cq().unwrap();
+    assert_eq!((c.wr_id, c.wc_flags), (2, wc_flags::TM_MATCH));
+    assert!(s.complete_transfer());
+    let c = s.poll_cq().unwrap();
+    assert_eq!(
+        (c.wr_id, c.wc_flags, c.byte_len),
+        (2, wc_flags::TM_DATA_VALID, fits + 1)
+    );
+}
+
 /// rdma-core-tag-matching "Sending TM messages": "The total rendezvous message size must not
 /// exceed the max_rndv_hdr_size capability."
 #[test]
