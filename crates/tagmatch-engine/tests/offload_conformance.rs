@@ -199,6 +199,35 @@ fn single_packet_means_tmh_and_payload_fit_one_mtu() {
     );
 }
 
+/// rdma-core-tag-matching "TM-SRQ creation" / "Managing TM receive buffers": "2 kinds of
+/// buffers may be posted to the TM-SRQ: Buffers associated with tags (tagged-buffers),
+/// which are used when a match is made by HW; Standard SRQ buffers, which are used for
+/// unexpected messages"; "While wr_id identifies the tag manipulation operation itself,
+/// the recv_wr_id field is used to identify the tagged buffer in receive completions."
+#[test]
+fn tagged_and_untagged_buffers_are_used_for_their_own_messages() {
+    let mut s = srq(2, 8, 0); // no untagged buffer at all
+    add(&mut s, 7, 5, EXACT, 64, 0);
+    let c = drain(&mut s);
+    assert_eq!((c[0].opcode, c[0].wr_id), (WcOpcode::TmAdd, 1 << 32 | 7));
+    // An expected message needs no receive-queue buffer; it completes on recv_wr_id.
+    s.arrive(WireMsg::eager(5, 0, 8, 0)).unwrap();
+    let c = s.poll_cq().unwrap();
+    assert_eq!((c.opcode, c.wr_id), (WcOpcode::TmRecv, 7));
+    // Unexpected and NO_TAG messages do: without one they are refused (RNR) and the
+    // TM-SRQ is unchanged (the hardware count included).
+    let u = WireMsg::eager(6, 0, 8, 1);
+    assert_eq!(s.arrive(u.clone()), Err(ArriveError::Rnr(u)));
+    let n = WireMsg::no_tag(8, 2);
+    assert_eq!(s.arrive(n.clone()), Err(ArriveError::Rnr(n)));
+    assert_eq!((s.hw_unexpected(), s.cq_len()), (0, 0));
+    s.post_srq_recv(99);
+    s.arrive(WireMsg::eager(6, 0, 8, 1)).unwrap();
+    let c = s.poll_cq().unwrap();
+    assert_eq!((c.opcode, c.wr_id), (WcOpcode::Recv, 99));
+    assert_eq!(s.hw_unexpected(), 1);
+}
+
 /// rdma-core-tag-matching "Sending TM messages": "The total rendezvous message size must not
 /// exceed the max_rndv_hdr_size capability."
 #[test]
@@ -400,6 +429,8 @@ fn matches(
 struct Dev {
     srq: TmSrq<Carried<&'static str>>,
     posted: Vec<OpsWr>,
+    /// Most operations ever outstanding at once.
+    peak_ops: u32,
     mlx5_unexpected: bool,
 }
 
@@ -418,6 +449,7 @@ impl TmBackend<&'static str> for Dev {
         let r = self.srq.post_op(wr);
         if r.is_ok() {
             self.posted.push(wr);
+            self.peak_ops = self.peak_ops.max(self.srq.ops_outstanding());
         }
         r
     }
@@ -452,6 +484,7 @@ fn dev_driver(caps: TmCaps, mlx5_unexpected: bool) -> DD {
         Some(Dev {
             srq,
             posted: Vec::new(),
+            peak_ops: 0,
             mlx5_unexpected,
         }),
     )
@@ -718,6 +751,48 @@ fn full_list_then_freed_slot_keeps_posting_order() {
         (k.blocked_tags_full, k.blocked_sw_pending, k.offloaded),
         (1, 1, 2)
     );
+}
+
+/// rdma-core-tag-matching: "The number of outstanding tag-manipulation operations must not
+/// exceed the max_ops capability"; "HW will hold a bounded prefix of Receive tags". A
+/// receive that finds every operation slot busy stays in software, and then bounds the
+/// prefix for later receives of its class exactly like one that found the list full.
+#[test]
+fn busy_operation_slots_keep_receives_in_software_in_order() {
+    let caps = TmCaps {
+        max_num_tags: 8,
+        max_ops: 1,
+        max_rndv_hdr_size: 64,
+    };
+    let mut d = dev_driver(caps, false);
+    let mut ev = Vec::new();
+    let spec = RecvSpec::exact(0, 1, 7);
+    let r1 = pending(d.post(spec, 64, "r1").unwrap());
+    let r2 = pending(d.post(spec, 64, "r2").unwrap()); // the ADD of r1 is outstanding
+    assert_eq!(
+        (d.is_offloaded(r1), d.is_offloaded(r2)),
+        (Some(true), Some(false))
+    );
+    settle_dev(&mut d, &mut ev);
+    let r3 = pending(d.post(spec, 64, "r3").unwrap()); // slot free, but r2 is earlier
+    assert_eq!(d.is_offloaded(r3), Some(false));
+    let k = d.counters();
+    assert_eq!((k.blocked_ops_busy, k.blocked_sw_pending), (1, 1));
+    for m in ["m1", "m2", "m3"] {
+        let w = d.eager(Envelope::new(0, 1, 7), 8, m);
+        dev(&mut d).arrive(w).unwrap();
+    }
+    settle_dev(&mut d, &mut ev);
+    assert_eq!(
+        matches(&ev),
+        vec![
+            ("r1", "m1", MatchPath::Hw),
+            ("r2", "m2", MatchPath::SwArrival),
+            ("r3", "m3", MatchPath::SwArrival)
+        ]
+    );
+    // Never more than max_ops operations were outstanding.
+    assert_eq!(d.hw().unwrap().peak_ops, 1);
 }
 
 /// rdma-core-tag-matching: "The number of outstanding tag-manipulation operations must not
