@@ -382,6 +382,9 @@ pub enum Event<R, M> {
     DataValid {
         /// The receive.
         handle: OffHandle,
+        /// [`WcStatus::Success`]: all data is in the buffer. Anything else: the transfer
+        /// failed after the match (the buffer's content is undefined).
+        status: WcStatus,
     },
     /// A NO_TAG or FIN message.
     NoTag(WireMsg<Carried<M>>),
@@ -1056,8 +1059,11 @@ impl<R, M, B: TmBackend<M>> Driver<R, M, B> {
             WcOpcode::TmRecv
                 if c.wc_flags & wc_flags::TM_DATA_VALID != 0 || c.status != WcStatus::Success =>
             {
+                // A data transfer can fail after its match: keep the status (an error
+                // completion is not "all data ... delivered to memory").
                 out.push(Event::DataValid {
                     handle: OffHandle(c.wr_id),
+                    status: c.status,
                 })
             }
             WcOpcode::Recv | WcOpcode::TmRecv => {

@@ -432,6 +432,8 @@ struct Dev {
     /// Most operations ever outstanding at once.
     peak_ops: u32,
     mlx5_unexpected: bool,
+    /// Completes the next data transfer (`TM_DATA_VALID` completion) with this status.
+    fail_next_data: Option<WcStatus>,
 }
 
 impl TmBackend<&'static str> for Dev {
@@ -461,7 +463,16 @@ impl TmBackend<&'static str> for Dev {
         } else {
             c.opcode
         };
-        let mut out = Cqe::new(c.wr_id, c.status, opcode, c.wc_flags, c.msg);
+        let data_only = c.opcode == WcOpcode::TmRecv && c.wc_flags & wc_flags::TM_MATCH == 0;
+        let (status, flags) = match self.fail_next_data.take() {
+            // An error completion: verbs leaves the flags undefined; here they are clear.
+            Some(st) if data_only => (st, 0),
+            other => {
+                self.fail_next_data = other;
+                (c.status, c.wc_flags)
+            }
+        };
+        let mut out = Cqe::new(c.wr_id, status, opcode, flags, c.msg);
         out.byte_len = c.byte_len;
         out.tm_info = c.tm_info;
         Some(out)
@@ -486,6 +497,7 @@ fn dev_driver(caps: TmCaps, mlx5_unexpected: bool) -> DD {
             posted: Vec::new(),
             peak_ops: 0,
             mlx5_unexpected,
+            fail_next_data: None,
         }),
     )
 }
@@ -863,4 +875,46 @@ fn truncated_hardware_match_reports_the_full_length() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// rdma-core-tag-matching: "IBV_WC_TM_DATA_VALID - all data of the matched message has been
+/// delivered to memory"; "When larger messages or rendezvous transfers are involved,
+/// matching and data transfer completion are distinct events that generate 2 completion
+/// events for the same recv_wr_id." A data transfer that fails after the match (the
+/// rendezvous RDMA-Read, or a later packet that overflows the tagged buffer) completes
+/// with an error status: it must not be reported as valid data.
+#[test]
+fn failed_data_transfer_after_a_match_is_reported_with_its_status() {
+    let mut d = dev_driver(TmCaps::with_tags(4), false);
+    let mut ev = Vec::new();
+    let a = pending(d.post(RecvSpec::exact(0, 1, 1), 1 << 20, "a").unwrap());
+    let b = pending(d.post(RecvSpec::exact(0, 1, 2), 1 << 20, "b").unwrap());
+    settle_dev(&mut d, &mut ev);
+    let ma = d.rndv(Envelope::new(0, 1, 1), rvh(65536), "ma");
+    dev(&mut d).arrive(ma).unwrap();
+    let mb = d.rndv(Envelope::new(0, 1, 2), rvh(65536), "mb");
+    dev(&mut d).arrive(mb).unwrap();
+    settle_dev(&mut d, &mut ev);
+    assert!(matches!(&ev[..], [Event::Matched(x), Event::Matched(y)]
+        if x.data_pending && y.data_pending && x.handle == a && y.handle == b));
+    ev.clear();
+    d.hw_mut().unwrap().fail_next_data = Some(WcStatus::LocLenErr);
+    assert!(dev(&mut d).complete_transfer());
+    assert!(dev(&mut d).complete_transfer());
+    settle_dev(&mut d, &mut ev);
+    assert_eq!(
+        ev,
+        vec![
+            Event::DataValid {
+                handle: a,
+                status: WcStatus::LocLenErr
+            },
+            Event::DataValid {
+                handle: b,
+                status: WcStatus::Success
+            },
+        ]
+    );
+    // Neither completion was taken for an unexpected message.
+    assert_eq!(d.counters().hw_unexpected, 0);
 }
