@@ -387,6 +387,8 @@ pub struct TmSrq<P> {
     srq_bufs: VecDeque<u64>,
     hw_cnt: u32,
     sw_cnt: u32,
+    /// The count of the last *posted* operation with `TM_SYNC` (mlx5's `unexp_out`).
+    unexp_out: u32,
     fins: Vec<(Tmh, Rvh)>,
     reads: Vec<Rvh>,
 }
@@ -412,6 +414,7 @@ impl<P> TmSrq<P> {
             srq_bufs: VecDeque::new(),
             hw_cnt: 0,
             sw_cnt: 0,
+            unexp_out: 0,
             fins: Vec::new(),
             reads: Vec::new(),
         })
@@ -483,6 +486,10 @@ impl<P> TmSrq<P> {
             TmOp::Sync => None,
         };
         self.ops_outstanding += 1;
+        // wire-layouts §C.1: "With IBV_OPS_TM_SYNC, srq->unexp_out = unexpected_cnt" (at post).
+        if wr.flags & ops_flags::TM_SYNC != 0 {
+            self.unexp_out = wr.unexpected_cnt;
+        }
         let slot = match wr.op {
             TmOp::Add { .. } => handle.unwrap_or(u32::MAX),
             TmOp::Del { handle } => handle,
@@ -658,8 +665,8 @@ impl<P> TmSrq<P> {
         // rdma-core-tag-matching: "all completions indicate when synchronization is
         // necessary by setting the IBV_WC_TM_SYNC_REQ flag"; wire-layouts §C.1: on the
         // UNEXPECTED completion "when unexp_in - unexp_out > 0x3fff (MLX5_TM_MAX_SYNC_DIFF)",
-        // before the 16-bit counts become ambiguous.
-        let lag = self.hw_cnt.wrapping_sub(self.sw_cnt) & 0xffff;
+        // before the 16-bit counts become ambiguous; unexp_out is the last count *posted*.
+        let lag = self.hw_cnt.wrapping_sub(self.unexp_out) & 0xffff;
         let wc_flags = if self.honor_phase && lag > MAX_SYNC_DIFF {
             wc_flags::TM_SYNC_REQ
         } else {

@@ -384,12 +384,20 @@ fn unexpected_completion_asks_for_sync_when_reports_lag_0x4000() {
     }
     assert!(flags[..n as usize - 1].iter().all(|&f| f == 0));
     assert_eq!(flags[n as usize - 1], wc_flags::TM_SYNC_REQ);
-    // Software reports: the next unexpected completion no longer asks.
-    op(&mut s, 1, n, TmOp::Sync).unwrap();
-    let c = drain(&mut s);
-    assert_eq!((c[0].opcode, c[0].wc_flags), (WcOpcode::TmSync, 0));
+    // It keeps asking until software reports ...
+    s.arrive(WireMsg::eager(7, 0, 0, 0)).unwrap();
+    assert_eq!(s.poll_cq().unwrap().wc_flags, wc_flags::TM_SYNC_REQ);
+    // ... and stops once a report is *posted* ("srq->unexp_out = unexpected_cnt"), before
+    // it executes, so a driver does not post one SYNC per message meanwhile.
+    op(&mut s, 1, n + 1, TmOp::Sync).unwrap();
     s.arrive(WireMsg::eager(7, 0, 0, 0)).unwrap();
     assert_eq!(s.poll_cq().unwrap().wc_flags, 0);
+    let c = drain(&mut s);
+    // The SYNC itself executes one message behind: it asks for another report.
+    assert_eq!(
+        (c[0].opcode, c[0].wc_flags),
+        (WcOpcode::TmSync, wc_flags::TM_SYNC_REQ)
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -700,7 +708,9 @@ fn driver_reports_its_count_when_a_receive_completion_asks() {
     let mut d = driver(4);
     let mut ev = Vec::new();
     let e = Envelope::new(0, 1, 7);
-    for _ in 0..0x4000 {
+    // 100 more messages arrive while the SYNC is still queued: it was posted, so no
+    // completion asks again and no second SYNC is posted.
+    for _ in 0..0x4000 + 100 {
         let m = d.eager(e, 0, "u");
         d.wire(m).unwrap();
         d.poll(&mut ev);
@@ -711,11 +721,17 @@ fn driver_reports_its_count_when_a_receive_completion_asks() {
         }
         ev.clear();
     }
+    let c = d.counters();
+    assert_eq!((c.hw_unexpected, c.offloaded), (0x4000 + 100, 0));
+    assert_eq!((c.sync_reqs, c.syncs), (1, 1));
+    assert_eq!(d.hw().unwrap().pending_ops(), 1);
+    // The SYNC (0x4000) executes 100 messages behind; its completion asks again and the
+    // driver reports the rest: hardware and software agree.
     d.settle(&mut ev);
     let c = d.counters();
-    assert_eq!((c.hw_unexpected, c.offloaded), (0x4000, 0));
-    assert_eq!((c.sync_reqs, c.syncs), (1, 1));
-    assert_eq!(d.hw().unwrap().sw_reported(), 0x4000);
+    assert_eq!((c.sync_reqs, c.syncs), (2, 2));
+    assert_eq!(d.hw().unwrap().sw_reported(), 0x4000 + 100);
+    assert_eq!(d.hw().unwrap().hw_unexpected(), d.sw_unexpected());
 }
 
 /// rdma-core-tag-matching: "HW will hold a bounded prefix of Receive tags"; max_num_tags is
