@@ -382,6 +382,9 @@ pub enum Event<R, M> {
     DataValid {
         /// The receive.
         handle: OffHandle,
+        /// [`WcStatus::Success`]: all data is in the buffer. Anything else: the transfer
+        /// failed after the match (the buffer's content is undefined).
+        status: WcStatus,
     },
     /// A NO_TAG or FIN message.
     NoTag(WireMsg<Carried<M>>),
@@ -457,7 +460,8 @@ pub struct DriverConfig {
     /// TM capabilities; `None` (TM unsupported) or `max_num_tags == 0` runs everything in
     /// software.
     pub caps: Option<TmCaps>,
-    /// Packet size of the model (eager payloads above it complete in two steps).
+    /// Packet size of the model (eager messages, TMH + payload, above it complete in two
+    /// steps).
     pub mtu: u32,
     /// Untagged receive buffers kept posted to the SRQ.
     pub srq_depth: u32,
@@ -505,7 +509,9 @@ pub trait TmBackend<M> {
     /// The next completion of the TM-SRQ's CQ: list operations (`TM_ADD`, `TM_DEL`,
     /// `TM_SYNC`, `wr_id` of the operation), tag-matching receives (`TM_RECV`, `wr_id` =
     /// the ADD's `recv_wr_id`, the message's envelope and value in `msg`), unexpected
-    /// (`RECV`) and `TM_NO_TAG` messages (whole, in `msg`).
+    /// (`RECV`, or as mlx5 reports them `TM_RECV` with neither `TM_MATCH` nor
+    /// `TM_DATA_VALID`) and `TM_NO_TAG` messages (whole, in `msg`). `TM_SYNC_REQ` is
+    /// honoured on every completion.
     fn poll(&mut self) -> Option<Cqe<Carried<M>>>;
 
     /// Gives the receive queue one untagged buffer back after a `RECV` or `TM_NO_TAG`
@@ -1030,12 +1036,15 @@ impl<R, M, B: TmBackend<M>> Driver<R, M, B> {
     }
 
     fn process(&mut self, c: Cqe<Carried<M>>, out: &mut Vec<Event<R, M>>) {
+        // rdma-core-tag-matching "Managing TM receive buffers": "all completions indicate
+        // when synchronization is necessary by setting the IBV_WC_TM_SYNC_REQ flag" — receive
+        // completions too (mlx5 sets it on unexpected ones, wire-layouts §C.1).
+        if c.wc_flags & wc_flags::TM_SYNC_REQ != 0 {
+            self.c.sync_reqs += 1;
+            self.sync_wanted = true;
+        }
         match c.opcode {
             WcOpcode::TmAdd | WcOpcode::TmDel | WcOpcode::TmSync => {
-                if c.wc_flags & wc_flags::TM_SYNC_REQ != 0 {
-                    self.c.sync_reqs += 1;
-                    self.sync_wanted = true;
-                }
                 if let Some(OpKind::Del { id, cancel }) = self.ops.remove(&c.wr_id) {
                     self.del_done(id, cancel, c.status, out);
                 }
@@ -1043,10 +1052,21 @@ impl<R, M, B: TmBackend<M>> Driver<R, M, B> {
             WcOpcode::TmRecv if c.wc_flags & wc_flags::TM_MATCH != 0 => {
                 self.hw_match(c, out);
             }
-            WcOpcode::TmRecv => out.push(Event::DataValid {
-                handle: OffHandle(c.wr_id),
-            }),
-            WcOpcode::Recv => {
+            // "IBV_WC_TM_DATA_VALID - all data of the matched message has been delivered to
+            // memory": the second completion of an earlier match. wire-layouts §C.1: mlx5
+            // reports an unexpected message as "IBV_WC_TM_RECV with no MATCH flag" (neither
+            // flag): that one falls through to the unexpected case below.
+            WcOpcode::TmRecv
+                if c.wc_flags & wc_flags::TM_DATA_VALID != 0 || c.status != WcStatus::Success =>
+            {
+                // A data transfer can fail after its match: keep the status (an error
+                // completion is not "all data ... delivered to memory").
+                out.push(Event::DataValid {
+                    handle: OffHandle(c.wr_id),
+                    status: c.status,
+                })
+            }
+            WcOpcode::Recv | WcOpcode::TmRecv => {
                 // rdma-core-tag-matching: "SW will handle any message that is either
                 // unexpected or whose tag is not held in HW"; the count reported back is
                 // "the number of unexpected messages handled by SW".

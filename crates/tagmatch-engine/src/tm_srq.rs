@@ -26,7 +26,9 @@
 //!   matching entry is disabled goes to software as unexpected.
 //! - Counts are compared on 16 bits, as mlx5 puts them in the WQE.
 //! - Completion flags: `TM_SYNC_REQ` on every list-operation completion executed while the
-//!   counts disagree; `TM_MATCH` / `TM_DATA_VALID` on tag-matching receive completions.
+//!   counts disagree, and on an unexpected (`RECV`) completion once more than `0x3fff`
+//!   unexpected messages are unreported (mlx5's `MLX5_TM_MAX_SYNC_DIFF`); `TM_MATCH` /
+//!   `TM_DATA_VALID` on tag-matching receive completions.
 //! - Entry lifetime (handle reuse): a handle is free again only once its entry left the
 //!   list *and* no queued operation nor unpolled completion refers to it (mlx5 keeps a tag
 //!   "until its consume completion"), so a late DEL can never hit a recycled entry.
@@ -61,6 +63,10 @@ impl TmCaps {
         }
     }
 }
+
+/// wire-layouts §C.1: `MLX5_TM_MAX_SYNC_DIFF`, the unreported unexpected messages above which
+/// an unexpected completion carries `TM_SYNC_REQ`.
+const MAX_SYNC_DIFF: u32 = 0x3fff;
 
 /// `enum ibv_wc_status` values the model produces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -381,6 +387,8 @@ pub struct TmSrq<P> {
     srq_bufs: VecDeque<u64>,
     hw_cnt: u32,
     sw_cnt: u32,
+    /// The count of the last *posted* operation with `TM_SYNC` (mlx5's `unexp_out`).
+    unexp_out: u32,
     fins: Vec<(Tmh, Rvh)>,
     reads: Vec<Rvh>,
 }
@@ -388,7 +396,7 @@ pub struct TmSrq<P> {
 impl<P> TmSrq<P> {
     /// `ibv_create_srq_ex(IBV_SRQT_TM)`. Fails (EINVAL, `cmd_srq.c:86-92`) when
     /// `max_num_tags` or `max_ops` is 0. `mtu` splits eager messages into packets: a
-    /// payload above it completes as `MATCH` then `DATA_VALID`.
+    /// message (TMH + payload) above it completes as `MATCH` then `DATA_VALID`.
     pub fn new(caps: TmCaps, mtu: u32) -> Option<Self> {
         if caps.max_num_tags == 0 || caps.max_ops == 0 {
             return None;
@@ -406,6 +414,7 @@ impl<P> TmSrq<P> {
             srq_bufs: VecDeque::new(),
             hw_cnt: 0,
             sw_cnt: 0,
+            unexp_out: 0,
             fins: Vec::new(),
             reads: Vec::new(),
         })
@@ -477,6 +486,10 @@ impl<P> TmSrq<P> {
             TmOp::Sync => None,
         };
         self.ops_outstanding += 1;
+        // wire-layouts §C.1: "With IBV_OPS_TM_SYNC, srq->unexp_out = unexpected_cnt" (at post).
+        if wr.flags & ops_flags::TM_SYNC != 0 {
+            self.unexp_out = wr.unexpected_cnt;
+        }
         let slot = match wr.op {
             TmOp::Add { .. } => handle.unwrap_or(u32::MAX),
             TmOp::Del { handle } => handle,
@@ -649,11 +662,21 @@ impl<P> TmSrq<P> {
             return Err(ArriveError::Rnr(msg));
         };
         self.hw_cnt = self.hw_cnt.wrapping_add(1);
+        // rdma-core-tag-matching: "all completions indicate when synchronization is
+        // necessary by setting the IBV_WC_TM_SYNC_REQ flag"; wire-layouts §C.1: on the
+        // UNEXPECTED completion "when unexp_in - unexp_out > 0x3fff (MLX5_TM_MAX_SYNC_DIFF)",
+        // before the 16-bit counts become ambiguous; unexp_out is the last count *posted*.
+        let lag = self.hw_cnt.wrapping_sub(self.unexp_out) & 0xffff;
+        let wc_flags = if self.honor_phase && lag > MAX_SYNC_DIFF {
+            wc_flags::TM_SYNC_REQ
+        } else {
+            0
+        };
         self.cq.push_back(Cqe {
             wr_id,
             status: WcStatus::Success,
             opcode: WcOpcode::Recv,
-            wc_flags: 0,
+            wc_flags,
             byte_len: u32::try_from(msg.wire_len()).unwrap_or(u32::MAX),
             tm_info: None,
             msg: Some(msg),
@@ -711,8 +734,9 @@ impl<P> TmSrq<P> {
                 cqe.byte_len = s.buf_len;
                 cqe.msg = Some(msg);
             }
-            _ if msg.len <= self.mtu => {
-                // "In single-packet eager messages, both flags are set."
+            // "In single-packet eager messages, both flags are set." The packet holds the
+            // TMH and the payload ("The message consists of a TMH followed by payload").
+            _ if msg.wire_len() <= u64::from(self.mtu) => {
                 cqe.wc_flags |= wc_flags::TM_DATA_VALID;
                 cqe.byte_len = msg.len;
                 cqe.msg = Some(msg);

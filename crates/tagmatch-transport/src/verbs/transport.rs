@@ -381,6 +381,8 @@ struct TmBook {
     tags_in_use: u32,
     /// Byte length of hardware-matched receives whose data is valid.
     data_len: HashMap<u64, u32>,
+    /// `IBV_WC_*` status of hardware-matched receives whose data transfer failed.
+    data_err: HashMap<u64, u32>,
     errors: Vec<String>,
 }
 
@@ -393,6 +395,7 @@ impl TmBook {
             ops_outstanding: 0,
             tags_in_use: 0,
             data_len: HashMap::new(),
+            data_err: HashMap::new(),
             errors: Vec::new(),
         }
     }
@@ -437,6 +440,11 @@ impl TmBook {
                 }
                 if wc.wc_flags & sys::IBV_WC_TM_DATA_VALID != 0 {
                     self.data_len.insert(wc.wr_id, wc.byte_len);
+                }
+                if !ok && wc.wc_flags & sys::IBV_WC_TM_MATCH == 0 {
+                    // The data completion of an earlier match failed (the driver reports
+                    // it as DataValid with an error status): keep the verbs status.
+                    self.data_err.insert(wc.wr_id, wc.status);
                 }
                 let msg = match wc.status {
                     sys::IBV_WC_SUCCESS => Incoming::Hw,
@@ -497,10 +505,26 @@ struct VerbsTm {
     wcs: Vec<Wc>,
 }
 
+/// Whether a completion of the TM-SRQ's CQ delivered a whole message (TMH included) into a
+/// receive-queue buffer: `IBV_WC_RECV` ("used for unexpected messages", rdma-core
+/// `tag_matching.md`), `IBV_WC_TM_NO_TAG`, or a successful `IBV_WC_TM_RECV` with neither
+/// `IBV_WC_TM_MATCH` nor `IBV_WC_TM_DATA_VALID`, which is how mlx5 reports an unexpected
+/// message (wire-layouts §C.1: "UNEXPECTED → IBV_WC_TM_RECV with no MATCH flag").
+fn in_rq_buffer(wc: &Wc) -> bool {
+    match wc.opcode {
+        sys::IBV_WC_RECV | sys::IBV_WC_TM_NO_TAG => true,
+        sys::IBV_WC_TM_RECV => {
+            wc.status == sys::IBV_WC_SUCCESS
+                && wc.wc_flags & (sys::IBV_WC_TM_MATCH | sys::IBV_WC_TM_DATA_VALID) == 0
+        }
+        _ => false,
+    }
+}
+
 impl VerbsTm {
     fn convert(&mut self, wc: Wc) -> Option<Cqe<Carried<Incoming>>> {
         match wc.opcode {
-            sys::IBV_WC_RECV | sys::IBV_WC_TM_NO_TAG => {
+            _ if in_rq_buffer(&wc) => {
                 if wc.status == sys::IBV_WC_WR_FLUSH_ERR {
                     return None;
                 }
@@ -1274,14 +1298,29 @@ impl TaggedTransport {
                     id: RecvId(handle.0),
                 })
             }
-            Event::DataValid { handle } => {
+            Event::DataValid { handle, status } => {
                 if let Some((env, buf)) = self.hw_pending.remove(&handle.0) {
-                    let len = match &mut self.matcher {
-                        Matcher::Hw(d) => d
-                            .hw_mut()
-                            .and_then(|hw| hw.book.data_len.remove(&handle.0))
-                            .unwrap_or(0),
-                        Matcher::Sw { .. } => 0,
+                    let (len, err) = match &mut self.matcher {
+                        Matcher::Hw(d) => d.hw_mut().map_or((0, None), |hw| {
+                            (
+                                hw.book.data_len.remove(&handle.0).unwrap_or(0),
+                                hw.book.data_err.remove(&handle.0),
+                            )
+                        }),
+                        Matcher::Sw { .. } => (0, None),
+                    };
+                    // rdma-core-tag-matching: "IBV_WC_TM_DATA_VALID - all data of the matched
+                    // message has been delivered to memory"; an error completion of the
+                    // transfer is not that.
+                    let result = if status == WcStatus::Success {
+                        Ok(())
+                    } else {
+                        self.c.wc_errors += 1;
+                        let status = err.unwrap_or(status as u32);
+                        Err(RecvError::Wc {
+                            status,
+                            text: super::device::status_str(status),
+                        })
                     };
                     self.completions.push_back(Completion::Recv {
                         id: RecvId(handle.0),
@@ -1289,7 +1328,7 @@ impl TaggedTransport {
                         len: len as usize,
                         buf,
                         path: MatchPath::Hw,
-                        result: Ok(()),
+                        result,
                     });
                 }
             }
@@ -1907,6 +1946,68 @@ mod tests {
             total_hw > 0,
             "no hardware match in any run: the comparison is vacuous"
         );
+    }
+
+    /// wire-layouts §C.1: mlx5 reports an unexpected message as "IBV_WC_TM_RECV with no
+    /// MATCH flag"; its bytes are in a receive-queue buffer like an `IBV_WC_RECV`'s, while
+    /// `TM_RECV` with `TM_MATCH` or `TM_DATA_VALID` names a tagged buffer.
+    #[test]
+    fn unexpected_tm_recv_without_match_is_read_from_the_receive_queue() {
+        let wc = |opcode, status, wc_flags| Wc {
+            wr_id: 3,
+            status,
+            opcode,
+            byte_len: 24,
+            qp_num: 0,
+            wc_flags,
+            tm: None,
+        };
+        let ok = sys::IBV_WC_SUCCESS;
+        assert!(in_rq_buffer(&wc(sys::IBV_WC_RECV, ok, 0)));
+        assert!(in_rq_buffer(&wc(sys::IBV_WC_TM_NO_TAG, ok, 0)));
+        assert!(in_rq_buffer(&wc(sys::IBV_WC_TM_RECV, ok, 0)));
+        assert!(in_rq_buffer(&wc(
+            sys::IBV_WC_TM_RECV,
+            ok,
+            sys::IBV_WC_TM_SYNC_REQ
+        )));
+        for flags in [
+            sys::IBV_WC_TM_MATCH,
+            sys::IBV_WC_TM_DATA_VALID,
+            sys::IBV_WC_TM_MATCH | sys::IBV_WC_TM_DATA_VALID,
+        ] {
+            assert!(!in_rq_buffer(&wc(sys::IBV_WC_TM_RECV, ok, flags)));
+        }
+        assert!(!in_rq_buffer(&wc(
+            sys::IBV_WC_TM_RECV,
+            sys::IBV_WC_TM_RNDV_INCOMPLETE,
+            sys::IBV_WC_TM_MATCH
+        )));
+        assert!(!in_rq_buffer(&wc(sys::IBV_WC_TM_ADD, ok, 0)));
+    }
+
+    /// A failed data completion of a hardware match keeps its verbs status for the
+    /// transport's `Completion::Recv` (the driver reports it as `DataValid` with an error
+    /// status, not as valid data).
+    #[test]
+    fn failed_data_completion_keeps_its_verbs_status() {
+        let mut book = TmBook::new(TagLayout::default(), 4, 2);
+        let wc = Wc {
+            wr_id: 5,
+            status: sys::IBV_WC_REM_ACCESS_ERR,
+            opcode: sys::IBV_WC_TM_RECV,
+            byte_len: 0,
+            qp_num: 0,
+            wc_flags: 0,
+            tm: None,
+        };
+        assert!(!in_rq_buffer(&wc));
+        let c = book.convert(&wc).expect("a TM completion");
+        assert_eq!((c.wr_id, c.opcode), (5, WcOpcode::TmRecv));
+        assert_ne!(c.status, WcStatus::Success);
+        assert_eq!(c.wc_flags & sys::IBV_WC_TM_DATA_VALID, 0);
+        assert_eq!(book.data_err.get(&5), Some(&sys::IBV_WC_REM_ACCESS_ERR));
+        assert!(!book.data_len.contains_key(&5));
     }
 
     #[test]
