@@ -1676,7 +1676,24 @@ impl<R, M> Engine<R, M> {
             return Err(EngineError::StaleHandle);
         }
         self.c.cancelled += 1;
-        Ok(self.take_posted(h.idx).1)
+        Ok(self.take_posted_recv(h.idx))
+    }
+
+    /// [`Engine::take_posted`] without working out the spec: out of the slab first, so
+    /// the node is read once.
+    fn take_posted_recv(&mut self, idx: u32) -> R {
+        let n = match self.posted.remove(idx) {
+            Some(n) => n,
+            None => unreachable!("engine invariant: receive slot {idx} is occupied"),
+        };
+        let (k, env) = (n.kind(), n.key_env());
+        if k == K_MASKED {
+            self.masks.remove(&idx);
+        }
+        let u = list::unlink_detached(&mut self.posted, k, idx, n.link.get());
+        self.index_after_unlink(k, &env, u, idx | POSTED);
+        self.n_kind[k] -= 1;
+        n.recv
     }
 
     /// The context of a posted receive.
