@@ -14,36 +14,7 @@ use tagmatch_engine::workload::{Params, Prepared, Workload};
 const DEPTHS: [usize; 4] = [1, 64, 4096, 65_536];
 
 fn matching(c: &mut Criterion) {
-    for w in Workload::ALL {
-        let mut g = c.benchmark_group(w.name());
-        g.sample_size(10)
-            .warm_up_time(Duration::from_millis(300))
-            .measurement_time(Duration::from_millis(700));
-        for n in DEPTHS {
-            let p = Params::new(n);
-            let ops = Prepared::new(w, &p).ops().max(1);
-            // One iteration = a group of copies with >= 64 timed operations, each timed
-            // right after its own set-up (so the engine is warm, as in `tagmatch bench`).
-            let group = 64usize.div_ceil(ops);
-            g.throughput(Throughput::Elements((ops * group) as u64));
-            g.bench_function(format!("depth={n}"), |b| {
-                b.iter_custom(|iters| {
-                    let mut total = Duration::ZERO;
-                    for _ in 0..iters {
-                        let mut preps: Vec<Prepared> =
-                            (0..group).map(|_| Prepared::new(w, &p)).collect();
-                        let t = Instant::now();
-                        for prep in preps.iter_mut() {
-                            std::hint::black_box(prep.run());
-                        }
-                        total += t.elapsed();
-                    }
-                    total
-                })
-            });
-        }
-        g.finish();
-    }
+    bench_all(c, "", &DEPTHS, Prepared::new, Prepared::ops, Prepared::run);
 }
 
 /// The baselines of `tagmatch_engine::baseline` (UCX's, ob1's and MPICH's schemes) on
@@ -56,25 +27,48 @@ fn baselines(c: &mut Criterion) {
 }
 
 fn bench_baseline<B: Matcher + Default>(c: &mut Criterion, kind: Kind) {
+    bench_all(
+        c,
+        &format!("{kind}/"),
+        &[64, 4096],
+        BaselinePrepared::<B>::new,
+        BaselinePrepared::ops,
+        |p| {
+            let n = p.ops();
+            p.run_range(0, n)
+        },
+    );
+}
+
+/// Every workload at every depth on what `make` prepares: one iteration is a group of
+/// copies with >= 64 timed operations, each timed right after its own set-up (so the
+/// structures are warm, as in `tagmatch bench`).
+fn bench_all<P>(
+    c: &mut Criterion,
+    prefix: &str,
+    depths: &[usize],
+    make: impl Fn(Workload, &Params) -> P,
+    ops: impl Fn(&P) -> usize,
+    run: impl Fn(&mut P) -> usize,
+) {
     for w in Workload::ALL {
-        let mut g = c.benchmark_group(format!("{kind}/{}", w.name()));
+        let mut g = c.benchmark_group(format!("{prefix}{}", w.name()));
         g.sample_size(10)
             .warm_up_time(Duration::from_millis(300))
             .measurement_time(Duration::from_millis(700));
-        for n in [64usize, 4096] {
+        for &n in depths {
             let p = Params::new(n);
-            let ops = BaselinePrepared::<B>::new(w, &p).ops().max(1);
-            let group = 64usize.div_ceil(ops);
-            g.throughput(Throughput::Elements((ops * group) as u64));
+            let count = ops(&make(w, &p)).max(1);
+            let group = 64usize.div_ceil(count);
+            g.throughput(Throughput::Elements((count * group) as u64));
             g.bench_function(format!("depth={n}"), |b| {
                 b.iter_custom(|iters| {
                     let mut total = Duration::ZERO;
                     for _ in 0..iters {
-                        let mut preps: Vec<BaselinePrepared<B>> =
-                            (0..group).map(|_| BaselinePrepared::new(w, &p)).collect();
+                        let mut preps: Vec<P> = (0..group).map(|_| make(w, &p)).collect();
                         let t = Instant::now();
                         for prep in preps.iter_mut() {
-                            std::hint::black_box(prep.run_range(0, ops));
+                            std::hint::black_box(run(prep));
                         }
                         total += t.elapsed();
                     }

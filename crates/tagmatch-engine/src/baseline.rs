@@ -201,69 +201,60 @@ impl ByRid {
     }
 }
 
-fn is_exact(spec: &RecvSpec) -> bool {
-    matches!((spec.src, spec.tag), (Source::Rank(_), TagSel::Exact(_)))
-}
-
-// ---------------------------------------------------------------------------- linear
-
-/// MPICH ch4 active-message path (and ch3): one posted list and one unexpected list,
-/// each searched linearly from the front (matching-notes §4.1: "single linear list per
-/// VCI"). Removal of the found entry is O(1).
+/// What every baseline keeps besides its lists: the receives and messages (messages on
+/// `L` lists each), pending receives by id, and one sequence counter (posting order of
+/// receives, arrival order of messages).
 #[derive(Clone, Debug, Default)]
-pub struct Linear {
+struct Store<const L: usize> {
     recvs: Pool<Recv, 1>,
-    posted: Chain,
-    frags: Pool<Frag, 1>,
-    unexpected: Chain,
+    frags: Pool<Frag, L>,
     by_rid: ByRid,
     sn: u64,
 }
 
-impl Matcher for Linear {
-    fn post(&mut self, spec: RecvSpec, rid: u32) -> Option<u32> {
-        if let Some(i) = self
-            .frags
-            .find(&self.unexpected, 0, |f| spec.matches(&f.env))
-        {
-            self.frags.unlink(&mut self.unexpected, 0, i);
-            return self.frags.take(i).map(|f| f.mid);
-        }
+impl<const L: usize> Store<L> {
+    /// A new pending receive (to be linked by the caller).
+    fn new_recv(&mut self, spec: RecvSpec, rid: u32) -> u32 {
         self.sn += 1;
         let i = self.recvs.insert(Recv {
             spec,
             rid,
             sn: self.sn,
         });
-        self.recvs.push_back(&mut self.posted, 0, i);
         self.by_rid.set(rid, i);
-        None
+        i
     }
 
-    fn arrive(&mut self, env: Envelope, mid: u32) -> Option<u32> {
-        if let Some(i) = self.recvs.find(&self.posted, 0, |r| r.spec.matches(&env)) {
-            self.recvs.unlink(&mut self.posted, 0, i);
-            let r = self.recvs.take(i)?;
-            self.by_rid.take(r.rid);
-            return Some(r.rid);
-        }
+    /// A new unexpected message (to be linked by the caller).
+    fn new_frag(&mut self, env: Envelope, mid: u32) -> u32 {
         self.sn += 1;
-        let i = self.frags.insert(Frag {
+        self.frags.insert(Frag {
             env,
             mid,
             sn: self.sn,
-        });
-        self.frags.push_back(&mut self.unexpected, 0, i);
-        None
+        })
     }
 
-    fn cancel(&mut self, rid: u32) -> bool {
-        match self.by_rid.take(rid) {
-            Some(i) => {
-                self.recvs.unlink(&mut self.posted, 0, i);
-                self.recvs.take(i).is_some()
-            }
-            None => false,
+    /// Frees receive `i` (already unlinked): its id.
+    fn take_recv(&mut self, i: u32) -> Option<u32> {
+        let r = self.recvs.take(i)?;
+        self.by_rid.take(r.rid);
+        Some(r.rid)
+    }
+
+    /// Frees message `i` (already unlinked): its id.
+    fn take_frag(&mut self, i: u32) -> Option<u32> {
+        self.frags.take(i).map(|f| f.mid)
+    }
+
+    /// Of the first matching receive of a keyed list (`a`) and of a wildcard list (`w`),
+    /// the earlier posted; `true` if it is the wildcard one.
+    fn earlier(&self, a: Option<u32>, w: Option<u32>) -> Option<(u32, bool)> {
+        match (a, w) {
+            (Some(a), Some(w)) if self.recvs.get(w).sn < self.recvs.get(a).sn => Some((w, true)),
+            (Some(a), _) => Some((a, false)),
+            (None, Some(w)) => Some((w, true)),
+            (None, None) => None,
         }
     }
 
@@ -273,6 +264,61 @@ impl Matcher for Linear {
 
     fn heap_bytes(&self) -> usize {
         self.recvs.heap_bytes() + self.frags.heap_bytes() + self.by_rid.heap_bytes()
+    }
+}
+
+// ---------------------------------------------------------------------------- linear
+
+/// MPICH ch4 active-message path (and ch3): one posted list and one unexpected list,
+/// each searched linearly from the front (matching-notes §4.1: "single linear list per
+/// VCI"). Removal of the found entry is O(1).
+#[derive(Clone, Debug, Default)]
+pub struct Linear {
+    st: Store<1>,
+    posted: Chain,
+    unexpected: Chain,
+}
+
+impl Matcher for Linear {
+    fn post(&mut self, spec: RecvSpec, rid: u32) -> Option<u32> {
+        let st = &mut self.st;
+        if let Some(i) = st.frags.find(&self.unexpected, 0, |f| spec.matches(&f.env)) {
+            st.frags.unlink(&mut self.unexpected, 0, i);
+            return st.take_frag(i);
+        }
+        let i = st.new_recv(spec, rid);
+        st.recvs.push_back(&mut self.posted, 0, i);
+        None
+    }
+
+    fn arrive(&mut self, env: Envelope, mid: u32) -> Option<u32> {
+        let st = &mut self.st;
+        if let Some(i) = st.recvs.find(&self.posted, 0, |r| r.spec.matches(&env)) {
+            st.recvs.unlink(&mut self.posted, 0, i);
+            return st.take_recv(i);
+        }
+        let i = st.new_frag(env, mid);
+        st.frags.push_back(&mut self.unexpected, 0, i);
+        None
+    }
+
+    fn cancel(&mut self, rid: u32) -> bool {
+        let st = &mut self.st;
+        match st.by_rid.take(rid) {
+            Some(i) => {
+                st.recvs.unlink(&mut self.posted, 0, i);
+                st.recvs.take(i).is_some()
+            }
+            None => false,
+        }
+    }
+
+    fn depths(&self) -> (usize, usize) {
+        self.st.depths()
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.st.heap_bytes()
     }
 }
 
@@ -299,129 +345,109 @@ fn ucx_bucket(env: &Envelope) -> usize {
 /// global `all` FIFO, which a wildcard receive scans.
 #[derive(Clone, Debug)]
 pub struct UcxLike {
-    recvs: Pool<Recv, 1>,
+    /// Messages on two lists: 0 their bucket's, 1 `all`.
+    st: Store<2>,
     exp_hash: Vec<Chain>,
     exp_wild: Chain,
-    frags: Pool<Frag, 2>,
     unexp_hash: Vec<Chain>,
     unexp_all: Chain,
-    by_rid: ByRid,
-    sn: u64,
 }
 
 impl Default for UcxLike {
     fn default() -> Self {
         let n = UCX_BUCKETS.next_power_of_two();
         UcxLike {
-            recvs: Pool::default(),
+            st: Store::default(),
             exp_hash: vec![Chain::default(); n],
             exp_wild: Chain::default(),
-            frags: Pool::default(),
             unexp_hash: vec![Chain::default(); n],
             unexp_all: Chain::default(),
-            by_rid: ByRid::default(),
-            sn: 0,
         }
+    }
+}
+
+/// The bucket of an exact (full-mask) receive, `None` for any other.
+fn ucx_recv_bucket(spec: &RecvSpec) -> Option<usize> {
+    match (spec.src, spec.tag) {
+        (Source::Rank(s), TagSel::Exact(t)) => Some(ucx_bucket(&Envelope::new(spec.comm, s, t))),
+        _ => None,
     }
 }
 
 impl Matcher for UcxLike {
     fn post(&mut self, spec: RecvSpec, rid: u32) -> Option<u32> {
+        let st = &mut self.st;
         // matching-notes §1.1: "A full-mask receive or probe scans its bucket. A wildcard
         // receive or probe scans `all` linearly".
-        let exact = is_exact(&spec);
-        let b = match (spec.src, spec.tag) {
-            (Source::Rank(s), TagSel::Exact(t)) => ucx_bucket(&Envelope::new(spec.comm, s, t)),
-            _ => 0,
-        };
-        let found = if exact {
-            self.frags
-                .find(&self.unexp_hash[b], 0, |f| spec.matches(&f.env))
-        } else {
-            self.frags
-                .find(&self.unexp_all, 1, |f| spec.matches(&f.env))
+        let bucket = ucx_recv_bucket(&spec);
+        let found = match bucket {
+            Some(b) => st
+                .frags
+                .find(&self.unexp_hash[b], 0, |f| spec.matches(&f.env)),
+            None => st.frags.find(&self.unexp_all, 1, |f| spec.matches(&f.env)),
         };
         if let Some(i) = found {
-            let fb = ucx_bucket(&self.frags.get(i).env);
-            self.frags.unlink(&mut self.unexp_hash[fb], 0, i);
-            self.frags.unlink(&mut self.unexp_all, 1, i);
-            return self.frags.take(i).map(|f| f.mid);
+            let fb = ucx_bucket(&st.frags.get(i).env);
+            st.frags.unlink(&mut self.unexp_hash[fb], 0, i);
+            st.frags.unlink(&mut self.unexp_all, 1, i);
+            return st.take_frag(i);
         }
         // "Every posted receive gets `sn = expected.sn++`".
-        self.sn += 1;
-        let i = self.recvs.insert(Recv {
-            spec,
-            rid,
-            sn: self.sn,
-        });
-        if exact {
-            self.recvs.push_back(&mut self.exp_hash[b], 0, i);
-        } else {
-            self.recvs.push_back(&mut self.exp_wild, 0, i);
+        let i = st.new_recv(spec, rid);
+        match bucket {
+            Some(b) => st.recvs.push_back(&mut self.exp_hash[b], 0, i),
+            None => st.recvs.push_back(&mut self.exp_wild, 0, i),
         }
-        self.by_rid.set(rid, i);
         None
     }
 
     fn arrive(&mut self, env: Envelope, mid: u32) -> Option<u32> {
+        let st = &mut self.st;
         let b = ucx_bucket(&env);
         // "if the wildcard queue is empty, scan only the bucket. Otherwise … a two-way
         // merge of bucket and wildcard queues by `sn`".
-        let in_bucket = self
+        let in_bucket = st
             .recvs
             .find(&self.exp_hash[b], 0, |r| r.spec.matches(&env));
         let in_wild = if self.exp_wild.is_empty() {
             None
         } else {
-            self.recvs.find(&self.exp_wild, 0, |r| r.spec.matches(&env))
+            st.recvs.find(&self.exp_wild, 0, |r| r.spec.matches(&env))
         };
-        let pick = match (in_bucket, in_wild) {
-            (Some(a), Some(w)) if self.recvs.get(w).sn < self.recvs.get(a).sn => Some((w, true)),
-            (Some(a), _) => Some((a, false)),
-            (None, Some(w)) => Some((w, true)),
-            (None, None) => None,
-        };
-        if let Some((i, wild)) = pick {
+        if let Some((i, wild)) = st.earlier(in_bucket, in_wild) {
             if wild {
-                self.recvs.unlink(&mut self.exp_wild, 0, i);
+                st.recvs.unlink(&mut self.exp_wild, 0, i);
             } else {
-                self.recvs.unlink(&mut self.exp_hash[b], 0, i);
+                st.recvs.unlink(&mut self.exp_hash[b], 0, i);
             }
-            let r = self.recvs.take(i)?;
-            self.by_rid.take(r.rid);
-            return Some(r.rid);
+            return st.take_recv(i);
         }
-        let i = self.frags.insert(Frag { env, mid, sn: 0 });
-        self.frags.push_back(&mut self.unexp_hash[b], 0, i);
-        self.frags.push_back(&mut self.unexp_all, 1, i);
+        let i = st.new_frag(env, mid);
+        st.frags.push_back(&mut self.unexp_hash[b], 0, i);
+        st.frags.push_back(&mut self.unexp_all, 1, i);
         None
     }
 
     fn cancel(&mut self, rid: u32) -> bool {
-        let Some(i) = self.by_rid.take(rid) else {
+        let st = &mut self.st;
+        let Some(i) = st.by_rid.take(rid) else {
             return false;
         };
-        let spec = self.recvs.get(i).spec;
-        match (spec.src, spec.tag) {
-            (Source::Rank(s), TagSel::Exact(t)) => {
-                let b = ucx_bucket(&Envelope::new(spec.comm, s, t));
-                self.recvs.unlink(&mut self.exp_hash[b], 0, i);
-            }
-            _ => self.recvs.unlink(&mut self.exp_wild, 0, i),
+        match ucx_recv_bucket(&st.recvs.get(i).spec) {
+            Some(b) => st.recvs.unlink(&mut self.exp_hash[b], 0, i),
+            None => st.recvs.unlink(&mut self.exp_wild, 0, i),
         }
-        self.recvs.take(i).is_some()
+        st.recvs.take(i).is_some()
     }
 
     fn depths(&self) -> (usize, usize) {
-        (self.recvs.len, self.frags.len)
+        self.st.depths()
     }
 
     fn heap_bytes(&self) -> usize {
-        self.recvs.heap_bytes()
-            + self.frags.heap_bytes()
+        self.st.heap_bytes()
             + (self.exp_hash.capacity() + self.unexp_hash.capacity())
                 * core::mem::size_of::<Chain>()
-            + self.by_rid.heap_bytes()
     }
 }
 
@@ -453,10 +479,7 @@ struct Comm {
 #[derive(Clone, Debug, Default)]
 pub struct Ob1Like {
     comms: FastMap<u32, Comm>,
-    recvs: Pool<Recv, 1>,
-    frags: Pool<Frag, 1>,
-    by_rid: ByRid,
-    sn: u64,
+    st: Store<1>,
 }
 
 impl Ob1Like {
@@ -471,19 +494,20 @@ impl Ob1Like {
 
 impl Matcher for Ob1Like {
     fn post(&mut self, spec: RecvSpec, rid: u32) -> Option<u32> {
+        let st = &mut self.st;
         let c = self.comms.entry(spec.comm).or_default();
         let found = match spec.src {
             Source::Rank(s) => {
                 let p = Ob1Like::proc_mut(c, s);
-                self.frags
+                st.frags
                     .find(&p.unexpected, 0, |f| spec.matches(&f.env))
                     .map(|i| (i, s))
             }
             Source::Any => {
                 let mut best: Option<(u32, u32)> = None;
                 for (s, p) in c.procs.iter().enumerate() {
-                    if let Some(i) = self.frags.find(&p.unexpected, 0, |f| spec.matches(&f.env)) {
-                        if best.is_none_or(|(b, _)| self.frags.get(i).sn < self.frags.get(b).sn) {
+                    if let Some(i) = st.frags.find(&p.unexpected, 0, |f| spec.matches(&f.env)) {
+                        if best.is_none_or(|(b, _)| st.frags.get(i).sn < st.frags.get(b).sn) {
                             best = Some((i, s as u32));
                         }
                     }
@@ -493,85 +517,62 @@ impl Matcher for Ob1Like {
         };
         if let Some((i, s)) = found {
             let p = Ob1Like::proc_mut(c, s);
-            self.frags.unlink(&mut p.unexpected, 0, i);
-            return self.frags.take(i).map(|f| f.mid);
+            st.frags.unlink(&mut p.unexpected, 0, i);
+            return st.take_frag(i);
         }
-        self.sn += 1;
-        let i = self.recvs.insert(Recv {
-            spec,
-            rid,
-            sn: self.sn,
-        });
+        let i = st.new_recv(spec, rid);
         match spec.src {
-            Source::Rank(s) => {
-                let p = Ob1Like::proc_mut(c, s);
-                self.recvs.push_back(&mut p.specific, 0, i);
-            }
-            Source::Any => self.recvs.push_back(&mut c.wild, 0, i),
+            Source::Rank(s) => st
+                .recvs
+                .push_back(&mut Ob1Like::proc_mut(c, s).specific, 0, i),
+            Source::Any => st.recvs.push_back(&mut c.wild, 0, i),
         }
-        self.by_rid.set(rid, i);
         None
     }
 
     fn arrive(&mut self, env: Envelope, mid: u32) -> Option<u32> {
+        let st = &mut self.st;
         let c = self.comms.entry(env.comm).or_default();
         // matching-notes §1.3: "merge `proc->specific_receives` with `comm->wild_receives`
         // by `req_sequence`".
-        let wild = self.recvs.find(&c.wild, 0, |r| r.spec.matches(&env));
+        let wild = st.recvs.find(&c.wild, 0, |r| r.spec.matches(&env));
         let p = Ob1Like::proc_mut(c, env.src);
-        let spec = self.recvs.find(&p.specific, 0, |r| r.spec.matches(&env));
-        let pick = match (spec, wild) {
-            (Some(a), Some(w)) if self.recvs.get(w).sn < self.recvs.get(a).sn => Some((w, true)),
-            (Some(a), _) => Some((a, false)),
-            (None, Some(w)) => Some((w, true)),
-            (None, None) => None,
-        };
-        if let Some((i, is_wild)) = pick {
+        let specific = st.recvs.find(&p.specific, 0, |r| r.spec.matches(&env));
+        if let Some((i, is_wild)) = st.earlier(specific, wild) {
             if is_wild {
-                self.recvs.unlink(&mut c.wild, 0, i);
+                st.recvs.unlink(&mut c.wild, 0, i);
             } else {
-                let p = Ob1Like::proc_mut(c, env.src);
-                self.recvs.unlink(&mut p.specific, 0, i);
+                st.recvs
+                    .unlink(&mut Ob1Like::proc_mut(c, env.src).specific, 0, i);
             }
-            let r = self.recvs.take(i)?;
-            self.by_rid.take(r.rid);
-            return Some(r.rid);
+            return st.take_recv(i);
         }
-        self.sn += 1;
-        let i = self.frags.insert(Frag {
-            env,
-            mid,
-            sn: self.sn,
-        });
-        let p = Ob1Like::proc_mut(c, env.src);
-        self.frags.push_back(&mut p.unexpected, 0, i);
+        let i = st.new_frag(env, mid);
+        st.frags
+            .push_back(&mut Ob1Like::proc_mut(c, env.src).unexpected, 0, i);
         None
     }
 
     fn cancel(&mut self, rid: u32) -> bool {
-        let Some(i) = self.by_rid.take(rid) else {
+        let st = &mut self.st;
+        let Some(i) = st.by_rid.take(rid) else {
             return false;
         };
-        let spec = self.recvs.get(i).spec;
+        let spec = st.recvs.get(i).spec;
         let c = self.comms.entry(spec.comm).or_default();
         match spec.src {
-            Source::Rank(s) => {
-                let p = Ob1Like::proc_mut(c, s);
-                self.recvs.unlink(&mut p.specific, 0, i);
-            }
-            Source::Any => self.recvs.unlink(&mut c.wild, 0, i),
+            Source::Rank(s) => st.recvs.unlink(&mut Ob1Like::proc_mut(c, s).specific, 0, i),
+            Source::Any => st.recvs.unlink(&mut c.wild, 0, i),
         }
-        self.recvs.take(i).is_some()
+        st.recvs.take(i).is_some()
     }
 
     fn depths(&self) -> (usize, usize) {
-        (self.recvs.len, self.frags.len)
+        self.st.depths()
     }
 
     fn heap_bytes(&self) -> usize {
-        self.recvs.heap_bytes()
-            + self.frags.heap_bytes()
-            + self.by_rid.heap_bytes()
+        self.st.heap_bytes()
             + map_heap_bytes(&self.comms)
             + self
                 .comms
@@ -623,11 +624,7 @@ pub struct UnknownKind(pub String);
 
 impl fmt::Display for UnknownKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "unknown engine {:?} (expected one of:", self.0)?;
-        for k in Kind::ALL {
-            write!(f, " {}", k.name())?;
-        }
-        f.write_str(")")
+        crate::workload::unknown_name(f, "engine", &self.0, Kind::ALL.map(Kind::name))
     }
 }
 

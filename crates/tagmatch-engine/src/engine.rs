@@ -893,16 +893,7 @@ impl<R, M> Engine<R, M> {
             // pair is rewritten after its successor is read: the pushes only touch that
             // node and earlier ones (tails and heads of lists already walked).
             if let Some(head) = self.arrivals {
-                let mut cur = head;
-                loop {
-                    let n = self.unexp.at(cur);
-                    let (env, next) = (n.env, n.links.get(K_COMM).next);
-                    self.index_push_unexp(k, &env, cur);
-                    if next == head {
-                        break;
-                    }
-                    cur = next;
-                }
+                self.link_comm_list_into(k, head);
             }
             if k == K_COMM {
                 self.arrivals = None;
@@ -914,21 +905,29 @@ impl<R, M> Engine<R, M> {
             s.clear();
             s.extend(self.ix[K_COMM].values().filter(|v| v & POSTED == 0));
             for &head in &s {
-                let mut cur = head;
-                loop {
-                    let n = self.unexp.at(cur);
-                    let (env, next) = (n.env, n.links.get(K_COMM).next);
-                    self.index_push_unexp(k, &env, cur);
-                    if next == head {
-                        break;
-                    }
-                    cur = next;
-                }
+                self.link_comm_list_into(k, head);
             }
             s.clear();
             self.scratch = s;
         }
         self.built |= 1 << k;
+    }
+
+    /// Appends every message of the list threaded through the (comm) link pairs from
+    /// `head` (the arrival-order list, or one communicator's (comm) list), in its order,
+    /// to its list of kind `k`. Each node's pair is read before the push, which touches
+    /// only that node and earlier ones.
+    fn link_comm_list_into(&mut self, k: usize, head: u32) {
+        let mut cur = head;
+        loop {
+            let n = self.unexp.at(cur);
+            let (env, next) = (n.env, n.links.get(K_COMM).next);
+            self.index_push_unexp(k, &env, cur);
+            if next == head {
+                break;
+            }
+            cur = next;
+        }
     }
 
     /// The unexpected list kind [`Engine::search_unexp`] reads for `spec` (normalised).

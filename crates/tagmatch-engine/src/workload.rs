@@ -73,12 +73,22 @@ pub struct UnknownWorkload(pub String);
 
 impl fmt::Display for UnknownWorkload {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "unknown workload {:?} (expected one of:", self.0)?;
-        for w in Workload::ALL {
-            write!(f, " {}", w.name())?;
-        }
-        f.write_str(")")
+        unknown_name(f, "workload", &self.0, Workload::ALL.map(Workload::name))
     }
+}
+
+/// Writes "unknown `what` "`got`" (expected one of: `names`)".
+pub(crate) fn unknown_name(
+    f: &mut fmt::Formatter<'_>,
+    what: &str,
+    got: &str,
+    names: impl IntoIterator<Item = &'static str>,
+) -> fmt::Result {
+    write!(f, "unknown {what} {got:?} (expected one of:")?;
+    for n in names {
+        write!(f, " {n}")?;
+    }
+    f.write_str(")")
 }
 
 impl std::error::Error for UnknownWorkload {}

@@ -52,56 +52,68 @@ impl Arbitrary for Step {
 /// (pending receives, unexpected messages) at the end.
 type Outcome = (Vec<Option<u32>>, (usize, usize));
 
-fn run_engine(steps: &[Step]) -> Outcome {
-    let mut e: Engine<u32, u32> = Engine::new(
-        Config::default()
-            .max_messages(usize::MAX)
-            .max_posted(usize::MAX)
-            .max_bytes(usize::MAX),
-    );
-    let mut pending: Vec<(u32, RecvHandle)> = Vec::new();
-    let mut out = Vec::new();
-    for (i, s) in steps.iter().enumerate() {
-        let id = i as u32;
-        out.push(match *s {
-            Step::Post {
-                comm,
-                src,
-                tag,
-                masked,
-            } => match e.post(spec(comm, src, tag, masked), id).unwrap() {
-                Posted::Matched(m) => Some(m.msg),
-                Posted::Pending(h) => {
-                    pending.push((id, h));
-                    None
-                }
-            },
-            Step::Arrive { comm, src, tag } => {
-                match e.arrive(Envelope::new(comm, src, tag), 0, id).unwrap() {
-                    Arrived::Matched(m) => {
-                        pending.retain(|(r, _)| *r != m.recv);
-                        Some(m.recv)
-                    }
-                    Arrived::Unexpected(_) => None,
-                }
-            }
-            Step::Cancel { pick } => cancel_pick(&mut pending, pick).map(|(r, h)| {
-                assert_eq!(e.cancel(h).unwrap(), r);
-                r
-            }),
-        });
+/// The engine behind the baselines' interface (receive handles kept by receive id).
+struct EngineM {
+    e: Engine<u32, u32>,
+    handles: std::collections::HashMap<u32, RecvHandle>,
+}
+
+impl Default for EngineM {
+    fn default() -> Self {
+        EngineM {
+            e: Engine::new(
+                Config::default()
+                    .max_messages(usize::MAX)
+                    .max_posted(usize::MAX)
+                    .max_bytes(usize::MAX),
+            ),
+            handles: Default::default(),
+        }
     }
-    let c = e.counters();
-    (out, (c.posted_depth, c.unexpected_depth))
 }
 
-fn cancel_pick<T: Copy>(pending: &mut Vec<(u32, T)>, pick: usize) -> Option<(u32, T)> {
-    (!pending.is_empty()).then(|| pending.remove(pick % pending.len()))
+impl Matcher for EngineM {
+    fn post(&mut self, spec: RecvSpec, rid: u32) -> Option<u32> {
+        match self.e.post(spec, rid).unwrap() {
+            Posted::Matched(m) => Some(m.msg),
+            Posted::Pending(h) => {
+                self.handles.insert(rid, h);
+                None
+            }
+        }
+    }
+    fn arrive(&mut self, env: Envelope, mid: u32) -> Option<u32> {
+        match self.e.arrive(env, 0, mid).unwrap() {
+            Arrived::Matched(m) => {
+                self.handles.remove(&m.recv);
+                Some(m.recv)
+            }
+            Arrived::Unexpected(_) => None,
+        }
+    }
+    fn cancel(&mut self, rid: u32) -> bool {
+        match self.handles.remove(&rid) {
+            Some(h) => self.e.cancel(h) == Ok(rid),
+            None => false,
+        }
+    }
+    fn depths(&self) -> (usize, usize) {
+        let c = self.e.counters();
+        (c.posted_depth, c.unexpected_depth)
+    }
+    fn heap_bytes(&self) -> usize {
+        self.e.heap_bytes()
+    }
 }
 
-fn run_baseline<B: Matcher + Default>(steps: &[Step]) -> Outcome {
+fn run_engine(steps: &[Step]) -> Outcome {
+    run::<EngineM>(steps)
+}
+
+/// Runs `steps` on `B`; a cancel picks one of the pending receives and must succeed once.
+fn run<B: Matcher + Default>(steps: &[Step]) -> Outcome {
     let mut b = B::default();
-    let mut pending: Vec<(u32, ())> = Vec::new();
+    let mut pending: Vec<u32> = Vec::new();
     let mut out = Vec::new();
     for (i, s) in steps.iter().enumerate() {
         let id = i as u32;
@@ -114,18 +126,19 @@ fn run_baseline<B: Matcher + Default>(steps: &[Step]) -> Outcome {
             } => {
                 let m = b.post(spec(comm, src, tag, masked), id);
                 if m.is_none() {
-                    pending.push((id, ()));
+                    pending.push(id);
                 }
                 m
             }
             Step::Arrive { comm, src, tag } => {
                 let r = b.arrive(Envelope::new(comm, src, tag), id);
                 if let Some(r) = r {
-                    pending.retain(|(p, _)| *p != r);
+                    pending.retain(|p| *p != r);
                 }
                 r
             }
-            Step::Cancel { pick } => cancel_pick(&mut pending, pick).map(|(r, ())| {
+            Step::Cancel { pick } => (!pending.is_empty()).then(|| {
+                let r = pending.remove(pick % pending.len());
                 assert!(b.cancel(r), "cancel of pending receive {r}");
                 assert!(!b.cancel(r), "second cancel of receive {r}");
                 r
@@ -145,9 +158,9 @@ fn spec(comm: u32, src: Option<u32>, tag: Option<u64>, masked: bool) -> RecvSpec
 
 fn same_as_engine(steps: Vec<Step>) -> bool {
     let want = run_engine(&steps);
-    let l = run_baseline::<Linear>(&steps);
-    let u = run_baseline::<UcxLike>(&steps);
-    let o = run_baseline::<Ob1Like>(&steps);
+    let l = run::<Linear>(&steps);
+    let u = run::<UcxLike>(&steps);
+    let o = run::<Ob1Like>(&steps);
     assert_eq!(l, want, "linear");
     assert_eq!(u, want, "ucx-like");
     assert_eq!(o, want, "ob1-like");
