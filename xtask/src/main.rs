@@ -4,10 +4,12 @@
 //! * `cargo xtask fuzz` — only the fuzz smoke stage.
 //! * `cargo xtask apt` — install Debian packages via `apt::ensure_apt`.
 //! * `cargo xtask vm-test` — the verbs tests on Soft-RoCE inside a QEMU guest (`vm`).
+//! * `cargo xtask bench-peers` / `bench-match` — measurements against other libraries.
 //!
 //! Std-only on purpose: a fresh CI clone compiles this crate before anything else.
 
 mod apt;
+mod bench_match;
 mod bench_peers;
 mod ci;
 mod cmd;
@@ -59,6 +61,11 @@ COMMANDS:
             tagmatch perf side by side with UCX (ucx_perftest: self, tcp) and libfabric
             (fi_pingpong, tcp;ofi_rxm) on loopback; installs ucx-utils libfabric-bin;
             prints the ratios. Not part of ci (it measures).
+    bench-match [--depths 64,1024,16384]
+            The seven matching workloads on the engine and on the UCX-like,
+            ob1-like and linear baselines (tagmatch bench match --engine), as a
+            markdown table of ns per operation with the ratio to the best baseline.
+            Not part of ci (it measures).
     apt     Install Debian packages that are missing (apt-get update once, then
             apt-get install -y --no-install-recommends), as root or via sudo.
     help    Print this help.
@@ -119,6 +126,14 @@ fn run(args: Vec<String>) -> Result<()> {
             None => bench_peers::run(&workspace_root()),
             Some(other) => Err(unexpected("bench-peers", other)),
         },
+        "bench-match" => {
+            let depths = match (args.next().as_deref(), args.next()) {
+                (None, _) => vec![64, 1024, 16384],
+                (Some("--depths"), Some(d)) => bench_match::parse_depths(&d)?,
+                (Some(other), _) => return Err(unexpected("bench-match", other)),
+            };
+            bench_match::run(&workspace_root(), &depths)
+        }
         "vm-test" => cmd_vm_test(args),
         "soak" => cmd_soak(args),
         "netns" => match netns::run(&workspace_root())? {
