@@ -95,6 +95,32 @@
 //! cancel fails too. UCX reports every REMOVE completion as a successful cancel without
 //! checking the status (wire-layouts §C.2); this driver never does.
 //!
+//! # List operations that fail
+//!
+//! rdma-core-tag-matching documents one failure of a list operation: a DEL's `TM_ERR`
+//! ("the operation may fail if the associated tag was consumed by an incoming message").
+//! Any other error status is a verbs error: the operation had no effect and its queue is in
+//! the error state, which flushes every later operation (`ibv_modify_qp(3)`, `IBV_QPS_ERR`;
+//! mlx5 posts list operations on a hidden command QP, wire-layouts §C.1). The driver then
+//! **stops offloading** ([`Driver::offload_stopped`], [`Block::Stopped`]):
+//!
+//! - a failed or flushed ADD created no entry ("A handle that uniquely identifies the entry
+//!   is returned upon success"): its receive goes back to software matching. The engine
+//!   always held it in posting order, so nothing moves. Since operations execute in order
+//!   and every one after the failure is flushed, the receives going back are the latest
+//!   offloaded ones, and the receives whose entries stay listed are still a posting-order
+//!   prefix of every class: the prefix rule and the proof above hold unchanged;
+//! - a failed DEL leaves its entry where it was: a cancel is resolved as failed and the
+//!   receive stays pending in hardware, where a later message matches it (MPI: a receive
+//!   whose cancel fails completes normally); a DEL decided after the stop is not posted
+//!   and fails the same way; a cancel of a receive whose ADD fails succeeds;
+//! - disabled entries stay disabled (no count reaches hardware any more), so a message
+//!   that would match one still arrives as unexpected and software matches it.
+//!
+//! Every completion is attributed by its `wr_id` ([`wr_id`]), never by an opcode or flags
+//! that an error completion leaves undefined; a tagged buffer whose match completion
+//! fails without naming the message ends in [`Event::RecvFailed`].
+//!
 //! # Example: the m1/m2/b1/b2 race
 //!
 //! ```
