@@ -1210,7 +1210,7 @@ impl<R, M, B: TmBackend<M>> Driver<R, M, B> {
         self.process(c, out);
         // "all completions indicate when synchronization is necessary by setting the
         // IBV_WC_TM_SYNC_REQ flag": report the count once it has moved.
-        if self.sync_wanted && self.sw_unexp != self.last_reported {
+        if self.sync_wanted && self.stopped.is_none() && self.sw_unexp != self.last_reported {
             self.sync_wanted = false;
             self.c.syncs += 1;
             self.enqueue(TmOp::Sync, OpKind::Sync);
