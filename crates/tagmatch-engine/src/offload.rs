@@ -95,6 +95,32 @@
 //! cancel fails too. UCX reports every REMOVE completion as a successful cancel without
 //! checking the status (wire-layouts §C.2); this driver never does.
 //!
+//! # List operations that fail
+//!
+//! rdma-core-tag-matching documents one failure of a list operation: a DEL's `TM_ERR`
+//! ("the operation may fail if the associated tag was consumed by an incoming message").
+//! Any other error status is a verbs error: the operation had no effect and its queue is in
+//! the error state, which flushes every later operation (`ibv_modify_qp(3)`, `IBV_QPS_ERR`;
+//! mlx5 posts list operations on a hidden command QP, wire-layouts §C.1). The driver then
+//! **stops offloading** ([`Driver::offload_stopped`], [`Block::Stopped`]):
+//!
+//! - a failed or flushed ADD created no entry ("A handle that uniquely identifies the entry
+//!   is returned upon success"): its receive goes back to software matching. The engine
+//!   always held it in posting order, so nothing moves. Since operations execute in order
+//!   and every one after the failure is flushed, the receives going back are the latest
+//!   offloaded ones, and the receives whose entries stay listed are still a posting-order
+//!   prefix of every class: the prefix rule and the proof above hold unchanged;
+//! - a failed DEL leaves its entry where it was: a cancel is resolved as failed and the
+//!   receive stays pending in hardware, where a later message matches it (MPI: a receive
+//!   whose cancel fails completes normally); a DEL decided after the stop is not posted
+//!   and fails the same way; a cancel of a receive whose ADD fails succeeds;
+//! - disabled entries stay disabled (no count reaches hardware any more), so a message
+//!   that would match one still arrives as unexpected and software matches it.
+//!
+//! Every completion is attributed by its `wr_id` ([`wr_id`]), never by an opcode or flags
+//! that an error completion leaves undefined; a tagged buffer whose match completion
+//! fails without naming the message ends in [`Event::RecvFailed`].
+//!
 //! # Example: the m1/m2/b1/b2 race
 //!
 //! ```
@@ -131,6 +157,7 @@ use std::hash::{Hash, Hasher};
 
 use tagmatch_wire::tm::Rvh;
 
+use self::wr_id::WrKind;
 use crate::hash::FastMap;
 use crate::tm_srq::{
     ops_flags, wc_flags, ArriveError, Cqe, OpsWr, PostOpError, TmCaps, TmOp, TmSrq, WcOpcode,
@@ -373,7 +400,10 @@ pub enum Event<R, M> {
         /// Its context.
         recv: R,
     },
-    /// A cancel in progress failed: the receive was matched first (already reported).
+    /// A cancel in progress failed: the receive was matched first (its match is already
+    /// reported, or follows when the DEL lost a race with it), or the TM-SRQ refused the DEL
+    /// (offload stopped, [`Driver::offload_stopped`]): then the receive stays pending, in
+    /// hardware, and completes by a later match like any receive whose cancel failed.
     CancelFailed {
         /// The receive.
         handle: OffHandle,
@@ -388,6 +418,17 @@ pub enum Event<R, M> {
     },
     /// A NO_TAG or FIN message.
     NoTag(WireMsg<Carried<M>>),
+    /// Hardware completed an offloaded receive in error before reporting a match: a
+    /// message was consumed into its buffer, but an error completion does not say which
+    /// (`ibv_poll_cq(3)`: only `wr_id` and `status` are valid). The receive is over.
+    RecvFailed {
+        /// The receive.
+        handle: OffHandle,
+        /// Its context.
+        recv: R,
+        /// The completion's status.
+        status: WcStatus,
+    },
 }
 
 /// Why a pending receive stayed in software.
@@ -403,6 +444,8 @@ pub enum Block {
     TagsFull,
     /// List operations wait for a free operation slot.
     OpsBusy,
+    /// Offload stopped: a list operation failed ([`Driver::offload_stopped`]).
+    Stopped,
 }
 
 /// Offload counters (after UCX's `ucp_worker` TM statistics).
@@ -448,6 +491,22 @@ pub struct OffloadCounters {
     /// Hardware matches that were not the engine's earliest candidate, or completions
     /// naming unknown receives. Always 0 unless the hardware breaks its contract.
     pub order_violations: u64,
+    /// Blocked: offload stopped after a failed list operation.
+    pub blocked_stopped: u64,
+    /// List operations that failed with a status other than a DEL's `TM_ERR` (completion
+    /// in error, or `ibv_post_srq_ops` refusing one).
+    pub op_errors: u64,
+    /// Times offload stopped (0 or 1).
+    pub offload_stops: u64,
+    /// Offloaded receives that went back to software matching because hardware never
+    /// held their tag (failed or flushed ADD, flushed tagged buffer).
+    pub returned_to_sw: u64,
+    /// DELs that failed with a status other than `TM_ERR`.
+    pub del_errors: u64,
+    /// Offloaded receives whose match completion failed ([`Event::RecvFailed`]).
+    pub recv_errors: u64,
+    /// Receive-queue buffers that completed in error (no message).
+    pub rq_errors: u64,
 }
 
 /// Driver configuration.
@@ -519,8 +578,79 @@ pub trait TmBackend<M> {
     fn replenish(&mut self);
 }
 
-/// `wr_id`s of receive-queue buffers (their value is not used).
-const SRQ_WR_ID: u64 = u64::MAX;
+/// The `wr_id` spaces of a TM-SRQ's CQ. Three kinds of work complete there: receive-queue
+/// buffers (`ibv_post_srq_recv`), tagged buffers (`tm.add.recv_wr_id`) and list operations
+/// (`ibv_ops_wr.wr_id`), and an error completion can only be attributed by its `wr_id`:
+/// `ibv_poll_cq(3)`: "If the status is other than IBV_WC_SUCCESS, only the following
+/// attributes are valid: wr_id, status, qp_num, and vendor_err" (no opcode, no flags, no TM
+/// info). The two high bits of every `wr_id` the driver and its backends post name the
+/// kind, so the spaces are disjoint:
+///
+/// ```text
+///  63 62 61                                                      0
+/// +-----+---------------------------------------------------------+
+/// |kind |                     id (62 bits)                        |
+/// +-----+---------------------------------------------------------+
+///  00 tagged buffer: id = the driver's receive id (OffHandle)
+///  10 list operation: id = the driver's operation sequence number
+///  11 receive-queue buffer: id = the backend's slot number
+///  01 reserved (a completion naming it is reported as a contract breach)
+/// ```
+pub mod wr_id {
+    /// Bits of the id below the kind.
+    pub const ID_BITS: u32 = 62;
+    /// Mask of the id.
+    pub const ID_MASK: u64 = (1 << ID_BITS) - 1;
+    const OP: u64 = 0b10 << ID_BITS;
+    const RQ: u64 = 0b11 << ID_BITS;
+
+    /// What a `wr_id` names.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum WrKind {
+        /// A tagged buffer: the driver's receive id.
+        Tagged(u64),
+        /// A list operation (ADD, DEL, SYNC): its sequence number.
+        Op(u64),
+        /// A receive-queue buffer: the backend's slot number.
+        Rq(u64),
+        /// The reserved kind: no work request of the driver or its backends has it.
+        Reserved(u64),
+    }
+
+    /// The `wr_id` of list operation `n` (`n` is truncated to [`ID_BITS`]).
+    pub const fn op(n: u64) -> u64 {
+        OP | (n & ID_MASK)
+    }
+
+    /// The `wr_id` of receive-queue buffer `n` (`n` is truncated to [`ID_BITS`]).
+    pub const fn rq(n: u64) -> u64 {
+        RQ | (n & ID_MASK)
+    }
+
+    /// The `recv_wr_id` of the tagged buffer of receive `id`; `None` if `id` does not fit
+    /// in [`ID_BITS`].
+    pub const fn tagged(id: u64) -> Option<u64> {
+        if id <= ID_MASK {
+            Some(id)
+        } else {
+            None
+        }
+    }
+
+    /// What `wr_id` names.
+    pub const fn kind(wr_id: u64) -> WrKind {
+        let id = wr_id & ID_MASK;
+        match wr_id >> ID_BITS {
+            0b00 => WrKind::Tagged(id),
+            0b10 => WrKind::Op(id),
+            0b11 => WrKind::Rq(id),
+            _ => WrKind::Reserved(id),
+        }
+    }
+}
+
+/// `wr_id`s of the model's receive-queue buffers (their slot number is not used).
+const SRQ_WR_ID: u64 = wr_id::rq(wr_id::ID_MASK);
 
 /// The model as a backend; a tagged buffer is its length (the model does not materialise
 /// buffer contents).
@@ -564,7 +694,7 @@ struct Rec<R> {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum OpKind {
-    Add,
+    Add { id: u64 },
     Del { id: u64, cancel: bool },
     Sync,
 }
@@ -689,6 +819,10 @@ pub struct Driver<R, M, B = TmSrq<Carried<M>>> {
     plain: VecDeque<WireMsg<Carried<M>>>,
     c: OffloadCounters,
     ignore_prefix_rule: bool,
+    /// The status that stopped offload.
+    stopped: Option<WcStatus>,
+    /// Events decided outside [`Driver::poll`], reported by the next poll.
+    later: Vec<Event<R, M>>,
 }
 
 const SIGNALED_SYNC: u32 = ops_flags::SIGNALED | ops_flags::TM_SYNC;
@@ -758,6 +892,8 @@ impl<R, M, B: TmBackend<M>> Driver<R, M, B> {
             plain: VecDeque::new(),
             c: OffloadCounters::default(),
             ignore_prefix_rule: false,
+            stopped: None,
+            later: Vec::new(),
         }
     }
 
@@ -803,6 +939,14 @@ impl<R, M, B: TmBackend<M>> Driver<R, M, B> {
     /// `None` if it is not pending.
     pub fn is_offloaded(&self, h: OffHandle) -> Option<bool> {
         self.recvs.get(&h.0).map(|r| r.hw.is_some())
+    }
+
+    /// `Some(status)` once offload stopped: a list operation failed with `status` (other
+    /// than a DEL's `TM_ERR`), or `ibv_post_srq_ops` refused one (`GeneralErr`). New
+    /// receives then stay in software; see the module documentation, "List operations that
+    /// fail".
+    pub fn offload_stopped(&self) -> Option<WcStatus> {
+        self.stopped
     }
 
     /// Operations decided but waiting for a free operation slot.
@@ -876,6 +1020,7 @@ impl<R, M, B: TmBackend<M>> Driver<R, M, B> {
                             Block::SwPending => &mut c.blocked_sw_pending,
                             Block::TagsFull => &mut c.blocked_tags_full,
                             Block::OpsBusy => &mut c.blocked_ops_busy,
+                            Block::Stopped => &mut c.blocked_stopped,
                         } += 1;
                         self.sw
                             .entry(spec.comm)
@@ -894,7 +1039,11 @@ impl<R, M, B: TmBackend<M>> Driver<R, M, B> {
         let Some(hw) = self.hw.as_mut() else {
             return Err(Block::NoHw);
         };
+        if self.stopped.is_some() {
+            return Err(Block::Stopped);
+        }
         let (tag, mask) = self.cfg.layout.entry(spec).ok_or(Block::Encoding)?;
+        let recv_wr_id = wr_id::tagged(id).ok_or(Block::Encoding)?;
         // rdma-core-tag-matching: "HW will hold a bounded prefix of Receive tags": no
         // software-resident (hence earlier) receive may match what this one matches.
         if !self.ignore_prefix_rule && self.sw.get(&spec.comm).is_some_and(|c| c.intersects(spec)) {
@@ -903,14 +1052,14 @@ impl<R, M, B: TmBackend<M>> Driver<R, M, B> {
         if !self.fifo.is_empty() {
             return Err(Block::OpsBusy);
         }
-        let wr_id = self.next_wr;
+        let wr_id = wr_id::op(self.next_wr);
         let r = hw.post_op(
             OpsWr {
                 wr_id,
                 flags: SIGNALED_SYNC,
                 unexpected_cnt: self.sw_unexp,
                 op: TmOp::Add {
-                    recv_wr_id: id,
+                    recv_wr_id,
                     tag,
                     mask,
                     buf_len: B::buf_len(&buf),
@@ -921,13 +1070,20 @@ impl<R, M, B: TmBackend<M>> Driver<R, M, B> {
         match r {
             Ok(Some(h)) => {
                 self.next_wr += 1;
-                self.ops.insert(wr_id, OpKind::Add);
+                self.ops.insert(wr_id, OpKind::Add { id });
                 self.last_reported = self.sw_unexp;
                 self.c.offloaded += 1;
                 Ok(h)
             }
             Err(PostOpError::TagsFull) => Err(Block::TagsFull),
-            _ => Err(Block::OpsBusy),
+            Err(PostOpError::OpsFull) => Err(Block::OpsBusy),
+            // The device refused a well-formed ADD: treat the TM-SRQ as unusable (the
+            // receive stays in software, which is sound).
+            Ok(None) | Err(PostOpError::BadHandle) => {
+                self.c.op_errors += 1;
+                self.stop(WcStatus::GeneralErr);
+                Err(Block::Stopped)
+            }
         }
     }
 
@@ -939,11 +1095,28 @@ impl<R, M, B: TmBackend<M>> Driver<R, M, B> {
     }
 
     fn flush(&mut self) {
-        let Some(hw) = self.hw.as_mut() else {
-            return;
-        };
         while let Some(&(op, cnt, kind)) = self.fifo.front() {
-            let wr_id = self.next_wr;
+            if self.stopped.is_some() {
+                // Offload stopped: the operation is not posted (it would be flushed) and has
+                // no effect; a cancel's DEL fails.
+                self.fifo.pop_front();
+                if let OpKind::Del { id, cancel } = kind {
+                    // A cancel whose receive's ADD is still under way is decided by that
+                    // ADD's completion (failed: the cancel succeeds; done: it fails).
+                    let add_pending = self.recvs.contains_key(&id)
+                        && self.ops.values().any(|&k| k == OpKind::Add { id });
+                    if !(cancel && add_pending) {
+                        let mut later = std::mem::take(&mut self.later);
+                        self.del_done(id, cancel, WcStatus::WrFlushErr, &mut later);
+                        self.later = later;
+                    }
+                }
+                continue;
+            }
+            let Some(hw) = self.hw.as_mut() else {
+                return;
+            };
+            let wr_id = wr_id::op(self.next_wr);
             match hw.post_op(
                 OpsWr {
                     wr_id,
@@ -960,10 +1133,19 @@ impl<R, M, B: TmBackend<M>> Driver<R, M, B> {
                 }
                 Err(PostOpError::OpsFull) => break,
                 Err(_) => {
-                    self.c.order_violations += 1;
-                    self.fifo.pop_front();
+                    // `ibv_post_srq_ops` refused it: the TM-SRQ is unusable; the loop
+                    // resolves the operation as not posted.
+                    self.c.op_errors += 1;
+                    self.stop(WcStatus::GeneralErr);
                 }
             }
+        }
+    }
+
+    fn stop(&mut self, status: WcStatus) {
+        if self.stopped.is_none() {
+            self.stopped = Some(status);
+            self.c.offload_stops += 1;
         }
     }
 
@@ -1001,6 +1183,7 @@ impl<R, M, B: TmBackend<M>> Driver<R, M, B> {
     /// Processes every completion available now; events go to `out` in order. Returns the
     /// number of completions processed.
     pub fn poll(&mut self, out: &mut Vec<Event<R, M>>) -> usize {
+        out.append(&mut self.later);
         let mut n = 0;
         while self.poll_one(out) {
             n += 1;
@@ -1010,6 +1193,7 @@ impl<R, M, B: TmBackend<M>> Driver<R, M, B> {
 
     /// Processes one completion (or one queued arrival without a TM-SRQ); `false` if none.
     pub fn poll_one(&mut self, out: &mut Vec<Event<R, M>>) -> bool {
+        out.append(&mut self.later);
         let cqe = match self.hw.as_mut() {
             Some(hw) => hw.poll(),
             None => {
@@ -1026,47 +1210,69 @@ impl<R, M, B: TmBackend<M>> Driver<R, M, B> {
         self.process(c, out);
         // "all completions indicate when synchronization is necessary by setting the
         // IBV_WC_TM_SYNC_REQ flag": report the count once it has moved.
-        if self.sync_wanted && self.sw_unexp != self.last_reported {
+        if self.sync_wanted && self.stopped.is_none() && self.sw_unexp != self.last_reported {
             self.sync_wanted = false;
             self.c.syncs += 1;
             self.enqueue(TmOp::Sync, OpKind::Sync);
         }
         self.flush();
+        out.append(&mut self.later);
         true
     }
 
     fn process(&mut self, c: Cqe<Carried<M>>, out: &mut Vec<Event<R, M>>) {
         // rdma-core-tag-matching "Managing TM receive buffers": "all completions indicate
         // when synchronization is necessary by setting the IBV_WC_TM_SYNC_REQ flag" — receive
-        // completions too (mlx5 sets it on unexpected ones, wire-layouts §C.1).
-        if c.wc_flags & wc_flags::TM_SYNC_REQ != 0 {
+        // completions too (mlx5 sets it on unexpected ones, wire-layouts §C.1), and a DEL's
+        // TM_ERR (mlx5 compares phase counts on ADD/DEL completions). The flag of any other
+        // error completion is undefined; honouring a spurious one only costs a SYNC.
+        if c.wc_flags & wc_flags::TM_SYNC_REQ != 0
+            && (c.status.fields_valid() || c.status == WcStatus::TmErr)
+        {
             self.c.sync_reqs += 1;
             self.sync_wanted = true;
         }
-        match c.opcode {
-            WcOpcode::TmAdd | WcOpcode::TmDel | WcOpcode::TmSync => {
-                if let Some(OpKind::Del { id, cancel }) = self.ops.remove(&c.wr_id) {
-                    self.del_done(id, cancel, c.status, out);
+        // ibv_poll_cq(3): "If the status is other than IBV_WC_SUCCESS, only the following
+        // attributes are valid: wr_id, status, qp_num, and vendor_err": every completion is
+        // attributed by its wr_id (module `wr_id`), the opcode and flags are read only when
+        // the status says they are defined.
+        match wr_id::kind(c.wr_id) {
+            WrKind::Op(_) => match self.ops.remove(&c.wr_id) {
+                Some(kind) => self.op_done(kind, c.status, out),
+                None => self.c.order_violations += 1,
+            },
+            WrKind::Rq(_) => self.rq_completion(c, out),
+            WrKind::Tagged(id) => self.tagged_completion(id, c, out),
+            WrKind::Reserved(_) => {
+                self.c.order_violations += 1;
+                if let (true, Some(m)) = (c.status.fields_valid(), c.msg) {
+                    self.sw_arrival(m, out); // keep the message rather than lose it
                 }
             }
-            WcOpcode::TmRecv if c.wc_flags & wc_flags::TM_MATCH != 0 => {
-                self.hw_match(c, out);
+        }
+    }
+
+    /// A completion of a receive-queue buffer: an unexpected or a NO_TAG message.
+    fn rq_completion(&mut self, c: Cqe<Carried<M>>, out: &mut Vec<Event<R, M>>) {
+        if !c.status.fields_valid() {
+            // The buffer holds no message. A flushed one belongs to a queue in the error
+            // state: it is not given back.
+            self.c.rq_errors += 1;
+            if c.status != WcStatus::WrFlushErr {
+                self.replenish();
             }
-            // "IBV_WC_TM_DATA_VALID - all data of the matched message has been delivered to
-            // memory": the second completion of an earlier match. wire-layouts §C.1: mlx5
-            // reports an unexpected message as "IBV_WC_TM_RECV with no MATCH flag" (neither
-            // flag): that one falls through to the unexpected case below.
-            WcOpcode::TmRecv
-                if c.wc_flags & wc_flags::TM_DATA_VALID != 0 || c.status != WcStatus::Success =>
-            {
-                // A data transfer can fail after its match: keep the status (an error
-                // completion is not "all data ... delivered to memory").
-                out.push(Event::DataValid {
-                    handle: OffHandle(c.wr_id),
-                    status: c.status,
-                })
+            return;
+        }
+        match c.opcode {
+            WcOpcode::TmNoTag => {
+                self.replenish();
+                if let Some(m) = c.msg {
+                    out.push(Event::NoTag(m));
+                }
             }
-            WcOpcode::Recv | WcOpcode::TmRecv => {
+            // `IBV_WC_RECV`, or as mlx5 reports an unexpected message (wire-layouts §C.1)
+            // "IBV_WC_TM_RECV with no MATCH flag".
+            _ => {
                 // rdma-core-tag-matching: "SW will handle any message that is either
                 // unexpected or whose tag is not held in HW"; the count reported back is
                 // "the number of unexpected messages handled by SW".
@@ -1077,13 +1283,169 @@ impl<R, M, B: TmBackend<M>> Driver<R, M, B> {
                     self.sw_arrival(m, out);
                 }
             }
-            WcOpcode::TmNoTag => {
-                self.replenish();
+        }
+    }
+
+    /// A completion of the tagged buffer of receive `id`.
+    fn tagged_completion(&mut self, id: u64, c: Cqe<Carried<M>>, out: &mut Vec<Event<R, M>>) {
+        if c.status.fields_valid() {
+            if c.status == WcStatus::TmRndvIncomplete || c.wc_flags & wc_flags::TM_MATCH != 0 {
+                self.hw_match(c, out);
+            } else if c.wc_flags & wc_flags::TM_DATA_VALID != 0 {
+                // "IBV_WC_TM_DATA_VALID - all data of the matched message has been delivered
+                // to memory": the second completion of an earlier match.
+                out.push(Event::DataValid {
+                    handle: OffHandle(id),
+                    status: c.status,
+                });
+            } else {
+                // A tagged buffer completing with neither flag: not in the contract.
+                self.c.order_violations += 1;
                 if let Some(m) = c.msg {
-                    out.push(Event::NoTag(m));
+                    self.sw_arrival(m, out);
                 }
             }
+            return;
         }
+        let live = self.recvs.get(&id).is_some_and(|r| r.hw.is_some());
+        if !live {
+            // The match was reported: this is its data transfer, failed ("matching and
+            // data transfer completion are distinct events that generate 2 completion
+            // events for the same recv_wr_id"). Keep the status: it is not "all data ...
+            // delivered to memory".
+            out.push(Event::DataValid {
+                handle: OffHandle(id),
+                status: c.status,
+            });
+        } else if c.status == WcStatus::WrFlushErr {
+            // Flushed: no message reached the buffer and the TM-SRQ is in the error state.
+            // The receive goes back to software matching (it never left the engine, in
+            // posting order).
+            self.c.op_errors += 1;
+            self.stop(c.status);
+            self.add_failed(id, out);
+        } else if c.msg.is_some() {
+            // A backend that knows the message (the model) hands it over with the error.
+            self.hw_match(c, out);
+        } else {
+            self.recv_failed(id, c.status, out);
+        }
+    }
+
+    /// A list operation completed.
+    fn op_done(&mut self, kind: OpKind, status: WcStatus, out: &mut Vec<Event<R, M>>) {
+        // rdma-core-tag-matching "Managing TM receive buffers": the one documented failure of
+        // a list operation is the DEL's: "the operation may fail if the associated tag was
+        // consumed by an incoming message. In this case IBV_WC_TM_ERR status will be
+        // returned in WC." Any other error is the queue's: verbs moves a queue whose work
+        // request fails to the error state and flushes every later one, so offload stops.
+        let tm_err_del = matches!(kind, OpKind::Del { .. }) && status == WcStatus::TmErr;
+        if status != WcStatus::Success && !tm_err_del {
+            self.c.op_errors += 1;
+            self.stop(status);
+        }
+        match kind {
+            OpKind::Add { id } if status != WcStatus::Success => self.add_failed(id, out),
+            OpKind::Add { id } if self.stopped.is_some() => self.added_after_stop(id, out),
+            OpKind::Del { id, cancel } => self.del_done(id, cancel, status, out),
+            OpKind::Add { .. } | OpKind::Sync => {}
+        }
+    }
+
+    /// Receive `id`'s ADD succeeded but offload has stopped: a cancel whose DEL was
+    /// dropped unposted fails now (the entry is in the list and no DEL can remove it).
+    fn added_after_stop(&mut self, id: u64, out: &mut Vec<Event<R, M>>) {
+        let waiting = self
+            .recvs
+            .get(&id)
+            .and_then(|r| r.hw)
+            .is_some_and(|hs| hs.cancel);
+        let del = OpKind::Del { id, cancel: true };
+        let del_pending =
+            self.ops.values().any(|&k| k == del) || self.fifo.iter().any(|&(_, _, k)| k == del);
+        if waiting && !del_pending {
+            self.del_done(id, true, WcStatus::WrFlushErr, out);
+        }
+    }
+
+    /// Hardware never held receive `id`'s tag (its ADD failed or its buffer was flushed):
+    /// rdma-core-tag-matching "IBV_WR_TAG_ADD ... A handle that uniquely identifies the
+    /// entry is returned upon success", so without success there is no entry. The receive
+    /// is software-resident again; the engine kept it in posting order all along. A cancel
+    /// under way succeeds now.
+    fn add_failed(&mut self, id: u64, out: &mut Vec<Event<R, M>>) {
+        let Some(rec) = self.recvs.get_mut(&id) else {
+            return; // software matched it first; its stale DEL fails harmlessly
+        };
+        let Some(hs) = rec.hw.take() else {
+            return;
+        };
+        self.c.returned_to_sw += 1;
+        if hs.cancel {
+            let Some(rec) = self.recvs.remove(&id) else {
+                return;
+            };
+            if self.engine.cancel(rec.eh).is_err() {
+                self.c.order_violations += 1;
+            }
+            // Its DEL resolves nothing any more (it fails, or was never posted).
+            let del = OpKind::Del { id, cancel: true };
+            self.fifo.retain(|&(_, _, k)| k != del);
+            for k in self.ops.values_mut() {
+                if *k == del {
+                    *k = OpKind::Del { id, cancel: false };
+                }
+            }
+            out.push(Event::Cancelled {
+                handle: OffHandle(id),
+                recv: rec.ctx,
+            });
+        } else {
+            let spec = rec.spec;
+            self.sw
+                .entry(spec.comm)
+                .or_default()
+                .update(id, &spec, true);
+        }
+    }
+
+    /// The first completion of receive `id`'s tagged buffer failed without naming the
+    /// message: the receive is over, in error.
+    fn recv_failed(&mut self, id: u64, status: WcStatus, out: &mut Vec<Event<R, M>>) {
+        let Some(rec) = self.recvs.remove(&id) else {
+            self.c.order_violations += 1;
+            return;
+        };
+        if self.engine.cancel(rec.eh).is_err() {
+            self.c.order_violations += 1;
+        }
+        self.c.recv_errors += 1;
+        let lost_cancel = self.drop_queued_cancel(id, rec.hw);
+        out.push(Event::RecvFailed {
+            handle: OffHandle(id),
+            recv: rec.ctx,
+            status,
+        });
+        if lost_cancel {
+            self.c.tm_err_races += 1;
+            out.push(Event::CancelFailed {
+                handle: OffHandle(id),
+            });
+        }
+    }
+
+    /// A cancel whose DEL still waits in `fifo` lost the race with a completion that
+    /// consumed the tag; the DEL must not be posted: the handle may be reused once this
+    /// completion is polled. Whether the cancel must be reported failed now: its DEL was
+    /// waiting, or was dropped unposted (offload stopped); a posted DEL reports itself.
+    fn drop_queued_cancel(&mut self, id: u64, hw: Option<HwState>) -> bool {
+        if !hw.is_some_and(|hs| hs.cancel) {
+            return false;
+        }
+        let del = OpKind::Del { id, cancel: true };
+        let before = self.fifo.len();
+        self.fifo.retain(|&(_, _, k)| k != del);
+        before != self.fifo.len() || !self.ops.values().any(|&k| k == del)
     }
 
     fn replenish(&mut self) {
@@ -1093,13 +1455,20 @@ impl<R, M, B: TmBackend<M>> Driver<R, M, B> {
     }
 
     fn del_done(&mut self, id: u64, cancel: bool, status: WcStatus, out: &mut Vec<Event<R, M>>) {
+        let failed = !matches!(status, WcStatus::Success | WcStatus::TmErr);
+        if failed {
+            self.c.del_errors += 1;
+        }
         if !cancel {
-            return; // an entry software had consumed: nothing to report
+            // An entry software had consumed: nothing to report. If the DEL failed, the
+            // entry stays in the list, disabled for good (no operation executes any more,
+            // so no count reaches hardware to enable it).
+            return;
         }
         if status == WcStatus::TmErr {
             self.c.tm_err_races += 1;
         }
-        match self.recvs.get(&id) {
+        match self.recvs.get_mut(&id) {
             Some(_) if status == WcStatus::Success => {
                 let Some(rec) = self.recvs.remove(&id) else {
                     return;
@@ -1112,9 +1481,21 @@ impl<R, M, B: TmBackend<M>> Driver<R, M, B> {
                     recv: rec.ctx,
                 });
             }
-            Some(_) => {
-                // TM_ERR but the consume completion was not seen: contract broken.
-                self.c.order_violations += 1;
+            Some(rec) => {
+                if !failed {
+                    // TM_ERR but the consume completion was not seen yet (wire-layouts §C.1:
+                    // mlx5 keeps the tag "until its consume completion"): the match follows.
+                    self.c.order_violations += 1;
+                }
+                // The entry may still be in the list: the receive stays pending in hardware
+                // and completes by a match; the cancel fails (MPI: a receive whose cancel
+                // fails completes normally).
+                if let Some(hs) = rec.hw.as_mut() {
+                    hs.cancel = false;
+                }
+                out.push(Event::CancelFailed {
+                    handle: OffHandle(id),
+                });
             }
             // Matched first (in hardware: TM_ERR; or in software while the entry was
             // disabled: the DEL succeeded on a stale entry). Never a false cancel.
@@ -1125,11 +1506,19 @@ impl<R, M, B: TmBackend<M>> Driver<R, M, B> {
     }
 
     fn hw_match(&mut self, c: Cqe<Carried<M>>, out: &mut Vec<Event<R, M>>) {
+        let id = c.wr_id;
         let Some(wire) = c.msg else {
+            // A match completion without its message: report the receive in error rather
+            // than lose it.
             self.c.order_violations += 1;
+            let status = if c.status == WcStatus::Success {
+                WcStatus::GeneralErr
+            } else {
+                c.status
+            };
+            self.recv_failed(id, status, out);
             return;
         };
-        let id = c.wr_id;
         let live = self.recvs.get(&id).is_some_and(|r| r.hw.is_some());
         if !live {
             // Hardware matched an entry software no longer has: contract broken. Keep the
@@ -1153,14 +1542,7 @@ impl<R, M, B: TmBackend<M>> Driver<R, M, B> {
             self.c.order_violations += 1;
         }
         self.c.matched_hw += 1;
-        // A cancel whose DEL still waits in `fifo` lost the race; the DEL must not be
-        // posted: the handle may be reused once this completion is polled.
-        let lost_cancel = rec.hw.is_some_and(|hs| hs.cancel) && {
-            let before = self.fifo.len();
-            self.fifo
-                .retain(|&(_, _, k)| k != OpKind::Del { id, cancel: true });
-            before != self.fifo.len()
-        };
+        let lost_cancel = self.drop_queued_cancel(id, rec.hw);
         let incomplete = c.status == WcStatus::TmRndvIncomplete;
         if incomplete {
             self.c.rndv_incomplete += 1;
@@ -1173,7 +1555,9 @@ impl<R, M, B: TmBackend<M>> Driver<R, M, B> {
             len: wire.len as usize,
             path: MatchPath::Hw,
             sw_rndv: if incomplete { wire.rvh } else { None },
-            data_pending: !incomplete && c.wc_flags & wc_flags::TM_DATA_VALID == 0,
+            // An error completion ends the buffer's work (its flags are undefined).
+            data_pending: c.status == WcStatus::Success
+                && c.wc_flags & wc_flags::TM_DATA_VALID == 0,
         }));
         if lost_cancel {
             self.c.tm_err_races += 1;
@@ -1196,6 +1580,7 @@ impl<R, M, B: TmBackend<M>> Driver<R, M, B> {
                     self.c.order_violations += 1;
                     return;
                 };
+                let mut cancel_failed = false;
                 match rec.hw {
                     None => {
                         if let Some(c) = self.sw.get_mut(&rec.spec.comm) {
@@ -1213,7 +1598,17 @@ impl<R, M, B: TmBackend<M>> Driver<R, M, B> {
                             OpKind::Del { id, cancel: false },
                         );
                     }
-                    Some(_) => {} // its cancel's DEL is already queued
+                    Some(_) => {
+                        // Its cancel's DEL is queued or posted (it removes the stale entry and
+                        // reports the failed cancel), unless offload stopped and it was
+                        // dropped unposted: then the cancel fails now.
+                        let del = OpKind::Del { id, cancel: true };
+                        if !self.ops.values().any(|&k| k == del)
+                            && !self.fifo.iter().any(|&(_, _, k)| k == del)
+                        {
+                            cancel_failed = true;
+                        }
+                    }
                 }
                 self.c.matched_sw += 1;
                 if rvh.is_some() {
@@ -1229,6 +1624,12 @@ impl<R, M, B: TmBackend<M>> Driver<R, M, B> {
                     sw_rndv: rvh,
                     data_pending: false,
                 }));
+                if cancel_failed {
+                    self.c.tm_err_races += 1;
+                    out.push(Event::CancelFailed {
+                        handle: OffHandle(id),
+                    });
+                }
             }
             Ok(Arrived::Unexpected(env)) => {
                 self.c.unexpected += 1;
@@ -1295,6 +1696,8 @@ impl<R: Hash, M: Hash, B: Hash> Driver<R, M, B> {
         self.sw_unexp.hash(h);
         self.last_reported.hash(h);
         self.sync_wanted.hash(h);
+        self.stopped.hash(h);
+        self.later.len().hash(h);
         self.plain.hash(h);
         self.hw.hash(h);
     }

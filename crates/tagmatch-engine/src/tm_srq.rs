@@ -68,7 +68,9 @@ impl TmCaps {
 /// an unexpected completion carries `TM_SYNC_REQ`.
 const MAX_SYNC_DIFF: u32 = 0x3fff;
 
-/// `enum ibv_wc_status` values the model produces.
+/// `enum ibv_wc_status` (every value of `verbs.h`, wire-layouts §B). The model produces
+/// `Success`, `LocLenErr`, `TmErr`, `TmRndvIncomplete`, and with fault injection
+/// ([`TmSrq::inject_op_failure`]) any of them plus `WrFlushErr`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u32)]
 pub enum WcStatus {
@@ -76,11 +78,96 @@ pub enum WcStatus {
     Success = 0,
     /// `IBV_WC_LOC_LEN_ERR`: an eager payload longer than the tagged buffer.
     LocLenErr = 1,
+    /// `IBV_WC_LOC_QP_OP_ERR`.
+    LocQpOpErr = 2,
+    /// `IBV_WC_LOC_EEC_OP_ERR`.
+    LocEecOpErr = 3,
+    /// `IBV_WC_LOC_PROT_ERR`.
+    LocProtErr = 4,
+    /// `IBV_WC_WR_FLUSH_ERR`: the work request was flushed (its queue is in the error
+    /// state) and had no effect.
+    WrFlushErr = 5,
+    /// `IBV_WC_MW_BIND_ERR`.
+    MwBindErr = 6,
+    /// `IBV_WC_BAD_RESP_ERR`.
+    BadRespErr = 7,
+    /// `IBV_WC_LOC_ACCESS_ERR`.
+    LocAccessErr = 8,
+    /// `IBV_WC_REM_INV_REQ_ERR`.
+    RemInvReqErr = 9,
+    /// `IBV_WC_REM_ACCESS_ERR`.
+    RemAccessErr = 10,
+    /// `IBV_WC_REM_OP_ERR`.
+    RemOpErr = 11,
+    /// `IBV_WC_RETRY_EXC_ERR`.
+    RetryExcErr = 12,
+    /// `IBV_WC_RNR_RETRY_EXC_ERR`.
+    RnrRetryExcErr = 13,
+    /// `IBV_WC_LOC_RDD_VIOL_ERR`.
+    LocRddViolErr = 14,
+    /// `IBV_WC_REM_INV_RD_REQ_ERR`.
+    RemInvRdReqErr = 15,
+    /// `IBV_WC_REM_ABORT_ERR`.
+    RemAbortErr = 16,
+    /// `IBV_WC_INV_EECN_ERR`.
+    InvEecnErr = 17,
+    /// `IBV_WC_INV_EEC_STATE_ERR`.
+    InvEecStateErr = 18,
+    /// `IBV_WC_FATAL_ERR`.
+    FatalErr = 19,
+    /// `IBV_WC_RESP_TIMEOUT_ERR`.
+    RespTimeoutErr = 20,
+    /// `IBV_WC_GENERAL_ERR` (also what [`WcStatus::from_code`] makes of a value `verbs.h`
+    /// does not define).
+    GeneralErr = 21,
     /// `IBV_WC_TM_ERR`: DEL of an entry that was already consumed.
     TmErr = 22,
     /// `IBV_WC_TM_RNDV_INCOMPLETE`: rendezvous into a too-small tagged buffer; TMH+RVH were
     /// scattered into it and software continues.
     TmRndvIncomplete = 23,
+}
+
+impl WcStatus {
+    const ALL: [WcStatus; 24] = [
+        WcStatus::Success,
+        WcStatus::LocLenErr,
+        WcStatus::LocQpOpErr,
+        WcStatus::LocEecOpErr,
+        WcStatus::LocProtErr,
+        WcStatus::WrFlushErr,
+        WcStatus::MwBindErr,
+        WcStatus::BadRespErr,
+        WcStatus::LocAccessErr,
+        WcStatus::RemInvReqErr,
+        WcStatus::RemAccessErr,
+        WcStatus::RemOpErr,
+        WcStatus::RetryExcErr,
+        WcStatus::RnrRetryExcErr,
+        WcStatus::LocRddViolErr,
+        WcStatus::RemInvRdReqErr,
+        WcStatus::RemAbortErr,
+        WcStatus::InvEecnErr,
+        WcStatus::InvEecStateErr,
+        WcStatus::FatalErr,
+        WcStatus::RespTimeoutErr,
+        WcStatus::GeneralErr,
+        WcStatus::TmErr,
+        WcStatus::TmRndvIncomplete,
+    ];
+
+    /// The status of an `ibv_wc.status` value; `None` for a value `verbs.h` does not define.
+    pub fn from_code(code: u32) -> Option<WcStatus> {
+        Self::ALL.get(code as usize).copied()
+    }
+
+    /// Whether the other fields of the completion are defined. `ibv_poll_cq(3)`: "If the
+    /// status is other than IBV_WC_SUCCESS, only the following attributes are valid: wr_id,
+    /// status, qp_num, and vendor_err"; `IBV_WC_TM_RNDV_INCOMPLETE` is the one TM status
+    /// that reports a completed match (rdma-core-tag-matching: "tag-matching has still been
+    /// completed!").
+    pub fn fields_valid(self) -> bool {
+        matches!(self, WcStatus::Success | WcStatus::TmRndvIncomplete)
+    }
 }
 
 /// `enum ibv_wc_opcode` values of a TM-SRQ's CQ.
@@ -274,6 +361,8 @@ pub struct Cqe<P> {
     pub msg: Option<WireMsg<P>>,
     /// Entry handle this completion refers to (internal bookkeeping of handle reuse).
     slot: Option<u32>,
+    /// A list-operation completion (internal bookkeeping of `max_ops`).
+    op: bool,
 }
 
 impl<P> Cqe<P> {
@@ -296,6 +385,7 @@ impl<P> Cqe<P> {
             tm_info: None,
             msg,
             slot: None,
+            op: false,
         }
     }
 }
@@ -391,6 +481,12 @@ pub struct TmSrq<P> {
     unexp_out: u32,
     fins: Vec<(Tmh, Rvh)>,
     reads: Vec<Rvh>,
+    /// Fault injection: the status of the next operation to execute.
+    op_failure: Option<WcStatus>,
+    /// The operation queue is in the error state: every operation is flushed.
+    ops_broken: bool,
+    /// Fault injection: error completions carry arbitrary opcode and flags.
+    scramble_errors: bool,
 }
 
 impl<P> TmSrq<P> {
@@ -417,6 +513,9 @@ impl<P> TmSrq<P> {
             unexp_out: 0,
             fins: Vec::new(),
             reads: Vec::new(),
+            op_failure: None,
+            ops_broken: false,
+            scramble_errors: false,
         })
     }
 
@@ -427,6 +526,53 @@ impl<P> TmSrq<P> {
     /// reorders matches.
     pub fn set_honor_phase(&mut self, on: bool) {
         self.honor_phase = on;
+    }
+
+    /// Fault injection: the next operation to execute completes with `status` (anything
+    /// but `Success`) and has no effect, and the operation queue enters the error state:
+    /// every later operation, queued or posted afterwards, completes with
+    /// [`WcStatus::WrFlushErr`] and has no effect either. The matching list stays as it is
+    /// and keeps matching arriving messages (only the queue that manipulates it broke).
+    ///
+    /// This is the verbs error model: `ibv_poll_cq(3)`: "If the status is other than
+    /// IBV_WC_SUCCESS, only the following attributes are valid: wr_id, status, qp_num, and
+    /// vendor_err"; a work request completing in error moves its queue to the error state,
+    /// whose outstanding and later work requests complete with `IBV_WC_WR_FLUSH_ERR`
+    /// (`ibv_modify_qp(3)`, `IBV_QPS_ERR`). mlx5 posts list operations on a hidden command
+    /// QP (wire-layouts §C.1: "Each op is one WQE ... on a hidden command QP").
+    ///
+    /// `TmErr` is not a queue failure: on a DEL it means "the associated tag was consumed"
+    /// (rdma-core-tag-matching), which the injected DEL did not check; inject other statuses.
+    pub fn inject_op_failure(&mut self, status: WcStatus) {
+        if status != WcStatus::Success {
+            self.op_failure = Some(status);
+        }
+    }
+
+    /// Whether the operation queue is in the error state ([`TmSrq::inject_op_failure`]).
+    pub fn ops_broken(&self) -> bool {
+        self.ops_broken
+    }
+
+    /// Fault injection: error completions (any status but `Success` and
+    /// `TmRndvIncomplete`) carry an arbitrary opcode (`IBV_WC_RECV`), every flag bit and no
+    /// message or TM info, as verbs allows ("only ... wr_id, status, qp_num, and vendor_err"
+    /// are valid): a consumer must attribute them by `wr_id` alone.
+    pub fn set_scramble_errors(&mut self, on: bool) {
+        self.scramble_errors = on;
+    }
+
+    /// Queues a completion, scrambling the undefined fields of an error completion when
+    /// asked to.
+    fn push_cqe(&mut self, mut c: Cqe<P>) {
+        if self.scramble_errors && !c.status.fields_valid() {
+            c.opcode = WcOpcode::Recv;
+            c.wc_flags = wc_flags::TM_SYNC_REQ | wc_flags::TM_MATCH | wc_flags::TM_DATA_VALID;
+            c.byte_len = u32::MAX;
+            c.tm_info = None;
+            c.msg = None;
+        }
+        self.cq.push_back(c);
     }
 
     /// The capabilities.
@@ -537,6 +683,14 @@ impl<P> TmSrq<P> {
         let Some((wr, slot)) = self.ops.pop_front() else {
             return false;
         };
+        if let Some(status) = self
+            .op_failure
+            .take()
+            .or(self.ops_broken.then_some(WcStatus::WrFlushErr))
+        {
+            self.fail_op(wr, slot, status);
+            return true;
+        }
         // rdma-core-tag-matching "Managing TM receive buffers": ADD, DEL and SYNC carry "the
         // latest unexpected message count" (applied with IBV_OPS_TM_SYNC, wire-layouts §C.1).
         if wr.flags & ops_flags::TM_SYNC != 0 {
@@ -583,7 +737,7 @@ impl<P> TmSrq<P> {
             // "all completions indicate when synchronization is necessary by setting the
             // IBV_WC_TM_SYNC_REQ flag."
             let flags = if self.honor_phase { self.sync_req() } else { 0 };
-            self.cq.push_back(Cqe {
+            self.push_cqe(Cqe {
                 wr_id: wr.wr_id,
                 status,
                 opcode,
@@ -592,6 +746,7 @@ impl<P> TmSrq<P> {
                 tm_info: None,
                 msg: None,
                 slot,
+                op: true,
             });
         } else {
             self.ops_outstanding -= 1;
@@ -600,6 +755,40 @@ impl<P> TmSrq<P> {
             self.release(slot);
         }
         true
+    }
+
+    /// An operation completing in error: no effect (an ADD's entry never enters the list,
+    /// its handle drains), and the queue is in the error state from now on.
+    fn fail_op(&mut self, wr: OpsWr, slot: u32, status: WcStatus) {
+        self.ops_broken = true;
+        let opcode = match wr.op {
+            TmOp::Add { .. } => {
+                self.slots[slot as usize].state = SlotState::Gone;
+                WcOpcode::TmAdd
+            }
+            TmOp::Del { .. } => WcOpcode::TmDel,
+            TmOp::Sync => WcOpcode::TmSync,
+        };
+        // An error completion is produced whether or not the WR was signaled (verbs
+        // reports every failed work request).
+        let slot = (slot != u32::MAX).then_some(slot);
+        if let Some(s) = slot {
+            self.slots[s as usize].refs += 1;
+        }
+        self.push_cqe(Cqe {
+            wr_id: wr.wr_id,
+            status,
+            opcode,
+            wc_flags: 0,
+            byte_len: 0,
+            tm_info: None,
+            msg: None,
+            slot,
+            op: true,
+        });
+        if let Some(s) = slot {
+            self.release(s);
+        }
     }
 
     /// A message hits the wire and is processed at once (matching is serialised at the
@@ -615,7 +804,7 @@ impl<P> TmSrq<P> {
                 let Some(wr_id) = self.srq_bufs.pop_front() else {
                     return Err(ArriveError::Rnr(msg));
                 };
-                self.cq.push_back(Cqe {
+                self.push_cqe(Cqe {
                     wr_id,
                     status: WcStatus::Success,
                     opcode: WcOpcode::TmNoTag,
@@ -624,6 +813,7 @@ impl<P> TmSrq<P> {
                     tm_info: None,
                     msg: Some(msg),
                     slot: None,
+                    op: false,
                 });
                 Ok(())
             }
@@ -672,7 +862,7 @@ impl<P> TmSrq<P> {
         } else {
             0
         };
-        self.cq.push_back(Cqe {
+        self.push_cqe(Cqe {
             wr_id,
             status: WcStatus::Success,
             opcode: WcOpcode::Recv,
@@ -681,6 +871,7 @@ impl<P> TmSrq<P> {
             tm_info: None,
             msg: Some(msg),
             slot: None,
+            op: false,
         });
         Ok(())
     }
@@ -701,6 +892,7 @@ impl<P> TmSrq<P> {
             tm_info: info,
             msg: None,
             slot: Some(h),
+            op: false,
         };
         match (msg.tmh.opcode, msg.rvh) {
             (TmOpcode::Rndv, Some(rvh)) if rvh.len > s.buf_len => {
@@ -758,7 +950,7 @@ impl<P> TmSrq<P> {
             }
         }
         self.slots[h as usize].refs += 1;
-        self.cq.push_back(cqe);
+        self.push_cqe(cqe);
     }
 
     /// Data transfers (rendezvous reads, multi-packet eager) still in progress.
@@ -784,7 +976,7 @@ impl<P> TmSrq<P> {
                 rvh,
             ));
         }
-        self.cq.push_back(Cqe {
+        self.push_cqe(Cqe {
             wr_id: t.recv_wr_id,
             status: WcStatus::Success,
             opcode: WcOpcode::TmRecv,
@@ -796,6 +988,7 @@ impl<P> TmSrq<P> {
             }),
             msg: None,
             slot: Some(t.slot),
+            op: false,
         });
         true
     }
@@ -803,10 +996,7 @@ impl<P> TmSrq<P> {
     /// Polls one completion (`ibv_poll_cq` with one entry).
     pub fn poll_cq(&mut self) -> Option<Cqe<P>> {
         let c = self.cq.pop_front()?;
-        if matches!(
-            c.opcode,
-            WcOpcode::TmAdd | WcOpcode::TmDel | WcOpcode::TmSync
-        ) {
+        if c.op {
             self.ops_outstanding -= 1;
         }
         if let Some(s) = c.slot {

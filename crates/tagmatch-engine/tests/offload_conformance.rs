@@ -934,3 +934,220 @@ fn failed_data_transfer_after_a_match_is_reported_with_its_status() {
     // Neither completion was taken for an unexpected message.
     assert_eq!(d.counters().hw_unexpected, 0);
 }
+
+// ---------------------------------------------------------------------------------------
+// List operations and receives that fail
+// ---------------------------------------------------------------------------------------
+//
+// rdma-core-tag-matching documents one failure of a list operation, the DEL's TM_ERR.
+// Anything else is a verbs error: `ibv_poll_cq(3)`: "If the status is other than
+// IBV_WC_SUCCESS, only the following attributes are valid: wr_id, status, qp_num, and
+// vendor_err", and the queue of a failed work request is in the error state, which
+// flushes every later one (`TmSrq::inject_op_failure` models both).
+
+/// rdma-core-tag-matching "IBV_WR_TAG_ADD": "A handle that uniquely identifies the entry
+/// is returned upon success": a failed ADD created no entry, so the receive is not in
+/// hardware — "SW will handle any message that is either unexpected or whose tag is not
+/// held in HW". It goes back to software matching in its posting order, offload stops
+/// (every later operation is flushed), and nothing is lost or reordered.
+#[test]
+fn failed_add_returns_the_receive_to_software_in_posting_order() {
+    let mut d = driver(4);
+    let mut ev = Vec::new();
+    let spec = RecvSpec::exact(0, 1, 7);
+    let b0 = pending(d.post(spec, 64, "b0").unwrap());
+    d.settle(&mut ev);
+    d.hw_mut().unwrap().inject_op_failure(WcStatus::GeneralErr);
+    let b1 = pending(d.post(spec, 64, "b1").unwrap());
+    let b2 = pending(d.post(spec, 64, "b2").unwrap());
+    assert_eq!(
+        (d.is_offloaded(b1), d.is_offloaded(b2)),
+        (Some(true), Some(true))
+    );
+    d.settle(&mut ev);
+    assert!(ev.is_empty(), "{ev:?}");
+    // b1's ADD failed, b2's was flushed: neither is in hardware; b0's entry is.
+    assert_eq!(
+        [b0, b1, b2].map(|h| d.is_offloaded(h)),
+        [Some(true), Some(false), Some(false)]
+    );
+    assert_eq!(d.hw().unwrap().list().len(), 1);
+    assert_eq!(d.offload_stopped(), Some(WcStatus::GeneralErr));
+    let c = d.counters();
+    assert_eq!((c.op_errors, c.offload_stops, c.returned_to_sw), (2, 1, 2));
+    // New receives stay in software.
+    let b3 = pending(d.post(spec, 64, "b3").unwrap());
+    assert_eq!(d.is_offloaded(b3), Some(false));
+    assert_eq!(d.counters().blocked_stopped, 1);
+    for m in ["m1", "m2", "m3", "m4"] {
+        let w = d.eager(Envelope::new(0, 1, 7), 8, m);
+        d.wire(w).unwrap();
+    }
+    d.settle(&mut ev);
+    assert_eq!(
+        matches(&ev),
+        [
+            ("b0", "m1", MatchPath::Hw),
+            ("b1", "m2", MatchPath::SwArrival),
+            ("b2", "m3", MatchPath::SwArrival),
+            ("b3", "m4", MatchPath::SwArrival)
+        ]
+    );
+    assert_eq!(d.counters().order_violations, 0);
+}
+
+/// rdma-core-tag-matching "IBV_WR_TAG_DEL": "the operation may fail if the associated tag
+/// was consumed by an incoming message. In this case IBV_WC_TM_ERR status will be returned
+/// in WC." A DEL failing for another reason leaves the entry where it was: the cancel
+/// fails (resolved, not left hanging) and the receive stays pending in hardware, where a
+/// later message still matches it. Once offload stopped, a cancel posts nothing and fails
+/// at the next poll.
+#[test]
+fn failed_del_resolves_the_cancel_and_keeps_the_receive() {
+    let mut d = driver(4);
+    let mut ev = Vec::new();
+    let a = pending(d.post(RecvSpec::exact(0, 1, 1), 64, "a").unwrap());
+    let b = pending(d.post(RecvSpec::exact(0, 1, 2), 64, "b").unwrap());
+    d.settle(&mut ev);
+    d.hw_mut().unwrap().inject_op_failure(WcStatus::LocQpOpErr);
+    assert!(matches!(d.cancel(a), Ok(CancelOutcome::InProgress)));
+    d.settle(&mut ev);
+    assert_eq!(ev, vec![Event::CancelFailed { handle: a }]);
+    assert_eq!(d.is_offloaded(a), Some(true));
+    assert_eq!(d.offload_stopped(), Some(WcStatus::LocQpOpErr));
+    ev.clear();
+    assert!(matches!(d.cancel(b), Ok(CancelOutcome::InProgress)));
+    assert_eq!(d.hw().unwrap().pending_ops(), 0);
+    d.poll(&mut ev);
+    assert_eq!(ev, vec![Event::CancelFailed { handle: b }]);
+    ev.clear();
+    // Both receives still complete: nothing lost.
+    for (e, m) in [
+        (Envelope::new(0, 1, 2), "mb"),
+        (Envelope::new(0, 1, 1), "ma"),
+    ] {
+        let w = d.eager(e, 8, m);
+        d.wire(w).unwrap();
+    }
+    d.settle(&mut ev);
+    assert_eq!(
+        matches(&ev),
+        [("b", "mb", MatchPath::Hw), ("a", "ma", MatchPath::Hw)]
+    );
+    let c = d.counters();
+    assert_eq!((c.hw_cancels, c.del_errors, c.order_violations), (2, 2, 0));
+}
+
+/// A cancel whose receive's ADD fails: the receive never was in hardware, so the cancel
+/// succeeds (its DEL, flushed, resolves nothing).
+#[test]
+fn cancel_of_a_receive_whose_add_fails_succeeds() {
+    let mut d = driver(4);
+    let mut ev = Vec::new();
+    d.hw_mut().unwrap().inject_op_failure(WcStatus::GeneralErr);
+    let a = pending(d.post(RecvSpec::exact(0, 1, 1), 64, "a").unwrap());
+    assert_eq!(d.is_offloaded(a), Some(true));
+    assert!(matches!(d.cancel(a), Ok(CancelOutcome::InProgress)));
+    d.settle(&mut ev);
+    assert_eq!(
+        ev,
+        vec![Event::Cancelled {
+            handle: a,
+            recv: "a"
+        }]
+    );
+    assert_eq!(d.is_offloaded(a), None);
+    assert_eq!(d.hw().unwrap().tags_in_use(), 0);
+    assert_eq!(d.counters().returned_to_sw, 1);
+    assert_eq!(d.engine_counters().posted_depth, 0);
+}
+
+/// `ibv_poll_cq(3)`: on error "only ... wr_id, status, qp_num, and vendor_err" are valid.
+/// With the model's error completions scrambled (opcode `IBV_WC_RECV`, every flag, no
+/// message), a failed match and a failed ADD are still told apart from unexpected
+/// messages by their `wr_id` (tagged buffer, list operation): the receive whose match
+/// failed completes in error, the unexpected count is not touched.
+#[test]
+fn error_completions_are_attributed_by_wr_id_alone() {
+    let mut d = driver(4);
+    let mut ev = Vec::new();
+    d.hw_mut().unwrap().set_scramble_errors(true);
+    let r = pending(d.post(RecvSpec::exact(0, 1, 1), 16, "r").unwrap());
+    pending(d.post(RecvSpec::exact(0, 1, 2), 64, "s").unwrap());
+    d.settle(&mut ev);
+    // An eager message longer than r's buffer: LOC_LEN_ERR on r's tagged buffer.
+    let m = d.eager(Envelope::new(0, 1, 1), 100, "m");
+    d.wire(m).unwrap();
+    d.settle(&mut ev);
+    assert_eq!(d.counters().hw_unexpected, 0);
+    assert_eq!(d.sw_unexpected(), 0);
+    assert!(
+        matches!(&ev[..], [Event::RecvFailed { handle, recv: "r", status: WcStatus::LocLenErr }] if *handle == r),
+        "{ev:?}"
+    );
+    assert_eq!(d.is_offloaded(r), None);
+    ev.clear();
+    // A failed ADD, scrambled: still the ADD's.
+    d.hw_mut().unwrap().inject_op_failure(WcStatus::GeneralErr);
+    let t = pending(d.post(RecvSpec::exact(0, 1, 3), 64, "t").unwrap());
+    d.settle(&mut ev);
+    assert_eq!(d.is_offloaded(t), Some(false));
+    assert_eq!(d.counters().hw_unexpected, 0);
+    for (e, m) in [
+        (Envelope::new(0, 1, 2), "ms"),
+        (Envelope::new(0, 1, 3), "mt"),
+    ] {
+        let w = d.eager(e, 8, m);
+        d.wire(w).unwrap();
+    }
+    d.settle(&mut ev);
+    assert_eq!(
+        matches(&ev),
+        [
+            ("s", "ms", MatchPath::Hw),
+            ("t", "mt", MatchPath::SwArrival)
+        ]
+    );
+    let c = d.counters();
+    assert_eq!(
+        (c.recv_errors, c.returned_to_sw, c.order_violations),
+        (1, 1, 0)
+    );
+}
+
+/// rdma-core-tag-matching: "While wr_id identifies the tag manipulation operation itself,
+/// the recv_wr_id field is used to identify the tagged buffer in receive completions." The
+/// driver's list operations, tagged buffers and the model's receive-queue buffers use
+/// disjoint `wr_id` spaces, so a completion names its work request without its opcode.
+#[test]
+fn wr_id_spaces_of_operations_tagged_and_queue_buffers_are_disjoint() {
+    use tagmatch_engine::offload::wr_id::{self, WrKind};
+    assert_eq!(wr_id::kind(u64::MAX), WrKind::Rq(wr_id::ID_MASK));
+    assert_eq!(wr_id::kind(wr_id::rq(3)), WrKind::Rq(3));
+    assert_eq!(wr_id::kind(wr_id::op(3)), WrKind::Op(3));
+    assert_eq!(wr_id::kind(3), WrKind::Tagged(3));
+    assert_eq!(wr_id::kind(1 << 62), WrKind::Reserved(0));
+    assert_eq!(wr_id::tagged(1 << 62), None);
+    let mut d = dev_driver(TmCaps::with_tags(4), false);
+    let mut ev = Vec::new();
+    let hs: Vec<_> = (0..3)
+        .map(|t| pending(d.post(RecvSpec::exact(0, 1, t), 64, "r").unwrap()))
+        .collect();
+    assert!(matches!(d.cancel(hs[1]), Ok(CancelOutcome::InProgress)));
+    settle_dev(&mut d, &mut ev);
+    let posted = &d.hw().unwrap().posted;
+    let mut seen = std::collections::HashSet::new();
+    let mut adds = Vec::new();
+    for wr in posted {
+        assert!(matches!(wr_id::kind(wr.wr_id), WrKind::Op(_)), "{wr:?}");
+        assert!(seen.insert(wr.wr_id));
+        if let TmOp::Add { recv_wr_id, .. } = wr.op {
+            adds.push(wr_id::kind(recv_wr_id));
+        }
+    }
+    assert_eq!(
+        adds,
+        hs.iter().map(|h| WrKind::Tagged(h.0)).collect::<Vec<_>>()
+    );
+    assert_eq!(posted.len(), 4);
+}

@@ -404,7 +404,7 @@ impl TmBackend<&'static str> for Device {
     }
 
     fn replenish(&mut self) {
-        self.srq.post_srq_recv(0);
+        self.srq.post_srq_recv(wr_id::rq(0));
     }
 }
 
@@ -413,7 +413,7 @@ fn a_backend_outside_the_engine_drives_the_same_algorithm() {
     let caps = TmCaps::with_tags(4);
     let mut srq = TmSrq::new(caps, 4096).unwrap();
     for _ in 0..16 {
-        srq.post_srq_recv(0);
+        srq.post_srq_recv(wr_id::rq(0));
     }
     let mut dev: Driver<&'static str, &'static str, Device> = Driver::with_backend(
         DriverConfig::default(),

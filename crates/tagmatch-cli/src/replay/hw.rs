@@ -71,6 +71,10 @@ impl HwRunner {
                 // Printed by the `cancel` line that waits for it.
                 Event::CancelFailed { .. } => {}
                 Event::Rejected(r) => return Err(format!("arrive: {}", r.reason)),
+                // The model fails no match unless a fault is injected; the replay injects none.
+                Event::RecvFailed { status, .. } => {
+                    return Err(format!("hardware receive failed: {status:?}"))
+                }
             }
         }
         Ok(())
@@ -190,6 +194,13 @@ pub fn offload_json(c: &OffloadCounters) -> serde_json::Value {
         "rndv_incomplete": c.rndv_incomplete,
         "sw_rndv": c.sw_rndv,
         "order_violations": c.order_violations,
+        "blocked_stopped": c.blocked_stopped,
+        "op_errors": c.op_errors,
+        "offload_stops": c.offload_stops,
+        "returned_to_sw": c.returned_to_sw,
+        "del_errors": c.del_errors,
+        "recv_errors": c.recv_errors,
+        "rq_errors": c.rq_errors,
     })
 }
 

@@ -36,6 +36,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::io::{Read, Write};
 
+use tagmatch_engine::offload::wr_id::{self, WrKind};
 use tagmatch_engine::offload::{
     CancelOutcome, Carried, Driver, DriverConfig, Event, MatchPath, OffHandle, OffMatch,
     OffloadCounters, PostOutcome, TagLayout, TmBackend,
@@ -159,7 +160,9 @@ pub enum Completion {
     Recv {
         /// The receive.
         id: RecvId,
-        /// The matched envelope.
+        /// The matched envelope (when hardware completed the receive in error before
+        /// reporting a match, the message's tag is undefined: the receive's own fields,
+        /// wildcards as 0).
         env: Envelope,
         /// Bytes of the message placed in `buf`.
         len: usize,
@@ -231,8 +234,6 @@ enum Incoming {
     Hw,
     /// Matched by hardware, `TM_RNDV_INCOMPLETE`: TMH and RVH are in the receive buffer.
     HwRndvIncomplete,
-    /// A hardware completion failed.
-    HwError(u32),
     /// FIN and NO_TAG messages.
     Control,
 }
@@ -328,14 +329,22 @@ impl RxRing {
         Ok(ring)
     }
 
+    /// Posts slot `idx` with the receive-queue `wr_id` of that slot ([`wr_id::rq`]): it
+    /// cannot be mistaken for a tagged buffer or a list operation, even in an error
+    /// completion.
     fn repost(&self, idx: u64) -> Result<()> {
         let off = usize::try_from(idx).unwrap_or(usize::MAX);
         let sge = self.pool.sge(off.saturating_mul(self.slot), self.slot)?;
-        self.srq.post_recv(idx, sge)
+        self.srq.post_recv(wr_id::rq(idx), sge)
     }
 
-    /// Copies the received bytes of slot `idx` out and reposts the slot.
-    fn take(&self, idx: u64, len: u32) -> Result<Vec<u8>> {
+    /// Copies the received bytes of the slot `wr` names out and reposts the slot.
+    fn take(&self, wr: u64, len: u32) -> Result<Vec<u8>> {
+        let WrKind::Rq(idx) = wr_id::kind(wr) else {
+            return Err(Error::Protocol(format!(
+                "receive completion for wr_id {wr:#x}, not a receive-queue buffer"
+            )));
+        };
         let off = usize::try_from(idx)
             .ok()
             .and_then(|i| i.checked_mul(self.slot))
@@ -364,14 +373,59 @@ const _: () = {
     assert!(WcOpcode::TmNoTag as u32 == sys::IBV_WC_TM_NO_TAG);
     assert!(WcStatus::Success as u32 == sys::IBV_WC_SUCCESS);
     assert!(WcStatus::LocLenErr as u32 == sys::IBV_WC_LOC_LEN_ERR);
+    assert!(WcStatus::LocQpOpErr as u32 == sys::IBV_WC_LOC_QP_OP_ERR);
+    assert!(WcStatus::LocEecOpErr as u32 == sys::IBV_WC_LOC_EEC_OP_ERR);
+    assert!(WcStatus::LocProtErr as u32 == sys::IBV_WC_LOC_PROT_ERR);
+    assert!(WcStatus::WrFlushErr as u32 == sys::IBV_WC_WR_FLUSH_ERR);
+    assert!(WcStatus::MwBindErr as u32 == sys::IBV_WC_MW_BIND_ERR);
+    assert!(WcStatus::BadRespErr as u32 == sys::IBV_WC_BAD_RESP_ERR);
+    assert!(WcStatus::LocAccessErr as u32 == sys::IBV_WC_LOC_ACCESS_ERR);
+    assert!(WcStatus::RemInvReqErr as u32 == sys::IBV_WC_REM_INV_REQ_ERR);
+    assert!(WcStatus::RemAccessErr as u32 == sys::IBV_WC_REM_ACCESS_ERR);
+    assert!(WcStatus::RemOpErr as u32 == sys::IBV_WC_REM_OP_ERR);
+    assert!(WcStatus::RetryExcErr as u32 == sys::IBV_WC_RETRY_EXC_ERR);
+    assert!(WcStatus::RnrRetryExcErr as u32 == sys::IBV_WC_RNR_RETRY_EXC_ERR);
+    assert!(WcStatus::LocRddViolErr as u32 == sys::IBV_WC_LOC_RDD_VIOL_ERR);
+    assert!(WcStatus::RemInvRdReqErr as u32 == sys::IBV_WC_REM_INV_RD_REQ_ERR);
+    assert!(WcStatus::RemAbortErr as u32 == sys::IBV_WC_REM_ABORT_ERR);
+    assert!(WcStatus::InvEecnErr as u32 == sys::IBV_WC_INV_EECN_ERR);
+    assert!(WcStatus::InvEecStateErr as u32 == sys::IBV_WC_INV_EEC_STATE_ERR);
+    assert!(WcStatus::FatalErr as u32 == sys::IBV_WC_FATAL_ERR);
+    assert!(WcStatus::RespTimeoutErr as u32 == sys::IBV_WC_RESP_TIMEOUT_ERR);
+    assert!(WcStatus::GeneralErr as u32 == sys::IBV_WC_GENERAL_ERR);
     assert!(WcStatus::TmErr as u32 == sys::IBV_WC_TM_ERR);
     assert!(WcStatus::TmRndvIncomplete as u32 == sys::IBV_WC_TM_RNDV_INCOMPLETE);
 };
+
+/// A list operation in flight, as the book recorded it when it was posted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BookOp {
+    Add { recv: u64 },
+    Del { handle: u32 },
+    Sync,
+}
+
+/// A tagged buffer the book knows: its entry handle and tag, and whether its match
+/// completion was seen (a data completion follows).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Tagged {
+    handle: u32,
+    tag: u64,
+    matched: bool,
+}
 
 /// The bookkeeping of a TM-SRQ that needs no device: operation slots and tag entries in
 /// use (the verbs report both exhaustions as the same `ENOMEM`), lengths of
 /// hardware-matched data, and the translation of list-operation and tag-matching
 /// completions.
+///
+/// Every completion is attributed by its `wr_id` alone ([`wr_id`]: list operations,
+/// tagged buffers and receive-queue buffers have disjoint spaces): `ibv_poll_cq(3)`: "If
+/// the status is other than IBV_WC_SUCCESS, only the following attributes are valid:
+/// wr_id, status, qp_num, and vendor_err". The book remembers what each outstanding
+/// operation was and whether each tagged buffer already had its match completion, so an
+/// error completion (opcode, flags and TM info undefined) still releases its operation
+/// slot and its tag entry.
 #[derive(Debug)]
 struct TmBook {
     layout: TagLayout,
@@ -379,10 +433,19 @@ struct TmBook {
     max_tags: u32,
     ops_outstanding: u32,
     tags_in_use: u32,
+    /// Outstanding list operations by `wr_id`.
+    ops: HashMap<u64, BookOp>,
+    /// Tagged buffers posted and not finished, by `recv_wr_id`.
+    tagged: HashMap<u64, Tagged>,
+    /// Entry handle → `recv_wr_id`, while the entry may be in the list.
+    handles: HashMap<u32, u64>,
     /// Byte length of hardware-matched receives whose data is valid.
     data_len: HashMap<u64, u32>,
     /// `IBV_WC_*` status of hardware-matched receives whose data transfer failed.
     data_err: HashMap<u64, u32>,
+    /// Entry tag (wildcard fields zero) of receives whose match completion failed: the
+    /// message's tag is undefined in an error completion.
+    failed_tag: HashMap<u64, u64>,
     errors: Vec<String>,
 }
 
@@ -394,85 +457,165 @@ impl TmBook {
             max_tags,
             ops_outstanding: 0,
             tags_in_use: 0,
+            ops: HashMap::new(),
+            tagged: HashMap::new(),
+            handles: HashMap::new(),
             data_len: HashMap::new(),
             data_err: HashMap::new(),
+            failed_tag: HashMap::new(),
             errors: Vec::new(),
         }
     }
 
-    fn status(wc: &Wc) -> WcStatus {
-        match wc.status {
-            sys::IBV_WC_SUCCESS => WcStatus::Success,
-            sys::IBV_WC_TM_ERR => WcStatus::TmErr,
-            sys::IBV_WC_TM_RNDV_INCOMPLETE => WcStatus::TmRndvIncomplete,
-            _ => WcStatus::LocLenErr,
+    /// The status of `wc`; a value `verbs.h` does not define is logged and becomes
+    /// `GeneralErr` (never a success, never a `TM_ERR` "tag consumed").
+    fn status(&mut self, wc: &Wc) -> WcStatus {
+        WcStatus::from_code(wc.status).unwrap_or_else(|| {
+            self.errors
+                .push(format!("unknown completion status {}", wc.status));
+            WcStatus::GeneralErr
+        })
+    }
+
+    /// A tag entry left the list (consumed, deleted, or never created).
+    fn entry_gone(&mut self, recv: u64, handle: u32) {
+        self.tags_in_use = self.tags_in_use.saturating_sub(1);
+        if self.handles.get(&handle) == Some(&recv) {
+            self.handles.remove(&handle);
         }
     }
 
-    /// A list-operation (`TM_ADD`/`TM_DEL`/`TM_SYNC`) or tag-matching (`TM_RECV`)
-    /// completion; `None` for any other opcode.
+    /// A list-operation or tagged-buffer completion, attributed by its `wr_id`; `None`
+    /// (and an error logged) for a `wr_id` the book did not post.
     fn convert(&mut self, wc: &Wc) -> Option<Cqe<Carried<Incoming>>> {
-        let ok = wc.status == sys::IBV_WC_SUCCESS;
-        let opcode = match wc.opcode {
-            sys::IBV_WC_TM_ADD | sys::IBV_WC_TM_DEL | sys::IBV_WC_TM_SYNC => {
-                self.ops_outstanding = self.ops_outstanding.saturating_sub(1);
-                if !ok && wc.status != sys::IBV_WC_TM_ERR {
-                    self.errors
-                        .push(format!("TM list operation: {}", wc.status_str()));
-                }
-                match wc.opcode {
-                    sys::IBV_WC_TM_ADD => WcOpcode::TmAdd,
-                    sys::IBV_WC_TM_DEL => {
-                        // The entry left the list (a DEL that lost to a match fails with
-                        // TM_ERR; that entry was released by its consume completion).
-                        if ok {
-                            self.tags_in_use = self.tags_in_use.saturating_sub(1);
-                        }
-                        WcOpcode::TmDel
-                    }
-                    _ => WcOpcode::TmSync,
-                }
-            }
-            sys::IBV_WC_TM_RECV => {
-                let (tag, app_ctx) = wc.tm.unwrap_or((0, 0));
-                if wc.wc_flags & sys::IBV_WC_TM_MATCH != 0 {
-                    self.tags_in_use = self.tags_in_use.saturating_sub(1);
-                }
-                if wc.wc_flags & sys::IBV_WC_TM_DATA_VALID != 0 {
-                    self.data_len.insert(wc.wr_id, wc.byte_len);
-                }
-                if !ok && wc.wc_flags & sys::IBV_WC_TM_MATCH == 0 {
-                    // The data completion of an earlier match failed (the driver reports
-                    // it as DataValid with an error status): keep the verbs status.
-                    self.data_err.insert(wc.wr_id, wc.status);
-                }
-                let msg = match wc.status {
-                    sys::IBV_WC_SUCCESS => Incoming::Hw,
-                    sys::IBV_WC_TM_RNDV_INCOMPLETE => Incoming::HwRndvIncomplete,
-                    s => Incoming::HwError(s),
-                };
-                let env = decode_tag(&self.layout, tag).unwrap_or(Envelope::new(0, 0, tag));
-                return Some(Cqe::new(
-                    wc.wr_id,
-                    Self::status(wc),
-                    WcOpcode::TmRecv,
-                    wc.wc_flags,
-                    Some(WireMsg::eager(
-                        tag,
-                        app_ctx,
-                        wc.byte_len,
-                        Carried { env, msg },
-                    )),
+        let status = self.status(wc);
+        match wr_id::kind(wc.wr_id) {
+            WrKind::Op(_) => self.op_completion(wc, status),
+            WrKind::Tagged(recv) => self.tagged_completion(wc, recv, status),
+            WrKind::Rq(_) | WrKind::Reserved(_) => {
+                self.errors.push(format!(
+                    "completion of wr_id {:#x}: not a TM work request",
+                    wc.wr_id
                 ));
+                None
             }
-            _ => return None,
+        }
+    }
+
+    fn op_completion(&mut self, wc: &Wc, status: WcStatus) -> Option<Cqe<Carried<Incoming>>> {
+        let Some(op) = self.ops.remove(&wc.wr_id) else {
+            self.errors.push(format!(
+                "completion of unknown list operation {:#x}",
+                wc.wr_id
+            ));
+            return None;
         };
+        self.ops_outstanding = self.ops_outstanding.saturating_sub(1);
+        let ok = status == WcStatus::Success;
+        if !ok && status != WcStatus::TmErr {
+            self.errors
+                .push(format!("TM list operation: {}", wc.status_str()));
+        }
+        let opcode = match op {
+            BookOp::Add { recv } => {
+                // "A handle that uniquely identifies the entry is returned upon success":
+                // a failed ADD created no entry.
+                if !ok {
+                    if let Some(t) = self.tagged.remove(&recv) {
+                        self.entry_gone(recv, t.handle);
+                    }
+                }
+                WcOpcode::TmAdd
+            }
+            BookOp::Del { handle } => {
+                // The entry left the list. A DEL that lost to a match fails with TM_ERR
+                // (that entry was released by its consume completion); one that failed
+                // otherwise left the entry where it was.
+                if ok {
+                    if let Some(recv) = self.handles.get(&handle).copied() {
+                        if self.tagged.remove(&recv).is_some() {
+                            self.entry_gone(recv, handle);
+                        }
+                    }
+                }
+                WcOpcode::TmDel
+            }
+            BookOp::Sync => WcOpcode::TmSync,
+        };
+        // Flags are defined on success, and on mlx5's TM_ERR of a DEL (wire-layouts §C.1).
+        let flags = if ok || status == WcStatus::TmErr {
+            wc.wc_flags
+        } else {
+            0
+        };
+        Some(Cqe::new(wc.wr_id, status, opcode, flags, None))
+    }
+
+    fn tagged_completion(
+        &mut self,
+        wc: &Wc,
+        recv: u64,
+        status: WcStatus,
+    ) -> Option<Cqe<Carried<Incoming>>> {
+        let Some(t) = self.tagged.get(&recv).copied() else {
+            self.errors
+                .push(format!("completion of unknown tagged buffer {recv}"));
+            return None;
+        };
+        // rdma-core-tag-matching: "matching and data transfer completion are distinct
+        // events that generate 2 completion events for the same recv_wr_id": the first
+        // one of a buffer is its match, which consumes the entry.
+        let first = !t.matched;
+        if first {
+            self.entry_gone(recv, t.handle);
+        }
+        if !status.fields_valid() {
+            // An error ends the buffer's work; its opcode, flags and TM info are undefined.
+            self.tagged.remove(&recv);
+            if first {
+                self.failed_tag.insert(recv, t.tag);
+            } else {
+                self.data_err.insert(recv, wc.status);
+            }
+            return Some(Cqe::new(wc.wr_id, status, WcOpcode::TmRecv, 0, None));
+        }
+        let data_valid = !first || wc.wc_flags & sys::IBV_WC_TM_DATA_VALID != 0;
+        if data_valid || status == WcStatus::TmRndvIncomplete {
+            self.tagged.remove(&recv);
+        } else if let Some(x) = self.tagged.get_mut(&recv) {
+            x.matched = true;
+        }
+        if data_valid {
+            self.data_len.insert(recv, wc.byte_len);
+        }
+        let mut flags = wc.wc_flags & !(sys::IBV_WC_TM_MATCH | sys::IBV_WC_TM_DATA_VALID);
+        if first {
+            flags |= sys::IBV_WC_TM_MATCH;
+        }
+        if data_valid {
+            flags |= sys::IBV_WC_TM_DATA_VALID;
+        }
+        if !first {
+            return Some(Cqe::new(wc.wr_id, status, WcOpcode::TmRecv, flags, None));
+        }
+        let (tag, app_ctx) = wc.tm.unwrap_or((0, 0));
+        let msg = if status == WcStatus::TmRndvIncomplete {
+            Incoming::HwRndvIncomplete
+        } else {
+            Incoming::Hw
+        };
+        let env = decode_tag(&self.layout, tag).unwrap_or(Envelope::new(0, 0, tag));
         Some(Cqe::new(
             wc.wr_id,
-            Self::status(wc),
-            opcode,
-            wc.wc_flags,
-            None,
+            status,
+            WcOpcode::TmRecv,
+            flags,
+            Some(WireMsg::eager(
+                tag,
+                app_ctx,
+                wc.byte_len,
+                Carried { env, msg },
+            )),
         ))
     }
 
@@ -487,11 +630,42 @@ impl TmBook {
         }
     }
 
-    fn posted(&mut self, add: bool) {
+    /// Whether the driver's `wr_id`s are in their spaces (they always are; a work request
+    /// outside them could not be attributed).
+    fn well_formed(wr: &OpsWr) -> bool {
+        matches!(wr_id::kind(wr.wr_id), WrKind::Op(_))
+            && match wr.op {
+                TmOp::Add { recv_wr_id, .. } => {
+                    matches!(wr_id::kind(recv_wr_id), WrKind::Tagged(_))
+                }
+                TmOp::Del { .. } | TmOp::Sync => true,
+            }
+    }
+
+    /// `wr` was posted; an ADD's entry got `handle`.
+    fn posted(&mut self, wr: &OpsWr, handle: Option<u32>) {
         self.ops_outstanding += 1;
-        if add {
-            self.tags_in_use += 1;
-        }
+        let op = match wr.op {
+            TmOp::Add {
+                recv_wr_id, tag, ..
+            } => {
+                self.tags_in_use += 1;
+                let handle = handle.unwrap_or(u32::MAX);
+                self.handles.insert(handle, recv_wr_id);
+                self.tagged.insert(
+                    recv_wr_id,
+                    Tagged {
+                        handle,
+                        tag,
+                        matched: false,
+                    },
+                );
+                BookOp::Add { recv: recv_wr_id }
+            }
+            TmOp::Del { handle } => BookOp::Del { handle },
+            TmOp::Sync => BookOp::Sync,
+        };
+        self.ops.insert(wr.wr_id, op);
     }
 }
 
@@ -505,68 +679,55 @@ struct VerbsTm {
     wcs: Vec<Wc>,
 }
 
-/// Whether a completion of the TM-SRQ's CQ delivered a whole message (TMH included) into a
-/// receive-queue buffer: `IBV_WC_RECV` ("used for unexpected messages", rdma-core
-/// `tag_matching.md`), `IBV_WC_TM_NO_TAG`, or a successful `IBV_WC_TM_RECV` with neither
-/// `IBV_WC_TM_MATCH` nor `IBV_WC_TM_DATA_VALID`, which is how mlx5 reports an unexpected
-/// message (wire-layouts §C.1: "UNEXPECTED → IBV_WC_TM_RECV with no MATCH flag").
+/// Whether a completion of the TM-SRQ's CQ is a receive-queue buffer's: its `wr_id` is in
+/// the receive-queue space ([`wr_id::rq`]), whatever its opcode, flags and status (on error
+/// they are undefined, `ibv_poll_cq(3)`). On success it holds a whole message, TMH
+/// included: `IBV_WC_RECV` ("used for unexpected messages", rdma-core `tag_matching.md`),
+/// `IBV_WC_TM_NO_TAG`, or mlx5's unexpected `IBV_WC_TM_RECV` without flags (wire-layouts
+/// §C.1: "UNEXPECTED → IBV_WC_TM_RECV with no MATCH flag").
 fn in_rq_buffer(wc: &Wc) -> bool {
-    match wc.opcode {
-        sys::IBV_WC_RECV | sys::IBV_WC_TM_NO_TAG => true,
-        sys::IBV_WC_TM_RECV => {
-            wc.status == sys::IBV_WC_SUCCESS
-                && wc.wc_flags & (sys::IBV_WC_TM_MATCH | sys::IBV_WC_TM_DATA_VALID) == 0
-        }
-        _ => false,
-    }
+    matches!(wr_id::kind(wc.wr_id), WrKind::Rq(_))
 }
 
 impl VerbsTm {
     fn convert(&mut self, wc: Wc) -> Option<Cqe<Carried<Incoming>>> {
-        match wc.opcode {
-            _ if in_rq_buffer(&wc) => {
-                if wc.status == sys::IBV_WC_WR_FLUSH_ERR {
-                    return None;
-                }
-                let bytes = match self.ring.take(wc.wr_id, wc.byte_len) {
-                    Ok(b) => b,
-                    Err(e) => {
-                        self.book.errors.push(e.to_string());
-                        return None;
-                    }
-                };
-                if wc.status != sys::IBV_WC_SUCCESS {
-                    self.book
-                        .errors
-                        .push(format!("receive completion: {}", wc.status_str()));
-                    return None;
-                }
-                let Some(msg) = parse_message(&self.book.layout, &bytes) else {
-                    self.book.errors.push("unparsable message".into());
-                    return None;
-                };
-                let opcode = match msg.tmh.opcode {
-                    TmOpcode::Eager | TmOpcode::Rndv => WcOpcode::Recv,
-                    TmOpcode::Fin | TmOpcode::NoTag => WcOpcode::TmNoTag,
-                };
-                Some(Cqe::new(
-                    wc.wr_id,
-                    WcStatus::Success,
-                    opcode,
-                    wc.wc_flags,
-                    Some(msg),
-                ))
-            }
-            other => {
-                let c = self.book.convert(&wc);
-                if c.is_none() {
-                    self.book
-                        .errors
-                        .push(format!("unexpected opcode {other} on the TM-SRQ CQ"));
-                }
-                c
-            }
+        if !in_rq_buffer(&wc) {
+            return self.book.convert(&wc);
         }
+        let status = self.book.status(&wc);
+        if status == WcStatus::WrFlushErr {
+            // The SRQ is in the error state: the buffer is not reposted.
+            return Some(Cqe::new(wc.wr_id, status, WcOpcode::Recv, 0, None));
+        }
+        let bytes = match self.ring.take(wc.wr_id, wc.byte_len) {
+            Ok(b) => b,
+            Err(e) => {
+                self.book.errors.push(e.to_string());
+                return None;
+            }
+        };
+        if status != WcStatus::Success {
+            self.book
+                .errors
+                .push(format!("receive completion: {}", wc.status_str()));
+            // No message; the slot was reposted.
+            return Some(Cqe::new(wc.wr_id, status, WcOpcode::Recv, 0, None));
+        }
+        let Some(msg) = parse_message(&self.book.layout, &bytes) else {
+            self.book.errors.push("unparsable message".into());
+            return None;
+        };
+        let opcode = match msg.tmh.opcode {
+            TmOpcode::Eager | TmOpcode::Rndv => WcOpcode::Recv,
+            TmOpcode::Fin | TmOpcode::NoTag => WcOpcode::TmNoTag,
+        };
+        Some(Cqe::new(
+            wc.wr_id,
+            WcStatus::Success,
+            opcode,
+            wc.wc_flags,
+            Some(msg),
+        ))
     }
 }
 
@@ -591,6 +752,12 @@ impl TmBackend<Incoming> for VerbsTm {
         sge: Option<Sge>,
     ) -> std::result::Result<Option<u32>, PostOpError> {
         let add = matches!(wr.op, TmOp::Add { .. });
+        if !TmBook::well_formed(&wr) {
+            self.book
+                .errors
+                .push(format!("list operation outside the wr_id spaces: {wr:?}"));
+            return Err(PostOpError::BadHandle);
+        }
         self.book.admit(add)?;
         let mut raw_sge = sge.map(Sge::raw).unwrap_or_default();
         let mut w = sys::ibv_ops_wr {
@@ -632,8 +799,9 @@ impl TmBackend<Incoming> for VerbsTm {
         }
         match self.ring.srq.post_op(&mut w) {
             Ok(()) => {
-                self.book.posted(add);
-                Ok(add.then_some(w.tm.handle))
+                let handle = add.then_some(w.tm.handle);
+                self.book.posted(&wr, handle);
+                Ok(handle)
             }
             Err(Error::Verbs { err, .. }) if err.raw_os_error() == Some(12) => {
                 // ENOMEM: no free entry (ADD) or no operation slot.
@@ -1332,6 +1500,36 @@ impl TaggedTransport {
                     });
                 }
             }
+            Event::RecvFailed {
+                handle,
+                recv,
+                status,
+            } => {
+                // The match completion failed: its message and tag are undefined; the
+                // envelope reported is the entry's (wildcard fields 0).
+                self.c.wc_errors += 1;
+                let tag = match &mut self.matcher {
+                    Matcher::Hw(d) => d
+                        .hw_mut()
+                        .and_then(|hw| hw.book.failed_tag.remove(&handle.0)),
+                    Matcher::Sw { .. } => None,
+                };
+                let env = tag
+                    .and_then(|t| decode_tag(&self.cfg.layout, t))
+                    .unwrap_or(Envelope::new(0, 0, 0));
+                let status = status as u32;
+                self.completions.push_back(Completion::Recv {
+                    id: RecvId(handle.0),
+                    env,
+                    len: 0,
+                    buf: recv.buf,
+                    path: MatchPath::Hw,
+                    result: Err(RecvError::Wc {
+                        status,
+                        text: super::device::status_str(status),
+                    }),
+                });
+            }
             Event::NoTag(w) => {
                 if w.tmh.opcode == TmOpcode::Fin {
                     self.c.fins_received += 1;
@@ -1414,20 +1612,6 @@ impl TaggedTransport {
                         self.recv_failed(id, m.env, buf, m.path, "TM_RNDV_INCOMPLETE without RVH");
                     }
                 }
-            }
-            Incoming::HwError(status) => {
-                self.c.wc_errors += 1;
-                self.completions.push_back(Completion::Recv {
-                    id: RecvId(id),
-                    env: m.env,
-                    len: 0,
-                    buf,
-                    path: m.path,
-                    result: Err(RecvError::Wc {
-                        status,
-                        text: super::device::status_str(status),
-                    }),
-                });
             }
             Incoming::Control => {
                 self.c.protocol_errors += 1;
@@ -1788,17 +1972,20 @@ mod tests {
             _sge: Option<Sge>,
         ) -> std::result::Result<Option<u32>, PostOpError> {
             let add = matches!(wr.op, TmOp::Add { .. });
+            assert!(TmBook::well_formed(&wr), "{wr:?}");
             self.book.admit(add)?;
             let r = self.srq.post_op(wr);
-            if r.is_ok() {
-                self.book.posted(add);
+            if let Ok(h) = r {
+                self.book.posted(&wr, h);
             }
             r
         }
 
         fn poll(&mut self) -> Option<Cqe<Carried<Incoming>>> {
             let c = self.srq.poll_cq()?;
-            if matches!(c.opcode, WcOpcode::Recv | WcOpcode::TmNoTag) {
+            // Attributed by wr_id alone, as `VerbsTm` does (the model's receive-queue
+            // buffers carry their messages; the rest goes through the verbs translation).
+            if matches!(wr_id::kind(c.wr_id), WrKind::Rq(_)) {
                 return Some(c);
             }
             let wc = Wc {
@@ -1816,11 +2003,17 @@ mod tests {
         }
     }
 
+    /// The driver over the verbs translation equals the driver over the model, also when
+    /// a list operation fails mid-run (every third seed: `inject_op_failure`, the verbs
+    /// error state) and when the error completions reaching the translation have undefined
+    /// opcode and flags (every other seed: `set_scramble_errors`, `ibv_poll_cq(3)`: on error
+    /// "only ... wr_id, status, qp_num, and vendor_err" are valid).
     #[test]
     fn verbs_translation_keeps_the_engine_drivers_matches() {
         use tagmatch_engine::tm_srq::{TmCaps, TmSrq};
         use tagmatch_engine::{Source, TagSel};
         let mut total_hw = 0;
+        let mut total_stops = 0;
         for seed in 1..120u64 {
             let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
             let mut below = |n: u64| {
@@ -1843,6 +2036,10 @@ mod tests {
             let book = TmBook::new(cfg.layout, caps.max_ops, caps.max_num_tags);
             let mut ours: Driver<u32, Incoming, ModelViaVerbs> =
                 Driver::with_backend(cfg, Some(ModelViaVerbs { srq, book }));
+            let fail_at = (seed % 3 == 0).then(|| below(200) as u32);
+            if seed % 2 == 0 {
+                ours.hw_mut().unwrap().srq.set_scramble_errors(true);
+            }
             let (mut log_ref, mut log_ours) = (Vec::new(), Vec::new());
             let sge = Sge {
                 addr: 0,
@@ -1852,6 +2049,11 @@ mod tests {
             let mut handles = Vec::new();
             let log = |ev: Vec<String>, into: &mut Vec<String>| into.extend(ev);
             for step in 0..300u32 {
+                if fail_at == Some(step) {
+                    let st = WcStatus::GeneralErr;
+                    reference.hw_mut().unwrap().inject_op_failure(st);
+                    ours.hw_mut().unwrap().srq.inject_op_failure(st);
+                }
                 match below(6) {
                     0 | 1 => {
                         let src = if below(4) == 0 {
@@ -1938,10 +2140,33 @@ mod tests {
                 "seed {seed}"
             );
             assert_eq!(oc.order_violations, 0);
+            assert_eq!(
+                (rc.offload_stops, rc.returned_to_sw, rc.del_errors),
+                (oc.offload_stops, oc.returned_to_sw, oc.del_errors),
+                "seed {seed}"
+            );
             let book = &ours.hw().unwrap().book;
-            assert!(book.errors.is_empty(), "{:?}", book.errors);
+            match fail_at {
+                None => assert!(book.errors.is_empty(), "{:?}", book.errors),
+                Some(_) => assert!(
+                    book.errors
+                        .iter()
+                        .all(|e| e.starts_with("TM list operation")),
+                    "{:?}",
+                    book.errors
+                ),
+            }
+            // Nothing leaked: every operation slot and tag entry was given back.
+            let srq = &ours.hw().unwrap().srq;
+            assert_eq!(book.ops_outstanding, srq.ops_outstanding(), "seed {seed}");
+            assert_eq!(book.tags_in_use as usize, srq.tags_in_use(), "seed {seed}");
             total_hw += oc.matched_hw;
+            total_stops += oc.offload_stops;
         }
+        assert!(
+            total_stops > 0,
+            "no run stopped offload: the failures were vacuous"
+        );
         assert!(
             total_hw > 0,
             "no hardware match in any run: the comparison is vacuous"
@@ -1949,12 +2174,13 @@ mod tests {
     }
 
     /// wire-layouts §C.1: mlx5 reports an unexpected message as "IBV_WC_TM_RECV with no
-    /// MATCH flag"; its bytes are in a receive-queue buffer like an `IBV_WC_RECV`'s, while
-    /// `TM_RECV` with `TM_MATCH` or `TM_DATA_VALID` names a tagged buffer.
+    /// MATCH flag"; its bytes are in a receive-queue buffer like an `IBV_WC_RECV`'s. Which
+    /// buffer a completion names is read from its `wr_id` alone (disjoint spaces), never
+    /// from the opcode or flags, which an error completion leaves undefined.
     #[test]
     fn unexpected_tm_recv_without_match_is_read_from_the_receive_queue() {
-        let wc = |opcode, status, wc_flags| Wc {
-            wr_id: 3,
+        let wc = |wr_id, opcode, status, wc_flags| Wc {
+            wr_id,
             status,
             opcode,
             byte_len: 24,
@@ -1963,27 +2189,55 @@ mod tests {
             tm: None,
         };
         let ok = sys::IBV_WC_SUCCESS;
-        assert!(in_rq_buffer(&wc(sys::IBV_WC_RECV, ok, 0)));
-        assert!(in_rq_buffer(&wc(sys::IBV_WC_TM_NO_TAG, ok, 0)));
-        assert!(in_rq_buffer(&wc(sys::IBV_WC_TM_RECV, ok, 0)));
-        assert!(in_rq_buffer(&wc(
-            sys::IBV_WC_TM_RECV,
-            ok,
-            sys::IBV_WC_TM_SYNC_REQ
-        )));
-        for flags in [
-            sys::IBV_WC_TM_MATCH,
-            sys::IBV_WC_TM_DATA_VALID,
-            sys::IBV_WC_TM_MATCH | sys::IBV_WC_TM_DATA_VALID,
+        let rq = wr_id::rq(3);
+        let all = sys::IBV_WC_TM_MATCH | sys::IBV_WC_TM_DATA_VALID | sys::IBV_WC_TM_SYNC_REQ;
+        for (opcode, flags) in [
+            (sys::IBV_WC_RECV, 0),
+            (sys::IBV_WC_TM_NO_TAG, 0),
+            (sys::IBV_WC_TM_RECV, 0),
+            (sys::IBV_WC_TM_RECV, sys::IBV_WC_TM_SYNC_REQ),
         ] {
-            assert!(!in_rq_buffer(&wc(sys::IBV_WC_TM_RECV, ok, flags)));
+            assert!(in_rq_buffer(&wc(rq, opcode, ok, flags)));
+            // The same slot number as a tagged buffer's recv_wr_id is not a queue buffer.
+            assert!(!in_rq_buffer(&wc(3, opcode, ok, flags)));
         }
-        assert!(!in_rq_buffer(&wc(
-            sys::IBV_WC_TM_RECV,
-            sys::IBV_WC_TM_RNDV_INCOMPLETE,
-            sys::IBV_WC_TM_MATCH
-        )));
-        assert!(!in_rq_buffer(&wc(sys::IBV_WC_TM_ADD, ok, 0)));
+        // Error completions: opcode and flags are garbage, the wr_id decides.
+        for st in [sys::IBV_WC_WR_FLUSH_ERR, sys::IBV_WC_LOC_LEN_ERR, 99] {
+            assert!(in_rq_buffer(&wc(rq, sys::IBV_WC_TM_ADD, st, all)));
+            assert!(!in_rq_buffer(&wc(3, sys::IBV_WC_RECV, st, 0)));
+            assert!(!in_rq_buffer(&wc(wr_id::op(3), sys::IBV_WC_RECV, st, 0)));
+        }
+    }
+
+    /// A book with one ADD posted for receive `recv` (entry handle `handle`).
+    fn book_with_add(recv: u64, handle: u32, op: u64) -> (TmBook, OpsWr) {
+        let mut book = TmBook::new(TagLayout::default(), 4, 2);
+        let wr = OpsWr {
+            wr_id: wr_id::op(op),
+            flags: 3,
+            unexpected_cnt: 0,
+            op: TmOp::Add {
+                recv_wr_id: recv,
+                tag: 7,
+                mask: u64::MAX,
+                buf_len: 64,
+            },
+        };
+        book.admit(true).unwrap();
+        book.posted(&wr, Some(handle));
+        (book, wr)
+    }
+
+    fn tm_wc(wr_id: u64, status: u32, opcode: u32, wc_flags: u32) -> Wc {
+        Wc {
+            wr_id,
+            status,
+            opcode,
+            byte_len: 0,
+            qp_num: 0,
+            wc_flags,
+            tm: None,
+        }
     }
 
     /// A failed data completion of a hardware match keeps its verbs status for the
@@ -1991,23 +2245,114 @@ mod tests {
     /// status, not as valid data).
     #[test]
     fn failed_data_completion_keeps_its_verbs_status() {
-        let mut book = TmBook::new(TagLayout::default(), 4, 2);
-        let wc = Wc {
-            wr_id: 5,
-            status: sys::IBV_WC_REM_ACCESS_ERR,
-            opcode: sys::IBV_WC_TM_RECV,
-            byte_len: 0,
-            qp_num: 0,
-            wc_flags: 0,
-            tm: None,
-        };
+        let (mut book, _) = book_with_add(5, 0, 0);
+        let add = tm_wc(wr_id::op(0), sys::IBV_WC_SUCCESS, sys::IBV_WC_TM_ADD, 0);
+        book.convert(&add).expect("the ADD");
+        let matched = tm_wc(
+            5,
+            sys::IBV_WC_SUCCESS,
+            sys::IBV_WC_TM_RECV,
+            sys::IBV_WC_TM_MATCH,
+        );
+        let c = book.convert(&matched).expect("the match");
+        assert_eq!(c.wc_flags & sys::IBV_WC_TM_MATCH, sys::IBV_WC_TM_MATCH);
+        assert_eq!(book.tags_in_use, 0);
+        // The data completion fails; its opcode and flags are undefined (here: garbage).
+        let wc = tm_wc(
+            5,
+            sys::IBV_WC_REM_ACCESS_ERR,
+            sys::IBV_WC_RECV,
+            sys::IBV_WC_TM_MATCH,
+        );
         assert!(!in_rq_buffer(&wc));
         let c = book.convert(&wc).expect("a TM completion");
         assert_eq!((c.wr_id, c.opcode), (5, WcOpcode::TmRecv));
-        assert_ne!(c.status, WcStatus::Success);
-        assert_eq!(c.wc_flags & sys::IBV_WC_TM_DATA_VALID, 0);
+        assert_eq!(c.status, WcStatus::RemAccessErr);
+        assert_eq!(c.wc_flags, 0);
         assert_eq!(book.data_err.get(&5), Some(&sys::IBV_WC_REM_ACCESS_ERR));
         assert!(!book.data_len.contains_key(&5));
+        assert!(book.tagged.is_empty());
+    }
+
+    /// Error completions release what they hold whatever their (undefined) opcode and
+    /// flags: a failed ADD its operation slot and its tag entry (no entry was created), a
+    /// failed match its tag entry; an unknown status is `GeneralErr`, never `LocLenErr`.
+    #[test]
+    fn error_completions_release_slots_and_entries_by_wr_id() {
+        // A failed ADD, opcode garbage.
+        let (mut book, _) = book_with_add(1, 0, 0);
+        assert_eq!((book.ops_outstanding, book.tags_in_use), (1, 1));
+        let wc = tm_wc(
+            wr_id::op(0),
+            sys::IBV_WC_GENERAL_ERR,
+            sys::IBV_WC_RECV,
+            0xff,
+        );
+        let c = book.convert(&wc).expect("the ADD's completion");
+        assert_eq!(
+            (c.opcode, c.status, c.wc_flags),
+            (WcOpcode::TmAdd, WcStatus::GeneralErr, 0)
+        );
+        assert_eq!((book.ops_outstanding, book.tags_in_use), (0, 0));
+        assert!(book.tagged.is_empty() && book.handles.is_empty());
+        // The first completion of a tagged buffer fails without TM_MATCH: the entry is
+        // consumed all the same (no leak), no message is made up.
+        let (mut book, _) = book_with_add(2, 1, 9);
+        book.convert(&tm_wc(wr_id::op(9), 0, sys::IBV_WC_TM_ADD, 0))
+            .unwrap();
+        let wc = tm_wc(2, sys::IBV_WC_LOC_LEN_ERR, sys::IBV_WC_TM_NO_TAG, 0);
+        let c = book.convert(&wc).expect("the match's completion");
+        assert_eq!(
+            (c.opcode, c.status, c.wc_flags),
+            (WcOpcode::TmRecv, WcStatus::LocLenErr, 0)
+        );
+        assert!(c.msg.is_none());
+        assert_eq!(book.tags_in_use, 0);
+        assert_eq!(book.failed_tag.get(&2), Some(&7));
+        // An unknown status is a general error, and logged.
+        let (mut book, _) = book_with_add(3, 0, 4);
+        let c = book.convert(&tm_wc(wr_id::op(4), 1000, 0, 0)).unwrap();
+        assert_eq!(c.status, WcStatus::GeneralErr);
+        assert!(book
+            .errors
+            .iter()
+            .any(|e| e.contains("unknown completion status 1000")));
+        // A receive-queue wr_id or one the book never posted is not taken for a TM one.
+        assert!(book
+            .convert(&tm_wc(wr_id::rq(0), 0, sys::IBV_WC_TM_RECV, 0))
+            .is_none());
+        assert!(book
+            .convert(&tm_wc(wr_id::op(77), 0, sys::IBV_WC_TM_ADD, 0))
+            .is_none());
+        assert!(book
+            .convert(&tm_wc(77, 0, sys::IBV_WC_TM_RECV, 0))
+            .is_none());
+    }
+
+    /// A failed DEL leaves its entry (still counted); a successful one frees it.
+    #[test]
+    fn del_completions_free_the_entry_only_on_success() {
+        for (status, left) in [(sys::IBV_WC_SUCCESS, 0), (sys::IBV_WC_LOC_QP_OP_ERR, 1)] {
+            let (mut book, _) = book_with_add(1, 3, 0);
+            book.convert(&tm_wc(wr_id::op(0), 0, sys::IBV_WC_TM_ADD, 0))
+                .unwrap();
+            let del = OpsWr {
+                wr_id: wr_id::op(1),
+                flags: 3,
+                unexpected_cnt: 0,
+                op: TmOp::Del { handle: 3 },
+            };
+            book.posted(&del, None);
+            let c = book
+                .convert(&tm_wc(wr_id::op(1), status, sys::IBV_WC_RECV, 0))
+                .unwrap();
+            assert_eq!(c.opcode, WcOpcode::TmDel);
+            assert_eq!(
+                (book.tags_in_use, book.ops_outstanding),
+                (left, 0),
+                "{status}"
+            );
+        }
     }
 
     #[test]
@@ -2048,6 +2393,9 @@ mod tests {
                 Event::Matched(m) => Some(format!("match {:?} {:?} {:?}", m.recv, m.env, m.path)),
                 Event::Cancelled { recv, .. } => Some(format!("cancelled {recv:?}")),
                 Event::CancelFailed { handle } => Some(format!("cancel-failed {handle:?}")),
+                Event::RecvFailed { handle, status, .. } => {
+                    Some(format!("recv-failed {handle:?} {status:?}"))
+                }
                 _ => None,
             })
             .collect()
