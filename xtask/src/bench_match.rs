@@ -12,7 +12,6 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::cmd::Cmd;
 use crate::Result;
 
 const WORKLOADS: [&str; 7] = [
@@ -87,14 +86,7 @@ pub fn parse_depths(s: &str) -> Result<Vec<usize>> {
 
 /// Runs the comparison at `depths` and prints the table.
 pub fn run(root: &Path, depths: &[usize]) -> Result<()> {
-    Cmd::cargo()
-        .args(["build", "--release", "-p", "tagmatch-cli"])
-        .current_dir(root)
-        .run()?;
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    let bin = target.join("release").join("tagmatch");
+    let bin = crate::bench_peers::release_cli(root)?;
     let before = load_average();
     let mut rows = Vec::new();
     for w in WORKLOADS {

@@ -225,8 +225,8 @@ fn tagmatch_udp(bin: &Path, test: &str, size: &str, iters: &str) -> Result<Strin
 }
 
 /// Runs the comparison and prints the table (markdown, for docs/benchmarks.md).
-pub fn run(root: &Path) -> Result<()> {
-    ensure_apt(&["ucx-utils", "libfabric-bin"])?;
+/// Builds the `tagmatch` binary in release mode; its path.
+pub(crate) fn release_cli(root: &Path) -> Result<std::path::PathBuf> {
     Cmd::cargo()
         .args(["build", "--release", "-p", "tagmatch-cli"])
         .current_dir(root)
@@ -234,7 +234,12 @@ pub fn run(root: &Path) -> Result<()> {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| root.join("target"));
-    let bin = target.join("release").join("tagmatch");
+    Ok(target.join("release").join("tagmatch"))
+}
+
+pub fn run(root: &Path) -> Result<()> {
+    ensure_apt(&["ucx-utils", "libfabric-bin"])?;
+    let bin = release_cli(root)?;
     const UCX_MB: f64 = 1.048_576; // UCX's MB/s are 2^20 B/s
 
     println!("bench-peers: in-process …");

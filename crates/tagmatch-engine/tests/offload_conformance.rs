@@ -3,29 +3,15 @@
 //! wire-layouts §B–C) against the TM-SRQ model ([`tagmatch_engine::tm_srq`]) or the
 //! offload driver ([`tagmatch_engine::offload`]), and quotes it.
 
+mod offload_common;
+
+use offload_common::*;
 use tagmatch_engine::offload::*;
 use tagmatch_engine::tm_srq::*;
 use tagmatch_engine::{Envelope, RecvSpec};
 use tagmatch_wire::tm::{Rvh, TmOpcode, Tmh, RVH_LEN, TMH_LEN};
 
-const SIG: u32 = ops_flags::SIGNALED | ops_flags::TM_SYNC;
 const EXACT: u64 = u64::MAX;
-
-fn srq(tags: u32, ops: u32, bufs: u64) -> TmSrq<u32> {
-    let mut s = TmSrq::new(
-        TmCaps {
-            max_num_tags: tags,
-            max_ops: ops,
-            max_rndv_hdr_size: 64,
-        },
-        4096,
-    )
-    .unwrap();
-    for i in 0..bufs {
-        s.post_srq_recv(1000 + i);
-    }
-    s
-}
 
 fn add(s: &mut TmSrq<u32>, recv_wr_id: u64, tag: u64, mask: u64, buf_len: u32, cnt: u32) -> u32 {
     s.post_op(OpsWr {
@@ -41,21 +27,6 @@ fn add(s: &mut TmSrq<u32>, recv_wr_id: u64, tag: u64, mask: u64, buf_len: u32, c
     })
     .unwrap()
     .unwrap()
-}
-
-fn op(s: &mut TmSrq<u32>, wr_id: u64, cnt: u32, op: TmOp) -> Result<Option<u32>, PostOpError> {
-    s.post_op(OpsWr {
-        wr_id,
-        flags: SIG,
-        unexpected_cnt: cnt,
-        op,
-    })
-}
-
-/// Executes every queued operation and polls every completion.
-fn drain(s: &mut TmSrq<u32>) -> Vec<Cqe<u32>> {
-    while s.execute_op() {}
-    std::iter::from_fn(|| s.poll_cq()).collect()
 }
 
 fn rvh(len: u32) -> Rvh {
@@ -403,33 +374,6 @@ fn unexpected_completion_asks_for_sync_when_reports_lag_0x4000() {
 // ---------------------------------------------------------------------------------------
 // The driver
 // ---------------------------------------------------------------------------------------
-
-type D = Driver<&'static str, &'static str>;
-
-fn driver(tags: u32) -> D {
-    Driver::new(DriverConfig {
-        caps: Some(TmCaps::with_tags(tags)),
-        ..DriverConfig::default()
-    })
-}
-
-fn pending<R: std::fmt::Debug, M: std::fmt::Debug>(o: PostOutcome<R, M>) -> OffHandle {
-    match o {
-        PostOutcome::Pending(h) => h,
-        PostOutcome::Matched(m) => panic!("unexpected match {m:?}"),
-    }
-}
-
-fn matches(
-    ev: &[Event<&'static str, &'static str>],
-) -> Vec<(&'static str, &'static str, MatchPath)> {
-    ev.iter()
-        .filter_map(|e| match e {
-            Event::Matched(m) => Some((m.recv, m.msg, m.path)),
-            _ => None,
-        })
-        .collect()
-}
 
 /// A device backend over the model that records every work request and can report
 /// unexpected messages the way mlx5 does (wire-layouts §C.1: "UNEXPECTED →

@@ -2,38 +2,13 @@
 //! `Documentation/tag_matching.md`, the cancel/TM_ERR race (UCX's false cancel), fallback
 //! to software, the prefix rule with wildcards, rendezvous paths and the tag layout.
 
+mod offload_common;
+
+use offload_common::{driver, matches, pending, D};
 use tagmatch_engine::offload::*;
 use tagmatch_engine::tm_srq::{Cqe, OpsWr, PostOpError, TmCaps, TmSrq, WcStatus};
 use tagmatch_engine::{Envelope, RecvSpec, Source};
 use tagmatch_wire::tm::{Rvh, TmOpcode};
-
-type D = Driver<&'static str, &'static str>;
-
-fn driver(tags: u32) -> D {
-    Driver::new(DriverConfig {
-        caps: Some(TmCaps::with_tags(tags)),
-        ..DriverConfig::default()
-    })
-}
-
-fn pending(o: PostOutcome<&'static str, &'static str>) -> OffHandle {
-    match o {
-        PostOutcome::Pending(h) => h,
-        PostOutcome::Matched(m) => panic!("unexpected match {m:?}"),
-    }
-}
-
-/// (receive, message, path) of every match event.
-fn matches(
-    ev: &[Event<&'static str, &'static str>],
-) -> Vec<(&'static str, &'static str, MatchPath)> {
-    ev.iter()
-        .filter_map(|e| match e {
-            Event::Matched(m) => Some((m.recv, m.msg, m.path)),
-            _ => None,
-        })
-        .collect()
-}
 
 const E: Envelope = Envelope::new(0, 1, 7);
 

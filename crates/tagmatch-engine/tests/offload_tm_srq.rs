@@ -1,26 +1,11 @@
 //! Unit tests of the TM-SRQ model against the verbs contract (rdma-core
 //! `Documentation/tag_matching.md`, wire-layouts §B–C).
 
+mod offload_common;
+
+use offload_common::{drain, op, srq, SIG};
 use tagmatch_engine::tm_srq::*;
 use tagmatch_wire::tm::{Rvh, TmOpcode};
-
-fn srq(tags: u32, ops: u32) -> TmSrq<u32> {
-    let mut s = TmSrq::new(
-        TmCaps {
-            max_num_tags: tags,
-            max_ops: ops,
-            max_rndv_hdr_size: 64,
-        },
-        4096,
-    )
-    .unwrap();
-    for i in 0..16 {
-        s.post_srq_recv(1000 + i);
-    }
-    s
-}
-
-const SIG: u32 = ops_flags::SIGNALED | ops_flags::TM_SYNC;
 
 fn add(s: &mut TmSrq<u32>, wr_id: u64, tag: u64, mask: u64, cnt: u32) -> u32 {
     s.post_op(OpsWr {
@@ -36,20 +21,6 @@ fn add(s: &mut TmSrq<u32>, wr_id: u64, tag: u64, mask: u64, cnt: u32) -> u32 {
     })
     .unwrap()
     .unwrap()
-}
-
-fn op(s: &mut TmSrq<u32>, wr_id: u64, cnt: u32, op: TmOp) -> Result<Option<u32>, PostOpError> {
-    s.post_op(OpsWr {
-        wr_id,
-        flags: SIG,
-        unexpected_cnt: cnt,
-        op,
-    })
-}
-
-fn drain_ops(s: &mut TmSrq<u32>) -> Vec<Cqe<u32>> {
-    while s.execute_op() {}
-    std::iter::from_fn(|| s.poll_cq()).collect()
 }
 
 #[test]
@@ -70,7 +41,7 @@ fn creation_needs_tags_and_ops() {
 
 #[test]
 fn add_returns_handles_and_respects_max_num_tags() {
-    let mut s = srq(2, 8);
+    let mut s = srq(2, 8, 16);
     let a = add(&mut s, 1, 5, u64::MAX, 0);
     let b = add(&mut s, 2, 6, u64::MAX, 0);
     assert_ne!(a, b);
@@ -88,7 +59,7 @@ fn add_returns_handles_and_respects_max_num_tags() {
         ),
         Err(PostOpError::TagsFull)
     );
-    let cqes = drain_ops(&mut s);
+    let cqes = drain(&mut s);
     assert_eq!(cqes.len(), 2);
     assert!(cqes
         .iter()
@@ -103,7 +74,7 @@ fn add_returns_handles_and_respects_max_num_tags() {
 
 #[test]
 fn max_ops_counts_until_completion_is_polled() {
-    let mut s = srq(4, 2);
+    let mut s = srq(4, 2, 16);
     op(&mut s, 1, 0, TmOp::Sync).unwrap();
     op(&mut s, 2, 0, TmOp::Sync).unwrap();
     assert_eq!(op(&mut s, 3, 0, TmOp::Sync), Err(PostOpError::OpsFull));
@@ -114,7 +85,7 @@ fn max_ops_counts_until_completion_is_polled() {
     assert_eq!((c.wr_id, c.opcode), (1, WcOpcode::TmSync));
     op(&mut s, 3, 0, TmOp::Sync).unwrap();
     // Unsignaled operations free their slot when executed and produce no completion.
-    let mut s = srq(4, 1);
+    let mut s = srq(4, 1, 16);
     s.post_op(OpsWr {
         wr_id: 9,
         flags: 0,
@@ -129,10 +100,10 @@ fn max_ops_counts_until_completion_is_polled() {
 
 #[test]
 fn first_entry_in_list_order_wins_with_masks() {
-    let mut s = srq(4, 8);
+    let mut s = srq(4, 8, 16);
     add(&mut s, 1, 0x10, 0xf0, 0); // any tag 0x1?
     add(&mut s, 2, 0x12, u64::MAX, 0); // exactly 0x12
-    drain_ops(&mut s);
+    drain(&mut s);
     s.arrive(WireMsg::eager(0x12, 77, 8, 500)).unwrap();
     let c = s.poll_cq().unwrap();
     assert_eq!(c.opcode, WcOpcode::TmRecv);
@@ -153,9 +124,9 @@ fn first_entry_in_list_order_wins_with_masks() {
 
 #[test]
 fn multi_packet_eager_gives_match_then_data_valid() {
-    let mut s = srq(2, 4);
+    let mut s = srq(2, 4, 16);
     add(&mut s, 1, 3, u64::MAX, 0);
-    drain_ops(&mut s);
+    drain(&mut s);
     s.arrive(WireMsg::eager(3, 0, 10_000, 1)).unwrap();
     let c = s.poll_cq().unwrap();
     assert_eq!((c.wr_id, c.wc_flags), (1, wc_flags::TM_MATCH));
@@ -171,9 +142,9 @@ fn multi_packet_eager_gives_match_then_data_valid() {
 
 #[test]
 fn rndv_within_buffer_reads_and_sends_fin() {
-    let mut s = srq(2, 4);
+    let mut s = srq(2, 4, 16);
     add(&mut s, 1, 3, u64::MAX, 0);
-    drain_ops(&mut s);
+    drain(&mut s);
     let rvh = Rvh {
         va: 0xdead_0000,
         rkey: 42,
@@ -199,7 +170,7 @@ fn rndv_within_buffer_reads_and_sends_fin() {
 
 #[test]
 fn rndv_into_small_buffer_is_incomplete_with_headers() {
-    let mut s = srq(2, 4);
+    let mut s = srq(2, 4, 16);
     s.post_op(OpsWr {
         wr_id: 1,
         flags: SIG,
@@ -212,7 +183,7 @@ fn rndv_into_small_buffer_is_incomplete_with_headers() {
         },
     })
     .unwrap();
-    drain_ops(&mut s);
+    drain(&mut s);
     let rvh = Rvh {
         va: 1,
         rkey: 2,
@@ -236,7 +207,7 @@ fn rndv_into_small_buffer_is_incomplete_with_headers() {
 
 #[test]
 fn unmatched_goes_to_srq_and_counts_no_tag_does_not() {
-    let mut s = srq(2, 4);
+    let mut s = srq(2, 4, 16);
     s.arrive(WireMsg::eager(3, 0, 8, 1)).unwrap();
     let c = s.poll_cq().unwrap();
     assert_eq!((c.opcode, c.wr_id), (WcOpcode::Recv, 1000));
@@ -257,7 +228,7 @@ fn unmatched_goes_to_srq_and_counts_no_tag_does_not() {
 
 #[test]
 fn new_tags_are_disabled_until_counts_agree() {
-    let mut s = srq(4, 8);
+    let mut s = srq(4, 8, 16);
     // m1 goes unexpected; software has not seen it when it appends b1 (count 0).
     s.arrive(WireMsg::eager(7, 0, 8, 1)).unwrap();
     add(&mut s, 11, 7, u64::MAX, 0);
@@ -278,11 +249,11 @@ fn new_tags_are_disabled_until_counts_agree() {
     );
     // A SYNC with a count still behind keeps it disabled and asks again.
     op(&mut s, 20, 1, TmOp::Sync).unwrap();
-    let c = drain_ops(&mut s);
+    let c = drain(&mut s);
     assert_eq!(c[0].wc_flags, wc_flags::TM_SYNC_REQ);
     assert!(!s.list()[0].enabled);
     op(&mut s, 21, 2, TmOp::Sync).unwrap();
-    let c = drain_ops(&mut s);
+    let c = drain(&mut s);
     assert_eq!((c[0].opcode, c[0].wc_flags), (WcOpcode::TmSync, 0));
     assert_eq!(s.sw_reported(), 2);
     assert!(s.list()[0].enabled);
@@ -290,12 +261,12 @@ fn new_tags_are_disabled_until_counts_agree() {
     assert_eq!(s.poll_cq().unwrap().wr_id, 11);
     // Entries appended while in sync stay enabled across later unexpected messages.
     add(&mut s, 12, 8, u64::MAX, 2);
-    drain_ops(&mut s);
+    drain(&mut s);
     s.arrive(WireMsg::eager(9, 0, 8, 4)).unwrap();
     s.poll_cq().unwrap();
     assert!(s.list()[0].enabled);
     // Without the phase rule (fault injection) the new tag would match.
-    let mut s = srq(4, 8);
+    let mut s = srq(4, 8, 16);
     s.set_honor_phase(false);
     s.arrive(WireMsg::eager(7, 0, 8, 1)).unwrap();
     add(&mut s, 11, 7, u64::MAX, 0);
@@ -305,9 +276,9 @@ fn new_tags_are_disabled_until_counts_agree() {
 
 #[test]
 fn del_after_consume_is_tm_err_and_handles_are_not_reused_early() {
-    let mut s = srq(1, 8);
+    let mut s = srq(1, 8, 16);
     let h = add(&mut s, 1, 5, u64::MAX, 0);
-    drain_ops(&mut s);
+    drain(&mut s);
     // DEL posted, then the message wins the race before the DEL executes.
     op(&mut s, 2, 0, TmOp::Del { handle: h }).unwrap();
     s.arrive(WireMsg::eager(5, 0, 8, 1)).unwrap();
@@ -337,7 +308,7 @@ fn del_after_consume_is_tm_err_and_handles_are_not_reused_early() {
     // A DEL that wins removes the entry.
     let h = add(&mut s, 4, 6, u64::MAX, 0);
     op(&mut s, 5, 0, TmOp::Del { handle: h }).unwrap();
-    let c = drain_ops(&mut s);
+    let c = drain(&mut s);
     assert_eq!(
         (c[1].opcode, c[1].status),
         (WcOpcode::TmDel, WcStatus::Success)
@@ -351,17 +322,17 @@ fn del_after_consume_is_tm_err_and_handles_are_not_reused_early() {
 
 #[test]
 fn counts_are_compared_on_16_bits_like_the_mlx5_wqe() {
-    let mut s = srq(2, 8);
+    let mut s = srq(2, 8, 16);
     s.arrive(WireMsg::eager(7, 0, 8, 1)).unwrap();
     s.poll_cq().unwrap();
     // hw count 1; a report of 1 + 2^16 is the same 16-bit value: in sync.
     add(&mut s, 1, 7, u64::MAX, 1 + (1 << 16));
-    let c = drain_ops(&mut s);
+    let c = drain(&mut s);
     assert_eq!(c[0].wc_flags, 0);
     assert!(s.list()[0].enabled);
     // A report of 2 is not.
     add(&mut s, 2, 8, u64::MAX, 2);
-    let c = drain_ops(&mut s);
+    let c = drain(&mut s);
     assert_eq!(c[0].wc_flags, wc_flags::TM_SYNC_REQ);
     assert!(!s.list()[1].enabled);
     assert!(s.disabled_entries_form_a_suffix());
@@ -391,9 +362,9 @@ fn arrivals_from_wire_bytes() {
     let parsed = TmRepr::parse_bytes(&bytes).unwrap();
     let msg = WireMsg::from_repr(&parsed, 5u32);
     assert_eq!(msg.wire_len(), 40);
-    let mut s = srq(2, 4);
+    let mut s = srq(2, 4, 16);
     add(&mut s, 1, 0x0102_0304_0000_0000, !0xffff_ffffu64, 0);
-    drain_ops(&mut s);
+    drain(&mut s);
     s.arrive(msg).unwrap();
     let c = s.poll_cq().unwrap();
     assert_eq!(c.wr_id, 1);
