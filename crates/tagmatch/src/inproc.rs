@@ -14,7 +14,9 @@ use foldhash::{HashMap, HashSet};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use tagmatch_engine::{Arrived, Envelope, MsgHandle, Posted, RecvSpec, Source, TagSel};
+use tagmatch_engine::{
+    Arrived, Envelope, Match, MsgHandle, Posted, RecvSpec, Rejected, Source, TagSel,
+};
 use tagmatch_rdm::{CallError, Config, OpError, OpId, OpKind, PeerId, SendOpts};
 use tagmatch_transport::Node;
 use tagmatch_wire::efa::RawAddr;
@@ -111,6 +113,124 @@ enum Route {
     Gone,
 }
 
+/// A receive kept out of the engine (see [`Matcher`]).
+#[derive(Debug)]
+struct Solo {
+    spec: RecvSpec,
+    ctx: RecvCtx,
+}
+
+/// Searches made against [`Matcher::solo`], counted as the engine counts its own.
+#[derive(Debug, Default)]
+struct SoloCounts {
+    attempts: u64,
+    hits: u64,
+    misses: u64,
+    cancelled: u64,
+}
+
+/// The fast path's matching: the engine, and in front of it at most one receive held
+/// aside (`solo`). A receive posted while the engine holds no posted receive and no
+/// unexpected message (a ping-pong's every receive) cannot match anything at once and is
+/// the earliest posted: it is kept aside instead of in the engine, and an arrival looks
+/// at it first (a matching message goes straight to its buffer: no engine insert,
+/// search and removal). While it is held, later receives go to the engine (all posted
+/// after it), and an arrival it does not accept goes to the engine as before; so the
+/// engine's rules hold unchanged: the earliest-posted matching receive takes an arrival
+/// (the held one is earlier than every receive in the engine), a receive takes the
+/// earliest-arrived matching unexpected message (there was none when the held one was
+/// posted, and arrivals it accepts never become unexpected).
+#[derive(Debug)]
+pub(crate) struct Matcher {
+    engine: tagmatch_engine::Engine<RecvCtx, FastMsg>,
+    solo: Option<Solo>,
+    solo_c: SoloCounts,
+}
+
+impl Matcher {
+    fn new(cfg: tagmatch_engine::Config) -> Matcher {
+        Matcher {
+            engine: tagmatch_engine::Engine::new(cfg),
+            solo: None,
+            solo_c: SoloCounts::default(),
+        }
+    }
+
+    /// Posts a receive: `Ok(Some(_))` if it matched an unexpected message, `Ok(None)` if
+    /// it waits, `Err(())` if the engine refuses more receives.
+    #[inline(always)]
+    fn post(
+        &mut self,
+        spec: RecvSpec,
+        ctx: RecvCtx,
+    ) -> Result<Option<Match<RecvCtx, FastMsg>>, ()> {
+        if self.solo.is_none() {
+            let c = self.engine.counters();
+            if c.posted_depth == 0 && c.unexpected_depth == 0 {
+                // A search of an empty unexpected queue: a miss, as the engine counts it.
+                self.solo_c.misses += 1;
+                self.solo = Some(Solo { spec, ctx });
+                return Ok(None);
+            }
+        }
+        match self.engine.post(spec, ctx) {
+            Ok(Posted::Matched(m)) => Ok(Some(m)),
+            Ok(Posted::Pending(_)) => Ok(None),
+            Err(_) => Err(()),
+        }
+    }
+
+    /// An arrival: the held receive if it accepts it, else the engine's
+    /// [`arrive_held`](tagmatch_engine::Engine::arrive_held).
+    #[inline(always)]
+    fn arrive_held(
+        &mut self,
+        env: Envelope,
+        len: usize,
+        held: usize,
+        msg: FastMsg,
+    ) -> Result<Arrived<RecvCtx, FastMsg>, Rejected<FastMsg>> {
+        if let Some(s) = &self.solo {
+            self.solo_c.attempts += 1;
+            if s.spec.matches(&env) {
+                if let Some(s) = self.solo.take() {
+                    self.solo_c.hits += 1;
+                    return Ok(Arrived::Matched(Match {
+                        recv: s.ctx,
+                        msg,
+                        env,
+                        len,
+                    }));
+                }
+            }
+        }
+        self.engine.arrive_held(env, len, held, msg)
+    }
+
+    /// Cancels the posted receive of operation `op`; returns it.
+    fn cancel(&mut self, op: u64) -> Option<RecvCtx> {
+        if self.solo.as_ref().is_some_and(|s| s.ctx.op == op) {
+            self.solo_c.cancelled += 1;
+            return self.solo.take().map(|s| s.ctx);
+        }
+        let mut found = None;
+        self.engine
+            .cancel_where(|_, r| r.op == op, |_, r| found = Some(r));
+        found
+    }
+
+    /// The engine's counters with the held receive's searches added.
+    fn counters(&self) -> tagmatch_engine::Counters {
+        let mut c = self.engine.counters();
+        c.posted_depth += usize::from(self.solo.is_some());
+        c.match_attempts += self.solo_c.attempts;
+        c.hits += self.solo_c.hits;
+        c.misses += self.solo_c.misses;
+        c.cancelled += self.solo_c.cancelled;
+        c
+    }
+}
+
 /// Protocol-path bookkeeping of the allocation-free operations (any transport).
 #[derive(Debug, Default)]
 pub(crate) struct ProtoExtras {
@@ -125,7 +245,7 @@ pub(crate) struct Fast {
     hub: Arc<Hub>,
     inbox: Arc<Inbox>,
     addr: RawAddr,
-    engine: tagmatch_engine::Engine<RecvCtx, FastMsg>,
+    engine: Matcher,
     /// Per peer (by index): how messages to it travel, decided at the first send.
     routes: Vec<Route>,
     any_waiting: bool,
@@ -170,7 +290,7 @@ impl Fast {
             hub,
             inbox,
             addr,
-            engine: tagmatch_engine::Engine::new(ecfg),
+            engine: Matcher::new(ecfg),
             routes: Vec::new(),
             any_waiting: false,
             rx: Vec::new(),
@@ -288,7 +408,7 @@ fn spec(tag: Option<TagMatch>, src: Option<PeerId>) -> RecvSpec {
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn arrive(
-    engine: &mut tagmatch_engine::Engine<RecvCtx, FastMsg>,
+    engine: &mut Matcher,
     node: &mut Node<Device>,
     proto_recvs: &mut HashMap<u64, (u64, Option<Vec<u8>>)>,
     out: &mut Out<'_>,
@@ -569,7 +689,7 @@ impl Endpoint {
         let op = f.op();
         let ctx = RecvCtx { op, buf };
         match f.engine.post(spec(tag, src), ctx) {
-            Ok(Posted::Matched(m)) => {
+            Ok(Some(m)) => {
                 let mut out = Out {
                     ready,
                     counters,
@@ -585,8 +705,8 @@ impl Endpoint {
                     m.msg,
                 );
             }
-            Ok(Posted::Pending(_)) => {}
-            Err(_) => {
+            Ok(None) => {}
+            Err(()) => {
                 counters.call_errors += 1;
                 return Err(Error::call(CallError::TooManyReceives, None, None));
             }
@@ -605,7 +725,7 @@ impl Endpoint {
     ) -> Option<ProbeInfo> {
         let ep = self.id;
         let f = self.fast.as_deref_mut()?;
-        let p = f.engine.probe(&spec(tag, src))?;
+        let p = f.engine.engine.probe(&spec(tag, src))?;
         Some(ProbeInfo {
             source: Peer {
                 id: PeerId(p.env.src),
@@ -624,8 +744,8 @@ impl Endpoint {
     ) -> Option<Message> {
         let ep = self.id;
         let f = self.fast.as_deref_mut()?;
-        let c = f.engine.mprobe(&spec(tag, src))?;
-        let cq_data = f.engine.claimed(c.handle).ok()?.cq_data;
+        let c = f.engine.engine.mprobe(&spec(tag, src))?;
+        let cq_data = f.engine.engine.claimed(c.handle).ok()?.cq_data;
         Some(Message {
             claim: MsgClaim::Fast(c.handle),
             ep,
@@ -653,7 +773,7 @@ impl Endpoint {
         let Some(f) = fast.as_deref_mut() else {
             return Err(Error::StaleMessage);
         };
-        let m = f.engine.mrecv(h).map_err(|_| Error::StaleMessage)?;
+        let m = f.engine.engine.mrecv(h).map_err(|_| Error::StaleMessage)?;
         let op = f.op();
         let mut out = Out {
             ready,
@@ -682,10 +802,7 @@ impl Endpoint {
         let Some(f) = self.fast.as_deref_mut() else {
             return Err(Error::UnknownRequest(req));
         };
-        let mut found = None;
-        f.engine
-            .cancel_where(|_, r| r.op == req.op.0, |_, r| found = Some(r));
-        if found.is_none() {
+        if f.engine.cancel(req.op.0).is_none() {
             return Err(Error::UnknownRequest(req));
         }
         self.counters.cancels += 1;
