@@ -114,11 +114,21 @@ pub(crate) enum Payload {
     Proto(tagmatch_rdm::Claim),
 }
 
-/// Copies inline words' first `n` bytes into `out`.
+/// Copies inline words' first `n` bytes into `out`: whole words as 8-byte stores, only a
+/// last partial word byte by byte (a copy of variable length per chunk was a `memcpy`
+/// call per message).
+#[inline(always)]
 pub(crate) fn copy_inline(words: &[u64; INLINE_WORDS], n: usize, out: &mut [u8]) {
-    for (i, chunk) in out[..n].chunks_mut(8).enumerate() {
-        let b = words[i].to_le_bytes();
-        chunk.copy_from_slice(&b[..chunk.len()]);
+    let mut whole = out[..n].chunks_exact_mut(8);
+    for (c, w) in (&mut whole).zip(words) {
+        c.copy_from_slice(&w.to_le_bytes());
+    }
+    let rest = whole.into_remainder();
+    if let (false, Some(w)) = (rest.is_empty(), words.get(n / 8)) {
+        let b = w.to_le_bytes();
+        for (d, s) in rest.iter_mut().zip(b) {
+            *d = s;
+        }
     }
 }
 
