@@ -180,8 +180,33 @@ impl Matcher {
         }
     }
 
-    /// An arrival: the held receive if it accepts it, else the engine's
+    /// The held receive, if there is one and it accepts `env` (then an arrival with
+    /// `env` goes to it; otherwise to [`Matcher::arrive_engine`]).
+    #[inline(always)]
+    fn take_solo(&mut self, env: &Envelope) -> Option<RecvCtx> {
+        let s = self.solo.as_ref()?;
+        self.solo_c.attempts += 1;
+        if !s.spec.matches(env) {
+            return None;
+        }
+        self.solo_c.hits += 1;
+        self.solo.take().map(|s| s.ctx)
+    }
+
+    /// An arrival the held receive did not take: the engine's
     /// [`arrive_held`](tagmatch_engine::Engine::arrive_held).
+    #[inline(always)]
+    fn arrive_engine(
+        &mut self,
+        env: Envelope,
+        len: usize,
+        held: usize,
+        msg: FastMsg,
+    ) -> Result<Arrived<RecvCtx, FastMsg>, Rejected<FastMsg>> {
+        self.engine.arrive_held(env, len, held, msg)
+    }
+
+    /// An arrival: the held receive if it accepts it, else the engine.
     #[inline(always)]
     fn arrive_held(
         &mut self,
@@ -190,21 +215,15 @@ impl Matcher {
         held: usize,
         msg: FastMsg,
     ) -> Result<Arrived<RecvCtx, FastMsg>, Rejected<FastMsg>> {
-        if let Some(s) = &self.solo {
-            self.solo_c.attempts += 1;
-            if s.spec.matches(&env) {
-                if let Some(s) = self.solo.take() {
-                    self.solo_c.hits += 1;
-                    return Ok(Arrived::Matched(Match {
-                        recv: s.ctx,
-                        msg,
-                        env,
-                        len,
-                    }));
-                }
-            }
+        if let Some(recv) = self.take_solo(&env) {
+            return Ok(Arrived::Matched(Match {
+                recv,
+                msg,
+                env,
+                len,
+            }));
         }
-        self.engine.arrive_held(env, len, held, msg)
+        self.arrive_engine(env, len, held, msg)
     }
 
     /// Cancels the posted receive of operation `op`; returns it.
@@ -418,8 +437,14 @@ fn arrive(
     held: usize,
     msg: FastMsg,
     dc: Option<u64>,
+    solo_checked: bool,
 ) -> Result<(), Stalled> {
-    match engine.arrive_held(env, len, held, msg) {
+    let r = if solo_checked {
+        engine.arrive_engine(env, len, held, msg)
+    } else {
+        engine.arrive_held(env, len, held, msg)
+    };
+    match r {
         Ok(a) => {
             if let Some(op) = dc {
                 // Delivered: matched, or held as unexpected by the receiver.
@@ -1048,6 +1073,7 @@ impl Endpoint {
                     s.held,
                     s.msg,
                     s.dc,
+                    false,
                 ) {
                     *stalled = Some(again);
                     continue;
@@ -1070,6 +1096,15 @@ impl Endpoint {
                     payload: raw.payload,
                     cq_data,
                 };
+                if let Some(recv) = f.engine.take_solo(&env) {
+                    // Straight from the slot into the held receive's buffer (no match
+                    // record).
+                    if let Some(op) = dc {
+                        rx.lane.ack(op);
+                    }
+                    finish(node, &mut f.proto_recvs, &mut out, recv, env, len, msg);
+                    continue;
+                }
                 if let Err(again) = arrive(
                     &mut f.engine,
                     node,
@@ -1081,6 +1116,7 @@ impl Endpoint {
                     len,
                     msg,
                     dc,
+                    true,
                 ) {
                     out.counters.fast_backpressure += 1;
                     *stalled = Some(again);
