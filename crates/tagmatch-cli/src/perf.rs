@@ -469,9 +469,10 @@ impl Server {
             }
             _ => self.pending.retain(|&r| r != c.request),
         }
+        // `ok_or_else`: no error value built (and dropped) per message.
         let client = self
             .client
-            .ok_or(tagmatch::Error::UnknownRequest(c.request))?;
+            .ok_or_else(|| tagmatch::Error::UnknownRequest(c.request))?;
         match &mut self.phase {
             Phase::Lat { left, size } => {
                 let size = *size;
@@ -992,8 +993,18 @@ impl Progress {
         }
     }
 
+    /// Called per message: the test of whether to look at the clock is inlined, the
+    /// rest is not.
+    #[inline]
     fn tick(&mut self, done: u64, total: u64) {
-        if !self.on || done % 256 != 0 || self.last.elapsed() < Duration::from_millis(250) {
+        if self.on && done % 256 == 0 {
+            self.show(done, total);
+        }
+    }
+
+    #[inline(never)]
+    fn show(&mut self, done: u64, total: u64) {
+        if self.last.elapsed() < Duration::from_millis(250) {
             return;
         }
         self.last = Instant::now();
