@@ -561,6 +561,80 @@ fn finish(
     });
 }
 
+/// Takes every lane's messages into the matcher (a message held back for the budget
+/// first); `reap`: also what waited at a sender that went.
+#[inline(always)]
+fn drain_lanes(f: &mut Fast, node: &mut Node<Device>, out: &mut Out<'_>, reap: bool) {
+    for InLane { rx, stalled } in f.rx.iter_mut() {
+        if stalled.is_some() {
+            let Some(s) = stalled.take() else { continue };
+            if let Err(again) = arrive(
+                &mut f.engine,
+                node,
+                &mut f.proto_recvs,
+                out,
+                &rx.lane,
+                s.env,
+                s.len,
+                s.held,
+                s.msg,
+                s.dc,
+                false,
+            ) {
+                *stalled = Some(again);
+                continue;
+            }
+        }
+        let mut taken = false;
+        // While a sender is gone, also what waited at it when it went.
+        while let Some(raw) = if reap { rx.pop_any() } else { rx.pop() } {
+            taken = true;
+            let comm = if raw.flags & F_TAGGED != 0 {
+                COMM_TAG
+            } else {
+                COMM_MSG
+            };
+            let cq_data = (raw.flags & F_CQ != 0).then_some(raw.cq_data);
+            let dc = (raw.flags & F_DC != 0).then_some(raw.op);
+            let env = Envelope::new(comm, rx.peer, raw.tag);
+            let len = raw.len;
+            let msg = FastMsg {
+                payload: raw.payload,
+                cq_data,
+            };
+            if let Some(recv) = f.engine.take_solo(&env) {
+                // Straight from the slot into the held receive's buffer (no match
+                // record).
+                if let Some(op) = dc {
+                    rx.lane.ack(op);
+                }
+                finish(node, &mut f.proto_recvs, out, recv, env, len, msg);
+                continue;
+            }
+            if let Err(again) = arrive(
+                &mut f.engine,
+                node,
+                &mut f.proto_recvs,
+                out,
+                &rx.lane,
+                env,
+                len,
+                len,
+                msg,
+                dc,
+                true,
+            ) {
+                out.counters.fast_backpressure += 1;
+                *stalled = Some(again);
+                break;
+            }
+        }
+        if taken {
+            rx.publish();
+        }
+    }
+}
+
 impl Endpoint {
     /// Whether messages to `pid` take the fast path (decided at the first message, then
     /// fixed: every message of the pair takes the same path, so order holds).
@@ -917,8 +991,42 @@ impl Endpoint {
     }
 
     /// The fast path's share of progress: delivery-complete acknowledgements, messages
-    /// waiting for ring space, new lanes, protocol-path arrivals, then every lane.
+    /// waiting for ring space, new lanes, protocol-path arrivals, then every lane. When
+    /// there is none of the rest (no inbox event, nothing waiting for ring space, no
+    /// protocol-path message, no lane to release: nearly every call), only the lanes are
+    /// drained, without the general pass's setup.
+    #[inline(never)]
     pub(crate) fn fast_progress(&mut self) {
+        let Endpoint {
+            id,
+            node,
+            ready,
+            counters,
+            fast,
+            ..
+        } = self;
+        let Some(f) = fast.as_deref_mut() else {
+            return;
+        };
+        if f.inbox.any_event()
+            || f.any_waiting
+            || f.reap
+            || !f.proto_stalled.is_empty()
+            || node.endpoint().in_flight().2 > 0
+        {
+            return self.fast_progress_all();
+        }
+        let mut out = Out {
+            ready,
+            counters,
+            ep: *id,
+        };
+        drain_lanes(f, node, &mut out, false);
+    }
+
+    /// [`Endpoint::fast_progress`]: the general pass.
+    #[inline(never)]
+    fn fast_progress_all(&mut self) {
         let Endpoint {
             id,
             node,
@@ -1059,74 +1167,7 @@ impl Endpoint {
                 }
             }
         }
-        for InLane { rx, stalled } in f.rx.iter_mut() {
-            if stalled.is_some() {
-                let Some(s) = stalled.take() else { continue };
-                if let Err(again) = arrive(
-                    &mut f.engine,
-                    node,
-                    &mut f.proto_recvs,
-                    &mut out,
-                    &rx.lane,
-                    s.env,
-                    s.len,
-                    s.held,
-                    s.msg,
-                    s.dc,
-                    false,
-                ) {
-                    *stalled = Some(again);
-                    continue;
-                }
-            }
-            let mut taken = false;
-            // While a sender is gone, also what waited at it when it went.
-            while let Some(raw) = if reap { rx.pop_any() } else { rx.pop() } {
-                taken = true;
-                let comm = if raw.flags & F_TAGGED != 0 {
-                    COMM_TAG
-                } else {
-                    COMM_MSG
-                };
-                let cq_data = (raw.flags & F_CQ != 0).then_some(raw.cq_data);
-                let dc = (raw.flags & F_DC != 0).then_some(raw.op);
-                let env = Envelope::new(comm, rx.peer, raw.tag);
-                let len = raw.len;
-                let msg = FastMsg {
-                    payload: raw.payload,
-                    cq_data,
-                };
-                if let Some(recv) = f.engine.take_solo(&env) {
-                    // Straight from the slot into the held receive's buffer (no match
-                    // record).
-                    if let Some(op) = dc {
-                        rx.lane.ack(op);
-                    }
-                    finish(node, &mut f.proto_recvs, &mut out, recv, env, len, msg);
-                    continue;
-                }
-                if let Err(again) = arrive(
-                    &mut f.engine,
-                    node,
-                    &mut f.proto_recvs,
-                    &mut out,
-                    &rx.lane,
-                    env,
-                    len,
-                    len,
-                    msg,
-                    dc,
-                    true,
-                ) {
-                    out.counters.fast_backpressure += 1;
-                    *stalled = Some(again);
-                    break;
-                }
-            }
-            if taken {
-                rx.publish();
-            }
-        }
+        drain_lanes(f, node, &mut out, reap);
         if reap {
             // Lanes whose sender is gone and whose every message reached the engine are
             // released; one still holding messages back (budget) is kept and looked at
