@@ -113,46 +113,50 @@ enum Route {
     Gone,
 }
 
-/// A receive kept out of the engine (see [`Matcher`]).
-#[derive(Debug)]
-struct Solo {
-    spec: RecvSpec,
-    ctx: RecvCtx,
-}
-
-/// Searches made against [`Matcher::solo`], counted as the engine counts its own.
+/// Searches made against [`Matcher::held`], counted as the engine counts its own.
 #[derive(Debug, Default)]
-struct SoloCounts {
+struct HeldCounts {
     attempts: u64,
     hits: u64,
     misses: u64,
     cancelled: u64,
 }
 
-/// The fast path's matching: the engine, and in front of it at most one receive held
-/// aside (`solo`). A receive posted while the engine holds no posted receive and no
-/// unexpected message (a ping-pong's every receive) cannot match anything at once and is
-/// the earliest posted: it is kept aside instead of in the engine, and an arrival looks
-/// at it first (a matching message goes straight to its buffer: no engine insert,
-/// search and removal). While it is held, later receives go to the engine (all posted
-/// after it), and an arrival it does not accept goes to the engine as before; so the
-/// engine's rules hold unchanged: the earliest-posted matching receive takes an arrival
-/// (the held one is earlier than every receive in the engine), a receive takes the
-/// earliest-arrived matching unexpected message (there was none when the held one was
-/// posted, and arrivals it accepts never become unexpected).
+/// The fast path's matching: the engine, and in front of it receives held aside
+/// (`held`, in posting order, all with one spec, `held_spec`). A receive is held aside,
+/// instead of going to the engine, when the engine has no posted receive and either
+/// nothing is held and the engine has no unexpected message (a ping-pong's every receive)
+/// or what is held has the same spec (a window of identical receives); an arrival looks at
+/// the held receives first (a message they accept goes to the earliest of them, straight
+/// to its buffer: no engine insert, search and removal), then at the engine. The engine's
+/// rules hold unchanged:
+/// - the earliest-posted matching receive takes an arrival: every held receive was
+///   posted before every receive in the engine (one is held only while the engine has
+///   none), and the held ones, sharing one spec, accept the same messages, so the first
+///   of them is the earliest that matches;
+/// - a receive takes the earliest-arrived matching unexpected message: a receive is held
+///   only when no unexpected message matches it (there was none when the first was held;
+///   while some are held, every arrival their spec accepts is taken by them, never left
+///   unexpected).
 #[derive(Debug)]
 pub(crate) struct Matcher {
     engine: tagmatch_engine::Engine<RecvCtx, FastMsg>,
-    solo: Option<Solo>,
-    solo_c: SoloCounts,
+    /// The earliest held receive (kept out of `rest`: a ping-pong holds one at a time).
+    held: Option<RecvCtx>,
+    /// The later held receives, in posting order.
+    held_rest: VecDeque<RecvCtx>,
+    held_spec: RecvSpec,
+    held_c: HeldCounts,
 }
 
 impl Matcher {
     fn new(cfg: tagmatch_engine::Config) -> Matcher {
         Matcher {
             engine: tagmatch_engine::Engine::new(cfg),
-            solo: None,
-            solo_c: SoloCounts::default(),
+            held: None,
+            held_rest: VecDeque::new(),
+            held_spec: RecvSpec::new(COMM_MSG, None, None),
+            held_c: HeldCounts::default(),
         }
     }
 
@@ -164,14 +168,29 @@ impl Matcher {
         spec: RecvSpec,
         ctx: RecvCtx,
     ) -> Result<Option<Match<RecvCtx, FastMsg>>, ()> {
-        if self.solo.is_none() {
-            let c = self.engine.counters();
-            if c.posted_depth == 0 && c.unexpected_depth == 0 {
-                // A search of an empty unexpected queue: a miss, as the engine counts it.
-                self.solo_c.misses += 1;
-                self.solo = Some(Solo { spec, ctx });
+        let c = self.engine.counters();
+        let max = self.engine.config().max_posted;
+        if c.posted_depth == 0 {
+            // A search that finds no unexpected message: a miss, as the engine counts it.
+            if self.held.is_none() {
+                if c.unexpected_depth == 0 && max > 0 {
+                    self.held_c.misses += 1;
+                    self.held_spec = spec;
+                    self.held = Some(ctx);
+                    return Ok(None);
+                }
+            } else if spec == self.held_spec {
+                if 1 + self.held_rest.len() >= max {
+                    // The engine's limit, for held and engine receives together.
+                    return Err(());
+                }
+                self.held_c.misses += 1;
+                self.held_rest.push_back(ctx);
                 return Ok(None);
             }
+        }
+        if self.held.is_some() && 1 + self.held_rest.len() + c.posted_depth >= max {
+            return Err(());
         }
         match self.engine.post(spec, ctx) {
             Ok(Posted::Matched(m)) => Ok(Some(m)),
@@ -180,17 +199,22 @@ impl Matcher {
         }
     }
 
-    /// The held receive, if there is one and it accepts `env` (then an arrival with
-    /// `env` goes to it; otherwise to [`Matcher::arrive_engine`]).
+    /// The earliest held receive, if there is one and the held ones accept `env` (then an
+    /// arrival with `env` goes to it; otherwise to [`Matcher::arrive_engine`]).
     #[inline(always)]
-    fn take_solo(&mut self, env: &Envelope) -> Option<RecvCtx> {
-        let s = self.solo.as_ref()?;
-        self.solo_c.attempts += 1;
-        if !s.spec.matches(env) {
+    fn take_held(&mut self, env: &Envelope) -> Option<RecvCtx> {
+        self.held.as_ref()?;
+        self.held_c.attempts += 1;
+        if !self.held_spec.matches(env) {
             return None;
         }
-        self.solo_c.hits += 1;
-        self.solo.take().map(|s| s.ctx)
+        self.held_c.hits += 1;
+        let next = if self.held_rest.is_empty() {
+            None
+        } else {
+            self.held_rest.pop_front()
+        };
+        std::mem::replace(&mut self.held, next)
     }
 
     /// An arrival the held receive did not take: the engine's
@@ -215,7 +239,7 @@ impl Matcher {
         held: usize,
         msg: FastMsg,
     ) -> Result<Arrived<RecvCtx, FastMsg>, Rejected<FastMsg>> {
-        if let Some(recv) = self.take_solo(&env) {
+        if let Some(recv) = self.take_held(&env) {
             return Ok(Arrived::Matched(Match {
                 recv,
                 msg,
@@ -228,9 +252,14 @@ impl Matcher {
 
     /// Cancels the posted receive of operation `op`; returns it.
     fn cancel(&mut self, op: u64) -> Option<RecvCtx> {
-        if self.solo.as_ref().is_some_and(|s| s.ctx.op == op) {
-            self.solo_c.cancelled += 1;
-            return self.solo.take().map(|s| s.ctx);
+        if self.held.as_ref().is_some_and(|r| r.op == op) {
+            self.held_c.cancelled += 1;
+            let next = self.held_rest.pop_front();
+            return std::mem::replace(&mut self.held, next);
+        }
+        if let Some(i) = self.held_rest.iter().position(|r| r.op == op) {
+            self.held_c.cancelled += 1;
+            return self.held_rest.remove(i);
         }
         let mut found = None;
         self.engine
@@ -238,14 +267,14 @@ impl Matcher {
         found
     }
 
-    /// The engine's counters with the held receive's searches added.
+    /// The engine's counters with the held receives and their searches added.
     fn counters(&self) -> tagmatch_engine::Counters {
         let mut c = self.engine.counters();
-        c.posted_depth += usize::from(self.solo.is_some());
-        c.match_attempts += self.solo_c.attempts;
-        c.hits += self.solo_c.hits;
-        c.misses += self.solo_c.misses;
-        c.cancelled += self.solo_c.cancelled;
+        c.posted_depth += usize::from(self.held.is_some()) + self.held_rest.len();
+        c.match_attempts += self.held_c.attempts;
+        c.hits += self.held_c.hits;
+        c.misses += self.held_c.misses;
+        c.cancelled += self.held_c.cancelled;
         c
     }
 }
@@ -437,9 +466,9 @@ fn arrive(
     held: usize,
     msg: FastMsg,
     dc: Option<u64>,
-    solo_checked: bool,
+    held_checked: bool,
 ) -> Result<(), Stalled> {
-    let r = if solo_checked {
+    let r = if held_checked {
         engine.arrive_engine(env, len, held, msg)
     } else {
         engine.arrive_held(env, len, held, msg)
@@ -602,7 +631,7 @@ fn drain_lanes(f: &mut Fast, node: &mut Node<Device>, out: &mut Out<'_>, reap: b
                 payload: raw.payload,
                 cq_data,
             };
-            if let Some(recv) = f.engine.take_solo(&env) {
+            if let Some(recv) = f.engine.take_held(&env) {
                 // Straight from the slot into the held receive's buffer (no match
                 // record).
                 if let Some(op) = dc {

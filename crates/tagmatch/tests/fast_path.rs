@@ -344,6 +344,41 @@ fn a_receive_held_aside_matches_as_the_engine_would() {
     assert_eq!(fast[7].status, Err(OpError::Canceled));
 }
 
+/// A window of identical receives is held aside in posting order; a receive with another
+/// spec goes to the engine, and so do identical ones posted after it (they are later than
+/// it); a held receive cancelled from the middle of the window leaves the others in order.
+/// Same completions as the protocol path.
+#[test]
+fn a_window_of_identical_receives_held_aside_keeps_posting_order() {
+    let run = |fast: bool| {
+        let f = MemFabric::new();
+        let (mut a, mut b) = (ep(&f, fast), ep(&f, fast));
+        let ab = a.insert_peer(&b.address()).unwrap();
+        let ba = b.insert_peer(&a.address()).unwrap();
+        let w: Vec<Request> = (0..4).map(|_| b.trecv(ba, 4u64, 16).unwrap()).collect();
+        let any = b.trecv(ANY_SOURCE, ANY_TAG, 16).unwrap();
+        let late = b.trecv(ba, 4u64, 16).unwrap();
+        assert_eq!(b.stats().matching.posted_depth, 6, "fast {fast}");
+        b.cancel(w[1]).unwrap();
+        let mut out = vec![seen(done(&mut b, w[1], &mut []))];
+        // Five 4s: three go to the window (in order), the fourth to `any` (posted before
+        // `late`), the fifth to `late`; a 9 would have gone to `any` too.
+        for i in 0..5u8 {
+            a.tinject(ab, 4, &[i; 5]).unwrap();
+        }
+        for r in [w[0], w[2], w[3], any, late] {
+            out.push(seen(done(&mut b, r, &mut [&mut a])));
+        }
+        assert_eq!(b.stats().matching.posted_depth, 0, "fast {fast}");
+        out
+    };
+    let fast = run(true);
+    assert_eq!(fast, run(false));
+    assert_eq!(fast[0].status, Err(OpError::Canceled));
+    let firsts: Vec<u8> = fast[1..].iter().map(|s| s.data[0]).collect();
+    assert_eq!(firsts, [0, 1, 2, 3, 4]);
+}
+
 /// A receive cancelled while its message is in flight: either the cancel wins (the message
 /// stays unexpected and the next receive gets it) or the match does — never both, never
 /// lost. Sender on another thread.
