@@ -768,7 +768,22 @@ impl Client {
         Ok(())
     }
 
+    /// [`Client::wait`] for a receive: its bytes (the completion is not moved whole).
+    fn wait_data(&mut self, r: Request) -> Result<Vec<u8>, tagmatch::Error> {
+        let mut c = self.wait_done(r)?;
+        if c.status.is_ok() {
+            return Ok(std::mem::take(&mut c.data));
+        }
+        c.into_result().map(|c| c.data)
+    }
+
     fn wait(&mut self, r: Request) -> Result<Completion, tagmatch::Error> {
+        self.wait_done(r)?.into_result()
+    }
+
+    /// Progresses until `r` completes; its completion, failed or not.
+    #[inline(always)]
+    fn wait_done(&mut self, r: Request) -> Result<Completion, tagmatch::Error> {
         // The clock is read only when it decides something: a remote server's wait
         // spins for `spin`, then blocks; the in-process one never blocks (it drives the
         // server), so it reads the clock only for the 30 s limit, every 4096 rounds
@@ -777,7 +792,7 @@ impl Client {
         let mut n = 0u32;
         loop {
             if let Some(c) = self.ep.take_completion(r) {
-                return c.into_result();
+                return Ok(c);
             }
             let spinning = self.local.is_some()
                 || start.get_or_insert_with(Instant::now).elapsed() < self.spin;
@@ -890,7 +905,7 @@ impl Client {
                 for i in 0..iters {
                     let r = self.ep.trecv_into(self.server, DATA, buf)?;
                     self.ep.tinject(self.server, DATA, &msg)?;
-                    buf = self.wait(r)?.data;
+                    buf = self.wait_data(r)?;
                     buf.resize(size, 0);
                     let t1 = Instant::now();
                     rtts.push((t1 - t0).as_nanos() as u64);
@@ -919,7 +934,7 @@ impl Client {
                     let r = self.ep.trecv(self.server, DATA, size)?;
                     let s = self.ep.tsend(self.server, DATA, buf)?;
                     self.sends.push_back(s);
-                    buf = self.wait(r)?.data;
+                    buf = self.wait_data(r)?;
                     let t1 = Instant::now();
                     rtts.push((t1 - t0).as_nanos() as u64);
                     t0 = t1;
