@@ -185,7 +185,8 @@ impl Bytes<'_> {
 
 /// The SPSC lane from one endpoint to another.
 pub(crate) struct Lane {
-    slots: Box<[Slot]>,
+    /// A fixed-size array: an index masked with `SLOTS - 1` needs no bounds check.
+    slots: Box<[Slot; SLOTS]>,
     /// Slots consumed (written by the receiver).
     head: Index,
     /// Slots published (written by the sender).
@@ -221,11 +222,14 @@ impl std::fmt::Debug for Lane {
 
 impl Lane {
     fn new(src: RawAddr, ack_to: Weak<Inbox>, sender_bell: Arc<Doorbell>) -> Lane {
-        let slots = (0..SLOTS)
+        let slots: Box<[Slot]> = (0..SLOTS)
             .map(|_| Slot {
                 w: Default::default(),
             })
             .collect();
+        let Ok(slots) = slots.try_into() else {
+            unreachable!("SLOTS slots were made")
+        };
         Lane {
             slots,
             head: Index(AtomicUsize::new(0)),
