@@ -38,8 +38,9 @@ pub(crate) const MAX_LANE_WAITING: usize = 1 << 16;
 const COMM_MSG: u32 = 0;
 const COMM_TAG: u32 = 1;
 
-/// See [`Endpoint::device_due`].
-const DEVICE_POLL_EVERY: u32 = 16;
+/// See [`Endpoint::device_due`]: a safety net (what the network queues for the device is
+/// seen at once through its mail flag).
+const DEVICE_POLL_EVERY: u32 = 256;
 
 pub(crate) fn is_fast_op(op: OpId) -> bool {
     op.0 & FAST_BIT != 0
@@ -968,18 +969,28 @@ impl Endpoint {
 
     /// Whether this progress call polls the device. Always without the fast path, and
     /// while the protocol endpoint has operations or packets in flight, or received
-    /// packets at the last poll. Otherwise (messages all take the fast path, the protocol
-    /// side idle) one call in [`DEVICE_POLL_EVERY`]: polling the in-memory device takes
-    /// the fabric-wide lock, which would otherwise cost more than a fast-path message.
-    /// Unsolicited protocol traffic (RMA into this endpoint, messages from peers without
-    /// the fast path) is picked up within that many calls, then at every call while it
-    /// keeps coming. On a fabric with faults every call polls (its delays are counted in
-    /// device polls: skipping them would change what the faults do).
+    /// packets at the last poll, or the network queued something for the device since its
+    /// last poll (its mail flag: unsolicited protocol traffic, RMA into this endpoint,
+    /// messages from peers without the fast path, are thus picked up at the next call),
+    /// or the protocol node has work of its own. Otherwise (messages all take the fast
+    /// path, the protocol side idle) one call in [`DEVICE_POLL_EVERY`]: polling the
+    /// in-memory device takes the fabric-wide lock, which would otherwise cost more than
+    /// a fast-path message. On a fabric with faults every call polls (its delays are
+    /// counted in device polls: skipping them would change what the faults do).
+    #[inline]
     pub(crate) fn device_due(&mut self) -> bool {
         let Some(f) = self.fast.as_deref_mut() else {
             return true;
         };
         if f.dev_skip == 0 {
+            return true;
+        }
+        let mail = match self.node.device() {
+            Device::Mem(d) => d.has_mail(),
+            _ => true,
+        };
+        if mail || self.node.has_own_work() {
+            f.dev_skip = 0;
             return true;
         }
         let ep = self.node.endpoint();
