@@ -469,10 +469,10 @@ impl Server {
             }
             _ => self.pending.retain(|&r| r != c.request),
         }
-        // `ok_or_else`: no error value built (and dropped) per message.
-        let client = self
-            .client
-            .ok_or_else(|| tagmatch::Error::UnknownRequest(c.request))?;
+        // No error value built (and dropped) per message, as `ok_or` did.
+        let Some(client) = self.client else {
+            return Err(tagmatch::Error::UnknownRequest(c.request));
+        };
         match &mut self.phase {
             Phase::Lat { left, size } => {
                 let size = *size;

@@ -10,7 +10,8 @@
 //! lane's `big` queue, in slot order. The receiver drains its lanes in
 //! [`crate::Endpoint::progress`] and hands each message to its own matching engine
 //! (`tagmatch_engine::Engine`): earliest-posted / earliest-arrived matching, wildcards,
-//! probes and the memory budget are the engine's, exactly as on the protocol path; the
+//! probes and the memory budget are the engine's, exactly as on the protocol path (receives
+//! held aside in front of it follow the same rules: `crate::inproc::Matcher`); the
 //! lane is FIFO, so messages from one source are matched in send order
 //! (non-overtaking). When the budget is exhausted the receiver stops taking from that
 //! lane (the message waits, later ones queue behind it): backpressure, not loss.

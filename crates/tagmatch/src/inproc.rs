@@ -9,6 +9,10 @@
 //! (`mprobe`) as they become unexpected there, in its order, then matched here like the
 //! others (and `mrecv`ed from the protocol endpoint when matched). So one engine sees
 //! every arrival and earliest-posted / earliest-arrived matching holds across both paths.
+//! In front of the engine, receives that cannot match anything yet and are the earliest
+//! posted (a ping-pong's receive, a streaming server's window of identical receives) are
+//! held aside, and arrivals look at them first, without the engine's insert, search and
+//! removal (see [`Matcher`]); the matching rules are the engine's.
 
 use foldhash::{HashMap, HashSet};
 use std::collections::VecDeque;
