@@ -313,10 +313,16 @@ impl TxLane {
         self.waiting.clear();
     }
 
+    /// Whether the ring has a free slot: the cursor of the last look at the receiver's
+    /// `head` usually says so (inlined); only a ring that looked full loads `head` again.
+    #[inline(always)]
     fn has_room(&mut self) -> bool {
-        if self.tail - self.head_seen < SLOTS {
-            return true;
-        }
+        self.tail - self.head_seen < SLOTS || self.has_room_now()
+    }
+
+    /// [`TxLane::has_room`] with the receiver's `head` loaded again.
+    #[inline(never)]
+    fn has_room_now(&mut self) -> bool {
         // SeqCst: with the SeqCst store of `room_wanted` before it (made when the message
         // was queued) and the receiver's SeqCst store of `head` then load of
         // `room_wanted` in `RxLane::publish`, either this load sees the freed slots or the
