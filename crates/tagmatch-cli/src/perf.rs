@@ -320,6 +320,9 @@ pub struct Server {
     /// The data receives of the run in progress that have not completed (cancelled if the
     /// run is abandoned).
     pending: VecDeque<Request>,
+    /// Whether `pending` is kept: not for a server its client drives in its own process
+    /// (it is never abandoned; see [`Server::driven_by_client`]).
+    track: bool,
     /// Completions handled so far (a sign of the client's life; see [`Server::stalled`]).
     completions: u64,
     /// When [`Server::stalled`] last saw a sign of life, and the completions plus
@@ -352,6 +355,7 @@ impl Server {
             reuse,
             runs: 0,
             pending: VecDeque::new(),
+            track: true,
             completions: 0,
             last_heard: Instant::now(),
             last_seen: 0,
@@ -361,6 +365,14 @@ impl Server {
     /// The endpoint's address.
     pub fn address(&self) -> tagmatch::Address {
         self.ep.address()
+    }
+
+    /// Marks the server as driven by its client in the client's process (the in-process
+    /// perf client): such a server is never abandoned, so it does not keep the handles of
+    /// its receives for [`Server::abandon`].
+    fn driven_by_client(mut self) -> Server {
+        self.track = false;
+        self
     }
 
     /// Whether the client said it is done.
@@ -420,7 +432,9 @@ impl Server {
             }
             None => self.ep.trecv(client, DATA, size)?,
         };
-        self.pending.push_back(r);
+        if self.track {
+            self.pending.push_back(r);
+        }
         Ok(())
     }
 
@@ -464,6 +478,7 @@ impl Server {
         // Data receives complete in posting order except when a large message's transfer
         // outlasts a later small one's.
         match self.pending.front() {
+            _ if !self.track => {}
             Some(&r) if r == c.request => {
                 self.pending.pop_front();
             }
@@ -1115,7 +1130,7 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
                 .fast_path(fast)
                 .build()
                 .map_err(fe(ctx))?;
-            let server = Server::new(sep).map_err(fe(ctx))?;
+            let server = Server::new(sep).map_err(fe(ctx))?.driven_by_client();
             let mut ep = Endpoint::builder()
                 .mem(&fabric)
                 .fast_path(fast)
