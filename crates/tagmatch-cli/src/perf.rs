@@ -320,6 +320,9 @@ pub struct Server {
     /// The data receives of the run in progress that have not completed (cancelled if the
     /// run is abandoned).
     pending: VecDeque<Request>,
+    /// Whether `pending` is kept: not for a server its client drives in its own process
+    /// (it is never abandoned; see [`Server::driven_by_client`]).
+    track: bool,
     /// Completions handled so far (a sign of the client's life; see [`Server::stalled`]).
     completions: u64,
     /// When [`Server::stalled`] last saw a sign of life, and the completions plus
@@ -352,6 +355,7 @@ impl Server {
             reuse,
             runs: 0,
             pending: VecDeque::new(),
+            track: true,
             completions: 0,
             last_heard: Instant::now(),
             last_seen: 0,
@@ -361,6 +365,14 @@ impl Server {
     /// The endpoint's address.
     pub fn address(&self) -> tagmatch::Address {
         self.ep.address()
+    }
+
+    /// Marks the server as driven by its client in the client's process (the in-process
+    /// perf client): such a server is never abandoned, so it does not keep the handles of
+    /// its receives for [`Server::abandon`].
+    fn driven_by_client(mut self) -> Server {
+        self.track = false;
+        self
     }
 
     /// Whether the client said it is done.
@@ -420,7 +432,9 @@ impl Server {
             }
             None => self.ep.trecv(client, DATA, size)?,
         };
-        self.pending.push_back(r);
+        if self.track {
+            self.pending.push_back(r);
+        }
         Ok(())
     }
 
@@ -443,15 +457,17 @@ impl Server {
     }
 
     fn on_completion(&mut self, c: Completion) -> Result<(), tagmatch::Error> {
-        if c.kind == OpKind::Recv && c.status == Err(tagmatch::OpError::Canceled) {
+        // Looked at in place (no move of the completion on the way).
+        match (&c.status, c.kind) {
             // Only Server::abandon cancels: a receive of the abandoned run.
-            return Ok(());
+            (Err(tagmatch::OpError::Canceled), OpKind::Recv) => return Ok(()),
+            (Err(_), _) => {
+                c.into_result()?;
+                return Ok(());
+            }
+            (Ok(()), OpKind::Send) => return Ok(()),
+            (Ok(()), _) => {}
         }
-        if c.kind == OpKind::Send {
-            c.into_result()?;
-            return Ok(());
-        }
-        let c = c.into_result()?;
         if Some(c.request) == self.ctrl {
             self.ctrl = None;
             return self.on_ctrl(c);
@@ -462,14 +478,16 @@ impl Server {
         // Data receives complete in posting order except when a large message's transfer
         // outlasts a later small one's.
         match self.pending.front() {
+            _ if !self.track => {}
             Some(&r) if r == c.request => {
                 self.pending.pop_front();
             }
             _ => self.pending.retain(|&r| r != c.request),
         }
-        let client = self
-            .client
-            .ok_or(tagmatch::Error::UnknownRequest(c.request))?;
+        // No error value built (and dropped) per message, as `ok_or` did.
+        let Some(client) = self.client else {
+            return Err(tagmatch::Error::UnknownRequest(c.request));
+        };
         match &mut self.phase {
             Phase::Lat { left, size } => {
                 let size = *size;
@@ -735,12 +753,16 @@ struct Client {
 }
 
 impl Client {
-    /// Progresses once; `spinning`: without blocking.
+    /// Progresses once; `spinning`: without blocking. In-process, the server's side
+    /// first: a wait of the client follows its own send, so the server has the work (it
+    /// takes the message and answers); the client's progress then takes the answer in
+    /// the same round (client first, every round trip paid a pass of each side that
+    /// found nothing).
     fn pump(&mut self, spinning: bool) -> Result<(), tagmatch::Error> {
         match &mut self.local {
             Some(s) => {
-                self.ep.progress()?;
                 s.step()?;
+                self.ep.progress()?;
             }
             None if !spinning => {
                 self.ep.progress_timeout(IDLE_WAIT)?;
@@ -761,7 +783,22 @@ impl Client {
         Ok(())
     }
 
+    /// [`Client::wait`] for a receive: its bytes (the completion is not moved whole).
+    fn wait_data(&mut self, r: Request) -> Result<Vec<u8>, tagmatch::Error> {
+        let mut c = self.wait_done(r)?;
+        if c.status.is_ok() {
+            return Ok(std::mem::take(&mut c.data));
+        }
+        c.into_result().map(|c| c.data)
+    }
+
     fn wait(&mut self, r: Request) -> Result<Completion, tagmatch::Error> {
+        self.wait_done(r)?.into_result()
+    }
+
+    /// Progresses until `r` completes; its completion, failed or not.
+    #[inline(always)]
+    fn wait_done(&mut self, r: Request) -> Result<Completion, tagmatch::Error> {
         // The clock is read only when it decides something: a remote server's wait
         // spins for `spin`, then blocks; the in-process one never blocks (it drives the
         // server), so it reads the clock only for the 30 s limit, every 4096 rounds
@@ -770,7 +807,7 @@ impl Client {
         let mut n = 0u32;
         loop {
             if let Some(c) = self.ep.take_completion(r) {
-                return c.into_result();
+                return Ok(c);
             }
             let spinning = self.local.is_some()
                 || start.get_or_insert_with(Instant::now).elapsed() < self.spin;
@@ -883,7 +920,7 @@ impl Client {
                 for i in 0..iters {
                     let r = self.ep.trecv_into(self.server, DATA, buf)?;
                     self.ep.tinject(self.server, DATA, &msg)?;
-                    buf = self.wait(r)?.data;
+                    buf = self.wait_data(r)?;
                     buf.resize(size, 0);
                     let t1 = Instant::now();
                     rtts.push((t1 - t0).as_nanos() as u64);
@@ -912,7 +949,7 @@ impl Client {
                     let r = self.ep.trecv(self.server, DATA, size)?;
                     let s = self.ep.tsend(self.server, DATA, buf)?;
                     self.sends.push_back(s);
-                    buf = self.wait(r)?.data;
+                    buf = self.wait_data(r)?;
                     let t1 = Instant::now();
                     rtts.push((t1 - t0).as_nanos() as u64);
                     t0 = t1;
@@ -986,8 +1023,18 @@ impl Progress {
         }
     }
 
+    /// Called per message: the test of whether to look at the clock is inlined, the
+    /// rest is not.
+    #[inline]
     fn tick(&mut self, done: u64, total: u64) {
-        if !self.on || done % 256 != 0 || self.last.elapsed() < Duration::from_millis(250) {
+        if self.on && done % 256 == 0 {
+            self.show(done, total);
+        }
+    }
+
+    #[inline(never)]
+    fn show(&mut self, done: u64, total: u64) {
+        if self.last.elapsed() < Duration::from_millis(250) {
             return;
         }
         self.last = Instant::now();
@@ -1008,12 +1055,30 @@ impl Progress {
     }
 }
 
-fn percentile(sorted: &[u64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
+/// The index of percentile `p` in `n` sorted values.
+fn percentile_index(n: usize, p: f64) -> usize {
+    (((n as f64 - 1.0) * p).round() as usize).min(n - 1)
+}
+
+/// The 50th and 99th percentiles of `v` (reordered), as a full sort would give them
+/// (`v[percentile_index]` of the sorted values) but in linear time: two selections, the
+/// second among the values at or above the median.
+fn p50_p99(v: &mut [u64]) -> (f64, f64) {
+    if v.is_empty() {
+        return (0.0, 0.0);
     }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)] as f64
+    let (i50, i99) = (
+        percentile_index(v.len(), 0.5),
+        percentile_index(v.len(), 0.99),
+    );
+    let (_, &mut p50, above) = v.select_nth_unstable(i50);
+    let p99 = if i99 == i50 {
+        p50
+    } else {
+        // `above` holds the sorted positions i50 + 1 .. of `v`.
+        *above.select_nth_unstable(i99 - i50 - 1).1
+    };
+    (p50 as f64, p99 as f64)
 }
 
 /// Runs the tests of `a` and returns one row per size (used by the command and tests).
@@ -1065,7 +1130,7 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
                 .fast_path(fast)
                 .build()
                 .map_err(fe(ctx))?;
-            let server = Server::new(sep).map_err(fe(ctx))?;
+            let server = Server::new(sep).map_err(fe(ctx))?.driven_by_client();
             let mut ep = Endpoint::builder()
                 .mem(&fabric)
                 .fast_path(fast)
@@ -1190,15 +1255,15 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
         };
         let secs = elapsed.as_secs_f64().max(1e-12);
         let row = if a.test == Test::TagLat {
-            rtts.sort_unstable();
+            let (p50, p99) = p50_p99(&mut rtts);
             let one_way = secs / iters as f64 / 2.0;
             Row {
                 test: a.test.name(),
                 transport,
                 size,
                 iters,
-                lat_p50_us: Some(percentile(&rtts, 0.5) / 2e3),
-                lat_p99_us: Some(percentile(&rtts, 0.99) / 2e3),
+                lat_p50_us: Some(p50 / 2e3),
+                lat_p99_us: Some(p99 / 2e3),
                 lat_avg_us: one_way * 1e6,
                 bw_mbs: size as f64 / one_way / 1e6,
                 msgrate_mmsgs: 1.0 / one_way / 1e6,
@@ -1386,6 +1451,37 @@ mod tests {
         for bad in ["", "x", "8,", "-1", "2g0", "4096g"] {
             assert!(parse_sizes(bad).is_err(), "{bad}");
         }
+    }
+
+    /// The selections give what indexing the sorted values gives, for every length from 1
+    /// to 300 (with duplicates, sorted and reversed inputs).
+    #[test]
+    fn percentiles_by_selection_equal_those_of_a_sort() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for n in 1..=300usize {
+            for shape in 0..3 {
+                let mut v: Vec<u64> = (0..n)
+                    .map(|i| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        match shape {
+                            0 => x % 50,
+                            1 => i as u64,
+                            _ => (n - i) as u64 * 3,
+                        }
+                    })
+                    .collect();
+                let mut sorted = v.clone();
+                sorted.sort_unstable();
+                let want = (
+                    sorted[percentile_index(n, 0.5)] as f64,
+                    sorted[percentile_index(n, 0.99)] as f64,
+                );
+                assert_eq!(p50_p99(&mut v), want, "n {n} shape {shape}");
+            }
+        }
+        assert_eq!(p50_p99(&mut []), (0.0, 0.0));
     }
 
     fn args(test: Test, size: &str) -> ClientArgs {

@@ -29,6 +29,7 @@ use std::collections::VecDeque;
 
 use foldhash::HashMap;
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -139,6 +140,10 @@ struct Hub {
     inboxes: Vec<Vec<Inflight>>,
     /// Each device's doorbell, rung when a packet is queued in its inbox.
     bells: Vec<Arc<Doorbell>>,
+    /// Each device's mail flag: set (under this lock) whenever something is queued for it
+    /// (a packet, a finished waiting send, fewer refused packets held), cleared by the
+    /// device before it takes what is queued (see [`MemDevice::has_mail`]).
+    mail: Vec<Arc<AtomicBool>>,
     /// Per receiving device, per sender: the refused packets it holds (see
     /// [`RNR_QUEUED_MAX`]).
     held: Vec<HashMap<PeerKey, Held>>,
@@ -169,6 +174,7 @@ impl Hub {
     fn push(&mut self, to: usize, from: RawAddr, msg: Msg) {
         let due = self.step + self.rng.below(self.faults.max_delay as u64 + 1);
         self.inboxes[to].push(Inflight { due, from, msg });
+        self.mail[to].store(true, Ordering::Release);
         self.bells[to].ring();
     }
 
@@ -212,6 +218,7 @@ impl Hub {
             self.held[to].remove(&key);
         }
         self.recheck[to] = true;
+        self.mail[to].store(true, Ordering::Release);
     }
 
     /// Sends the waiting sends to `to` that it admits now; each completes for its sender
@@ -240,6 +247,7 @@ impl Hub {
         self.waiting_sends[from] = self.waiting_sends[from].saturating_sub(1);
         if !self.gone[from] {
             self.done[from].push((token, outcome));
+            self.mail[from].store(true, Ordering::Release);
             self.bells[from].ring();
         }
     }
@@ -266,6 +274,7 @@ impl MemNetwork {
             addrs: Vec::new(),
             inboxes: Vec::new(),
             bells: Vec::new(),
+            mail: Vec::new(),
             held: Vec::new(),
             waiting: Vec::new(),
             recheck: Vec::new(),
@@ -311,6 +320,8 @@ impl MemNetwork {
         hub.inboxes.push(Vec::new());
         let bell = Arc::new(Doorbell::new());
         hub.bells.push(bell.clone());
+        let mail = Arc::new(AtomicBool::new(false));
+        hub.mail.push(mail.clone());
         hub.held.push(HashMap::default());
         hub.waiting.push(Vec::new());
         hub.recheck.push(false);
@@ -332,6 +343,7 @@ impl MemNetwork {
             parked: Vec::new(),
             spare: Vec::new(),
             bell,
+            mail,
         }
     }
 
@@ -362,6 +374,8 @@ pub struct MemDevice {
     spare: Vec<Inflight>,
     /// Rung by the network when a packet is queued for this device (see [`crate::bell`]).
     bell: Arc<Doorbell>,
+    /// See [`MemDevice::has_mail`].
+    mail: Arc<AtomicBool>,
 }
 
 impl MemDevice {
@@ -384,6 +398,9 @@ impl MemDevice {
     /// Delivers the packets due to this device (in-order, or shuffled with the reorder
     /// fault) as events, serving software-RDMA requests; returns how many it handled.
     fn deliver(&mut self, mem: &mut dyn MemoryAccess) -> usize {
+        // Cleared before the lock: whatever is queued after this is either taken below or
+        // sets the flag again.
+        self.mail.store(false, Ordering::Relaxed);
         let mut due = std::mem::take(&mut self.spare);
         {
             let mut hub = self.net.hub();
@@ -462,6 +479,16 @@ impl MemDevice {
         }
         let hub = self.net.hub();
         hub.inboxes[self.idx].is_empty() && hub.done[self.idx].is_empty() && !hub.recheck[self.idx]
+    }
+
+    /// Whether the network queued something for this device (a packet, a finished send
+    /// that waited, fewer refused packets held) since its last `progress` took what was
+    /// queued: one load, no lock. `false` means a `progress` would find nothing new from
+    /// the network (its own events and parked packets aside): an owner polling many times
+    /// per message can skip the device's `progress` and its lock.
+    #[inline]
+    pub fn has_mail(&self) -> bool {
+        self.mail.load(Ordering::Acquire)
     }
 
     /// The device's doorbell: rung whenever a packet is queued for it. An owner that drives

@@ -768,3 +768,41 @@ fn flush_returns_while_refused_packets_wait_over_udp() {
     let b = common::udp_node("127.0.0.1:0", 1500, small_budget());
     flush_returns_while_refused_packets_wait(a, b);
 }
+
+/// The mail flag says whether the network queued something for a device since its last
+/// `progress`: a new device has none, a peer's message raises it (before any progress of
+/// the receiver), the receiver's progress clears it, and an idle progress leaves it clear.
+#[test]
+fn mail_flag_tells_whether_the_network_queued_something() {
+    let net = MemNetwork::new(7);
+    let mut a = Node::new(config(), net.device());
+    let mut b = Node::new(config(), net.device());
+    assert!(!b.device().has_mail() && !a.device().has_mail());
+    let ab = a.endpoint_mut().add_peer(b.addr());
+    let r = b.endpoint_mut().trecv(None, 5, 0, 8).expect("trecv");
+    a.endpoint_mut()
+        .tsend(ab, 5, vec![1; 8], SendOpts::default())
+        .expect("tsend");
+    a.progress(Some(Duration::ZERO)).expect("progress");
+    assert!(b.device().has_mail(), "a packet was queued for b");
+    b.progress(Some(Duration::ZERO)).expect("progress");
+    assert!(!b.device().has_mail(), "b took it");
+    let mut got = None;
+    for _ in 0..1000 {
+        a.progress(Some(Duration::ZERO)).expect("progress");
+        b.progress(Some(Duration::ZERO)).expect("progress");
+        if let Some(c) = b.poll_completion() {
+            got = Some(c);
+            break;
+        }
+    }
+    assert_eq!(got.map(|c| (c.op, c.data)), Some((r, vec![1; 8])));
+    // Let the acknowledgements settle, then nothing more arrives.
+    for _ in 0..100 {
+        a.progress(Some(Duration::ZERO)).expect("progress");
+        b.progress(Some(Duration::ZERO)).expect("progress");
+    }
+    assert!(!a.device().has_mail() && !b.device().has_mail());
+    b.progress(Some(Duration::ZERO)).expect("progress");
+    assert!(!b.device().has_mail(), "an idle progress finds nothing");
+}

@@ -10,7 +10,8 @@
 //! lane's `big` queue, in slot order. The receiver drains its lanes in
 //! [`crate::Endpoint::progress`] and hands each message to its own matching engine
 //! (`tagmatch_engine::Engine`): earliest-posted / earliest-arrived matching, wildcards,
-//! probes and the memory budget are the engine's, exactly as on the protocol path; the
+//! probes and the memory budget are the engine's, exactly as on the protocol path (receives
+//! held aside in front of it follow the same rules: `crate::inproc::Matcher`); the
 //! lane is FIFO, so messages from one source are matched in send order
 //! (non-overtaking). When the budget is exhausted the receiver stops taking from that
 //! lane (the message waits, later ones queue behind it): backpressure, not loss.
@@ -114,11 +115,21 @@ pub(crate) enum Payload {
     Proto(tagmatch_rdm::Claim),
 }
 
-/// Copies inline words' first `n` bytes into `out`.
+/// Copies inline words' first `n` bytes into `out`: whole words as 8-byte stores, only a
+/// last partial word byte by byte (a copy of variable length per chunk was a `memcpy`
+/// call per message).
+#[inline(always)]
 pub(crate) fn copy_inline(words: &[u64; INLINE_WORDS], n: usize, out: &mut [u8]) {
-    for (i, chunk) in out[..n].chunks_mut(8).enumerate() {
-        let b = words[i].to_le_bytes();
-        chunk.copy_from_slice(&b[..chunk.len()]);
+    let mut whole = out[..n].chunks_exact_mut(8);
+    for (c, w) in (&mut whole).zip(words) {
+        c.copy_from_slice(&w.to_le_bytes());
+    }
+    let rest = whole.into_remainder();
+    if let (false, Some(w)) = (rest.is_empty(), words.get(n / 8)) {
+        let b = w.to_le_bytes();
+        for (d, s) in rest.iter_mut().zip(b) {
+            *d = s;
+        }
     }
 }
 
@@ -175,7 +186,8 @@ impl Bytes<'_> {
 
 /// The SPSC lane from one endpoint to another.
 pub(crate) struct Lane {
-    slots: Box<[Slot]>,
+    /// A fixed-size array: an index masked with `SLOTS - 1` needs no bounds check.
+    slots: Box<[Slot; SLOTS]>,
     /// Slots consumed (written by the receiver).
     head: Index,
     /// Slots published (written by the sender).
@@ -211,11 +223,14 @@ impl std::fmt::Debug for Lane {
 
 impl Lane {
     fn new(src: RawAddr, ack_to: Weak<Inbox>, sender_bell: Arc<Doorbell>) -> Lane {
-        let slots = (0..SLOTS)
+        let slots: Box<[Slot]> = (0..SLOTS)
             .map(|_| Slot {
                 w: Default::default(),
             })
             .collect();
+        let Ok(slots) = slots.try_into() else {
+            unreachable!("SLOTS slots were made")
+        };
         Lane {
             slots,
             head: Index(AtomicUsize::new(0)),
@@ -298,10 +313,16 @@ impl TxLane {
         self.waiting.clear();
     }
 
+    /// Whether the ring has a free slot: the cursor of the last look at the receiver's
+    /// `head` usually says so (inlined); only a ring that looked full loads `head` again.
+    #[inline(always)]
     fn has_room(&mut self) -> bool {
-        if self.tail - self.head_seen < SLOTS {
-            return true;
-        }
+        self.tail - self.head_seen < SLOTS || self.has_room_now()
+    }
+
+    /// [`TxLane::has_room`] with the receiver's `head` loaded again.
+    #[inline(never)]
+    fn has_room_now(&mut self) -> bool {
         // SeqCst: with the SeqCst store of `room_wanted` before it (made when the message
         // was queued) and the receiver's SeqCst store of `head` then load of
         // `room_wanted` in `RxLane::publish`, either this load sees the freed slots or the

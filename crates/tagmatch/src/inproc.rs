@@ -9,12 +9,18 @@
 //! (`mprobe`) as they become unexpected there, in its order, then matched here like the
 //! others (and `mrecv`ed from the protocol endpoint when matched). So one engine sees
 //! every arrival and earliest-posted / earliest-arrived matching holds across both paths.
+//! In front of the engine, receives that cannot match anything yet and are the earliest
+//! posted (a ping-pong's receive, a streaming server's window of identical receives) are
+//! held aside, and arrivals look at them first, without the engine's insert, search and
+//! removal (see [`Matcher`]); the matching rules are the engine's.
 
 use foldhash::{HashMap, HashSet};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use tagmatch_engine::{Arrived, Envelope, MsgHandle, Posted, RecvSpec, Source, TagSel};
+use tagmatch_engine::{
+    Arrived, Envelope, Match, MsgHandle, Posted, RecvSpec, Rejected, Source, TagSel,
+};
 use tagmatch_rdm::{CallError, Config, OpError, OpId, OpKind, PeerId, SendOpts};
 use tagmatch_transport::Node;
 use tagmatch_wire::efa::RawAddr;
@@ -36,8 +42,9 @@ pub(crate) const MAX_LANE_WAITING: usize = 1 << 16;
 const COMM_MSG: u32 = 0;
 const COMM_TAG: u32 = 1;
 
-/// See [`Endpoint::device_due`].
-const DEVICE_POLL_EVERY: u32 = 16;
+/// See [`Endpoint::device_due`]: a safety net (what the network queues for the device is
+/// seen at once through its mail flag).
+const DEVICE_POLL_EVERY: u32 = 256;
 
 pub(crate) fn is_fast_op(op: OpId) -> bool {
     op.0 & FAST_BIT != 0
@@ -111,6 +118,172 @@ enum Route {
     Gone,
 }
 
+/// Searches made against [`Matcher::held`], counted as the engine counts its own.
+#[derive(Debug, Default)]
+struct HeldCounts {
+    attempts: u64,
+    hits: u64,
+    misses: u64,
+    cancelled: u64,
+}
+
+/// The fast path's matching: the engine, and in front of it receives held aside
+/// (`held`, in posting order, all with one spec, `held_spec`). A receive is held aside,
+/// instead of going to the engine, when the engine has no posted receive and either
+/// nothing is held and the engine has no unexpected message (a ping-pong's every receive)
+/// or what is held has the same spec (a window of identical receives); an arrival looks at
+/// the held receives first (a message they accept goes to the earliest of them, straight
+/// to its buffer: no engine insert, search and removal), then at the engine. The engine's
+/// rules hold unchanged:
+/// - the earliest-posted matching receive takes an arrival: every held receive was
+///   posted before every receive in the engine (one is held only while the engine has
+///   none), and the held ones, sharing one spec, accept the same messages, so the first
+///   of them is the earliest that matches;
+/// - a receive takes the earliest-arrived matching unexpected message: a receive is held
+///   only when no unexpected message matches it (there was none when the first was held;
+///   while some are held, every arrival their spec accepts is taken by them, never left
+///   unexpected).
+#[derive(Debug)]
+pub(crate) struct Matcher {
+    engine: tagmatch_engine::Engine<RecvCtx, FastMsg>,
+    /// The earliest held receive (kept out of `rest`: a ping-pong holds one at a time).
+    held: Option<RecvCtx>,
+    /// The later held receives, in posting order.
+    held_rest: VecDeque<RecvCtx>,
+    held_spec: RecvSpec,
+    held_c: HeldCounts,
+}
+
+impl Matcher {
+    fn new(cfg: tagmatch_engine::Config) -> Matcher {
+        Matcher {
+            engine: tagmatch_engine::Engine::new(cfg),
+            held: None,
+            held_rest: VecDeque::new(),
+            held_spec: RecvSpec::new(COMM_MSG, None, None),
+            held_c: HeldCounts::default(),
+        }
+    }
+
+    /// Posts a receive: `Ok(Some(_))` if it matched an unexpected message, `Ok(None)` if
+    /// it waits, `Err(())` if the engine refuses more receives.
+    #[inline(always)]
+    fn post(
+        &mut self,
+        spec: RecvSpec,
+        ctx: RecvCtx,
+    ) -> Result<Option<Match<RecvCtx, FastMsg>>, ()> {
+        let c = self.engine.counters();
+        let max = self.engine.config().max_posted;
+        if c.posted_depth == 0 {
+            // A search that finds no unexpected message: a miss, as the engine counts it.
+            if self.held.is_none() {
+                if c.unexpected_depth == 0 && max > 0 {
+                    self.held_c.misses += 1;
+                    self.held_spec = spec;
+                    self.held = Some(ctx);
+                    return Ok(None);
+                }
+            } else if spec == self.held_spec {
+                if 1 + self.held_rest.len() >= max {
+                    // The engine's limit, for held and engine receives together.
+                    return Err(());
+                }
+                self.held_c.misses += 1;
+                self.held_rest.push_back(ctx);
+                return Ok(None);
+            }
+        }
+        if self.held.is_some() && 1 + self.held_rest.len() + c.posted_depth >= max {
+            return Err(());
+        }
+        match self.engine.post(spec, ctx) {
+            Ok(Posted::Matched(m)) => Ok(Some(m)),
+            Ok(Posted::Pending(_)) => Ok(None),
+            Err(_) => Err(()),
+        }
+    }
+
+    /// The earliest held receive, if there is one and the held ones accept `env` (then an
+    /// arrival with `env` goes to it; otherwise to [`Matcher::arrive_engine`]).
+    #[inline(always)]
+    fn take_held(&mut self, env: &Envelope) -> Option<RecvCtx> {
+        self.held.as_ref()?;
+        self.held_c.attempts += 1;
+        if !self.held_spec.matches(env) {
+            return None;
+        }
+        self.held_c.hits += 1;
+        let next = if self.held_rest.is_empty() {
+            None
+        } else {
+            self.held_rest.pop_front()
+        };
+        std::mem::replace(&mut self.held, next)
+    }
+
+    /// An arrival the held receive did not take: the engine's
+    /// [`arrive_held`](tagmatch_engine::Engine::arrive_held).
+    #[inline(always)]
+    fn arrive_engine(
+        &mut self,
+        env: Envelope,
+        len: usize,
+        held: usize,
+        msg: FastMsg,
+    ) -> Result<Arrived<RecvCtx, FastMsg>, Rejected<FastMsg>> {
+        self.engine.arrive_held(env, len, held, msg)
+    }
+
+    /// An arrival: the held receive if it accepts it, else the engine.
+    #[inline(always)]
+    fn arrive_held(
+        &mut self,
+        env: Envelope,
+        len: usize,
+        held: usize,
+        msg: FastMsg,
+    ) -> Result<Arrived<RecvCtx, FastMsg>, Rejected<FastMsg>> {
+        if let Some(recv) = self.take_held(&env) {
+            return Ok(Arrived::Matched(Match {
+                recv,
+                msg,
+                env,
+                len,
+            }));
+        }
+        self.arrive_engine(env, len, held, msg)
+    }
+
+    /// Cancels the posted receive of operation `op`; returns it.
+    fn cancel(&mut self, op: u64) -> Option<RecvCtx> {
+        if self.held.as_ref().is_some_and(|r| r.op == op) {
+            self.held_c.cancelled += 1;
+            let next = self.held_rest.pop_front();
+            return std::mem::replace(&mut self.held, next);
+        }
+        if let Some(i) = self.held_rest.iter().position(|r| r.op == op) {
+            self.held_c.cancelled += 1;
+            return self.held_rest.remove(i);
+        }
+        let mut found = None;
+        self.engine
+            .cancel_where(|_, r| r.op == op, |_, r| found = Some(r));
+        found
+    }
+
+    /// The engine's counters with the held receives and their searches added.
+    fn counters(&self) -> tagmatch_engine::Counters {
+        let mut c = self.engine.counters();
+        c.posted_depth += usize::from(self.held.is_some()) + self.held_rest.len();
+        c.match_attempts += self.held_c.attempts;
+        c.hits += self.held_c.hits;
+        c.misses += self.held_c.misses;
+        c.cancelled += self.held_c.cancelled;
+        c
+    }
+}
+
 /// Protocol-path bookkeeping of the allocation-free operations (any transport).
 #[derive(Debug, Default)]
 pub(crate) struct ProtoExtras {
@@ -125,7 +298,7 @@ pub(crate) struct Fast {
     hub: Arc<Hub>,
     inbox: Arc<Inbox>,
     addr: RawAddr,
-    engine: tagmatch_engine::Engine<RecvCtx, FastMsg>,
+    engine: Matcher,
     /// Per peer (by index): how messages to it travel, decided at the first send.
     routes: Vec<Route>,
     any_waiting: bool,
@@ -170,7 +343,7 @@ impl Fast {
             hub,
             inbox,
             addr,
-            engine: tagmatch_engine::Engine::new(ecfg),
+            engine: Matcher::new(ecfg),
             routes: Vec::new(),
             any_waiting: false,
             rx: Vec::new(),
@@ -288,7 +461,7 @@ fn spec(tag: Option<TagMatch>, src: Option<PeerId>) -> RecvSpec {
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn arrive(
-    engine: &mut tagmatch_engine::Engine<RecvCtx, FastMsg>,
+    engine: &mut Matcher,
     node: &mut Node<Device>,
     proto_recvs: &mut HashMap<u64, (u64, Option<Vec<u8>>)>,
     out: &mut Out<'_>,
@@ -298,8 +471,14 @@ fn arrive(
     held: usize,
     msg: FastMsg,
     dc: Option<u64>,
+    held_checked: bool,
 ) -> Result<(), Stalled> {
-    match engine.arrive_held(env, len, held, msg) {
+    let r = if held_checked {
+        engine.arrive_engine(env, len, held, msg)
+    } else {
+        engine.arrive_held(env, len, held, msg)
+    };
+    match r {
         Ok(a) => {
             if let Some(op) = dc {
                 // Delivered: matched, or held as unexpected by the receiver.
@@ -414,6 +593,80 @@ fn finish(
         cq_data: msg.cq_data,
         protocol: None,
     });
+}
+
+/// Takes every lane's messages into the matcher (a message held back for the budget
+/// first); `reap`: also what waited at a sender that went.
+#[inline(always)]
+fn drain_lanes(f: &mut Fast, node: &mut Node<Device>, out: &mut Out<'_>, reap: bool) {
+    for InLane { rx, stalled } in f.rx.iter_mut() {
+        if stalled.is_some() {
+            let Some(s) = stalled.take() else { continue };
+            if let Err(again) = arrive(
+                &mut f.engine,
+                node,
+                &mut f.proto_recvs,
+                out,
+                &rx.lane,
+                s.env,
+                s.len,
+                s.held,
+                s.msg,
+                s.dc,
+                false,
+            ) {
+                *stalled = Some(again);
+                continue;
+            }
+        }
+        let mut taken = false;
+        // While a sender is gone, also what waited at it when it went.
+        while let Some(raw) = if reap { rx.pop_any() } else { rx.pop() } {
+            taken = true;
+            let comm = if raw.flags & F_TAGGED != 0 {
+                COMM_TAG
+            } else {
+                COMM_MSG
+            };
+            let cq_data = (raw.flags & F_CQ != 0).then_some(raw.cq_data);
+            let dc = (raw.flags & F_DC != 0).then_some(raw.op);
+            let env = Envelope::new(comm, rx.peer, raw.tag);
+            let len = raw.len;
+            let msg = FastMsg {
+                payload: raw.payload,
+                cq_data,
+            };
+            if let Some(recv) = f.engine.take_held(&env) {
+                // Straight from the slot into the held receive's buffer (no match
+                // record).
+                if let Some(op) = dc {
+                    rx.lane.ack(op);
+                }
+                finish(node, &mut f.proto_recvs, out, recv, env, len, msg);
+                continue;
+            }
+            if let Err(again) = arrive(
+                &mut f.engine,
+                node,
+                &mut f.proto_recvs,
+                out,
+                &rx.lane,
+                env,
+                len,
+                len,
+                msg,
+                dc,
+                true,
+            ) {
+                out.counters.fast_backpressure += 1;
+                *stalled = Some(again);
+                break;
+            }
+        }
+        if taken {
+            rx.publish();
+        }
+    }
 }
 
 impl Endpoint {
@@ -569,7 +822,7 @@ impl Endpoint {
         let op = f.op();
         let ctx = RecvCtx { op, buf };
         match f.engine.post(spec(tag, src), ctx) {
-            Ok(Posted::Matched(m)) => {
+            Ok(Some(m)) => {
                 let mut out = Out {
                     ready,
                     counters,
@@ -585,8 +838,8 @@ impl Endpoint {
                     m.msg,
                 );
             }
-            Ok(Posted::Pending(_)) => {}
-            Err(_) => {
+            Ok(None) => {}
+            Err(()) => {
                 counters.call_errors += 1;
                 return Err(Error::call(CallError::TooManyReceives, None, None));
             }
@@ -605,7 +858,7 @@ impl Endpoint {
     ) -> Option<ProbeInfo> {
         let ep = self.id;
         let f = self.fast.as_deref_mut()?;
-        let p = f.engine.probe(&spec(tag, src))?;
+        let p = f.engine.engine.probe(&spec(tag, src))?;
         Some(ProbeInfo {
             source: Peer {
                 id: PeerId(p.env.src),
@@ -624,8 +877,8 @@ impl Endpoint {
     ) -> Option<Message> {
         let ep = self.id;
         let f = self.fast.as_deref_mut()?;
-        let c = f.engine.mprobe(&spec(tag, src))?;
-        let cq_data = f.engine.claimed(c.handle).ok()?.cq_data;
+        let c = f.engine.engine.mprobe(&spec(tag, src))?;
+        let cq_data = f.engine.engine.claimed(c.handle).ok()?.cq_data;
         Some(Message {
             claim: MsgClaim::Fast(c.handle),
             ep,
@@ -653,7 +906,7 @@ impl Endpoint {
         let Some(f) = fast.as_deref_mut() else {
             return Err(Error::StaleMessage);
         };
-        let m = f.engine.mrecv(h).map_err(|_| Error::StaleMessage)?;
+        let m = f.engine.engine.mrecv(h).map_err(|_| Error::StaleMessage)?;
         let op = f.op();
         let mut out = Out {
             ready,
@@ -682,10 +935,7 @@ impl Endpoint {
         let Some(f) = self.fast.as_deref_mut() else {
             return Err(Error::UnknownRequest(req));
         };
-        let mut found = None;
-        f.engine
-            .cancel_where(|_, r| r.op == req.op.0, |_, r| found = Some(r));
-        if found.is_none() {
+        if f.engine.cancel(req.op.0).is_none() {
             return Err(Error::UnknownRequest(req));
         }
         self.counters.cancels += 1;
@@ -723,18 +973,28 @@ impl Endpoint {
 
     /// Whether this progress call polls the device. Always without the fast path, and
     /// while the protocol endpoint has operations or packets in flight, or received
-    /// packets at the last poll. Otherwise (messages all take the fast path, the protocol
-    /// side idle) one call in [`DEVICE_POLL_EVERY`]: polling the in-memory device takes
-    /// the fabric-wide lock, which would otherwise cost more than a fast-path message.
-    /// Unsolicited protocol traffic (RMA into this endpoint, messages from peers without
-    /// the fast path) is picked up within that many calls, then at every call while it
-    /// keeps coming. On a fabric with faults every call polls (its delays are counted in
-    /// device polls: skipping them would change what the faults do).
+    /// packets at the last poll, or the network queued something for the device since its
+    /// last poll (its mail flag: unsolicited protocol traffic, RMA into this endpoint,
+    /// messages from peers without the fast path, are thus picked up at the next call),
+    /// or the protocol node has work of its own. Otherwise (messages all take the fast
+    /// path, the protocol side idle) one call in [`DEVICE_POLL_EVERY`]: polling the
+    /// in-memory device takes the fabric-wide lock, which would otherwise cost more than
+    /// a fast-path message. On a fabric with faults every call polls (its delays are
+    /// counted in device polls: skipping them would change what the faults do).
+    #[inline]
     pub(crate) fn device_due(&mut self) -> bool {
         let Some(f) = self.fast.as_deref_mut() else {
             return true;
         };
         if f.dev_skip == 0 {
+            return true;
+        }
+        let mail = match self.node.device() {
+            Device::Mem(d) => d.has_mail(),
+            _ => true,
+        };
+        if mail || self.node.has_own_work() {
+            f.dev_skip = 0;
             return true;
         }
         let ep = self.node.endpoint();
@@ -775,8 +1035,42 @@ impl Endpoint {
     }
 
     /// The fast path's share of progress: delivery-complete acknowledgements, messages
-    /// waiting for ring space, new lanes, protocol-path arrivals, then every lane.
+    /// waiting for ring space, new lanes, protocol-path arrivals, then every lane. When
+    /// there is none of the rest (no inbox event, nothing waiting for ring space, no
+    /// protocol-path message, no lane to release: nearly every call), only the lanes are
+    /// drained, without the general pass's setup.
+    #[inline(never)]
     pub(crate) fn fast_progress(&mut self) {
+        let Endpoint {
+            id,
+            node,
+            ready,
+            counters,
+            fast,
+            ..
+        } = self;
+        let Some(f) = fast.as_deref_mut() else {
+            return;
+        };
+        if f.inbox.any_event()
+            || f.any_waiting
+            || f.reap
+            || !f.proto_stalled.is_empty()
+            || node.endpoint().in_flight().2 > 0
+        {
+            return self.fast_progress_all();
+        }
+        let mut out = Out {
+            ready,
+            counters,
+            ep: *id,
+        };
+        drain_lanes(f, node, &mut out, false);
+    }
+
+    /// [`Endpoint::fast_progress`]: the general pass.
+    #[inline(never)]
+    fn fast_progress_all(&mut self) {
         let Endpoint {
             id,
             node,
@@ -917,63 +1211,7 @@ impl Endpoint {
                 }
             }
         }
-        for InLane { rx, stalled } in f.rx.iter_mut() {
-            if stalled.is_some() {
-                let Some(s) = stalled.take() else { continue };
-                if let Err(again) = arrive(
-                    &mut f.engine,
-                    node,
-                    &mut f.proto_recvs,
-                    &mut out,
-                    &rx.lane,
-                    s.env,
-                    s.len,
-                    s.held,
-                    s.msg,
-                    s.dc,
-                ) {
-                    *stalled = Some(again);
-                    continue;
-                }
-            }
-            let mut taken = false;
-            // While a sender is gone, also what waited at it when it went.
-            while let Some(raw) = if reap { rx.pop_any() } else { rx.pop() } {
-                taken = true;
-                let comm = if raw.flags & F_TAGGED != 0 {
-                    COMM_TAG
-                } else {
-                    COMM_MSG
-                };
-                let cq_data = (raw.flags & F_CQ != 0).then_some(raw.cq_data);
-                let dc = (raw.flags & F_DC != 0).then_some(raw.op);
-                let env = Envelope::new(comm, rx.peer, raw.tag);
-                let len = raw.len;
-                let msg = FastMsg {
-                    payload: raw.payload,
-                    cq_data,
-                };
-                if let Err(again) = arrive(
-                    &mut f.engine,
-                    node,
-                    &mut f.proto_recvs,
-                    &mut out,
-                    &rx.lane,
-                    env,
-                    len,
-                    len,
-                    msg,
-                    dc,
-                ) {
-                    out.counters.fast_backpressure += 1;
-                    *stalled = Some(again);
-                    break;
-                }
-            }
-            if taken {
-                rx.publish();
-            }
-        }
+        drain_lanes(f, node, &mut out, reap);
         if reap {
             // Lanes whose sender is gone and whose every message reached the engine are
             // released; one still holding messages back (budget) is kept and looked at

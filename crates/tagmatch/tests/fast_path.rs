@@ -260,6 +260,125 @@ fn wildcards_take_the_earliest_posted() {
     }
 }
 
+/// The fast path keeps a receive posted into an empty matcher aside (no engine insert);
+/// matching must not change: a later receive in the engine takes what the held one does
+/// not accept, the held one takes what both accept (it is the earliest posted), a
+/// cancelled held receive leaves arrivals unexpected, and the depth counts it. Same
+/// completions as the protocol path.
+#[test]
+fn a_receive_held_aside_matches_as_the_engine_would() {
+    let run = |fast: bool| {
+        let f = MemFabric::new();
+        let (mut a, mut b) = (ep(&f, fast), ep(&f, fast));
+        let ab = a.insert_peer(&b.address()).unwrap();
+        let ba = b.insert_peer(&a.address()).unwrap();
+        let mut out = Vec::new();
+        // Held: exact tag 1; in the engine: anything. Tag 2 goes past the held one.
+        let r1 = b.trecv(ba, 1u64, 8).unwrap();
+        let r2 = b.trecv(ANY_SOURCE, ANY_TAG, 8).unwrap();
+        assert_eq!(b.stats().matching.posted_depth, 2, "fast {fast}");
+        a.tinject(ab, 2, b"two").unwrap();
+        a.tinject(ab, 1, b"one").unwrap();
+        out.push(seen(done(&mut b, r2, &mut [&mut a])));
+        out.push(seen(done(&mut b, r1, &mut [&mut a])));
+        // The held receive matched while one waits in the engine: the next receive is
+        // not held aside (the one in the engine is earlier and takes a 3 first).
+        let r8 = b.trecv(ba, 1u64, 8).unwrap();
+        let r9 = b.trecv(ANY_SOURCE, ANY_TAG, 8).unwrap();
+        a.tinject(ab, 1, b"uno").unwrap();
+        out.push(seen(done(&mut b, r8, &mut [&mut a])));
+        let r10 = b.trecv(ba, 3u64, 8).unwrap();
+        a.tinject(ab, 3, b"tres").unwrap();
+        a.tinject(ab, 3, b"tres2").unwrap();
+        out.push(seen(done(&mut b, r10, &mut [&mut a])));
+        out.push(seen(done(&mut b, r9, &mut [&mut a])));
+        // Held: anything; in the engine: exact 5. The first 5 goes to the earliest posted.
+        let r3 = b.trecv(ANY_SOURCE, ANY_TAG, 8).unwrap();
+        let r4 = b.trecv(ba, 5u64, 8).unwrap();
+        a.tinject(ab, 5, b"first").unwrap();
+        a.tinject(ab, 5, b"second").unwrap();
+        out.push(seen(done(&mut b, r4, &mut [&mut a])));
+        out.push(seen(done(&mut b, r3, &mut [&mut a])));
+        // A cancelled held receive: the next message is unexpected, then received.
+        let r5 = b.trecv(ANY_SOURCE, 77u64, 8).unwrap();
+        b.cancel(r5).unwrap();
+        assert!(matches!(b.cancel(r5), Err(Error::UnknownRequest(_))));
+        out.push(seen(done(&mut b, r5, &mut [])));
+        assert_eq!(b.stats().matching.posted_depth, 0, "fast {fast}");
+        a.tinject(ab, 77, b"late").unwrap();
+        for _ in 0..1000 {
+            a.progress().unwrap();
+            b.progress().unwrap();
+            if b.tprobe(ANY_SOURCE, 77u64).is_some() {
+                break;
+            }
+        }
+        assert_eq!(b.tprobe(ANY_SOURCE, ANY_TAG).map(|p| p.tag), Some(77));
+        // With a message unexpected, a receive is not held aside: it takes the message.
+        let r7 = b.trecv(ba, 77u64, 8).unwrap();
+        out.push(seen(done(&mut b, r7, &mut [&mut a])));
+        let r6 = b.trecv(ba, 6u64, 8).unwrap();
+        a.tinject(ab, 6, b"six").unwrap();
+        out.push(seen(done(&mut b, r6, &mut [&mut a])));
+        let st = b.stats();
+        assert_eq!(
+            (st.matching.posted_depth, st.unexpected),
+            (0, 0),
+            "fast {fast}"
+        );
+        assert!(st.matching.hits >= 6, "fast {fast}: {:?}", st.matching);
+        out
+    };
+    let fast = run(true);
+    assert_eq!(fast, run(false));
+    let tags: Vec<u64> = fast.iter().map(|s| s.tag).collect();
+    assert_eq!(tags, [2, 1, 1, 3, 3, 5, 5, 0, 77, 6]);
+    assert_eq!(
+        (&fast[3].data[..], &fast[4].data[..]),
+        (&b"tres2"[..], &b"tres"[..])
+    );
+    assert_eq!(
+        (&fast[5].data[..], &fast[6].data[..]),
+        (&b"second"[..], &b"first"[..])
+    );
+    assert_eq!(fast[7].status, Err(OpError::Canceled));
+}
+
+/// A window of identical receives is held aside in posting order; a receive with another
+/// spec goes to the engine, and so do identical ones posted after it (they are later than
+/// it); a held receive cancelled from the middle of the window leaves the others in order.
+/// Same completions as the protocol path.
+#[test]
+fn a_window_of_identical_receives_held_aside_keeps_posting_order() {
+    let run = |fast: bool| {
+        let f = MemFabric::new();
+        let (mut a, mut b) = (ep(&f, fast), ep(&f, fast));
+        let ab = a.insert_peer(&b.address()).unwrap();
+        let ba = b.insert_peer(&a.address()).unwrap();
+        let w: Vec<Request> = (0..4).map(|_| b.trecv(ba, 4u64, 16).unwrap()).collect();
+        let any = b.trecv(ANY_SOURCE, ANY_TAG, 16).unwrap();
+        let late = b.trecv(ba, 4u64, 16).unwrap();
+        assert_eq!(b.stats().matching.posted_depth, 6, "fast {fast}");
+        b.cancel(w[1]).unwrap();
+        let mut out = vec![seen(done(&mut b, w[1], &mut []))];
+        // Five 4s: three go to the window (in order), the fourth to `any` (posted before
+        // `late`), the fifth to `late`; a 9 would have gone to `any` too.
+        for i in 0..5u8 {
+            a.tinject(ab, 4, &[i; 5]).unwrap();
+        }
+        for r in [w[0], w[2], w[3], any, late] {
+            out.push(seen(done(&mut b, r, &mut [&mut a])));
+        }
+        assert_eq!(b.stats().matching.posted_depth, 0, "fast {fast}");
+        out
+    };
+    let fast = run(true);
+    assert_eq!(fast, run(false));
+    assert_eq!(fast[0].status, Err(OpError::Canceled));
+    let firsts: Vec<u8> = fast[1..].iter().map(|s| s.data[0]).collect();
+    assert_eq!(firsts, [0, 1, 2, 3, 4]);
+}
+
 /// A receive cancelled while its message is in flight: either the cancel wins (the message
 /// stays unexpected and the next receive gets it) or the match does — never both, never
 /// lost. Sender on another thread.
