@@ -609,6 +609,40 @@ fn builds_over_thousands_of_keys_and_communicators() {
     }
 }
 
+/// After a burst over many communicators (a (comm) index much larger than the queue),
+/// the (comm) build also builds the (comm, src) and (comm, tag) kinds from the arrival
+/// order: every kind, purge and later arrival still agrees with the model.
+#[test]
+fn comm_build_after_a_burst_over_many_communicators() {
+    let mut p = Pair::new();
+    for c in 0..400 {
+        p.arrive(env(c, c % 5, 0), 1);
+    }
+    p.drain_any(400);
+    for round in 0..3u32 {
+        for i in 0..12 {
+            p.arrive(spread(i + round), 1);
+        }
+        p.mprobe(spec_kind(0, &spread(round + 1)));
+        assert!(p.probe(RecvSpec::new(round % 3, None, None)).is_some());
+        for i in 12..18 {
+            p.arrive(spread(i + round), 1);
+        }
+        for k in [1, 2, 3, 0] {
+            for i in 0..18 {
+                p.probe(spec_kind(k, &spread(i + round)));
+            }
+        }
+        p.post(spec_kind(1, &spread(round + 4)));
+        p.post(spec_kind(2, &spread(round + 5)));
+        p.purge_peer(spread(round + 6).src);
+        p.drain_exact();
+    }
+    while !p.claims.is_empty() {
+        p.mrecv(0);
+    }
+}
+
 /// A cycle of exact-only filling, first use of every wildcard kind, a claim across the
 /// drain and the reset: repeated at the same depth it allocates nothing (heap bytes,
 /// computed from capacities, unchanged), so the builds reuse the indexes they grew.
