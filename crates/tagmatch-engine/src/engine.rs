@@ -2078,6 +2078,90 @@ mod tests {
         assert_eq!(e.built, (1 << K_COMM) | (1 << K_SRC));
     }
 
+    /// With the unit tests' saturation distance (3, see `index`), index removals and
+    /// growth re-read node keys constantly: lazy builds (in phases: many exact-only
+    /// arrivals, then wildcards), cancels by handle of every kind (`take_posted_recv`),
+    /// claims and drains, against a literal model of the two matching rules.
+    #[test]
+    fn lazy_builds_and_cancels_with_saturated_index_distances() {
+        let mut e: Engine<u32, u32> = Engine::default();
+        let mut posted: Vec<(RecvSpec, u32, RecvHandle)> = Vec::new();
+        let mut unexp: Vec<(Envelope, u32)> = Vec::new();
+        let mut claims: Vec<(u32, MsgHandle)> = Vec::new();
+        let (mut deepest, mut built_deep) = (0, 0);
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for id in 0..20_000u32 {
+            // Phases of 400 operations: even ones exact-only.
+            let wild = (id / 400) % 2 == 1;
+            let en = Envelope::new(rnd(5) as u32, rnd(9) as u32, rnd(40));
+            let r = rnd(100);
+            if r < 55 {
+                let got = match e.arrive(en, 0, id).unwrap() {
+                    Arrived::Matched(m) => Some(m.recv),
+                    Arrived::Unexpected(_) => None,
+                };
+                let want = posted.iter().position(|(s, _, _)| s.matches(&en));
+                assert_eq!(got, want.map(|i| posted.remove(i).1), "arrive {id}");
+                if got.is_none() {
+                    unexp.push((en, id));
+                }
+            } else if r < 85 {
+                let spec = match if wild { rnd(6) } else { 0 } {
+                    0 => RecvSpec::exact(en.comm, en.src, en.tag),
+                    1 => RecvSpec::new(en.comm, Some(en.src), None),
+                    2 => RecvSpec::new(en.comm, None, Some(en.tag)),
+                    3 => RecvSpec::new(en.comm, None, None),
+                    4 => RecvSpec::masked(en.comm, Source::Rank(en.src), 1, 1),
+                    _ => RecvSpec::masked(en.comm, Source::Any, 2, 2),
+                };
+                let want = unexp.iter().position(|(m, _)| spec.matches(m));
+                if r < 80 {
+                    match e.post(spec, id).unwrap() {
+                        Posted::Matched(m) => {
+                            assert_eq!(Some(m.msg), want.map(|i| unexp.remove(i).1));
+                        }
+                        Posted::Pending(h) => {
+                            assert_eq!(want, None, "post {id}");
+                            posted.push((spec, id, h));
+                        }
+                    }
+                } else {
+                    let c = e.mprobe(&spec);
+                    let got = c.map(|c| *e.claimed(c.handle).unwrap());
+                    assert_eq!(got, want.map(|i| unexp.remove(i).1), "mprobe {id}");
+                    if let (Some(c), Some(mid)) = (c, got) {
+                        claims.push((mid, c.handle));
+                    }
+                }
+            } else if r < 95 && !posted.is_empty() {
+                let (_, rid, h) = posted.remove(rnd(posted.len() as u64) as usize);
+                assert_eq!(e.cancel(h), Ok(rid));
+            } else if r < 97 && !claims.is_empty() {
+                let (mid, h) = claims.swap_remove(rnd(claims.len() as u64) as usize);
+                assert_eq!(e.mrecv(h).map(|m| m.msg), Ok(mid));
+            } else if id % 1000 > 990 {
+                // Drain everything with exact receives (the reset follows).
+                for (m, mid) in core::mem::take(&mut unexp) {
+                    let r = e.post(RecvSpec::exact(m.comm, m.src, m.tag), 0).unwrap();
+                    assert!(matches!(r, Posted::Matched(x) if x.msg == mid));
+                }
+            }
+            assert_eq!(e.counters().unexpected_depth, unexp.len());
+            assert_eq!(e.counters().posted_depth, posted.len());
+            deepest = deepest.max(unexp.len());
+            if e.built & (1 << K_COMM) != 0 && unexp.len() > 100 {
+                built_deep += 1;
+            }
+        }
+        assert!(deepest > 300 && built_deep > 1000, "{deepest} {built_deep}");
+    }
+
     /// The key hash spreads the tags of every (comm, src), including the one whose
     /// mixing operand is zero, and keeps 4 consecutive tags in consecutive hashes.
     #[test]
