@@ -330,11 +330,14 @@ const UCX_BUCKETS: usize = 1021;
 
 /// matching-notes §1.1: "The hash is `(u32)tag % 1021 ^ (u32)(tag>>32) % 1021` over the
 /// whole 64-bit tag. Under OMPI's layout that covers (tag, src, ctx)" — OMPI pml_ucx
-/// packs tag:24 | rank:20 | ctx:20 (§1.0), as here.
+/// packs tag:24 | rank:20 | ctx:20 (§1.0) from the most significant bit down
+/// (`PML_UCX_MAKE_SEND_TAG`: tag << 40 | rank << 20 | context), as here: the low word
+/// holds the context and the rank's low 12 bits, the high word the rest of the rank and
+/// the tag.
 fn ucx_bucket(env: &Envelope) -> usize {
-    let t = (env.tag & 0xFF_FFFF)
-        | (u64::from(env.src & 0xF_FFFF) << 24)
-        | (u64::from(env.comm & 0xF_FFFF) << 44);
+    let t = ((env.tag & 0xFF_FFFF) << 40)
+        | (u64::from(env.src & 0xF_FFFF) << 20)
+        | u64::from(env.comm & 0xF_FFFF);
     ((t as u32 % UCX_BUCKETS as u32) ^ ((t >> 32) as u32 % UCX_BUCKETS as u32)) as usize
 }
 
@@ -756,11 +759,21 @@ mod tests {
 
     #[test]
     fn ucx_buckets_follow_the_documented_hash() {
-        // (u32)t % 1021 ^ (u32)(t >> 32) % 1021 over tag:24 | rank:20 | ctx:20.
+        // (u32)t % 1021 ^ (u32)(t >> 32) % 1021 over OMPI's send tag, tag:24 | rank:20 |
+        // ctx:20 from the top (PML_UCX_MAKE_SEND_TAG: tag << 40 | rank << 20 | ctx).
+        let hash = |t: u64| ((t as u32 % 1021) ^ ((t >> 32) as u32 % 1021)) as usize;
         let e = Envelope::new(3, 5, 7);
-        let t: u64 = 7 | (5 << 24) | (3 << 44);
-        let want = ((t as u32 % 1021) ^ ((t >> 32) as u32 % 1021)) as usize;
-        assert_eq!(ucx_bucket(&e), want);
+        assert_eq!(ucx_bucket(&e), hash((7 << 40) | (5 << 20) | 3));
+        // Fields in both words: rank bits 12..20 and the tag land in the high word.
+        let e = Envelope::new(0xA_BCDE, 0x7_1234, 0xFE_DCBA);
+        let t = (0xFE_DCBAu64 << 40) | (0x7_1234 << 20) | 0xA_BCDE;
+        assert_eq!((t >> 32) as u32, 0xFEDC_BA71);
+        assert_eq!(ucx_bucket(&e), hash(t));
+        // Only the low 24/20/20 bits count, as in the packed tag.
+        assert_eq!(
+            ucx_bucket(&Envelope::new(1 << 20, 1 << 20, 1 << 24)),
+            ucx_bucket(&Envelope::new(0, 0, 0))
+        );
         assert!((0..5000u64).all(|i| ucx_bucket(&Envelope::new(1, 2, i)) < 1024));
     }
 

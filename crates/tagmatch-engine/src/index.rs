@@ -103,6 +103,11 @@ impl Index {
         self.len
     }
 
+    /// Buckets allocated (what [`Index::values`] visits).
+    pub(crate) fn buckets(&self) -> usize {
+        self.slots.len()
+    }
+
     /// Bucket of the entry whose key satisfies `eq` (`Ok`), or the empty bucket where it
     /// would be inserted (`Err`). The table must have a free bucket (see
     /// [`Index::reserve_one`]); an unallocated table answers `Err(0)`.

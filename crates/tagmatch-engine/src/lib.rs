@@ -44,7 +44,9 @@
 //! purge needs one, a message is linked only into its (comm, src, tag) list and one
 //! arrival-order list (an exact-only workload pays for two lists, not four); the first
 //! that needs a kind builds its lists from the arrival order, O(queued messages) once,
-//! after which arrivals are linked into it too, until the queue is empty again. Each
+//! after which arrivals are linked into it too, until the queue is empty again (the
+//! (comm) build also builds the other two kinds when the (comm) index is much larger
+//! than the queue, so that no later build visits a large index). Each
 //! message is linked into each kind at most once, so, like an index doubling, the build
 //! is amortised O(1) per message. Each posted receive sits on the one FIFO of its kind;
 //! an arrival looks at (at most) four list heads and takes the lowest posting sequence

@@ -175,6 +175,43 @@ fn baselines_pair_exactly_as_the_engine() {
         .quickcheck(same_as_engine as fn(Vec<Step>) -> bool);
 }
 
+/// The same sequences with every key moved into one UCX hash bucket (communicators,
+/// sources and tags multiplied by 1021, which the bucket hash reduces mod 1021 in the
+/// OMPI-packed tag): the UCX-like bucket FIFOs then hold receives and messages of
+/// different keys, which its scans must skip, and ob1's per-rank arrays grow sparse.
+#[test]
+fn baselines_pair_exactly_as_the_engine_when_every_key_shares_a_ucx_bucket() {
+    fn spread(steps: Vec<Step>) -> bool {
+        let steps = steps
+            .into_iter()
+            .map(|s| match s {
+                Step::Post {
+                    comm,
+                    src,
+                    tag,
+                    masked,
+                } => Step::Post {
+                    comm: comm * 1021,
+                    src: src.map(|s| s * 1021),
+                    tag: tag.map(|t| t * 1021),
+                    masked,
+                },
+                Step::Arrive { comm, src, tag } => Step::Arrive {
+                    comm: comm * 1021,
+                    src: src * 1021,
+                    tag: tag * 1021,
+                },
+                c => c,
+            })
+            .collect();
+        same_as_engine(steps)
+    }
+    QuickCheck::new()
+        .tests(300)
+        .rng(Gen::new(120))
+        .quickcheck(spread as fn(Vec<Step>) -> bool);
+}
+
 #[test]
 fn generator_makes_matches_on_both_sides_and_cancels() {
     // The property above is only as strong as the sequences: they must pair receives
