@@ -10,8 +10,13 @@
 //! else (no budgets, sequencing, probes or purges). Each keeps the *search structure* of
 //! the scheme it stands for; where the original costs more for reasons that are not the
 //! search (UCX's singly-linked queues make a cancel scan its queue; ob1 takes a lock),
-//! the baseline does not, so the comparison, if anything, flatters the baselines.
-//! Receives and messages are named by `u32` ids, as in [`crate::workload`].
+//! the baseline does not. One difference goes the other way: an ANY_SOURCE receive on
+//! [`Ob1Like`] visits every peer to take the earliest arrival (the engine's rule, so that
+//! results compare), where ob1 stops at the first peer with a match.
+//!
+//! Receives and messages are named by `u32` ids, as in [`crate::workload`]. Receive ids
+//! and (for [`Ob1Like`], as ob1's per-rank arrays) source ranks index vectors: give dense
+//! ids, as the workloads do; a huge id allocates a vector that long.
 
 use crate::hash::{map_heap_bytes, FastMap};
 use crate::workload::{Op, Params, Plan, Workload};
