@@ -125,6 +125,10 @@ impl<D: RdmDevice> Node<D> {
                             let epoch = self.ep.admission_epoch();
                             self.refused_at.get_or_insert(epoch);
                             self.dev.refuse(src, bytes);
+                        } else {
+                            // The endpoint took what it needs: the buffer carries one of
+                            // its next packets (no allocation per message in a ping-pong).
+                            self.ep.recycle(bytes);
                         }
                     }
                     DeviceEvent::SendDone { token, outcome } => {

@@ -155,6 +155,10 @@ pub const RNR_REPORT_MAX: usize = 256;
 /// acknowledged as it arrives, only a lone frame waits for a reply to carry its ACK.
 pub const ACK_EVERY: u32 = 2;
 
+/// How many bodies of acknowledged frames a device keeps to receive packets into (see
+/// `UdpDevice::spare`).
+const SPARE_BODIES: usize = 64;
+
 /// UDP device settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UdpConfig {
@@ -426,6 +430,8 @@ impl Conn {
         now: Instant,
         latest: &mut Option<u64>,
         events: &mut VecDeque<DeviceEvent>,
+        spare: &mut Vec<Vec<u8>>,
+        datagram_max: usize,
     ) {
         self.unacked_bytes -= f.body.len();
         if f.retries == 0 {
@@ -451,6 +457,11 @@ impl Conn {
                 token,
                 outcome: SendOutcome::Ok,
             });
+        }
+        if let Body::Bytes(b) = f.body {
+            if spare.len() < SPARE_BODIES && b.capacity() <= datagram_max {
+                spare.push(b);
+            }
         }
     }
 
@@ -581,6 +592,12 @@ pub struct UdpDevice {
     /// a served read starts, or frames leave a window; cleared by a `fill_windows` that
     /// found no connection to fill (which then skips its scan until it is set again).
     fill_due: bool,
+    /// Bodies of acknowledged frames (at most [`SPARE_BODIES`], none larger than a
+    /// datagram), reused for the packets handed up in `DeviceEvent::Recv`: the owner hands
+    /// those to the endpoint, which builds its next packets in them (see
+    /// `tagmatch_rdm::Endpoint::recycle`), so a ping-pong allocates nothing per message
+    /// for its packets.
+    spare: Vec<Vec<u8>>,
     /// [`RdmDevice::retry_refused`] was called: the held packets go up at the next
     /// `progress` (until then they are no work, see `busy` there).
     rnr_retry: bool,
@@ -668,6 +685,7 @@ impl UdpDevice {
             fill_out: Vec::new(),
             fill_due: false,
             rnr_retry: false,
+            spare: Vec::new(),
             stats: UdpStats::default(),
             watch: None,
             cfg,
@@ -1004,6 +1022,7 @@ impl UdpDevice {
     }
 
     fn on_ack(&mut self, k: ConnKey, ack: u32, sack: u64, now: Instant) {
+        let dmax = self.datagram_max();
         let Some(c) = self.conns.get_mut(&k) else {
             return;
         };
@@ -1011,12 +1030,13 @@ impl UdpDevice {
         // them is built).
         let mut latest: Option<u64> = None;
         let events = &mut self.events;
+        let spare = &mut self.spare;
         while let Some((&s, _)) = c.unacked.first_key_value() {
             if s > ack as u64 {
                 break;
             }
             if let Some(f) = c.unacked.remove(&s) {
-                c.on_acked(f, now, &mut latest, events);
+                c.on_acked(f, now, &mut latest, events, spare, dmax);
                 self.fill_due = true;
             }
         }
@@ -1024,7 +1044,7 @@ impl UdpDevice {
             for i in 0..64u64 {
                 if sack & (1 << i) != 0 {
                     if let Some(f) = c.unacked.remove(&(ack as u64 + 2 + i)) {
-                        c.on_acked(f, now, &mut latest, events);
+                        c.on_acked(f, now, &mut latest, events, spare, dmax);
                         self.fill_due = true;
                     }
                 }
@@ -1185,10 +1205,11 @@ impl UdpDevice {
         self.stats.frames_received += 1;
         if h.kind == KIND_PKT {
             c.fresh += usize::from(req);
-            self.events.push_back(DeviceEvent::Recv {
-                src: peer,
-                bytes: body.to_vec(),
-            });
+            let mut bytes = self.spare.pop().unwrap_or_default();
+            bytes.clear();
+            bytes.extend_from_slice(body);
+            self.events
+                .push_back(DeviceEvent::Recv { src: peer, bytes });
             return;
         }
         if let Some((id, len)) = placed {
