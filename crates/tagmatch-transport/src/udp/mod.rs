@@ -159,6 +159,9 @@ pub const ACK_EVERY: u32 = 2;
 /// `UdpDevice::spare`).
 const SPARE_BODIES: usize = 64;
 
+/// Width of the first batched receive after a one-datagram receive found one.
+const RX_PROBE: usize = 4;
+
 /// UDP device settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UdpConfig {
@@ -585,6 +588,9 @@ pub struct UdpDevice {
     /// The last batched receive got at most one datagram: `progress` tries `recvfrom`
     /// first.
     rx_narrow: bool,
+    /// The last `recvfrom` (of `rx_narrow`) found a datagram: the next batched receive
+    /// starts narrow (see `RX_PROBE`).
+    rx_probe: bool,
     /// `fill_windows`' connection keys and frames, kept for their allocations.
     fill_keys: Vec<ConnKey>,
     fill_out: Vec<Out>,
@@ -681,6 +687,7 @@ impl UdpDevice {
             max_inflight_bytes,
             last_read: None,
             rx_narrow: false,
+            rx_probe: false,
             fill_keys: Vec::new(),
             fill_out: Vec::new(),
             fill_due: false,
@@ -1317,13 +1324,15 @@ impl UdpDevice {
         }
     }
 
-    /// Receives and handles what the socket holds: at most `max_calls` receive calls of
-    /// `width` datagrams (at most the number of buffers and [`sock::RECV_BATCH_MAX`]);
+    /// Receives and handles what the socket holds: at most `max_calls` receive calls, the
+    /// first of `first` datagrams, the others (made only while each call fills its width)
+    /// of `width` (both at most the number of buffers and [`sock::RECV_BATCH_MAX`]);
     /// returns how many datagrams the calls returned.
     fn receive(
         &mut self,
         mem: &mut dyn MemoryAccess,
         max_calls: usize,
+        first: usize,
         width: usize,
     ) -> io::Result<usize> {
         if sock::PEEK && self.rdma.reads_pending() > 0 {
@@ -1331,11 +1340,13 @@ impl UdpDevice {
         }
         let mut bufs = std::mem::take(&mut self.rx_bufs);
         let mut got = std::mem::take(&mut self.rx_got);
-        let width = width.clamp(1, bufs.len().clamp(1, sock::RECV_BATCH_MAX));
+        let most = bufs.len().clamp(1, sock::RECV_BATCH_MAX);
+        let width = width.clamp(1, most);
+        let mut w = first.clamp(1, most);
         let mut r = Ok(0);
         let mut total = 0;
         for _ in 0..max_calls {
-            r = self.sock.recv_batch(&mut bufs[..width], &mut got);
+            r = self.sock.recv_batch(&mut bufs[..w], &mut got);
             if !got.is_empty() {
                 let now = Instant::now();
                 for &(j, from, len) in &got {
@@ -1346,9 +1357,10 @@ impl UdpDevice {
                 Ok(n) => total += n,
                 Err(_) => break,
             }
-            if !matches!(r, Ok(n) if n == width) {
+            if !matches!(r, Ok(n) if n == w) {
                 break;
             }
+            w = width;
         }
         self.rx_bufs = bufs;
         self.rx_got = got;
@@ -1459,7 +1471,7 @@ impl UdpDevice {
         }
         let start = Instant::now();
         for i in 0u32.. {
-            if self.receive(mem, 1, 1)? > 0 {
+            if self.receive(mem, 1, 1, 1)? > 0 {
                 return Ok(true);
             }
             // The clock is read every fourth try (a receive call is about a microsecond).
@@ -1805,12 +1817,23 @@ impl RdmDevice for UdpDevice {
         // every second one: `tag_msgrate 8` lost ~10 %.)
         let mut drained = false;
         if !hit && self.rx_narrow {
-            hit = self.receive(mem, 1, 1)? > 0;
+            hit = self.receive(mem, 1, 1, 1)? > 0;
             self.rx_narrow = !hit;
+            self.rx_probe = hit;
             drained = !hit;
         }
         if (!hit && !drained) || timer_due {
-            let n = self.receive(mem, 16, self.rx_bufs.len())?;
+            // The first batched receive after a one-datagram hit reads a few datagrams
+            // only (`RX_PROBE`): in a ping-pong it finds the socket empty, and a call's
+            // cost grows with its width (every message header is set up, ~20
+            // instructions each); a stream that fills it goes on at full width.
+            let all = self.rx_bufs.len();
+            let first = if std::mem::take(&mut self.rx_probe) {
+                RX_PROBE
+            } else {
+                all
+            };
+            let n = self.receive(mem, 16, first, all)?;
             self.rx_narrow = n <= 1;
         }
         let absent = self
@@ -1935,18 +1958,20 @@ mod tests {
         let before = calls(&d);
         d.progress(&mut mem, zero).expect("progress");
         assert_eq!((calls(&d) - before, d.sock.stats.rx_datagrams), (1, 1));
-        // The next reads the other 39 in two batched calls (32, then 7: drained).
+        // The next reads the other 39 in three batched calls: a probe of RX_PROBE = 4
+        // (full, so the stream goes on at full width), 32, then 3 (drained).
         d.progress(&mut mem, zero).expect("progress");
-        assert_eq!((calls(&d) - before, d.sock.stats.rx_datagrams), (3, 40));
-        // Still batched (that `progress` got more than one): 5 more in one call.
+        assert_eq!((calls(&d) - before, d.sock.stats.rx_datagrams), (4, 40));
+        // Still batched (that `progress` got more than one), at full width: 5 more in one
+        // call.
         send(5);
         d.progress(&mut mem, zero).expect("progress");
-        assert_eq!((calls(&d) - before, d.sock.stats.rx_datagrams), (4, 45));
+        assert_eq!((calls(&d) - before, d.sock.stats.rx_datagrams), (5, 45));
         // An empty batch returns the device to narrow mode.
         d.progress(&mut mem, zero).expect("progress");
         assert!(d.rx_narrow);
         d.progress(&mut mem, zero).expect("progress");
-        assert_eq!(calls(&d) - before, 6);
+        assert_eq!(calls(&d) - before, 7);
         assert_eq!(d.stats().bad_frames, 45);
     }
 
