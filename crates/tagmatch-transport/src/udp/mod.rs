@@ -77,9 +77,10 @@
 pub mod frame;
 pub mod shim;
 pub mod sock;
+mod window;
 
 use foldhash::{HashMap, HashSet};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -97,6 +98,7 @@ use crate::soft_rdma::{
 use frame::{Header, HDR_LEN, KIND_ACK, KIND_PKT, KIND_RNR};
 use shim::{Shim, ShimConfig, ShimStats};
 use sock::{Sock, SockStats};
+use window::SeqWindow;
 
 /// Longest header of a datagram gathered at send time: the frame header and a
 /// `READ_DATA` message header (the read's bytes follow from the region).
@@ -357,7 +359,7 @@ struct Conn {
     peer: RawAddr,
     sock: SocketAddr,
     next_seq: u64,
-    unacked: BTreeMap<u64, TxFrame>,
+    unacked: SeqWindow<TxFrame>,
     waiting: VecDeque<TxFrame>,
     srtt: Option<Duration>,
     rttvar: Duration,
@@ -385,7 +387,7 @@ impl Conn {
             peer,
             sock,
             next_seq: 1,
-            unacked: BTreeMap::new(),
+            unacked: SeqWindow::default(),
             waiting: VecDeque::new(),
             srtt: None,
             rttvar: Duration::ZERO,
@@ -419,10 +421,7 @@ impl Conn {
     /// The retransmission timeout: RFC 6298's `SRTT + 4·RTTVAR`, plus the peer's ACK delay
     /// (QUIC's PTO adds `max_ack_delay` likewise; a lone frame's ACK may wait that long).
     fn rto(&self, cfg: &UdpConfig) -> Duration {
-        match self.srtt {
-            None => cfg.initial_rto,
-            Some(s) => (s + 4 * self.rttvar + cfg.ack_delay).clamp(cfg.min_rto, cfg.max_rto),
-        }
+        rto_of(self.srtt, self.rttvar, cfg)
     }
 
     /// Accounts for frame `f`, acknowledged at `now` and removed from the window: its
@@ -479,6 +478,16 @@ impl Conn {
             && self.reads.is_empty()
             && self.rnr.is_empty()
             && !self.ack.needed()
+    }
+}
+
+/// [`Conn::rto`] of a connection's `srtt` and `rttvar` (for a caller that borrows the
+/// connection's window mutably).
+#[inline]
+fn rto_of(srtt: Option<Duration>, rttvar: Duration, cfg: &UdpConfig) -> Duration {
+    match srtt {
+        None => cfg.initial_rto,
+        Some(s) => (s + 4 * rttvar + cfg.ack_delay).clamp(cfg.min_rto, cfg.max_rto),
     }
 }
 
@@ -786,12 +795,19 @@ impl UdpDevice {
 
     /// Moves waiting frames of every connection into its window and onto the wire.
     /// `now`: the time, `None` to read the clock (only if something is sent).
+    /// (Inlined: most calls find nothing due, and return before the call.)
+    #[inline]
     fn fill_windows(&mut self, mem: &dyn MemoryAccess, now: Option<Instant>) {
+        if self.fill_due {
+            self.fill_windows_due(mem, now);
+        }
+    }
+
+    /// [`UdpDevice::fill_windows`] when `fill_due` is set.
+    #[inline(never)]
+    fn fill_windows_due(&mut self, mem: &dyn MemoryAccess, now: Option<Instant>) {
         // The connection keys and the frames to queue go through vectors kept in the
         // device (taken and put back): no allocation per call.
-        if !self.fill_due {
-            return;
-        }
         let mut keys = std::mem::take(&mut self.fill_keys);
         keys.clear();
         keys.extend(
@@ -878,9 +894,14 @@ impl UdpDevice {
                     });
                 }
                 let rto = c.rto(&self.cfg);
+                // The span from the oldest unacknowledged frame is bounded too (the window
+                // is a ring over that span): a frame lost again and again does not let it
+                // grow to the peer's receive window.
+                let span_max = 4 * self.cfg.max_inflight.max(256) as u64;
                 while c.unacked.len() < self.cfg.max_inflight
                     && c.unacked_bytes < self.max_inflight_bytes
                     && c.next_seq <= u32::MAX as u64
+                    && c.unacked.span_to(c.next_seq) < span_max
                 {
                     let Some(mut f) = c.waiting.pop_front() else {
                         break;
@@ -939,28 +960,28 @@ impl UdpDevice {
     ///
     /// `now` is when the socket was last found drained: a timer due by then expired with
     /// no ACK in the socket (a deschedule after the read does not count).
-    /// `absent`: `Some(now)` when the socket had not been read or waited on for a quarter
-    /// of `min_rto` or more before `now` (the owner was busy or descheduled). A timer that
-    /// expired in that absence is re-armed once, for `SRTT + ack_delay` (at least a
-    /// millisecond), instead of firing: the peer may have been descheduled alike (a
-    /// paused VM, or both ends stepped by one thread) with our ACK delayed and not sent
-    /// yet, and gets that long to send it.
-    fn timers(&mut self, now: Instant, absent: Option<Instant>) -> Option<Instant> {
+    /// `last_read`: when the socket was read or waited on before `now`. If that was a
+    /// quarter of `min_rto` or more before `now` (the owner was busy or descheduled), a
+    /// timer that expired in that absence is re-armed once, for `SRTT + ack_delay` (at
+    /// least a millisecond), instead of firing: the peer may have been descheduled alike
+    /// (a paused VM, or both ends stepped by one thread) with our ACK delayed and not
+    /// sent yet, and gets that long to send it.
+    ///
+    /// The absence and each connection's RTO are worked out only when a timer is due
+    /// (most calls find none).
+    fn timers(&mut self, now: Instant, last_read: Option<Instant>) -> Option<Instant> {
         let mut next: Option<Instant> = None;
         let mut dead = Vec::new();
         let mut dgs = Vec::new();
-        let cfg = self.cfg;
+        let cfg = &self.cfg;
+        let mut absent: Option<bool> = None;
         // A frame last proved in view at or before this instant is past the peer timeout
         // (one subtraction per call instead of one per frame; `None`: none can be).
         let dead_before = now.checked_sub(cfg.peer_timeout);
         for (k, c) in self.conns.iter_mut() {
-            let rto = if c.unacked.is_empty() {
-                Duration::ZERO // not used
-            } else {
-                c.rto(&cfg)
-            };
+            let mut rto: Option<Duration> = None;
             let mut resent = 0usize;
-            for (&seq, f) in c.unacked.iter_mut() {
+            for (seq, f) in c.unacked.iter_mut() {
                 // Not answered (neither acknowledged nor held back with a
                 // receiver-not-ready notice) for the peer timeout: the peer is gone.
                 if dead_before.is_some_and(|d| f.alive <= d) {
@@ -968,7 +989,12 @@ impl UdpDevice {
                     break;
                 }
                 if f.deadline <= now {
-                    if !f.deferred && absent.is_some_and(|start| f.deadline <= start) {
+                    let away = *absent.get_or_insert_with(|| {
+                        last_read
+                            .is_some_and(|l| now.saturating_duration_since(l) >= cfg.min_rto / 4)
+                    });
+                    let rto = *rto.get_or_insert_with(|| rto_of(c.srtt, c.rttvar, cfg));
+                    if !f.deferred && away {
                         f.deferred = true;
                         let grace = c.srtt.unwrap_or_default() + cfg.ack_delay;
                         f.deadline = now + grace.max(Duration::from_millis(1));
@@ -1038,14 +1064,9 @@ impl UdpDevice {
         let mut latest: Option<u64> = None;
         let events = &mut self.events;
         let spare = &mut self.spare;
-        while let Some((&s, _)) = c.unacked.first_key_value() {
-            if s > ack as u64 {
-                break;
-            }
-            if let Some(f) = c.unacked.remove(&s) {
-                c.on_acked(f, now, &mut latest, events, spare, dmax);
-                self.fill_due = true;
-            }
+        while let Some((_, f)) = c.unacked.pop_first_upto(ack as u64) {
+            c.on_acked(f, now, &mut latest, events, spare, dmax);
+            self.fill_due = true;
         }
         if sack != 0 {
             for i in 0..64u64 {
@@ -1069,7 +1090,7 @@ impl UdpDevice {
         let reo = c.srtt.map_or(Duration::ZERO, |s| s / 4);
         let rto = c.rto(&self.cfg);
         let mut dgs = Vec::new();
-        for (&seq, f) in c.unacked.iter_mut() {
+        for (seq, f) in c.unacked.iter_mut() {
             // A frame the peer holds back (receiver not ready) waits for its timer's
             // backoff: later frames getting through says nothing about its loss.
             if f.rnr == 0
@@ -1592,7 +1613,18 @@ impl UdpDevice {
     /// built now, its body (or a served read's bytes, from the region) is sent from where
     /// it lies. Frames acknowledged since they were queued are skipped; a datagram the
     /// kernel refuses is dropped and counted (the reliability layer sends it again).
+    /// (Inlined: most calls find nothing queued, and return before the call.)
+    #[inline]
     fn flush(&mut self, mem: &dyn MemoryAccess) -> io::Result<()> {
+        if self.txq.is_empty() && self.shim.is_none() {
+            return Ok(());
+        }
+        self.flush_queued(mem)
+    }
+
+    /// [`UdpDevice::flush`] when something is queued (or the shim may release some).
+    #[inline(never)]
+    fn flush_queued(&mut self, mem: &dyn MemoryAccess) -> io::Result<()> {
         if let Some(s) = &mut self.shim {
             s.release(&mut self.txq);
         }
@@ -1836,12 +1868,8 @@ impl RdmDevice for UdpDevice {
             let n = self.receive(mem, 16, first, all)?;
             self.rx_narrow = n <= 1;
         }
-        let absent = self
-            .last_read
-            .filter(|&l| read_at.saturating_duration_since(l) >= self.cfg.min_rto / 4)
-            .map(|_| read_at);
-        self.last_read = Some(read_at);
-        self.timers(read_at, absent);
+        let last_read = self.last_read.replace(read_at);
+        self.timers(read_at, last_read);
         // The clock is read again only if a frame goes out or an ACK is pending.
         self.fill_windows(mem, None);
         self.acks(None);
@@ -2206,19 +2234,22 @@ mod tests {
         assert_eq!(wire(&mut a).len(), 1);
         let rto = a.cfg.initial_rto;
         let late = t0 + rto * 3;
-        a.timers(late, Some(late));
+        // Last read at t0: absent since.
+        a.timers(late, Some(t0));
         assert!(a.txq.is_empty());
         assert_eq!(a.stats.retransmits, 0);
         assert_eq!(a.next_deadline(), Some(late + Duration::from_millis(1)));
         let later = late + Duration::from_millis(1);
-        a.timers(later, Some(later));
+        a.timers(later, Some(t0));
         assert_eq!((wire(&mut a).len(), a.stats.retransmits), (1, 1));
-        // Not absent: a due timer fires at once.
-        let mut c = dev();
-        send(&mut c, &b, b"y", 2, t0);
-        wire(&mut c);
-        c.timers(late, None);
-        assert_eq!((wire(&mut c).len(), c.stats.retransmits), (1, 1));
+        // Not absent (read just before, or never): a due timer fires at once.
+        for last_read in [Some(late - Duration::from_micros(10)), None] {
+            let mut c = dev();
+            send(&mut c, &b, b"y", 2, t0);
+            wire(&mut c);
+            c.timers(late, last_read);
+            assert_eq!((wire(&mut c).len(), c.stats.retransmits), (1, 1));
+        }
     }
 
     /// A served read's data frames keep no copy of the bytes: they are read from the region
