@@ -315,6 +315,11 @@ enum Body {
 }
 
 impl Body {
+    /// Whether it is a served read's data (read from the region when sent).
+    fn is_read(&self) -> bool {
+        matches!(self, Body::Read { .. })
+    }
+
     fn len(&self) -> usize {
         match self {
             Body::Bytes(b) => b.len(),
@@ -330,8 +335,9 @@ impl Body {
 enum Out {
     /// A whole datagram.
     Dgram(SocketAddr, Vec<u8>),
-    /// Frame `seq` of a connection (skipped if acknowledged by then).
-    Frame(ConnKey, u64),
+    /// Frame `seq` of a connection (skipped if acknowledged by then); `true`: its body was
+    /// a served read's when queued (see `UdpDevice::check_frames`).
+    Frame(ConnKey, u64, bool),
 }
 
 #[derive(Debug)]
@@ -613,6 +619,8 @@ pub struct UdpDevice {
     /// `tagmatch_rdm::Endpoint::recycle`), so a ping-pong allocates nothing per message
     /// for its packets.
     spare: Vec<Vec<u8>>,
+    /// Some connection's `fresh` count is not zero (`progress` resets them).
+    fresh_any: bool,
     /// [`RdmDevice::retry_refused`] was called: the held packets go up at the next
     /// `progress` (until then they are no work, see `busy` there).
     rnr_retry: bool,
@@ -701,6 +709,7 @@ impl UdpDevice {
             fill_out: Vec::new(),
             fill_due: false,
             rnr_retry: false,
+            fresh_any: false,
             spare: Vec::new(),
             stats: UdpStats::default(),
             watch: None,
@@ -916,7 +925,7 @@ impl UdpDevice {
                     // The header, with the acknowledgement state of the moment, is built
                     // when the frame is sent (`flush`).
                     c.ack.sent();
-                    dgs.push(Out::Frame(k, seq));
+                    dgs.push(Out::Frame(k, seq, f.body.is_read()));
                     c.unacked_bytes += f.body.len();
                     c.unacked.insert(seq, f);
                 }
@@ -1011,7 +1020,7 @@ impl UdpDevice {
                             .saturating_mul(1u32 << f.retries.min(16))
                             .min(cfg.max_rto);
                         f.deadline = now + backoff;
-                        dgs.push(Out::Frame(*k, seq));
+                        dgs.push(Out::Frame(*k, seq, f.body.is_read()));
                         resent += 1;
                     }
                 }
@@ -1102,7 +1111,7 @@ impl UdpDevice {
                 f.deadline = now + rto;
                 c.tx_order += 1;
                 f.order = c.tx_order;
-                dgs.push(Out::Frame(k, seq));
+                dgs.push(Out::Frame(k, seq, f.body.is_read()));
             }
         }
         if !dgs.is_empty() {
@@ -1233,6 +1242,7 @@ impl UdpDevice {
         self.stats.frames_received += 1;
         if h.kind == KIND_PKT {
             c.fresh += usize::from(req);
+            self.fresh_any |= req;
             let mut bytes = self.spare.pop().unwrap_or_default();
             bytes.clear();
             bytes.extend_from_slice(body);
@@ -1520,7 +1530,9 @@ impl UdpDevice {
     /// that will never come (a frame's sequence number must still be delivered).
     fn check_frames(&mut self, n: usize, mem: &dyn MemoryAccess) {
         for o in self.txq.range(..n) {
-            let Out::Frame(k, seq) = o else {
+            // (A body never becomes a served read's: frames that were not one when queued
+            // need no look-up.)
+            let Out::Frame(k, seq, true) = o else {
                 continue;
             };
             let Some(c) = self.conns.get_mut(k) else {
@@ -1569,7 +1581,7 @@ impl UdpDevice {
     ) -> Option<Piece<'a>> {
         match o {
             Out::Dgram(to, d) => Some((i, *to, [0; HEAD_MAX], 0, d)),
-            Out::Frame(k, seq) => {
+            Out::Frame(k, seq, _) => {
                 let c = conns.get(k)?;
                 let f = c.unacked.get(seq)?;
                 let mut head = [0u8; HEAD_MAX];
@@ -1790,19 +1802,28 @@ impl RdmDevice for UdpDevice {
         timeout: Option<Duration>,
     ) -> io::Result<()> {
         let now = Instant::now();
-        for c in self.conns.values_mut() {
-            c.fresh = 0;
+        if std::mem::take(&mut self.fresh_any) {
+            for c in self.conns.values_mut() {
+                c.fresh = 0;
+            }
         }
         self.fill_windows(mem, Some(now));
         // No timer fires before the socket is read (see `timers`): an overdue deadline
-        // only makes the wait zero.
-        let next = self.next_deadline();
+        // only makes the wait zero. The deadline is needed for a wait, and to see whether
+        // a timer is due before a one-datagram receive (below); a busy-polling call
+        // that reads a batch anyway does not look for it.
+        let zero = timeout == Some(Duration::ZERO);
+        let next = if self.rx_narrow || !zero {
+            self.next_deadline()
+        } else {
+            None
+        };
         self.flush(mem)?;
         let busy = !self.events.is_empty()
             || !self.again.is_empty()
             || self.shim.as_ref().is_some_and(|s| s.held() > 0)
             || (self.rnr_retry && self.conns.values().any(|c| !c.held.is_empty()));
-        let wait = if busy || timeout == Some(Duration::ZERO) {
+        let wait = if busy || zero {
             Some(Duration::ZERO)
         } else {
             let until_timer = next.map(|n| n.saturating_duration_since(now));
@@ -1877,11 +1898,12 @@ impl RdmDevice for UdpDevice {
         // Held packets go up again after the socket was read, so that the receive above
         // still saw how many are held (and left new packet frames unacknowledged beyond
         // RNR_HELD_MAX), and only when the endpoint may take them now (`retry_refused`).
-        let retry = std::mem::take(&mut self.rnr_retry);
-        for c in self.conns.values_mut().filter(|_| retry) {
-            for bytes in c.held.drain(..) {
-                self.events
-                    .push_back(DeviceEvent::Recv { src: c.peer, bytes });
+        if std::mem::take(&mut self.rnr_retry) {
+            for c in self.conns.values_mut() {
+                for bytes in c.held.drain(..) {
+                    self.events
+                        .push_back(DeviceEvent::Recv { src: c.peer, bytes });
+                }
             }
         }
         for token in self.again.drain(..) {
@@ -2051,7 +2073,7 @@ mod tests {
         outs.into_iter()
             .filter_map(|o| match o {
                 Out::Dgram(_, b) => Some(b),
-                Out::Frame(k, seq) => {
+                Out::Frame(k, seq, _) => {
                     let c = d.conns.get(&k)?;
                     let f = c.unacked.get(&seq)?;
                     let Body::Bytes(b) = &f.body else {
