@@ -576,6 +576,34 @@ fn gather<'a>((_, to, head, head_len, payload): &'a Piece<'a>) -> (SocketAddr, [
     )
 }
 
+/// What [`UdpDevice::ack_conn`] needs of the device besides the connection.
+struct AckCtx<'a> {
+    cfg: &'a UdpConfig,
+    dmax: usize,
+    events: &'a mut VecDeque<DeviceEvent>,
+    spare: &'a mut Vec<Vec<u8>>,
+    fill_due: &'a mut bool,
+    stats: &'a mut UdpStats,
+    shim: &'a mut Option<Shim<Out>>,
+    txq: &'a mut VecDeque<Out>,
+}
+
+/// The [`AckCtx`] of a device (`$d`), borrowing its fields apart from `conns`.
+macro_rules! ack_ctx {
+    ($d:expr) => {
+        AckCtx {
+            dmax: $d.cfg.path_mtu - IP_UDP_OVERHEAD, // (`datagram_max`)
+            cfg: &$d.cfg,
+            events: &mut $d.events,
+            spare: &mut $d.spare,
+            fill_due: &mut $d.fill_due,
+            stats: &mut $d.stats,
+            shim: &mut $d.shim,
+            txq: &mut $d.txq,
+        }
+    };
+}
+
 /// The UDP device. See the module documentation.
 #[derive(Debug)]
 pub struct UdpDevice {
@@ -1063,26 +1091,33 @@ impl UdpDevice {
         }
     }
 
+    /// Handles the acknowledgement (`ack`, `sack`) of connection `k`'s frames.
     fn on_ack(&mut self, k: ConnKey, ack: u32, sack: u64, now: Instant) {
-        let dmax = self.datagram_max();
         let Some(c) = self.conns.get_mut(&k) else {
             return;
         };
+        Self::ack_conn(c, k, ack, sack, now, ack_ctx!(self));
+    }
+
+    /// [`UdpDevice::on_ack`] for connection `c` (found already), with the parts of the
+    /// device it needs.
+    fn ack_conn(c: &mut Conn, k: ConnKey, ack: u32, sack: u64, now: Instant, x: AckCtx<'_>) {
+        let dmax = x.dmax;
         // Each acknowledged frame is accounted for as it leaves the window (no list of
         // them is built).
         let mut latest: Option<u64> = None;
-        let events = &mut self.events;
-        let spare = &mut self.spare;
+        let events = x.events;
+        let spare = x.spare;
         while let Some((_, f)) = c.unacked.pop_first_upto(ack as u64) {
             c.on_acked(f, now, &mut latest, events, spare, dmax);
-            self.fill_due = true;
+            *x.fill_due = true;
         }
         if sack != 0 {
             for i in 0..64u64 {
                 if sack & (1 << i) != 0 {
                     if let Some(f) = c.unacked.remove(&(ack as u64 + 2 + i)) {
                         c.on_acked(f, now, &mut latest, events, spare, dmax);
-                        self.fill_due = true;
+                        *x.fill_due = true;
                     }
                 }
             }
@@ -1097,7 +1132,7 @@ impl UdpDevice {
             return;
         }
         let reo = c.srtt.map_or(Duration::ZERO, |s| s / 4);
-        let rto = c.rto(&self.cfg);
+        let rto = c.rto(x.cfg);
         let mut dgs = Vec::new();
         for (seq, f) in c.unacked.iter_mut() {
             // A frame the peer holds back (receiver not ready) waits for its timer's
@@ -1117,9 +1152,12 @@ impl UdpDevice {
         if !dgs.is_empty() {
             c.ack.sent();
         }
-        self.stats.fast_retransmits += dgs.len() as u64;
+        x.stats.fast_retransmits += dgs.len() as u64;
         for o in dgs {
-            self.out(o);
+            match x.shim {
+                Some(s) => s.push(o, x.txq),
+                None => x.txq.push_back(o),
+            }
         }
     }
 
@@ -1172,17 +1210,19 @@ impl UdpDevice {
             connid: h.src_connid,
         }
         .to_raw();
-        if !self.conns.contains_key(&k) {
-            if self.conns.len() >= self.cfg.max_conns {
-                self.stats.conn_limit += 1;
-                return;
+        // One look-up of the connection (it was three).
+        let full = self.conns.len() >= self.cfg.max_conns;
+        let c = match self.conns.entry(k) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                if full {
+                    self.stats.conn_limit += 1;
+                    return;
+                }
+                e.insert(Conn::new(peer, from))
             }
-            self.conns.insert(k, Conn::new(peer, from));
-        }
-        self.on_ack(k, h.ack, h.sack, now);
-        let Some(c) = self.conns.get_mut(&k) else {
-            return;
         };
+        Self::ack_conn(c, k, h.ack, h.sack, now, ack_ctx!(self));
         let seq = h.seq;
         let delay = self.cfg.ack_delay;
         if seq <= c.cum || (!c.ooo.is_empty() && c.ooo.contains(&seq)) {
