@@ -54,10 +54,24 @@ impl<T> SeqWindow<T> {
 
     /// Inserts `v` at `seq`, returning the value it replaces. Cheapest for a key beyond
     /// the last one (the usual case); a key before the first one shifts the ring.
+    #[inline]
     pub(super) fn insert(&mut self, seq: u64, v: T) -> Option<T> {
         if self.slots.is_empty() {
             self.base = seq;
-        } else if seq < self.base {
+        }
+        if seq == self.base + self.slots.len() as u64 {
+            // The next key: the value is moved into the ring once.
+            self.slots.push_back(Some(v));
+            self.len += 1;
+            return None;
+        }
+        self.insert_other(seq, v)
+    }
+
+    /// [`SeqWindow::insert`] of a key other than the next one.
+    #[inline(never)]
+    fn insert_other(&mut self, seq: u64, v: T) -> Option<T> {
+        if seq < self.base {
             for _ in seq..self.base {
                 self.slots.push_front(None);
             }
