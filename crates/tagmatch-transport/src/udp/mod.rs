@@ -1061,12 +1061,17 @@ impl UdpDevice {
                 dead.push(*k);
             }
         }
-        self.stats.retransmits += dgs.len() as u64;
-        for o in dgs {
-            self.out(o);
+        // (Most calls have nothing to send or fail: no loop over empty vectors.)
+        if !dgs.is_empty() {
+            self.stats.retransmits += dgs.len() as u64;
+            for o in dgs {
+                self.out(o);
+            }
         }
-        for k in dead {
-            self.fail_conn(k);
+        if !dead.is_empty() {
+            for k in dead {
+                self.fail_conn(k);
+            }
         }
         next
     }
@@ -1387,6 +1392,9 @@ impl UdpDevice {
                 };
                 dgs.push(Out::Dgram(c.sock, h.datagram(&body)));
             }
+        }
+        if dgs.is_empty() {
+            return;
         }
         self.stats.rnr_sent += rnrs;
         self.stats.acks_sent += dgs.len() as u64 - rnrs;
