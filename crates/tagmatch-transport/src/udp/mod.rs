@@ -634,8 +634,7 @@ pub struct UdpDevice {
     /// The last `recvfrom` (of `rx_narrow`) found a datagram: the next batched receive
     /// starts narrow (see `RX_PROBE`).
     rx_probe: bool,
-    /// `fill_windows`' connection keys and frames, kept for their allocations.
-    fill_keys: Vec<ConnKey>,
+    /// `fill_windows`' frames to queue, kept for its allocation.
     fill_out: Vec<Out>,
     /// A connection may have frames to move into its window: set when frames are queued,
     /// a served read starts, or frames leave a window; cleared by a `fill_windows` that
@@ -733,7 +732,6 @@ impl UdpDevice {
             last_read: None,
             rx_narrow: false,
             rx_probe: false,
-            fill_keys: Vec::new(),
             fill_out: Vec::new(),
             fill_due: false,
             rnr_retry: false,
@@ -843,31 +841,24 @@ impl UdpDevice {
     /// [`UdpDevice::fill_windows`] when `fill_due` is set.
     #[inline(never)]
     fn fill_windows_due(&mut self, mem: &dyn MemoryAccess, now: Option<Instant>) {
-        // The connection keys and the frames to queue go through vectors kept in the
-        // device (taken and put back): no allocation per call.
-        let mut keys = std::mem::take(&mut self.fill_keys);
-        keys.clear();
-        keys.extend(
-            self.conns
-                .iter()
-                .filter(|(_, c)| {
-                    (!c.waiting.is_empty() || !c.reads.is_empty())
-                        && c.unacked.len() < self.cfg.max_inflight
-                        && c.unacked_bytes < self.max_inflight_bytes
-                })
-                .map(|(k, _)| *k),
-        );
-        if keys.is_empty() {
-            self.fill_due = false;
-            self.fill_keys = keys;
-            return;
-        }
-        let now = now.unwrap_or_else(Instant::now);
+        // The frames to queue go through a vector kept in the device (taken and put back:
+        // no allocation per call), queued after the walk over the connections (in the
+        // same order), which borrows them.
+        let mut now = now;
         let chunk = self.rdma_chunk() as u64;
         let mut dgs = std::mem::take(&mut self.fill_out);
-        for &k in &keys {
-            dgs.clear();
-            if let Some(c) = self.conns.get_mut(&k) {
+        dgs.clear();
+        let mut filled = false;
+        for (&k, c) in self.conns.iter_mut() {
+            if !((!c.waiting.is_empty() || !c.reads.is_empty())
+                && c.unacked.len() < self.cfg.max_inflight
+                && c.unacked_bytes < self.max_inflight_bytes)
+            {
+                continue;
+            }
+            filled = true;
+            let now = *now.get_or_insert_with(Instant::now);
+            {
                 // Top the waiting queue up from the streamed reads, one window's worth.
                 let room = self.cfg.max_inflight.saturating_sub(c.unacked.len());
                 let room_bytes = self.max_inflight_bytes.saturating_sub(c.unacked_bytes);
@@ -957,13 +948,17 @@ impl UdpDevice {
                     c.unacked_bytes += f.body.len();
                     c.unacked.insert(seq, f);
                 }
-                self.stats.frames_sent += dgs.len() as u64;
-            }
-            for o in dgs.drain(..) {
-                self.out(o);
             }
         }
-        self.fill_keys = keys;
+        if !filled {
+            // No connection to fill: the next calls skip the walk until frames are queued,
+            // a read starts or a window opens.
+            self.fill_due = false;
+        }
+        self.stats.frames_sent += dgs.len() as u64;
+        for o in dgs.drain(..) {
+            self.out(o);
+        }
         self.fill_out = dgs;
     }
 
