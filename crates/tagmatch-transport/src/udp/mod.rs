@@ -634,6 +634,8 @@ pub struct UdpDevice {
     /// The last `recvfrom` (of `rx_narrow`) found a datagram: the next batched receive
     /// starts narrow (see `RX_PROBE`).
     rx_probe: bool,
+    /// When the device was bound (a placeholder for times not yet set).
+    bound_at: Instant,
     /// `fill_windows`' frames to queue, kept for its allocation.
     fill_out: Vec<Out>,
     /// A connection may have frames to move into its window: set when frames are queued,
@@ -733,6 +735,7 @@ impl UdpDevice {
             rx_narrow: false,
             rx_probe: false,
             fill_out: Vec::new(),
+            bound_at: Instant::now(),
             fill_due: false,
             rnr_retry: false,
             fresh_any: false,
@@ -807,7 +810,9 @@ impl UdpDevice {
         bounded: bool,
     ) -> bool {
         let max_queued = self.cfg.max_queued;
-        let now = Instant::now();
+        // A waiting frame's times are set when it enters the window (`fill_windows`); until
+        // then they are not read: no clock read here.
+        let now = self.bound_at;
         let c = self.conn_mut(peer);
         if bounded && c.unacked.len() + c.waiting.len() >= max_queued {
             return false;
