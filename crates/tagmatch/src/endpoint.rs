@@ -75,6 +75,7 @@ impl RdmDevice for Device {
         with_device!(self, d => d.flush_tx(mem))
     }
 
+    #[inline]
     fn poll_event(&mut self) -> Option<DeviceEvent> {
         with_device!(self, d => d.poll_event())
     }

@@ -1968,6 +1968,7 @@ impl RdmDevice for UdpDevice {
         self.flush(mem)
     }
 
+    #[inline]
     fn poll_event(&mut self) -> Option<DeviceEvent> {
         self.events.pop_front()
     }
