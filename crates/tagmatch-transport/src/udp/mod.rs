@@ -855,10 +855,10 @@ impl UdpDevice {
         dgs.clear();
         let mut filled = false;
         for (&k, c) in self.conns.iter_mut() {
-            if !((!c.waiting.is_empty() || !c.reads.is_empty())
-                && c.unacked.len() < self.cfg.max_inflight
-                && c.unacked_bytes < self.max_inflight_bytes)
-            {
+            let has_frames = !c.waiting.is_empty() || !c.reads.is_empty();
+            let has_room = c.unacked.len() < self.cfg.max_inflight
+                && c.unacked_bytes < self.max_inflight_bytes;
+            if !(has_frames && has_room) {
                 continue;
             }
             filled = true;
