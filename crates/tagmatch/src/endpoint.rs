@@ -80,6 +80,11 @@ impl RdmDevice for Device {
         with_device!(self, d => d.poll_event())
     }
 
+    #[inline]
+    fn has_events(&self) -> bool {
+        with_device!(self, d => d.has_events())
+    }
+
     fn is_idle(&self) -> bool {
         with_device!(self, d => d.is_idle())
     }

@@ -1973,6 +1973,11 @@ impl RdmDevice for UdpDevice {
         self.events.pop_front()
     }
 
+    #[inline]
+    fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     fn rx_count(&self) -> u64 {
         self.sock.stats.rx_datagrams
     }
