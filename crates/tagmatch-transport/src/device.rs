@@ -103,6 +103,13 @@ pub trait RdmDevice {
     /// The next event for the owner.
     fn poll_event(&mut self) -> Option<DeviceEvent>;
 
+    /// Whether [`RdmDevice::poll_event`] may return an event: `false` only when none is
+    /// queued (an owner that finds nothing else to do skips polling then). The default,
+    /// `true`, is always correct.
+    fn has_events(&self) -> bool {
+        true
+    }
+
     /// Nothing of this device is in flight (no unacknowledged datagram, no RDMA operation,
     /// no undelivered event): the process may exit without its peers missing anything.
     fn is_idle(&self) -> bool;

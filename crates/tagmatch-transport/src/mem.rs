@@ -673,6 +673,11 @@ impl RdmDevice for MemDevice {
         self.events.pop_front()
     }
 
+    #[inline]
+    fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     /// Receiver not ready: the packet is parked until [`RdmDevice::retry_refused`], then
     /// goes back into this device's inbox and is delivered again after the network's
     /// usual delay, until the endpoint takes it.

@@ -75,8 +75,14 @@ impl RdmDevice for Device {
         with_device!(self, d => d.flush_tx(mem))
     }
 
+    #[inline]
     fn poll_event(&mut self) -> Option<DeviceEvent> {
         with_device!(self, d => d.poll_event())
+    }
+
+    #[inline]
+    fn has_events(&self) -> bool {
+        with_device!(self, d => d.has_events())
     }
 
     fn is_idle(&self) -> bool {

@@ -511,17 +511,20 @@ impl Endpoint {
     }
 
     /// Next thing for the device to do.
+    #[inline]
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.out.pop_front()
     }
 
     /// Whether something waits for [`Endpoint::poll_transmit`] or
     /// [`Endpoint::poll_completion`] (an owner that would sleep must take it first).
+    #[inline]
     pub fn has_output(&self) -> bool {
         !self.out.is_empty() || !self.completions.is_empty()
     }
 
     /// Next application completion.
+    #[inline]
     pub fn poll_completion(&mut self) -> Option<Completion> {
         self.completions.pop_front()
     }

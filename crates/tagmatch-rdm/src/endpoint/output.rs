@@ -96,9 +96,12 @@ impl Endpoint {
     /// An eager or medium RTM: `h` then `payload` (`None`, logged: it cannot be emitted).
     /// The packet [`Endpoint::encode`] builds from the same values, without the walk over
     /// the type's layout.
-    pub(super) fn encode_rtm(h: &RtmHeader, payload: &[u8]) -> Option<Vec<u8>> {
+    /// `bytes`: a buffer to build it in (its contents are discarded; a spare one from
+    /// [`Endpoint::spare_buffer`] saves an allocation).
+    pub(super) fn encode_rtm(mut bytes: Vec<u8>, h: &RtmHeader, payload: &[u8]) -> Option<Vec<u8>> {
         let hl = h.header_len();
-        let mut bytes = Vec::with_capacity(hl + payload.len());
+        bytes.clear();
+        bytes.reserve(hl + payload.len());
         bytes.resize(hl, 0);
         match h.emit(&mut bytes) {
             Ok(_) => {
@@ -132,6 +135,23 @@ impl Endpoint {
             }
         }
         self.push_send(peer, bytes, owner);
+    }
+
+    /// A buffer for a packet: one kept by [`Endpoint::recycle`] or `on_send_done`, or a
+    /// new empty one.
+    #[inline]
+    pub(super) fn spare_buffer(&mut self) -> Vec<u8> {
+        self.spare_copies.pop().unwrap_or_default()
+    }
+
+    /// Hands back a buffer the owner no longer needs (a received packet's bytes once
+    /// [`Endpoint::handle_packet`] has taken them): it is reused for a later packet, so a
+    /// ping-pong allocates nothing per message for its packets. At most
+    /// [`SPARE_COPIES`] are kept, none larger than the MTU; others are dropped.
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        if self.spare_copies.len() < SPARE_COPIES && buf.capacity() <= self.cfg.mtu {
+            self.spare_copies.push(buf);
+        }
     }
 
     pub(super) fn push_send(&mut self, peer: PeerId, bytes: Vec<u8>, owner: PktOwner) {

@@ -262,7 +262,8 @@ impl Endpoint {
                     msg_id,
                     ..self.rtm_hdr(id, eager_ty)
                 };
-                if let Some(bytes) = Self::encode_rtm(&h, self.tx_slice(id, 0, len)) {
+                let buf = self.spare_buffer();
+                if let Some(bytes) = Self::encode_rtm(buf, &h, self.tx_slice(id, 0, len)) {
                     self.emit_encoded(peer, eager_ty, bytes, PktOwner::Tx(id));
                 }
                 self.tx_queued_all(id);
@@ -293,7 +294,8 @@ impl Endpoint {
                         seg_offset: (i * per) as u64,
                         ..h
                     };
-                    if let Some(bytes) = Self::encode_rtm(&h, chunk) {
+                    let buf = self.spare_buffer();
+                    if let Some(bytes) = Self::encode_rtm(buf, &h, chunk) {
                         self.emit_encoded(peer, ty, bytes, PktOwner::Tx(id));
                     }
                 }

@@ -95,7 +95,9 @@ impl ExtraInfo {
         }
     }
 
-    /// Whether feature/request bit `bit` is set (see [`extra`]).
+    /// Whether feature/request bit `bit` is set (see [`extra`]). (Inlined: asked several
+    /// times per packet sent, see `tagmatch_rdm`'s `req_opts`.)
+    #[inline]
     pub fn has(&self, bit: usize) -> bool {
         self.bits.get(bit).map(|b| *b).unwrap_or(false)
     }
