@@ -315,6 +315,9 @@ struct Pending {
     len: u64,
     /// Bytes received (reads) or acknowledged (writes).
     done: u64,
+    /// Reads: the end of the highest range written into the destination so far (nothing
+    /// at or after it has been written: [`SoftRdma::read_next`]).
+    high: u64,
     /// Reads: the responder's final status.
     resp: Option<RdmaStatus>,
     failed: bool,
@@ -339,6 +342,7 @@ impl Pending {
             offset,
             len,
             done: 0,
+            high: 0,
             resp: None,
             failed: false,
         }
@@ -687,6 +691,7 @@ impl SoftRdma {
                     Some(d) => {
                         d.copy_from_slice(&data);
                         p.done += data.len() as u64;
+                        p.high = p.high.max(offset + data.len() as u64);
                     }
                     None => p.failed = true,
                 }
@@ -743,6 +748,7 @@ impl SoftRdma {
         &mut self,
         peer: &RawAddr,
         id: u64,
+        offset: u64,
         len: u64,
     ) -> Option<(RdmaToken, bool)> {
         let p = self.ops.get_mut(&id)?;
@@ -751,7 +757,20 @@ impl SoftRdma {
             return None;
         }
         p.done += len;
+        p.high = p.high.max(offset.saturating_add(len));
         self.finish(id)
+    }
+
+    /// Where the next data of read `id` from `peer` is expected if it arrives in order:
+    /// the offset just past the highest range written so far and the bytes left after
+    /// it. `None` if `id` is not a pending, unfailed read of `peer` or nothing is left
+    /// past that point. No data of the read has been written at or after the offset, so
+    /// a device may receive a datagram there before knowing what it holds (it is
+    /// overwritten by the read's own data later).
+    pub fn read_next(&self, peer: &RawAddr, id: u64) -> Option<(u64, u64)> {
+        let p = self.ops.get(&id)?;
+        (p.read && !p.failed && same_peer(&p.peer, peer) && p.high < p.len)
+            .then(|| (p.high, p.len - p.high))
     }
 
     /// Removes operation `id` if it has finished; returns it.

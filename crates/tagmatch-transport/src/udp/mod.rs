@@ -45,6 +45,8 @@
 //!   (`sendmsg` iovecs), a served read's bytes straight from the region. On the way in,
 //!   while reads of ours are in flight, datagrams are peeked at and a new `READ_DATA`
 //!   frame's data is received straight into the read's destination (Linux and Android);
+//!   once one has been, the read's next datagram is expected and received in one call
+//!   into the read's next range (no peek; anything else is put back together);
 //!   otherwise an RDMA payload is copied once, from the receive buffer to its place. a blocking
 //!   `progress` busy-polls for [`UdpConfig::spin`] (default zero) when an answer is
 //!   expected, then waits in `ppoll` until the next retransmission or ACK deadline: no
@@ -281,6 +283,13 @@ pub struct UdpStats {
     /// `READ_DATA` datagrams whose data was received straight into the read's destination
     /// (no copy through a receive buffer; Linux and Android).
     pub rx_placed: u64,
+    /// Of [`UdpStats::rx_placed`], those received without a peek: the datagram was the
+    /// one expected next (the continuation of the read last placed into) and went
+    /// straight to its place in one receive call (Linux and Android).
+    pub rx_expected: u64,
+    /// Datagrams received where the next datagram of a read was expected that turned out
+    /// to be something else (reassembled from the scattered pieces and handled as usual).
+    pub rx_unexpected: u64,
     /// Frame bodies that did not parse (RDMA messages).
     pub bad_bodies: u64,
     /// Sends refused with `Again` (queue full).
@@ -617,6 +626,9 @@ pub struct UdpDevice {
     rx_bufs: Vec<Vec<u8>>,
     /// `(buffer, sender, length)` of the last receive call's datagrams.
     rx_got: Vec<(usize, SocketAddr, usize)>,
+    /// The read last placed into without a copy: its connection, id and datagram payload
+    /// length. Its next datagram is expected next ([`UdpDevice::receive_placed`]).
+    expect: Option<(ConnKey, u64, usize)>,
     shim: Option<Shim<Out>>,
     rdma: SoftRdma,
     events: VecDeque<DeviceEvent>,
@@ -726,6 +738,7 @@ impl UdpDevice {
             txq: VecDeque::new(),
             rx_bufs: vec![vec![0u8; rx_len]; cfg.batch.max(1)],
             rx_got: Vec::with_capacity(cfg.batch.max(1)),
+            expect: None,
             shim: cfg.shim.map(Shim::new),
             rdma: SoftRdma::new(rng.next_u64() as u32),
             events: VecDeque::new(),
@@ -1191,7 +1204,7 @@ impl UdpDevice {
         from: SocketAddr,
         h: Header,
         body: &[u8],
-        placed: Option<(u64, u64)>,
+        placed: Option<(u64, u64, u64)>,
         mem: &mut dyn MemoryAccess,
         now: Instant,
     ) {
@@ -1295,8 +1308,8 @@ impl UdpDevice {
                 .push_back(DeviceEvent::Recv { src: peer, bytes });
             return;
         }
-        if let Some((id, len)) = placed {
-            if let Some((token, ok)) = self.rdma.on_read_placed(&peer, id, len) {
+        if let Some((id, offset, len)) = placed {
+            if let Some((token, ok)) = self.rdma.on_read_placed(&peer, id, offset, len) {
                 self.events.push_back(DeviceEvent::RdmaDone { token, ok });
             }
             return;
@@ -1447,22 +1460,32 @@ impl UdpDevice {
     }
 
     /// While RDMA reads of ours are in flight: receives up to `max` datagrams one at a
-    /// time, each first peeked at. The data of a `READ_DATA` frame for one of our reads,
-    /// new on its connection (not a duplicate, inside the receive window), is received
-    /// straight into the read's destination (its headers into a small buffer): no copy
-    /// through a receive buffer. Anything else is received into a receive buffer and
-    /// handled as usual. Returns how many datagrams were received (0: none waiting).
+    /// time. The data of a `READ_DATA` frame for one of our reads, new on its connection
+    /// (not a duplicate, inside the receive window), is received straight into the read's
+    /// destination (its headers into a small buffer): no copy through a receive buffer.
+    /// When the read last placed into has data left, its next datagram is expected and
+    /// received in one call ([`UdpDevice::receive_expected`]); otherwise each datagram is
+    /// first peeked at. Anything else is received into a receive buffer and handled as
+    /// usual. Returns how many datagrams were received (0: none waiting).
     #[cfg(any(target_os = "linux", target_os = "android"))]
     fn receive_placed(&mut self, mem: &mut dyn MemoryAccess, max: usize) -> io::Result<usize> {
         let mut n = 0;
         while n < max {
+            match self.receive_expected(mem)? {
+                Some(true) => {
+                    n += 1;
+                    continue;
+                }
+                Some(false) => break,
+                None => {}
+            }
             let mut head = [0u8; HEAD_MAX];
             let Some((from, total)) = self.sock.peek(&mut head)? else {
                 break;
             };
             n += 1;
             let now = Instant::now();
-            if let Some((h, id, dest, start)) = self.placeable(from, &head, total, mem) {
+            if let Some((h, id, offset, dest, start)) = self.placeable(from, &head, total, mem) {
                 let len = total - HEAD_MAX;
                 let got = match mem
                     .region_mut(dest)
@@ -1474,7 +1497,8 @@ impl UdpDevice {
                 if let Some((from2, total2)) = got {
                     if (from2, total2) == (from, total) {
                         self.stats.rx_placed += 1;
-                        self.on_frame(from, h, &[], Some((id, len as u64)), mem, now);
+                        self.expect = Some(((from, h.src_connid), id, len));
+                        self.on_frame(from, h, &[], Some((id, offset, len as u64)), mem, now);
                     } else {
                         // Not the datagram peeked at (cannot happen on a socket only
                         // this device reads): its bytes went to the read's destination
@@ -1500,6 +1524,94 @@ impl UdpDevice {
         Ok(n)
     }
 
+    /// Receives the next datagram in one call, without a peek, if a datagram is expected:
+    /// the continuation of the read last placed into (`expect`), whose next
+    /// range ([`SoftRdma::read_next`]: nothing of the read written there yet) receives
+    /// the bytes after the headers, a receive buffer the rest of a longer datagram. If
+    /// it is that read's next `READ_DATA` (valid, fresh, the expected offset and length)
+    /// the data is in place; otherwise the datagram is put back together in the receive
+    /// buffer and handled as usual (the read's range it passed through is written again
+    /// by the read's own data before the read can finish). `None`: nothing expected (the
+    /// caller peeks); `Some(false)`: nothing was waiting; `Some(true)`: one datagram
+    /// received.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    fn receive_expected(&mut self, mem: &mut dyn MemoryAccess) -> io::Result<Option<bool>> {
+        let Some((key, id, chunk)) = self.expect else {
+            return Ok(None);
+        };
+        let Some(c) = self.conns.get(&key) else {
+            self.expect = None;
+            return Ok(None);
+        };
+        let next = self.rdma.read_next(&c.peer, id).and_then(|(offset, left)| {
+            let len = usize::try_from(left).ok()?.min(chunk);
+            let (dest, start) = self.rdma.read_dest(&c.peer, id, offset, len as u64, mem)?;
+            Some((offset, len, dest, start))
+        });
+        let Some((offset, len, dest, start)) = next else {
+            self.expect = None;
+            return Ok(None);
+        };
+        let mut bufs = std::mem::take(&mut self.rx_bufs);
+        let mut head = [0u8; HEAD_MAX];
+        let Some(d) = mem
+            .region_mut(dest)
+            .and_then(|b| b.get_mut(start..start + len))
+        else {
+            self.rx_bufs = bufs;
+            self.expect = None;
+            return Ok(None);
+        };
+        let got = self.sock.recv_split3(&mut head, d, &mut bufs[0]);
+        let (from, total) = match got {
+            Ok(Some(x)) => x,
+            Ok(None) => {
+                self.rx_bufs = bufs;
+                return Ok(Some(false));
+            }
+            Err(e) => {
+                self.rx_bufs = bufs;
+                return Err(e);
+            }
+        };
+        let now = Instant::now();
+        if total == HEAD_MAX + len {
+            if let Some((h, id2, offset2, dest2, start2)) = self.placeable(from, &head, total, mem)
+            {
+                if (id2, offset2, dest2, start2) == (id, offset, dest, start) {
+                    self.rx_bufs = bufs;
+                    self.stats.rx_placed += 1;
+                    self.stats.rx_expected += 1;
+                    self.on_frame(from, h, &[], Some((id, offset, len as u64)), mem, now);
+                    return Ok(Some(true));
+                }
+            }
+        }
+        // Something else: put it back together in the receive buffer (its tail is
+        // already there, after the part that went to the read's range) and handle it.
+        self.stats.rx_unexpected += 1;
+        let b = &mut bufs[0];
+        if total > b.len() {
+            // Longer than a receive buffer: dropped and counted, as a batched receive
+            // does (one longer than all three pieces was counted already).
+            if total <= HEAD_MAX + len + b.len() {
+                self.sock.stats.rx_truncated += 1;
+            }
+        } else {
+            let in_head = total.min(HEAD_MAX);
+            let in_dest = (total - in_head).min(len);
+            let in_spare = total - in_head - in_dest;
+            b.copy_within(..in_spare, in_head + in_dest);
+            b[..in_head].copy_from_slice(&head[..in_head]);
+            if let Some(d) = mem.region(dest).and_then(|r| r.get(start..start + in_dest)) {
+                b[in_head..in_head + in_dest].copy_from_slice(d);
+                self.on_datagram(from, &b[..total], mem, now);
+            }
+        }
+        self.rx_bufs = bufs;
+        Ok(Some(true))
+    }
+
     #[cfg(not(any(target_os = "linux", target_os = "android")))]
     fn receive_placed(&mut self, _mem: &mut dyn MemoryAccess, _max: usize) -> io::Result<usize> {
         Ok(0)
@@ -1509,14 +1621,15 @@ impl UdpDevice {
     /// `READ_DATA` frame whose data can be received into its destination: a valid header
     /// for this device from a known connection, a sequence number not seen yet and inside
     /// the receive window, and a pending read of that peer whose range holds the data.
-    /// Returns the header, the read's id, and the destination region and offset.
+    /// Returns the header, the read's id and offset, and the destination region and
+    /// offset.
     fn placeable(
         &self,
         from: SocketAddr,
         head: &[u8; HEAD_MAX],
         total: usize,
         mem: &dyn MemoryAccess,
-    ) -> Option<(Header, u64, MemHandle, usize)> {
+    ) -> Option<(Header, u64, u64, MemHandle, usize)> {
         if total <= HEAD_MAX || head[3] != KIND_READ_DATA {
             return None;
         }
@@ -1536,7 +1649,7 @@ impl UdpDevice {
         let offset = u64::from_le_bytes(w);
         let len = (total - HEAD_MAX) as u64;
         let (dest, start) = self.rdma.read_dest(&c.peer, id, offset, len, mem)?;
-        Some((h, id, dest, start))
+        Some((h, id, offset, dest, start))
     }
 
     /// Busy-polls the socket, one datagram per receive call, for at most

@@ -286,6 +286,37 @@ impl Sock {
         Ok(r)
     }
 
+    /// Takes the next datagram without looking at it first, its bytes scattered over
+    /// `head`, then `body` (where a payload is expected), then `spare` (the rest of a
+    /// datagram longer than expected): its sender and its full length (longer than the
+    /// three buffers: it was cut, counted). One system call where [`Sock::peek`] and
+    /// [`Sock::recv_split`] make two.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    pub fn recv_split3(
+        &mut self,
+        head: &mut [u8],
+        body: &mut [u8],
+        spare: &mut [u8],
+    ) -> io::Result<Option<(SocketAddr, usize)>> {
+        use nix::sys::socket::MsgFlags;
+        self.stats.recv_calls += 1;
+        let cap = head.len() + body.len() + spare.len();
+        let flags = MsgFlags::MSG_TRUNC | MsgFlags::MSG_DONTWAIT;
+        let mut iov = [
+            io::IoSliceMut::new(head),
+            io::IoSliceMut::new(body),
+            io::IoSliceMut::new(spare),
+        ];
+        let r = self.recv_msg(&mut iov, flags)?;
+        if let Some((_, len)) = r {
+            self.stats.rx_datagrams += 1;
+            if len > cap {
+                self.stats.rx_truncated += 1;
+            }
+        }
+        Ok(r)
+    }
+
     #[cfg(any(target_os = "linux", target_os = "android"))]
     fn recv_msg(
         &mut self,
