@@ -73,6 +73,10 @@ pub struct MatchArgs {
     /// lists; ANY_SOURCE receives walk every peer), linear (MPICH: one list per queue).
     #[arg(long, value_name = "E", default_value = "tagmatch")]
     pub engine: String,
+    /// Link every unexpected message into the engine's wildcard lists at arrival instead
+    /// of when a wildcard receive first needs them (`Config::eager_wildcard_lists`).
+    #[arg(long)]
+    pub eager_wildcard_lists: bool,
 }
 
 /// Measured figures.
@@ -242,6 +246,7 @@ pub fn run(args: Args) -> Result<(), Error> {
     let mut p = Params::new(a.depth);
     p.wildcard_fraction = a.wildcard_fraction;
     p.peers = a.peers;
+    p.eager_wildcard_lists = a.eager_wildcard_lists;
     let kind: baseline::Kind = a
         .engine
         .parse()
@@ -276,6 +281,9 @@ pub fn run(args: Args) -> Result<(), Error> {
         if kind != baseline::Kind::Tagmatch {
             j["engine"] = kind.name().into();
         }
+        if a.eager_wildcard_lists {
+            j["eager_wildcard_lists"] = true.into();
+        }
         if let Some((h, c)) = &hw {
             j["hw_tags"] = (*h).into();
             j["offload"] = crate::replay::offload_json(c);
@@ -286,9 +294,10 @@ pub fn run(args: Args) -> Result<(), Error> {
         format!(
             "{}{} depth={} ops={} ns/op={:.2} p50={:.2} p99={:.2} bytes/posted={} bytes/unexpected={}",
             w.name(),
-            match kind {
-                baseline::Kind::Tagmatch => String::new(),
-                k => format!(" engine={k}"),
+            match (kind, a.eager_wildcard_lists) {
+                (baseline::Kind::Tagmatch, false) => String::new(),
+                (baseline::Kind::Tagmatch, true) => " eager-wildcard-lists".to_string(),
+                (k, _) => format!(" engine={k}"),
             },
             a.depth,
             f.ops,

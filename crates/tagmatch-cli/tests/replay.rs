@@ -303,6 +303,36 @@ fn bench_match_runs_every_baseline_on_the_same_workload() {
 }
 
 #[test]
+fn bench_match_eager_wildcard_lists_is_reported_and_keeps_the_lists_memory() {
+    let run_with = |eager: bool| {
+        let mut args = vec![
+            "bench",
+            "match",
+            "--workload",
+            "unexpected-any-source",
+            "--depth",
+            "4096",
+            "--json",
+        ];
+        if eager {
+            args.push("--eager-wildcard-lists");
+        }
+        let o = run(&args, "");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<Value>(&o.stdout).expect("JSON")
+    };
+    let (lazy, eager) = (run_with(false), run_with(true));
+    assert!(lazy.get("eager_wildcard_lists").is_none());
+    assert_eq!(eager["eager_wildcard_lists"], true);
+    // At the end of set-up the lazy engine holds one index of the three.
+    let (l, e) = (
+        lazy["bytes_per_unexpected"].as_f64().unwrap(),
+        eager["bytes_per_unexpected"].as_f64().unwrap(),
+    );
+    assert!(l < e, "lazy {l} B, eager {e} B per unexpected message");
+}
+
+#[test]
 fn bench_match_rejects_bad_arguments() {
     for args in [
         &["bench", "match", "--workload", "nope", "--depth", "4"][..],

@@ -11,6 +11,9 @@ use core::num::NonZeroU32;
 /// posted receives (else unexpected messages).
 const POSTED: u32 = 1 << 23;
 
+/// `Engine::built` with every wildcard kind of unexpected messages kept.
+const ALL_WILD: u8 = (1 << K_SRC) | (1 << K_TAG) | (1 << K_COMM);
+
 /// Index (and list slot) numbers. Unexpected messages are on all four of the first lists;
 /// a posted receive is on exactly one list, chosen by what it asks for.
 const K_EXACT: usize = 0; // (comm, src, tag)
@@ -421,7 +424,11 @@ impl<R, M> Engine<R, M> {
             masks: FastMap::default(),
             held: FastMap::default(),
             n_kind: [0; 5],
-            built: 0,
+            built: if cfg.eager_wildcard_lists {
+                ALL_WILD
+            } else {
+                0
+            },
             arrivals: None,
             next_seq: 0,
             peers: FastMap::default(),
@@ -836,7 +843,7 @@ impl<R, M> Engine<R, M> {
     #[inline]
     fn link_unexp_rest(&mut self, idx: u32, env: &Envelope) {
         if self.built != 0 {
-            if self.unexp.len() - self.c.claimed_depth == 1 {
+            if self.unexp.len() - self.c.claimed_depth == 1 && !self.cfg.eager_wildcard_lists {
                 // The only queued message: every list is empty, the built ones can be
                 // forgotten (built again, from the arrival order, when next needed).
                 self.built = 0;

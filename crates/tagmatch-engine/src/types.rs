@@ -393,6 +393,15 @@ pub struct Config {
     /// receive yet fill this engine's budget and refuse, for ever, the message a receive
     /// waits for.
     pub claims_count: bool,
+    /// Whether every unexpected message is linked into the wildcard lists ((comm, src),
+    /// (comm, tag), (comm)) at arrival (`true`), instead of when a wildcard receive, probe
+    /// or purge first needs a kind (`false`, the default; see the crate documentation).
+    /// On first use, an exact-only workload pays for two lists per message instead of
+    /// four and a message's arrival costs about half, but the first wildcard receive
+    /// after the queue was empty links every queued message into its kind (O(queued)
+    /// once). `true` spreads that work over the arrivals: for callers that post
+    /// wildcard receives against deep unexpected queues and want no such step.
+    pub eager_wildcard_lists: bool,
 }
 
 /// Hard ceiling on the posted receives and on the stored (unexpected and claimed) messages
@@ -415,11 +424,18 @@ impl Default for Config {
             high_water_percent: 75,
             initial_seq: 0,
             claims_count: true,
+            eager_wildcard_lists: false,
         }
     }
 }
 
 impl Config {
+    /// Sets [`Config::eager_wildcard_lists`].
+    pub fn eager_wildcard_lists(mut self, on: bool) -> Self {
+        self.eager_wildcard_lists = on;
+        self
+    }
+
     /// Sets [`Config::reorder_window`].
     pub fn reorder_window(mut self, w: u32) -> Self {
         self.reorder_window = w;

@@ -114,6 +114,8 @@ pub struct Params {
     pub peers: Option<usize>,
     /// Seed of the deterministic generator (random positions, cancel order).
     pub seed: u64,
+    /// The engine's [`crate::Config::eager_wildcard_lists`] (default `false`).
+    pub eager_wildcard_lists: bool,
 }
 
 impl Params {
@@ -124,6 +126,7 @@ impl Params {
             wildcard_fraction: 0.1,
             peers: None,
             seed: 0x5eed,
+            eager_wildcard_lists: false,
         }
     }
 }
@@ -328,7 +331,8 @@ impl Prepared {
             crate::Config::default()
                 .max_messages(usize::MAX)
                 .max_posted(usize::MAX)
-                .max_bytes(usize::MAX),
+                .max_bytes(usize::MAX)
+                .eager_wildcard_lists(p.eager_wildcard_lists),
         );
         // Pending receives by receive id, for the cancels.
         let mut handles: Vec<Option<RecvHandle>> = Vec::new();
@@ -458,9 +462,10 @@ mod tests {
     fn every_workload_matches_every_message_at_several_depths() {
         for w in Workload::ALL {
             for n in [1, 2, 7, 64, 1000] {
-                for f in [0.0, 0.1, 0.5, 1.0] {
+                for (f, eager) in [(0.0, false), (0.1, true), (0.5, false), (1.0, true)] {
                     let mut p = Params::new(n);
                     p.wildcard_fraction = f;
+                    p.eager_wildcard_lists = eager;
                     let mut prep = Prepared::new(w, &p);
                     let want = prep.expected_matches();
                     assert!(want > 0, "{w} n={n}");

@@ -136,6 +136,8 @@ struct Case {
     max_messages: usize,
     max_posted: usize,
     initial_seq: u32,
+    /// `Config::eager_wildcard_lists`.
+    eager: bool,
     ops: Vec<Op>,
 }
 
@@ -164,6 +166,7 @@ impl Arbitrary for Case {
             } else {
                 small(g, 3)
             },
+            eager: bool::arbitrary(g),
             ops: Vec::arbitrary(g),
         }
     }
@@ -197,7 +200,8 @@ fn run(case: &Case) -> Result<Vec<Out>, String> {
         .max_bytes(case.max_bytes)
         .max_messages(case.max_messages)
         .max_posted(case.max_posted)
-        .initial_seq(case.initial_seq);
+        .initial_seq(case.initial_seq)
+        .eager_wildcard_lists(case.eager);
     let mut e: Engine<u32, u32> = Engine::new(cfg);
     let mut m = Model::new(
         case.window,

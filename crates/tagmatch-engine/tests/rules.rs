@@ -681,8 +681,8 @@ fn wildcard_lists_built_on_first_use_keep_arrival_order() {
                 _ => true,
             }
     };
-    for first in 1..4 {
-        let mut e: Engine<u32, u32> = Engine::default();
+    for (first, eager) in [(1, false), (2, false), (3, false), (1, true), (3, true)] {
+        let mut e: Engine<u32, u32> = Engine::new(Config::default().eager_wildcard_lists(eager));
         let mut model: Vec<(u32, Envelope)> = Vec::new();
         let mut id = 0u32;
         let mut arrive = |e: &mut Engine<u32, u32>, model: &mut Vec<(u32, Envelope)>| {

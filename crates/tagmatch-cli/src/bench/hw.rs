@@ -34,7 +34,8 @@ impl HwPrepared {
         let engine = Config::default()
             .max_bytes(usize::MAX)
             .max_messages(usize::MAX)
-            .max_posted(usize::MAX);
+            .max_posted(usize::MAX)
+            .eager_wildcard_lists(p.eager_wildcard_lists);
         let d = Driver::new(DriverConfig {
             engine,
             caps: (hw_tags > 0).then(|| TmCaps::with_tags(hw_tags)),
