@@ -147,7 +147,7 @@ impl Endpoint {
     /// Hands back a buffer the owner no longer needs (a received packet's bytes once
     /// [`Endpoint::handle_packet`] has taken them): it is reused for a later packet, so a
     /// ping-pong allocates nothing per message for its packets. At most
-    /// [`SPARE_COPIES`] are kept, none larger than the MTU; others are dropped.
+    /// 64 are kept, none larger than the MTU; others are dropped.
     pub fn recycle(&mut self, buf: Vec<u8>) {
         if self.spare_copies.len() < SPARE_COPIES && buf.capacity() <= self.cfg.mtu {
             self.spare_copies.push(buf);
