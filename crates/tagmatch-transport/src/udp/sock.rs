@@ -271,19 +271,7 @@ impl Sock {
         head: &mut [u8],
         body: &mut [u8],
     ) -> io::Result<Option<(SocketAddr, usize)>> {
-        use nix::sys::socket::MsgFlags;
-        self.stats.recv_calls += 1;
-        let cap = head.len() + body.len();
-        let flags = MsgFlags::MSG_TRUNC | MsgFlags::MSG_DONTWAIT;
-        let mut iov = [io::IoSliceMut::new(head), io::IoSliceMut::new(body)];
-        let r = self.recv_msg(&mut iov, flags)?;
-        if let Some((_, len)) = r {
-            self.stats.rx_datagrams += 1;
-            if len > cap {
-                self.stats.rx_truncated += 1;
-            }
-        }
-        Ok(r)
+        self.recv_scattered(&mut [io::IoSliceMut::new(head), io::IoSliceMut::new(body)])
     }
 
     /// Takes the next datagram without looking at it first, its bytes scattered over
@@ -298,16 +286,24 @@ impl Sock {
         body: &mut [u8],
         spare: &mut [u8],
     ) -> io::Result<Option<(SocketAddr, usize)>> {
-        use nix::sys::socket::MsgFlags;
-        self.stats.recv_calls += 1;
-        let cap = head.len() + body.len() + spare.len();
-        let flags = MsgFlags::MSG_TRUNC | MsgFlags::MSG_DONTWAIT;
-        let mut iov = [
+        self.recv_scattered(&mut [
             io::IoSliceMut::new(head),
             io::IoSliceMut::new(body),
             io::IoSliceMut::new(spare),
-        ];
-        let r = self.recv_msg(&mut iov, flags)?;
+        ])
+    }
+
+    /// Takes the next datagram into the buffers of `iov` in order (one system call): its
+    /// sender and its full length; a datagram longer than the buffers is cut and counted.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    fn recv_scattered(
+        &mut self,
+        iov: &mut [io::IoSliceMut<'_>],
+    ) -> io::Result<Option<(SocketAddr, usize)>> {
+        use nix::sys::socket::MsgFlags;
+        self.stats.recv_calls += 1;
+        let cap: usize = iov.iter().map(|b| b.len()).sum();
+        let r = self.recv_msg(iov, MsgFlags::MSG_TRUNC | MsgFlags::MSG_DONTWAIT)?;
         if let Some((_, len)) = r {
             self.stats.rx_datagrams += 1;
             if len > cap {
