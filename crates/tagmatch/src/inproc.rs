@@ -413,7 +413,7 @@ struct Out<'a> {
 impl Out<'_> {
     fn push(&mut self, c: Completion) {
         self.counters.completed += 1;
-        if c.status.is_err() {
+        if !c.is_ok() {
             self.counters.failed += 1;
         }
         self.counters.bytes += c.len;
@@ -425,20 +425,21 @@ impl Out<'_> {
     }
 
     fn send_result(&mut self, op: u64, len: u64, tag: u64, status: Result<(), OpError>) {
-        self.push(Completion {
-            request: Request {
-                op: OpId(op),
-                ep: self.ep,
-            },
-            kind: OpKind::Send,
+        let request = Request {
+            op: OpId(op),
+            ep: self.ep,
+        };
+        self.push(Completion::new(
+            request,
+            OpKind::Send,
             status,
-            data: Vec::new(),
+            Vec::new(),
             len,
             tag,
-            source: None,
-            cq_data: None,
-            protocol: None,
-        });
+            None,
+            None,
+            None,
+        ));
     }
 }
 
@@ -566,33 +567,20 @@ fn finish(
             b
         }
     };
-    let status = if len > buf_len {
-        Err(OpError::Truncated {
-            msg_len: len as u64,
-            buf_len: buf_len as u64,
-        })
-    } else {
-        Ok(())
-    };
     out.counters.fast_recvs += 1;
     let ep = out.ep;
-    out.push(Completion {
-        request: Request {
+    out.push(Completion::received(
+        Request {
             op: OpId(ctx.op),
             ep,
         },
-        kind: OpKind::Recv,
-        status,
         data,
-        len: len as u64,
-        tag: env.tag,
-        source: Some(Peer {
-            id: PeerId(env.src),
-            ep,
-        }),
-        cq_data: msg.cq_data,
-        protocol: None,
-    });
+        len as u64,
+        buf_len as u64,
+        env.tag,
+        env.src,
+        msg.cq_data,
+    ));
 }
 
 /// Takes every lane's messages into the matcher (a message held back for the budget
@@ -768,17 +756,17 @@ impl Endpoint {
                 counters: &mut self.counters,
                 ep,
             }
-            .push(Completion {
-                request: Request { op: OpId(op), ep },
-                kind: OpKind::Send,
-                status: Err(OpError::SendFailed),
-                data: Vec::new(),
+            .push(Completion::new(
+                Request { op: OpId(op), ep },
+                OpKind::Send,
+                Err(OpError::SendFailed),
+                Vec::new(),
                 len,
                 tag,
-                source: None,
-                cq_data: None,
-                protocol: None,
-            });
+                None,
+                None,
+                None,
+            ));
             return Ok(Request { op: OpId(op), ep });
         };
         tx.send(tag, flags, opts.cq_data.unwrap_or(0), op, data);
