@@ -540,7 +540,9 @@ impl Server {
     }
 
     fn on_ctrl(&mut self, c: Completion) -> Result<(), tagmatch::Error> {
-        let client = c.source().ok_or(tagmatch::Error::UnknownRequest(c.request))?;
+        let client = c
+            .source()
+            .ok_or(tagmatch::Error::UnknownRequest(c.request))?;
         self.client = Some(client);
         if let Phase::Rma { .. } = self.phase {
             if let Phase::Rma { region } = std::mem::replace(&mut self.phase, Phase::Idle) {

@@ -297,9 +297,7 @@ impl Completion {
             Err(e) => match e {
                 OpError::Truncated { msg_len, buf_len } => (Code::Truncated, buf_len, msg_len),
                 OpError::Canceled => (Code::Canceled, 0, len),
-                OpError::DeliveryCompleteUnsupported => {
-                    (Code::DeliveryCompleteUnsupported, 0, len)
-                }
+                OpError::DeliveryCompleteUnsupported => (Code::DeliveryCompleteUnsupported, 0, len),
                 OpError::SendFailed => (Code::SendFailed, 0, len),
                 OpError::RdmaFailed => (Code::RdmaFailed, 0, len),
                 OpError::Atomic(A::Datatype(d)) => (Code::AtomicDatatype, u64::from(d), len),
@@ -474,8 +472,13 @@ mod completion_tests {
             OpError::Atomic(A::Length),
         ];
         for status in std::iter::once(Ok(())).chain(errors.into_iter().map(Err)) {
-            for (src, cq) in [(None, None), (Some(PeerId(u32::MAX)), Some(0)), (Some(PeerId(0)), Some(u64::MAX))] {
-                let c = Completion::new(req, OpKind::Recv, status, vec![1, 2], 100, 5, src, cq, None);
+            for (src, cq) in [
+                (None, None),
+                (Some(PeerId(u32::MAX)), Some(0)),
+                (Some(PeerId(0)), Some(u64::MAX)),
+            ] {
+                let c =
+                    Completion::new(req, OpKind::Recv, status, vec![1, 2], 100, 5, src, cq, None);
                 assert_eq!(c.status(), status);
                 assert_eq!(c.is_ok(), status.is_ok());
                 assert_eq!(c.error(), status.err());
