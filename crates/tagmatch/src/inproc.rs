@@ -583,6 +583,40 @@ fn finish(
     ));
 }
 
+/// [`arrive`] out of line, for the drain loop: a lane message no held receive took (the
+/// engine's insert or match), or one held back for the budget. The loop, whose messages
+/// held receives take, stays small: inlined, the engine's paths made every pass pay
+/// their setup.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn arrive_engine(
+    engine: &mut Matcher,
+    node: &mut Node<Device>,
+    proto_recvs: &mut HashMap<u64, (u64, Option<Vec<u8>>)>,
+    out: &mut Out<'_>,
+    lane: &crate::fast::Lane,
+    env: Envelope,
+    len: usize,
+    held: usize,
+    msg: FastMsg,
+    dc: Option<u64>,
+    held_checked: bool,
+) -> Result<(), Stalled> {
+    arrive(
+        engine,
+        node,
+        proto_recvs,
+        out,
+        lane,
+        env,
+        len,
+        held,
+        msg,
+        dc,
+        held_checked,
+    )
+}
+
 /// Takes every lane's messages into the matcher (a message held back for the budget
 /// first); `reap`: also what waited at a sender that went.
 #[inline(always)]
@@ -590,7 +624,7 @@ fn drain_lanes(f: &mut Fast, node: &mut Node<Device>, out: &mut Out<'_>, reap: b
     for InLane { rx, stalled } in f.rx.iter_mut() {
         if stalled.is_some() {
             let Some(s) = stalled.take() else { continue };
-            if let Err(again) = arrive(
+            if let Err(again) = arrive_engine(
                 &mut f.engine,
                 node,
                 &mut f.proto_recvs,
@@ -633,7 +667,7 @@ fn drain_lanes(f: &mut Fast, node: &mut Node<Device>, out: &mut Out<'_>, reap: b
                 finish(node, &mut f.proto_recvs, out, recv, env, len, msg);
                 continue;
             }
-            if let Err(again) = arrive(
+            if let Err(again) = arrive_engine(
                 &mut f.engine,
                 node,
                 &mut f.proto_recvs,
