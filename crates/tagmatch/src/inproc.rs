@@ -149,7 +149,7 @@ pub(crate) struct Matcher {
     /// The earliest held receive (kept out of `rest`: a ping-pong holds one at a time).
     held: Option<RecvCtx>,
     /// The later held receives, in posting order.
-    held_rest: VecDeque<RecvCtx>,
+    held_rest: Fifo<RecvCtx>,
     held_spec: RecvSpec,
     held_c: HeldCounts,
 }
@@ -159,7 +159,7 @@ impl Matcher {
         Matcher {
             engine: tagmatch_engine::Engine::new(cfg),
             held: None,
-            held_rest: VecDeque::new(),
+            held_rest: Fifo::new(),
             held_spec: RecvSpec::new(COMM_MSG, None, None),
             held_c: HeldCounts::default(),
         }
@@ -262,7 +262,7 @@ impl Matcher {
             let next = self.held_rest.pop_front();
             return std::mem::replace(&mut self.held, next);
         }
-        if let Some(i) = self.held_rest.iter().position(|r| r.op == op) {
+        if let Some(i) = self.held_rest.position(|r| r.op == op) {
             self.held_c.cancelled += 1;
             return self.held_rest.remove(i);
         }
@@ -281,6 +281,108 @@ impl Matcher {
         c.misses += self.held_c.misses;
         c.cancelled += self.held_c.cancelled;
         c
+    }
+}
+
+/// A first-in first-out queue (the window of held receives). `VecDeque::push_back` is a
+/// call (its growth path keeps it out of line): this one's push and pop are inlined, only
+/// growth is out of line. The slots are a power of two, indexed with a mask.
+#[derive(Debug)]
+struct Fifo<T> {
+    slots: Vec<Option<T>>,
+    head: usize,
+    len: usize,
+}
+
+impl<T> Fifo<T> {
+    fn new() -> Fifo<T> {
+        Fifo {
+            slots: Vec::new(),
+            head: 0,
+            len: 0,
+        }
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The slot of the `k`th element (`slots` is not empty).
+    #[inline(always)]
+    fn at(&self, k: usize) -> usize {
+        (self.head + k) & (self.slots.len() - 1)
+    }
+
+    #[inline(always)]
+    fn push_back(&mut self, v: T) {
+        if self.len == self.slots.len() {
+            self.grow();
+        }
+        let i = self.at(self.len);
+        if let Some(s) = self.slots.get_mut(i) {
+            *s = Some(v);
+            self.len += 1;
+        }
+    }
+
+    /// Doubles the slots (at least 4), the elements moved to the front in order.
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self) {
+        let cap = (self.slots.len() * 2).max(4);
+        let mut v: Vec<Option<T>> = Vec::with_capacity(cap);
+        for k in 0..self.len {
+            let i = self.at(k);
+            v.push(self.slots.get_mut(i).and_then(Option::take));
+        }
+        v.resize_with(cap, || None);
+        self.slots = v;
+        self.head = 0;
+    }
+
+    #[inline(always)]
+    fn pop_front(&mut self) -> Option<T> {
+        if self.len == 0 {
+            return None;
+        }
+        let v = self.slots.get_mut(self.head)?.take();
+        self.head = self.at(1);
+        self.len -= 1;
+        v
+    }
+
+    /// The position (from the front) of the first element `f` accepts.
+    fn position(&self, mut f: impl FnMut(&T) -> bool) -> Option<usize> {
+        (0..self.len).find(|&k| {
+            self.slots
+                .get(self.at(k))
+                .and_then(Option::as_ref)
+                .is_some_and(&mut f)
+        })
+    }
+
+    /// Removes the element at position `k` (the later ones move up one place).
+    fn remove(&mut self, k: usize) -> Option<T> {
+        if k >= self.len {
+            return None;
+        }
+        let i = self.at(k);
+        let v = self.slots.get_mut(i)?.take();
+        for j in k..self.len - 1 {
+            let (to, from) = (self.at(j), self.at(j + 1));
+            let next = self.slots.get_mut(from).and_then(Option::take);
+            if let Some(s) = self.slots.get_mut(to) {
+                *s = next;
+            }
+        }
+        self.len -= 1;
+        v
     }
 }
 
@@ -1390,5 +1492,44 @@ impl Endpoint {
     /// Whether this endpoint uses the in-process fast path ([`crate::Builder::fast_path`]).
     pub fn fast_path(&self) -> bool {
         self.fast.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Fifo;
+    use std::collections::VecDeque;
+
+    /// The held-receive queue behaves as a `VecDeque` through pushes, pops, growth across
+    /// the wrap-around and removals from the middle.
+    #[test]
+    fn fifo_matches_a_vecdeque() {
+        let mut f = Fifo::new();
+        let mut d = VecDeque::new();
+        let mut x = 0u64;
+        for step in 0..5000u64 {
+            // A varying mix (a small linear congruential sequence): mostly pushes early,
+            // pops and removals later.
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let r = (x >> 33) % 10;
+            if r < 5 || d.is_empty() {
+                f.push_back(step);
+                d.push_back(step);
+            } else if r < 8 {
+                assert_eq!(f.pop_front(), d.pop_front());
+            } else {
+                let k = (x >> 20) as usize % (d.len() + 1);
+                let want = d.get(k).copied();
+                assert_eq!(f.position(|v| Some(*v) == want), want.and(Some(k)));
+                assert_eq!(f.remove(k), d.remove(k));
+            }
+            assert_eq!((f.len(), f.is_empty()), (d.len(), d.is_empty()));
+        }
+        while let Some(v) = d.pop_front() {
+            assert_eq!(f.pop_front(), Some(v));
+        }
+        assert_eq!(f.pop_front(), None);
     }
 }
