@@ -1441,6 +1441,7 @@ impl Endpoint {
     /// }
     /// # Ok(()) }
     /// ```
+    #[inline]
     pub fn trecv_into(
         &mut self,
         source: impl Into<crate::Source>,
@@ -1461,6 +1462,7 @@ impl Endpoint {
     }
 
     /// Untagged [`Endpoint::trecv_into`].
+    #[inline]
     pub fn recv_into(&mut self, source: impl Into<crate::Source>, buf: Vec<u8>) -> Result<Request> {
         let src = self.src(source.into())?;
         if self.fast.is_some() {
