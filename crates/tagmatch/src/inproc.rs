@@ -165,14 +165,12 @@ impl Matcher {
         }
     }
 
-    /// Posts a receive: `Ok(Some(_))` if it matched an unexpected message, `Ok(None)` if
-    /// it waits, `Err(())` if the engine refuses more receives.
+    /// Holds a receive aside if it may be (see [`Matcher`]): `Ok(None)` if held,
+    /// `Ok(Some(_))` (the receive back) if it goes to the engine ([`Matcher::post`]),
+    /// `Err(())` if the posted-receive limit is reached. Inlined at the receive call: a
+    /// ping-pong's or a streaming window's every receive ends here.
     #[inline(always)]
-    fn post(
-        &mut self,
-        spec: RecvSpec,
-        ctx: RecvCtx,
-    ) -> Result<Option<Match<RecvCtx, FastMsg>>, ()> {
+    fn hold(&mut self, spec: RecvSpec, ctx: RecvCtx) -> Result<Option<(RecvSpec, RecvCtx)>, ()> {
         let c = self.engine.counters();
         let max = self.engine.config().max_posted;
         if c.posted_depth == 0 {
@@ -194,6 +192,20 @@ impl Matcher {
                 return Ok(None);
             }
         }
+        Ok(Some((spec, ctx)))
+    }
+
+    /// Posts a receive [`Matcher::hold`] did not hold: `Ok(Some(_))` if it matched an
+    /// unexpected message, `Ok(None)` if it waits, `Err(())` if the engine refuses more
+    /// receives.
+    #[inline(always)]
+    fn post(
+        &mut self,
+        spec: RecvSpec,
+        ctx: RecvCtx,
+    ) -> Result<Option<Match<RecvCtx, FastMsg>>, ()> {
+        let c = self.engine.counters();
+        let max = self.engine.config().max_posted;
         if self.held.is_some() && 1 + self.held_rest.len() + c.posted_depth >= max {
             return Err(());
         }
@@ -545,6 +557,7 @@ impl Out<'_> {
     }
 }
 
+#[inline(always)]
 fn spec(tag: Option<TagMatch>, src: Option<PeerId>) -> RecvSpec {
     let src = src.map_or(Source::Any, |p| Source::Rank(p.0));
     match tag {
@@ -925,13 +938,43 @@ impl Endpoint {
         Ok(Request { op: OpId(op), ep })
     }
 
-    /// Posts a receive in the fast path's engine.
+    /// Posts a receive in the fast path's matcher: held aside (inlined at the receive
+    /// call), else in the engine ([`Endpoint::fast_post_engine`], out of line).
+    #[inline(always)]
     pub(crate) fn fast_post(
         &mut self,
         tag: Option<TagMatch>,
         src: Option<PeerId>,
         buf: RecvBuf,
     ) -> Result<Request> {
+        let id = self.id;
+        let Some(f) = self.fast.as_deref_mut() else {
+            return Err(Error::call(CallError::UnknownOp, None, None));
+        };
+        let op = f.op();
+        match f.engine.hold(spec(tag, src), RecvCtx { op, buf }) {
+            Ok(None) => {}
+            Ok(Some((spec, ctx))) => return self.fast_post_engine(spec, ctx),
+            Err(()) => return Err(self.too_many_receives()),
+        }
+        self.counters.submitted += 1;
+        Ok(Request {
+            op: OpId(op),
+            ep: id,
+        })
+    }
+
+    /// The receive limit is reached.
+    #[cold]
+    #[inline(never)]
+    fn too_many_receives(&mut self) -> Error {
+        self.counters.call_errors += 1;
+        Error::call(CallError::TooManyReceives, None, None)
+    }
+
+    /// [`Endpoint::fast_post`] of a receive that is not held aside: the engine's post.
+    #[inline(never)]
+    fn fast_post_engine(&mut self, spec: RecvSpec, ctx: RecvCtx) -> Result<Request> {
         let Endpoint {
             id,
             node,
@@ -943,9 +986,8 @@ impl Endpoint {
         let Some(f) = fast.as_deref_mut() else {
             return Err(Error::call(CallError::UnknownOp, None, None));
         };
-        let op = f.op();
-        let ctx = RecvCtx { op, buf };
-        match f.engine.post(spec(tag, src), ctx) {
+        let op = ctx.op;
+        match f.engine.post(spec, ctx) {
             Ok(Some(m)) => {
                 let mut out = Out {
                     ready,
@@ -963,10 +1005,7 @@ impl Endpoint {
                 );
             }
             Ok(None) => {}
-            Err(()) => {
-                counters.call_errors += 1;
-                return Err(Error::call(CallError::TooManyReceives, None, None));
-            }
+            Err(()) => return Err(self.too_many_receives()),
         }
         counters.submitted += 1;
         Ok(Request {
@@ -1441,7 +1480,7 @@ impl Endpoint {
     /// }
     /// # Ok(()) }
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn trecv_into(
         &mut self,
         source: impl Into<crate::Source>,
