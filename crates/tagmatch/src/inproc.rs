@@ -1429,12 +1429,43 @@ impl Endpoint {
     fn inject_inner(&mut self, peer: Peer, tag: Option<u64>, data: &[u8]) -> Result<()> {
         tracing::trace!(peer = peer.index(), ?tag, len = data.len(), "inject");
         let pid = self.pid(peer)?;
+        if self.fast_inject(pid, tag, data) {
+            return Ok(());
+        }
         if self.is_fast(pid) {
             return self
                 .fast_send(pid, tag, Bytes::Borrowed(data), SendOpts::default(), true)
                 .map(|_| ());
         }
         self.inject_proto(peer, pid, tag, data)
+    }
+
+    /// An injected send on an open lane: [`Endpoint::fast_send`]'s work for that case
+    /// with one look at the route (`is_fast` then `fast_send` looked twice). `false`:
+    /// nothing was done (no fast-path route yet, its receiver gone, or too many messages
+    /// waiting for ring space), the general path decides.
+    #[inline(always)]
+    fn fast_inject(&mut self, pid: PeerId, tag: Option<u64>, data: &[u8]) -> bool {
+        let Some(f) = self.fast.as_deref_mut() else {
+            return false;
+        };
+        let Some(Route::Fast(tx)) = f.routes.get_mut(pid.0 as usize) else {
+            return false;
+        };
+        if tx.waiting() >= MAX_LANE_WAITING || tx.closed() {
+            return false;
+        }
+        let op = f.next_op;
+        f.next_op += 1;
+        let flags = if tag.is_some() { F_TAGGED } else { 0 };
+        tx.send(tag.unwrap_or(0), flags, 0, op, Bytes::Borrowed(data));
+        if tx.waiting() > 0 {
+            f.any_waiting = true;
+        }
+        self.counters.submitted += 1;
+        self.counters.fast_sends += 1;
+        self.counters.injected += 1;
+        true
     }
 
     /// [`Endpoint::inject_inner`] over the protocol path (out of line: the fast path's
