@@ -709,6 +709,30 @@ mod tests {
         (at(1), at(2))
     }
 
+    /// Every inline length packs into words and back to the same bytes, distinct bytes in
+    /// their places, zero past the payload.
+    #[test]
+    fn inline_payloads_pack_and_copy_back_byte_for_byte() {
+        for n in 0..=INLINE {
+            let data: Vec<u8> = (0..n as u8)
+                .map(|i| i.wrapping_mul(37).wrapping_add(1))
+                .collect();
+            let words = pack_inline(&data);
+            let mut flat = Vec::new();
+            for w in words {
+                flat.extend_from_slice(&w.to_le_bytes());
+            }
+            assert_eq!(&flat[..n], &data[..], "length {n}");
+            assert!(
+                flat[n..].iter().all(|&b| b == 0),
+                "length {n}: zero past the payload"
+            );
+            let mut out = vec![0xffu8; n];
+            copy_inline(&words, n, &mut out);
+            assert_eq!(out, data, "length {n}");
+        }
+    }
+
     #[test]
     fn lane_keeps_order_across_inline_big_and_waiting() {
         let hub = Hub::default();
