@@ -382,7 +382,9 @@ mod live {
                 };
                 let _ = self.pending.swap_remove(i);
                 let c = c.into_result()?;
-                let from = c.source.ok_or(tagmatch::Error::UnknownRequest(c.request))?;
+                let from = c
+                    .source()
+                    .ok_or(tagmatch::Error::UnknownRequest(c.request))?;
                 match c.tag {
                     QUIT => self.done = true,
                     HELLO => {

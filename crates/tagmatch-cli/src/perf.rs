@@ -458,15 +458,16 @@ impl Server {
 
     fn on_completion(&mut self, c: Completion) -> Result<(), tagmatch::Error> {
         // Looked at in place (no move of the completion on the way).
-        match (&c.status, c.kind) {
+        if !c.is_ok() {
             // Only Server::abandon cancels: a receive of the abandoned run.
-            (Err(tagmatch::OpError::Canceled), OpKind::Recv) => return Ok(()),
-            (Err(_), _) => {
-                c.into_result()?;
+            if c.kind == OpKind::Recv && c.error() == Some(tagmatch::OpError::Canceled) {
                 return Ok(());
             }
-            (Ok(()), OpKind::Send) => return Ok(()),
-            (Ok(()), _) => {}
+            c.into_result()?;
+            return Ok(());
+        }
+        if c.kind == OpKind::Send {
+            return Ok(());
         }
         if Some(c.request) == self.ctrl {
             self.ctrl = None;
@@ -539,7 +540,9 @@ impl Server {
     }
 
     fn on_ctrl(&mut self, c: Completion) -> Result<(), tagmatch::Error> {
-        let client = c.source.ok_or(tagmatch::Error::UnknownRequest(c.request))?;
+        let client = c
+            .source()
+            .ok_or(tagmatch::Error::UnknownRequest(c.request))?;
         self.client = Some(client);
         if let Phase::Rma { .. } = self.phase {
             if let Phase::Rma { region } = std::mem::replace(&mut self.phase, Phase::Idle) {
@@ -786,7 +789,7 @@ impl Client {
     /// [`Client::wait`] for a receive: its bytes (the completion is not moved whole).
     fn wait_data(&mut self, r: Request) -> Result<Vec<u8>, tagmatch::Error> {
         let mut c = self.wait_done(r)?;
-        if c.status.is_ok() {
+        if c.is_ok() {
             return Ok(std::mem::take(&mut c.data));
         }
         c.into_result().map(|c| c.data)

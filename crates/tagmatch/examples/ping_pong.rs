@@ -30,7 +30,7 @@ fn main() -> Result<(), tagmatch::Error> {
         for _ in 0..ROUNDS {
             let r = pong.trecv(ANY_SOURCE, tagmatch::ANY_TAG, 64)?;
             let c = pong.wait(r)?;
-            let back = c.source.expect("receives name their sender");
+            let back = c.source().expect("receives name their sender");
             let s = pong.tsend(back, c.tag, c.data)?;
             pong.wait(s)?;
         }

@@ -46,7 +46,7 @@ fn main() -> Result<(), tagmatch::Error> {
         let r = server.trecv(ANY_SOURCE, TagMatch::masked(METHOD_SQUARE, METHOD_MASK), 8)?;
         let req = server.wait(r)?;
         let x = req.data_u64().expect("8-byte argument");
-        let who = req.source.expect("receives name their sender");
+        let who = req.source().expect("receives name their sender");
         let s = server.tsend(who, req.tag & !METHOD_MASK, (x * x).to_le_bytes().to_vec())?;
         server.wait(s)?;
     }

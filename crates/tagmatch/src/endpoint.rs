@@ -204,14 +204,17 @@ impl From<u64> for TagMatch {
 pub type SendOptions = SendOpts;
 
 /// A finished operation.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// 80 bytes: the outcome is a one-byte code (plus the buffer length of a truncated
+/// receive or the value of an atomic's error), the source a peer index and the CQ data a
+/// word, each with a presence bit, instead of `Result<(), OpError>` (24 bytes),
+/// `Option<Peer>` (12) and `Option<u64>` (16): completions are built, queued and moved
+/// once or twice per message. Read them with [`Completion::status`],
+/// [`Completion::is_ok`], [`Completion::source`] and [`Completion::cq_data`].
+#[derive(Clone, PartialEq, Eq)]
 pub struct Completion {
     /// The request (for [`OpKind::RemoteWrite`] on the target, a fresh one).
     pub request: Request,
-    /// What it was.
-    pub kind: OpKind,
-    /// Success, or the error (a truncated receive still carries the first bytes).
-    pub status: std::result::Result<(), OpError>,
     /// Received, read or fetched bytes (empty for sends and writes): owned by the caller;
     /// a receive's are cut to the message length.
     pub data: Vec<u8>,
@@ -219,20 +222,199 @@ pub struct Completion {
     pub len: u64,
     /// Tag of a tagged receive.
     pub tag: u64,
-    /// Sender of a receive or of a remote write.
-    pub source: Option<Peer>,
-    /// Remote CQ data.
-    pub cq_data: Option<u64>,
+    /// Remote CQ data (meaningful when `flags` has [`HAS_CQ`]).
+    cq: u64,
+    /// [`OpError::Truncated`]'s buffer length, or the value carried by an atomic error.
+    aux: u64,
+    /// The sender's peer index (meaningful when `flags` has [`HAS_SRC`]).
+    src: u32,
+    /// What it was.
+    pub kind: OpKind,
     /// The subprotocol the operation used, when known (`None` for messages of the
     /// in-process fast path, which use none).
     pub protocol: Option<Protocol>,
+    code: Code,
+    flags: u8,
+}
+
+/// [`Completion::flags`]: a source is known.
+const HAS_SRC: u8 = 1;
+/// [`Completion::flags`]: the completion carries remote CQ data.
+const HAS_CQ: u8 = 2;
+
+/// A completion's outcome in one byte (an [`OpError`] without its fields; those live in
+/// [`Completion::aux`] and [`Completion::len`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Code {
+    Ok,
+    Truncated,
+    Canceled,
+    DeliveryCompleteUnsupported,
+    SendFailed,
+    RdmaFailed,
+    AtomicDatatype,
+    AtomicOp,
+    AtomicOpNotValidForType,
+    AtomicLength,
+}
+
+impl std::fmt::Debug for Completion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Completion")
+            .field("request", &self.request)
+            .field("kind", &self.kind)
+            .field("status", &self.status())
+            .field("data", &self.data)
+            .field("len", &self.len)
+            .field("tag", &self.tag)
+            .field("source", &self.source())
+            .field("cq_data", &self.cq_data())
+            .field("protocol", &self.protocol)
+            .finish()
+    }
 }
 
 impl Completion {
+    /// A completion from its parts. A truncated receive's message length is `len` (the
+    /// completion's length is the sender's, as [`OpError::Truncated::msg_len`] is).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(crate) fn new(
+        request: Request,
+        kind: OpKind,
+        status: std::result::Result<(), OpError>,
+        data: Vec<u8>,
+        len: u64,
+        tag: u64,
+        src: Option<PeerId>,
+        cq_data: Option<u64>,
+        protocol: Option<Protocol>,
+    ) -> Completion {
+        use tagmatch_rdm::atomic::AtomicError as A;
+        let (code, aux, len) = match status {
+            Ok(()) => (Code::Ok, 0, len),
+            Err(e) => match e {
+                OpError::Truncated { msg_len, buf_len } => (Code::Truncated, buf_len, msg_len),
+                OpError::Canceled => (Code::Canceled, 0, len),
+                OpError::DeliveryCompleteUnsupported => (Code::DeliveryCompleteUnsupported, 0, len),
+                OpError::SendFailed => (Code::SendFailed, 0, len),
+                OpError::RdmaFailed => (Code::RdmaFailed, 0, len),
+                OpError::Atomic(A::Datatype(d)) => (Code::AtomicDatatype, u64::from(d), len),
+                OpError::Atomic(A::Op(o)) => (Code::AtomicOp, u64::from(o), len),
+                OpError::Atomic(A::OpNotValidForType) => (Code::AtomicOpNotValidForType, 0, len),
+                OpError::Atomic(A::Length) => (Code::AtomicLength, 0, len),
+            },
+        };
+        let mut flags = 0;
+        if src.is_some() {
+            flags |= HAS_SRC;
+        }
+        if cq_data.is_some() {
+            flags |= HAS_CQ;
+        }
+        Completion {
+            request,
+            data,
+            len,
+            tag,
+            cq: cq_data.unwrap_or(0),
+            aux,
+            src: src.map_or(0, |p| p.0),
+            kind,
+            protocol,
+            code,
+            flags,
+        }
+    }
+
+    /// A receive of a `len`-byte message into a `buf_len`-byte buffer (truncated if the
+    /// message is longer), from peer index `src`: the fast path's completion, built
+    /// without going through an `OpError`.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(crate) fn received(
+        request: Request,
+        data: Vec<u8>,
+        len: u64,
+        buf_len: u64,
+        tag: u64,
+        src: u32,
+        cq_data: Option<u64>,
+    ) -> Completion {
+        Completion {
+            request,
+            data,
+            len,
+            tag,
+            cq: cq_data.unwrap_or(0),
+            // Read only for a truncated receive.
+            aux: buf_len,
+            src,
+            kind: OpKind::Recv,
+            protocol: None,
+            code: if len > buf_len {
+                Code::Truncated
+            } else {
+                Code::Ok
+            },
+            flags: HAS_SRC | if cq_data.is_some() { HAS_CQ } else { 0 },
+        }
+    }
+
+    /// Success, or the error (a truncated receive still carries the first bytes).
+    #[inline]
+    pub fn status(&self) -> std::result::Result<(), OpError> {
+        use tagmatch_rdm::atomic::AtomicError as A;
+        Err(match self.code {
+            Code::Ok => return Ok(()),
+            Code::Truncated => OpError::Truncated {
+                msg_len: self.len,
+                buf_len: self.aux,
+            },
+            Code::Canceled => OpError::Canceled,
+            Code::DeliveryCompleteUnsupported => OpError::DeliveryCompleteUnsupported,
+            Code::SendFailed => OpError::SendFailed,
+            Code::RdmaFailed => OpError::RdmaFailed,
+            // The value was a `u32` when stored.
+            Code::AtomicDatatype => OpError::Atomic(A::Datatype(self.aux as u32)),
+            Code::AtomicOp => OpError::Atomic(A::Op(self.aux as u32)),
+            Code::AtomicOpNotValidForType => OpError::Atomic(A::OpNotValidForType),
+            Code::AtomicLength => OpError::Atomic(A::Length),
+        })
+    }
+
+    /// Whether the operation succeeded (one byte compared: no error value built).
+    #[inline]
+    pub fn is_ok(&self) -> bool {
+        self.code == Code::Ok
+    }
+
+    /// The error, if the operation failed.
+    #[inline]
+    pub fn error(&self) -> Option<OpError> {
+        self.status().err()
+    }
+
+    /// Sender of a receive or of a remote write.
+    #[inline]
+    pub fn source(&self) -> Option<Peer> {
+        (self.flags & HAS_SRC != 0).then_some(Peer {
+            id: PeerId(self.src),
+            ep: self.request.ep,
+        })
+    }
+
+    /// Remote CQ data.
+    #[inline]
+    pub fn cq_data(&self) -> Option<u64> {
+        (self.flags & HAS_CQ != 0).then_some(self.cq)
+    }
+
     /// `Ok(self)` on success, [`Error::Failed`] otherwise.
     #[inline]
     pub fn into_result(self) -> Result<Completion> {
-        match self.status {
+        match self.status() {
             Ok(()) => Ok(self),
             Err(error) => Err(Error::Failed {
                 request: self.request,
@@ -244,23 +426,72 @@ impl Completion {
 
     /// A receive that ended without data, with `error`.
     pub(crate) fn recv_failed(request: Request, error: OpError) -> Completion {
-        Completion {
+        Completion::new(
             request,
-            kind: OpKind::Recv,
-            status: Err(error),
-            data: Vec::new(),
-            len: 0,
-            tag: 0,
-            source: None,
-            cq_data: None,
-            protocol: None,
-        }
+            OpKind::Recv,
+            Err(error),
+            Vec::new(),
+            0,
+            0,
+            None,
+            None,
+            None,
+        )
     }
 
     /// The first 8 bytes of `data` as a little-endian `u64` (fetched atomics).
     pub fn data_u64(&self) -> Option<u64> {
         let b: [u8; 8] = self.data.get(..8)?.try_into().ok()?;
         Some(u64::from_le_bytes(b))
+    }
+}
+
+#[cfg(test)]
+mod completion_tests {
+    use super::*;
+    use tagmatch_rdm::atomic::AtomicError as A;
+
+    /// Every outcome, source and CQ data survives the compact form, and the record is 80
+    /// bytes (it was 112).
+    #[test]
+    fn compact_completion_keeps_every_outcome() {
+        assert_eq!(std::mem::size_of::<Completion>(), 80);
+        let req = Request { op: OpId(9), ep: 3 };
+        let errors = [
+            OpError::Truncated {
+                msg_len: 100,
+                buf_len: 1 << 40,
+            },
+            OpError::Canceled,
+            OpError::DeliveryCompleteUnsupported,
+            OpError::SendFailed,
+            OpError::RdmaFailed,
+            OpError::Atomic(A::Datatype(u32::MAX)),
+            OpError::Atomic(A::Op(7)),
+            OpError::Atomic(A::OpNotValidForType),
+            OpError::Atomic(A::Length),
+        ];
+        for status in std::iter::once(Ok(())).chain(errors.into_iter().map(Err)) {
+            for (src, cq) in [
+                (None, None),
+                (Some(PeerId(u32::MAX)), Some(0)),
+                (Some(PeerId(0)), Some(u64::MAX)),
+            ] {
+                let c =
+                    Completion::new(req, OpKind::Recv, status, vec![1, 2], 100, 5, src, cq, None);
+                assert_eq!(c.status(), status);
+                assert_eq!(c.is_ok(), status.is_ok());
+                assert_eq!(c.error(), status.err());
+                assert_eq!(c.source(), src.map(|id| Peer { id, ep: 3 }));
+                assert_eq!(c.cq_data(), cq);
+                assert_eq!((c.len, c.tag, &c.data[..]), (100, 5, &[1u8, 2][..]));
+                let r = c.clone().into_result();
+                match status {
+                    Ok(()) => assert_eq!(r.ok(), Some(c)),
+                    Err(e) => assert!(matches!(r, Err(Error::Failed { error, .. }) if error == e)),
+                }
+            }
+        }
     }
 }
 
@@ -1063,17 +1294,17 @@ impl Endpoint {
         } else {
             trace!(op = c.op.0, kind = ?c.kind, len = c.len, ok = c.result.is_ok(), "complete");
         }
-        Some(Completion {
-            request: self.request(c.op),
-            kind: c.kind,
-            status: c.result,
-            data: c.data,
-            len: c.len,
-            tag: c.tag,
-            source: c.src.map(|id| Peer { id, ep: self.id }),
-            cq_data: c.cq_data,
+        Some(Completion::new(
+            self.request(c.op),
+            c.kind,
+            c.result,
+            c.data,
+            c.len,
+            c.tag,
+            c.src,
+            c.cq_data,
             protocol,
-        })
+        ))
     }
 
     /// Moves the protocol node's completions into `ready` (a check of an empty queue when

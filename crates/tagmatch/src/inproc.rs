@@ -149,7 +149,7 @@ pub(crate) struct Matcher {
     /// The earliest held receive (kept out of `rest`: a ping-pong holds one at a time).
     held: Option<RecvCtx>,
     /// The later held receives, in posting order.
-    held_rest: VecDeque<RecvCtx>,
+    held_rest: Fifo<RecvCtx>,
     held_spec: RecvSpec,
     held_c: HeldCounts,
 }
@@ -159,20 +159,18 @@ impl Matcher {
         Matcher {
             engine: tagmatch_engine::Engine::new(cfg),
             held: None,
-            held_rest: VecDeque::new(),
+            held_rest: Fifo::new(),
             held_spec: RecvSpec::new(COMM_MSG, None, None),
             held_c: HeldCounts::default(),
         }
     }
 
-    /// Posts a receive: `Ok(Some(_))` if it matched an unexpected message, `Ok(None)` if
-    /// it waits, `Err(())` if the engine refuses more receives.
+    /// Holds a receive aside if it may be (see [`Matcher`]): `Ok(None)` if held,
+    /// `Ok(Some(_))` (the receive back) if it goes to the engine ([`Matcher::post`]),
+    /// `Err(())` if the posted-receive limit is reached. Inlined at the receive call: a
+    /// ping-pong's or a streaming window's every receive ends here.
     #[inline(always)]
-    fn post(
-        &mut self,
-        spec: RecvSpec,
-        ctx: RecvCtx,
-    ) -> Result<Option<Match<RecvCtx, FastMsg>>, ()> {
+    fn hold(&mut self, spec: RecvSpec, ctx: RecvCtx) -> Result<Option<(RecvSpec, RecvCtx)>, ()> {
         let c = self.engine.counters();
         let max = self.engine.config().max_posted;
         if c.posted_depth == 0 {
@@ -194,6 +192,20 @@ impl Matcher {
                 return Ok(None);
             }
         }
+        Ok(Some((spec, ctx)))
+    }
+
+    /// Posts a receive [`Matcher::hold`] did not hold: `Ok(Some(_))` if it matched an
+    /// unexpected message, `Ok(None)` if it waits, `Err(())` if the engine refuses more
+    /// receives.
+    #[inline(always)]
+    fn post(
+        &mut self,
+        spec: RecvSpec,
+        ctx: RecvCtx,
+    ) -> Result<Option<Match<RecvCtx, FastMsg>>, ()> {
+        let c = self.engine.counters();
+        let max = self.engine.config().max_posted;
         if self.held.is_some() && 1 + self.held_rest.len() + c.posted_depth >= max {
             return Err(());
         }
@@ -262,7 +274,7 @@ impl Matcher {
             let next = self.held_rest.pop_front();
             return std::mem::replace(&mut self.held, next);
         }
-        if let Some(i) = self.held_rest.iter().position(|r| r.op == op) {
+        if let Some(i) = self.held_rest.position(|r| r.op == op) {
             self.held_c.cancelled += 1;
             return self.held_rest.remove(i);
         }
@@ -281,6 +293,108 @@ impl Matcher {
         c.misses += self.held_c.misses;
         c.cancelled += self.held_c.cancelled;
         c
+    }
+}
+
+/// A first-in first-out queue (the window of held receives). `VecDeque::push_back` is a
+/// call (its growth path keeps it out of line): this one's push and pop are inlined, only
+/// growth is out of line. The slots are a power of two, indexed with a mask.
+#[derive(Debug)]
+struct Fifo<T> {
+    slots: Vec<Option<T>>,
+    head: usize,
+    len: usize,
+}
+
+impl<T> Fifo<T> {
+    fn new() -> Fifo<T> {
+        Fifo {
+            slots: Vec::new(),
+            head: 0,
+            len: 0,
+        }
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The slot of the `k`th element (`slots` is not empty).
+    #[inline(always)]
+    fn at(&self, k: usize) -> usize {
+        (self.head + k) & (self.slots.len() - 1)
+    }
+
+    #[inline(always)]
+    fn push_back(&mut self, v: T) {
+        if self.len == self.slots.len() {
+            self.grow();
+        }
+        let i = self.at(self.len);
+        if let Some(s) = self.slots.get_mut(i) {
+            *s = Some(v);
+            self.len += 1;
+        }
+    }
+
+    /// Doubles the slots (at least 4), the elements moved to the front in order.
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self) {
+        let cap = (self.slots.len() * 2).max(4);
+        let mut v: Vec<Option<T>> = Vec::with_capacity(cap);
+        for k in 0..self.len {
+            let i = self.at(k);
+            v.push(self.slots.get_mut(i).and_then(Option::take));
+        }
+        v.resize_with(cap, || None);
+        self.slots = v;
+        self.head = 0;
+    }
+
+    #[inline(always)]
+    fn pop_front(&mut self) -> Option<T> {
+        if self.len == 0 {
+            return None;
+        }
+        let v = self.slots.get_mut(self.head)?.take();
+        self.head = self.at(1);
+        self.len -= 1;
+        v
+    }
+
+    /// The position (from the front) of the first element `f` accepts.
+    fn position(&self, mut f: impl FnMut(&T) -> bool) -> Option<usize> {
+        (0..self.len).find(|&k| {
+            self.slots
+                .get(self.at(k))
+                .and_then(Option::as_ref)
+                .is_some_and(&mut f)
+        })
+    }
+
+    /// Removes the element at position `k` (the later ones move up one place).
+    fn remove(&mut self, k: usize) -> Option<T> {
+        if k >= self.len {
+            return None;
+        }
+        let i = self.at(k);
+        let v = self.slots.get_mut(i)?.take();
+        for j in k..self.len - 1 {
+            let (to, from) = (self.at(j), self.at(j + 1));
+            let next = self.slots.get_mut(from).and_then(Option::take);
+            if let Some(s) = self.slots.get_mut(to) {
+                *s = next;
+            }
+        }
+        self.len -= 1;
+        v
     }
 }
 
@@ -413,7 +527,7 @@ struct Out<'a> {
 impl Out<'_> {
     fn push(&mut self, c: Completion) {
         self.counters.completed += 1;
-        if c.status.is_err() {
+        if !c.is_ok() {
             self.counters.failed += 1;
         }
         self.counters.bytes += c.len;
@@ -425,23 +539,25 @@ impl Out<'_> {
     }
 
     fn send_result(&mut self, op: u64, len: u64, tag: u64, status: Result<(), OpError>) {
-        self.push(Completion {
-            request: Request {
-                op: OpId(op),
-                ep: self.ep,
-            },
-            kind: OpKind::Send,
+        let request = Request {
+            op: OpId(op),
+            ep: self.ep,
+        };
+        self.push(Completion::new(
+            request,
+            OpKind::Send,
             status,
-            data: Vec::new(),
+            Vec::new(),
             len,
             tag,
-            source: None,
-            cq_data: None,
-            protocol: None,
-        });
+            None,
+            None,
+            None,
+        ));
     }
 }
 
+#[inline(always)]
 fn spec(tag: Option<TagMatch>, src: Option<PeerId>) -> RecvSpec {
     let src = src.map_or(Source::Any, |p| Source::Rank(p.0));
     match tag {
@@ -566,33 +682,54 @@ fn finish(
             b
         }
     };
-    let status = if len > buf_len {
-        Err(OpError::Truncated {
-            msg_len: len as u64,
-            buf_len: buf_len as u64,
-        })
-    } else {
-        Ok(())
-    };
     out.counters.fast_recvs += 1;
     let ep = out.ep;
-    out.push(Completion {
-        request: Request {
+    out.push(Completion::received(
+        Request {
             op: OpId(ctx.op),
             ep,
         },
-        kind: OpKind::Recv,
-        status,
         data,
-        len: len as u64,
-        tag: env.tag,
-        source: Some(Peer {
-            id: PeerId(env.src),
-            ep,
-        }),
-        cq_data: msg.cq_data,
-        protocol: None,
-    });
+        len as u64,
+        buf_len as u64,
+        env.tag,
+        env.src,
+        msg.cq_data,
+    ));
+}
+
+/// [`arrive`] out of line, for the drain loop: a lane message no held receive took (the
+/// engine's insert or match), or one held back for the budget. The loop, whose messages
+/// held receives take, stays small: inlined, the engine's paths made every pass pay
+/// their setup.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+fn arrive_engine(
+    engine: &mut Matcher,
+    node: &mut Node<Device>,
+    proto_recvs: &mut HashMap<u64, (u64, Option<Vec<u8>>)>,
+    out: &mut Out<'_>,
+    lane: &crate::fast::Lane,
+    env: Envelope,
+    len: usize,
+    held: usize,
+    msg: FastMsg,
+    dc: Option<u64>,
+    held_checked: bool,
+) -> Result<(), Stalled> {
+    arrive(
+        engine,
+        node,
+        proto_recvs,
+        out,
+        lane,
+        env,
+        len,
+        held,
+        msg,
+        dc,
+        held_checked,
+    )
 }
 
 /// Takes every lane's messages into the matcher (a message held back for the budget
@@ -602,7 +739,7 @@ fn drain_lanes(f: &mut Fast, node: &mut Node<Device>, out: &mut Out<'_>, reap: b
     for InLane { rx, stalled } in f.rx.iter_mut() {
         if stalled.is_some() {
             let Some(s) = stalled.take() else { continue };
-            if let Err(again) = arrive(
+            if let Err(again) = arrive_engine(
                 &mut f.engine,
                 node,
                 &mut f.proto_recvs,
@@ -645,7 +782,7 @@ fn drain_lanes(f: &mut Fast, node: &mut Node<Device>, out: &mut Out<'_>, reap: b
                 finish(node, &mut f.proto_recvs, out, recv, env, len, msg);
                 continue;
             }
-            if let Err(again) = arrive(
+            if let Err(again) = arrive_engine(
                 &mut f.engine,
                 node,
                 &mut f.proto_recvs,
@@ -768,17 +905,17 @@ impl Endpoint {
                 counters: &mut self.counters,
                 ep,
             }
-            .push(Completion {
-                request: Request { op: OpId(op), ep },
-                kind: OpKind::Send,
-                status: Err(OpError::SendFailed),
-                data: Vec::new(),
+            .push(Completion::new(
+                Request { op: OpId(op), ep },
+                OpKind::Send,
+                Err(OpError::SendFailed),
+                Vec::new(),
                 len,
                 tag,
-                source: None,
-                cq_data: None,
-                protocol: None,
-            });
+                None,
+                None,
+                None,
+            ));
             return Ok(Request { op: OpId(op), ep });
         };
         tx.send(tag, flags, opts.cq_data.unwrap_or(0), op, data);
@@ -801,13 +938,43 @@ impl Endpoint {
         Ok(Request { op: OpId(op), ep })
     }
 
-    /// Posts a receive in the fast path's engine.
+    /// Posts a receive in the fast path's matcher: held aside (inlined at the receive
+    /// call), else in the engine ([`Endpoint::fast_post_engine`], out of line).
+    #[inline(always)]
     pub(crate) fn fast_post(
         &mut self,
         tag: Option<TagMatch>,
         src: Option<PeerId>,
         buf: RecvBuf,
     ) -> Result<Request> {
+        let id = self.id;
+        let Some(f) = self.fast.as_deref_mut() else {
+            return Err(Error::call(CallError::UnknownOp, None, None));
+        };
+        let op = f.op();
+        match f.engine.hold(spec(tag, src), RecvCtx { op, buf }) {
+            Ok(None) => {}
+            Ok(Some((spec, ctx))) => return self.fast_post_engine(spec, ctx),
+            Err(()) => return Err(self.too_many_receives()),
+        }
+        self.counters.submitted += 1;
+        Ok(Request {
+            op: OpId(op),
+            ep: id,
+        })
+    }
+
+    /// The receive limit is reached.
+    #[cold]
+    #[inline(never)]
+    fn too_many_receives(&mut self) -> Error {
+        self.counters.call_errors += 1;
+        Error::call(CallError::TooManyReceives, None, None)
+    }
+
+    /// [`Endpoint::fast_post`] of a receive that is not held aside: the engine's post.
+    #[inline(never)]
+    fn fast_post_engine(&mut self, spec: RecvSpec, ctx: RecvCtx) -> Result<Request> {
         let Endpoint {
             id,
             node,
@@ -819,9 +986,8 @@ impl Endpoint {
         let Some(f) = fast.as_deref_mut() else {
             return Err(Error::call(CallError::UnknownOp, None, None));
         };
-        let op = f.op();
-        let ctx = RecvCtx { op, buf };
-        match f.engine.post(spec(tag, src), ctx) {
+        let op = ctx.op;
+        match f.engine.post(spec, ctx) {
             Ok(Some(m)) => {
                 let mut out = Out {
                     ready,
@@ -839,10 +1005,7 @@ impl Endpoint {
                 );
             }
             Ok(None) => {}
-            Err(()) => {
-                counters.call_errors += 1;
-                return Err(Error::call(CallError::TooManyReceives, None, None));
-            }
+            Err(()) => return Err(self.too_many_receives()),
         }
         counters.submitted += 1;
         Ok(Request {
@@ -1266,12 +1429,43 @@ impl Endpoint {
     fn inject_inner(&mut self, peer: Peer, tag: Option<u64>, data: &[u8]) -> Result<()> {
         tracing::trace!(peer = peer.index(), ?tag, len = data.len(), "inject");
         let pid = self.pid(peer)?;
+        if self.fast_inject(pid, tag, data) {
+            return Ok(());
+        }
         if self.is_fast(pid) {
             return self
                 .fast_send(pid, tag, Bytes::Borrowed(data), SendOpts::default(), true)
                 .map(|_| ());
         }
         self.inject_proto(peer, pid, tag, data)
+    }
+
+    /// An injected send on an open lane: [`Endpoint::fast_send`]'s work for that case
+    /// with one look at the route (`is_fast` then `fast_send` looked twice). `false`:
+    /// nothing was done (no fast-path route yet, its receiver gone, or too many messages
+    /// waiting for ring space), the general path decides.
+    #[inline(always)]
+    fn fast_inject(&mut self, pid: PeerId, tag: Option<u64>, data: &[u8]) -> bool {
+        let Some(f) = self.fast.as_deref_mut() else {
+            return false;
+        };
+        let Some(Route::Fast(tx)) = f.routes.get_mut(pid.0 as usize) else {
+            return false;
+        };
+        if tx.waiting() >= MAX_LANE_WAITING || tx.closed() {
+            return false;
+        }
+        let op = f.next_op;
+        f.next_op += 1;
+        let flags = if tag.is_some() { F_TAGGED } else { 0 };
+        tx.send(tag.unwrap_or(0), flags, 0, op, Bytes::Borrowed(data));
+        if tx.waiting() > 0 {
+            f.any_waiting = true;
+        }
+        self.counters.submitted += 1;
+        self.counters.fast_sends += 1;
+        self.counters.injected += 1;
+        true
     }
 
     /// [`Endpoint::inject_inner`] over the protocol path (out of line: the fast path's
@@ -1317,6 +1511,7 @@ impl Endpoint {
     /// }
     /// # Ok(()) }
     /// ```
+    #[inline(always)]
     pub fn trecv_into(
         &mut self,
         source: impl Into<crate::Source>,
@@ -1337,6 +1532,7 @@ impl Endpoint {
     }
 
     /// Untagged [`Endpoint::trecv_into`].
+    #[inline]
     pub fn recv_into(&mut self, source: impl Into<crate::Source>, buf: Vec<u8>) -> Result<Request> {
         let src = self.src(source.into())?;
         if self.fast.is_some() {
@@ -1368,5 +1564,44 @@ impl Endpoint {
     /// Whether this endpoint uses the in-process fast path ([`crate::Builder::fast_path`]).
     pub fn fast_path(&self) -> bool {
         self.fast.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Fifo;
+    use std::collections::VecDeque;
+
+    /// The held-receive queue behaves as a `VecDeque` through pushes, pops, growth across
+    /// the wrap-around and removals from the middle.
+    #[test]
+    fn fifo_matches_a_vecdeque() {
+        let mut f = Fifo::new();
+        let mut d = VecDeque::new();
+        let mut x = 0u64;
+        for step in 0..5000u64 {
+            // A varying mix (a small linear congruential sequence): mostly pushes early,
+            // pops and removals later.
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let r = (x >> 33) % 10;
+            if r < 5 || d.is_empty() {
+                f.push_back(step);
+                d.push_back(step);
+            } else if r < 8 {
+                assert_eq!(f.pop_front(), d.pop_front());
+            } else {
+                let k = (x >> 20) as usize % (d.len() + 1);
+                let want = d.get(k).copied();
+                assert_eq!(f.position(|v| Some(*v) == want), want.and(Some(k)));
+                assert_eq!(f.remove(k), d.remove(k));
+            }
+            assert_eq!((f.len(), f.is_empty()), (d.len(), d.is_empty()));
+        }
+        while let Some(v) = d.pop_front() {
+            assert_eq!(f.pop_front(), Some(v));
+        }
+        assert_eq!(f.pop_front(), None);
     }
 }

@@ -49,7 +49,7 @@ fn endpoints_in_two_threads_with(fast: bool) {
             let r = b.trecv(ANY_SOURCE, ANY_TAG, 8).unwrap();
             let c = b.wait(r).unwrap();
             assert_eq!(c.tag, i);
-            let p = c.source.unwrap();
+            let p = c.source().unwrap();
             let s = b.tsend(p, i, c.data).unwrap();
             b.wait(s).unwrap();
         }

@@ -29,12 +29,12 @@ struct Seen {
 fn seen(c: Completion) -> Seen {
     Seen {
         kind: c.kind,
-        status: c.status,
+        status: c.status(),
+        source: c.source().map(|p| p.index()),
+        cq_data: c.cq_data(),
         data: c.data,
         len: c.len,
         tag: c.tag,
-        source: c.source.map(|p| p.index()),
-        cq_data: c.cq_data,
     }
 }
 
@@ -197,7 +197,7 @@ fn order_across_paths() {
     for _ in 0..2 * N {
         let r = b.trecv(ANY_SOURCE, ANY_TAG, 70_000).unwrap();
         let c = done(&mut b, r, &mut [&mut fa, &mut pa]);
-        let s = c.source.unwrap();
+        let s = c.source().unwrap();
         let k = if s == b_fa {
             0
         } else {
@@ -553,7 +553,7 @@ fn fast_and_protocol_endpoints_interoperate() {
     let r = x.trecv_into(xy, 3u64, vec![0; 30_000]).unwrap();
     let c = done(&mut x, r, &mut [&mut y]);
     assert!(c.data == pattern(20_000, 1));
-    assert_eq!(c.cq_data, Some(5));
+    assert_eq!(c.cq_data(), Some(5));
     done(&mut y, s, &mut [&mut x]).into_result().unwrap();
     let m = x.mprobe(ANY_SOURCE).expect("untagged, claimed");
     let r = x.mrecv(m, 8).unwrap();
@@ -601,7 +601,7 @@ fn sends_to_a_dropped_endpoint_fail() {
     ));
     a.tinject(ab, 2, b"gone").unwrap();
     let c = a.poll_completion().expect("the failed inject completes");
-    assert_eq!(c.status, Err(OpError::SendFailed));
+    assert_eq!(c.status(), Err(OpError::SendFailed));
 }
 
 /// A delivery-complete send whose receiver is dropped before taking the message fails
@@ -624,9 +624,9 @@ fn delivery_complete_to_a_dropped_receiver_fails() {
     let s2 = a.tsend_with(ab, 2, b"orphan".to_vec(), dc).unwrap();
     drop(b);
     let c1 = done(&mut a, s1, &mut []);
-    assert_eq!(c1.status, Ok(()));
+    assert_eq!(c1.status(), Ok(()));
     let c2 = done(&mut a, s2, &mut []);
-    assert_eq!(c2.status, Err(OpError::SendFailed));
+    assert_eq!(c2.status(), Err(OpError::SendFailed));
 }
 
 /// A receiver that takes nothing (budget full, no receives posted) pushes back on its
@@ -854,7 +854,7 @@ fn delivery_complete_sends_to_a_dropped_receiver_fail_in_send_order() {
     a.progress().unwrap();
     let mut got = Vec::new();
     while let Some(c) = a.poll_completion() {
-        assert_eq!(c.status, Err(OpError::SendFailed), "tag {}", c.tag);
+        assert_eq!(c.status(), Err(OpError::SendFailed), "tag {}", c.tag);
         got.push((c.request, c.tag));
     }
     let want: Vec<(Request, u64)> = reqs.into_iter().zip(0..N).collect();
@@ -970,7 +970,7 @@ fn a_receiver_dropped_on_another_thread_leaves_no_send_pending() {
         for r in reqs {
             let c = done(&mut client, r, &mut []);
             assert!(
-                c.status.is_ok() || c.status == Err(OpError::SendFailed),
+                c.status().is_ok() || c.status() == Err(OpError::SendFailed),
                 "round {round}: {c:?}"
             );
         }
@@ -997,10 +997,10 @@ fn a_first_send_to_a_dropped_endpoint_fails() {
         let (mut a, ab) = to_dropped(fast);
         let r = a.tsend(ab, 1, vec![1; 8]).unwrap();
         let c = done(&mut a, r, &mut []);
-        assert_eq!(c.status, Err(OpError::SendFailed), "fast {fast}");
+        assert_eq!(c.status(), Err(OpError::SendFailed), "fast {fast}");
         let r = a.tsend(ab, 2, vec![2; 100_000]).unwrap();
         let c = done(&mut a, r, &mut []);
-        assert_eq!(c.status, Err(OpError::SendFailed), "fast {fast}, long");
+        assert_eq!(c.status(), Err(OpError::SendFailed), "fast {fast}, long");
     }
     // Delivery complete waits for the peer's handshake, which a dropped endpoint never
     // sends: the sends fail when the packet provoking it fails (they waited for ever).
@@ -1015,7 +1015,7 @@ fn a_first_send_to_a_dropped_endpoint_fails() {
             .collect();
         for r in rs {
             let c = done(&mut a, r, &mut []);
-            assert_eq!(c.status, Err(OpError::SendFailed), "fast {fast}, DC");
+            assert_eq!(c.status(), Err(OpError::SendFailed), "fast {fast}, DC");
         }
     }
 }

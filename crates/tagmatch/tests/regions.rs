@@ -43,7 +43,7 @@ fn repeated_large_sends(mut a: Endpoint, mut b: Endpoint) {
         let s = a.tsend_region(pb, i as u64, &mr, range.clone()).unwrap();
         let c = b.wait_with(r, &mut [&mut a]).unwrap();
         assert!(c.data == data[range], "send {i}: data differs");
-        assert_eq!(c.source, Some(pa));
+        assert_eq!(c.source(), Some(pa));
         a.wait_with(s, &mut [&mut b]).unwrap();
     }
     let st = a.stats();

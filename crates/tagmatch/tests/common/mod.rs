@@ -26,7 +26,7 @@ pub fn exercise(mut a: Endpoint, mut b: Endpoint) {
         let s = a.tsend(pb, 100 + i as u64, data.clone()).unwrap();
         let c = b.wait_with(r, &mut [&mut a]).unwrap();
         assert_eq!(c.data, data, "size {len}");
-        assert_eq!(c.source, Some(pa));
+        assert_eq!(c.source(), Some(pa));
         a.wait_with(s, &mut [&mut b]).unwrap();
     }
 
@@ -41,7 +41,7 @@ pub fn exercise(mut a: Endpoint, mut b: Endpoint) {
     let s = a.tsend_with(pb, 0xAB42, b"masked".to_vec(), opts).unwrap();
     let c = b.wait_with(r, &mut [&mut a]).unwrap();
     assert_eq!(
-        (c.tag, c.cq_data, &c.data[..6]),
+        (c.tag, c.cq_data(), &c.data[..6]),
         (0xAB42, Some(77), &b"masked"[..])
     );
     a.wait_with(s, &mut [&mut b]).unwrap();
