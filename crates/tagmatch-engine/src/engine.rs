@@ -803,20 +803,14 @@ impl<R, M> Engine<R, M> {
         let u = list::unlink(&mut self.posted, k, idx);
         self.index_after_unlink(k, &env, u, idx | POSTED);
         self.n_kind[k] -= 1;
-        match self.posted.remove(idx) {
-            Some(n) => (spec, n.recv),
-            None => unreachable!("engine invariant: receive slot {idx} is occupied"),
-        }
+        (spec, self.posted.take(idx).recv)
     }
 
     /// Removes posted receive `idx`, the head of its keyed list `k` (not `K_MASKED`)
     /// whose bucket in index `k` is `pos` (no index change since it was found): the
     /// index is updated in place, without hashing the key again.
     fn take_posted_head(&mut self, idx: u32, k: usize, pos: usize) -> R {
-        let n = match self.posted.remove(idx) {
-            Some(n) => n,
-            None => unreachable!("engine invariant: receive slot {idx} is occupied"),
-        };
+        let n = self.posted.take(idx);
         match list::unlink_detached(&mut self.posted, k, idx, n.link.get()) {
             Unlinked::Empty => self.index_remove_at(k, pos),
             Unlinked::NewHead(h) => self.ix[k].set_at(pos, h | POSTED),
@@ -1010,15 +1004,15 @@ impl<R, M> Engine<R, M> {
         let c = spec.comm;
         match (spec.src, spec.tag) {
             (Source::Rank(s), TagSel::Exact(t)) => {
-                self.post_keyed::<K_EXACT>(Envelope::new(c, s, t), recv)
+                self.post_keyed::<K_EXACT>(c, s, t, recv)
             }
             (Source::Rank(s), TagSel::Any) => {
-                self.post_keyed::<K_SRC>(Envelope::new(c, s, 0), recv)
+                self.post_keyed::<K_SRC>(c, s, 0, recv)
             }
             (Source::Any, TagSel::Exact(t)) => {
-                self.post_keyed::<K_TAG>(Envelope::new(c, 0, t), recv)
+                self.post_keyed::<K_TAG>(c, 0, t, recv)
             }
-            (Source::Any, TagSel::Any) => self.post_keyed::<K_COMM>(Envelope::new(c, 0, 0), recv),
+            (Source::Any, TagSel::Any) => self.post_keyed::<K_COMM>(c, 0, 0, recv),
             (_, TagSel::Masked { .. }) => self.post_general(spec, recv),
         }
     }
@@ -1075,15 +1069,18 @@ impl<R, M> Engine<R, M> {
     }
 
     /// [`Engine::post`] of a receive with an O(1) kind `k` (exact, ANY_TAG, ANY_SOURCE,
-    /// ANY_SOURCE+ANY_TAG) and projected key `key`: one probe of index `k` finds the
-    /// earliest unexpected message (and unlinks it there) or the place to queue the
-    /// receive.
+    /// ANY_SOURCE+ANY_TAG) and projected key (`comm`, `src`, `tag`), passed as scalars
+    /// (in registers, not through memory): one probe of index `k` finds the earliest
+    /// unexpected message (and unlinks it there) or the place to queue the receive.
     fn post_keyed<const K: usize>(
         &mut self,
-        key: Envelope,
+        comm: u32,
+        src: u32,
+        tag: u64,
         recv: R,
     ) -> Result<Posted<R, M>, PostRejected<R>> {
         let k = K;
+        let key = Envelope::new(comm, src, tag);
         if K != K_EXACT {
             self.build_unexp(K);
         }
@@ -1091,27 +1088,14 @@ impl<R, M> Engine<R, M> {
         self.c.match_attempts += 1;
         let h = hash_key(k, &key);
         let (p, u) = (&self.posted, &self.unexp);
-        let pos = self.ix[k].find_or_reserve(
+        let pos = self.ix[k].find_value_or_reserve(
             h,
             #[inline(always)]
             |v| proj(k, &key_of(p, u, v)) == key,
             rehasher(p, u, k),
         );
-        let (found, n) = match pos {
-            Ok(pos) if self.ix[k].value_at(pos) & POSTED == 0 => {
-                let idx = self.ix[k].value_at(pos);
-                // Out of the slab first: its links are then read once, by value.
-                let n = match self.unexp.remove(idx) {
-                    Some(n) => n,
-                    None => unreachable!("engine invariant: message slot {idx} is occupied"),
-                };
-                match list::unlink_detached(&mut self.unexp, k, idx, n.links.get(K)) {
-                    Unlinked::Empty => self.index_remove_at(k, pos),
-                    Unlinked::NewHead(h) => self.ix[k].set_at(pos, h),
-                    Unlinked::Inner => {}
-                }
-                (idx, n)
-            }
+        let (pos, found) = match pos {
+            Ok((pos, idx)) if idx & POSTED == 0 => (pos, idx),
             _ if !can_post => {
                 self.c.misses += 1;
                 return Err(PostRejected { recv });
@@ -1125,9 +1109,8 @@ impl<R, M> Engine<R, M> {
                     .posted
                     .insert(|g| PNode::new(seq, k, src_any, key, g, recv));
                 match pos {
-                    Ok(pos) => {
-                        let head = self.ix[k].value_at(pos) & !POSTED;
-                        list::push_back(&mut self.posted, k, Some(head), idx)
+                    Ok((_, head)) => {
+                        list::push_back(&mut self.posted, k, Some(head & !POSTED), idx)
                     }
                     Err(pos) => {
                         self.ix[k].insert_at(pos, h, idx | POSTED);
@@ -1139,18 +1122,47 @@ impl<R, M> Engine<R, M> {
             }
         };
         self.c.hits += 1;
-        let env = n.env;
-        if K != K_EXACT {
-            self.unlink_detached_from::<K_EXACT>(found, &env, n.links.get(K_EXACT));
+        // The message is unlinked while still in the slab, from the copies of its links
+        // read here (one slab access); only the fields of the result are moved out of
+        // the slab at the end. An exact key is the whole envelope.
+        let n = self.unexp.at(found);
+        let env = if K == K_EXACT { key } else { n.env };
+        if K == K_EXACT && self.built == 0 {
+            // No wildcard list kept: the (comm, src, tag) list and the arrival order.
+            let (lk, la) = (n.links.get(K_EXACT), n.links.get(K_COMM));
+            self.unlink_head_at(k, pos, found, lk);
+            match list::unlink_detached(&mut self.unexp, K_COMM, found, la) {
+                Unlinked::Inner => {}
+                Unlinked::NewHead(h) => self.arrivals = Some(h),
+                Unlinked::Empty => self.arrivals = None,
+            }
+        } else {
+            let links = n.links;
+            self.unlink_head_at(k, pos, found, links.get(K));
+            if K != K_EXACT {
+                self.unlink_detached_from::<K_EXACT>(found, &env, links.get(K_EXACT));
+            }
+            self.unlink_rest_detached::<K>(found, &env, &links);
         }
-        self.unlink_rest_detached::<K>(found, &env, &n.links);
-        self.c.bytes_held -= self.take_held_bytes(found, n.len);
+        let UNode { len, msg, .. } = self.unexp.take(found);
+        self.c.bytes_held -= self.take_held_bytes(found, len);
         Ok(Posted::Matched(Match {
             recv,
-            msg: n.msg,
+            msg,
             env,
-            len: n.len as usize,
+            len: len as usize,
         }))
+    }
+
+    /// Unlinks message `idx`, the head of its list `k` (link `l`) whose bucket in index
+    /// `k` is `pos`, from that list, updating the bucket in place.
+    #[inline(always)]
+    fn unlink_head_at(&mut self, k: usize, pos: usize, idx: u32, l: Link) {
+        match list::unlink_detached(&mut self.unexp, k, idx, l) {
+            Unlinked::Empty => self.index_remove_at(k, pos),
+            Unlinked::NewHead(h) => self.ix[k].set_at(pos, h),
+            Unlinked::Inner => {}
+        }
     }
 
     /// Processes one message that the caller guarantees is in send order for its source
@@ -1258,19 +1270,16 @@ impl<R, M> Engine<R, M> {
     ) -> Result<Arrived<R, M>, Rejected<M>> {
         let h = hash_key(K_EXACT, &env);
         let (p, u) = (&self.posted, &self.unexp);
-        let pos = self.ix[K_EXACT].find_or_reserve(
+        let pos = self.ix[K_EXACT].find_value_or_reserve(
             h,
             #[inline(always)]
             |v| key_of(p, u, v) == env,
             rehasher(p, u, K_EXACT),
         );
         match pos {
-            Ok(pos) if self.ix[K_EXACT].value_at(pos) & POSTED != 0 => {
-                let idx = self.ix[K_EXACT].value_at(pos) & !POSTED;
-                let n = match self.posted.remove(idx) {
-                    Some(n) => n,
-                    None => unreachable!("engine invariant: receive slot {idx} is occupied"),
-                };
+            Ok((pos, v)) if v & POSTED != 0 => {
+                let idx = v & !POSTED;
+                let n = self.posted.take(idx);
                 match list::unlink_detached(&mut self.posted, K_EXACT, idx, n.link.get()) {
                     Unlinked::Empty => self.index_remove_at(K_EXACT, pos),
                     Unlinked::NewHead(h) => self.ix[K_EXACT].set_at(pos, h | POSTED),
@@ -1298,15 +1307,17 @@ impl<R, M> Engine<R, M> {
                 })
             }
             pos => {
-                self.store_exact_unexp(env, len, held, msg, pos, h);
+                self.store_exact_unexp(env, len, held, msg, pos.map(|(_, head)| head), h);
                 Ok(Arrived::Unexpected(env))
             }
         }
     }
 
     /// The rest of [`Engine::arrive_exact_only`] when no receive matched: stores the
-    /// message at `pos`, the answer of index `K_EXACT` for its key (hash `h`). Out of
-    /// line, so that what callers inline is the match.
+    /// message as the answer of index `K_EXACT` for its key (hash `h`) says: `Ok(head)`,
+    /// behind the messages of its list, whose head is `head`, or `Err(pos)`, starting a
+    /// list in the empty bucket `pos`. Out of line, so that what callers inline is the
+    /// match.
     #[inline(never)]
     fn store_exact_unexp(
         &mut self,
@@ -1314,16 +1325,13 @@ impl<R, M> Engine<R, M> {
         len: usize,
         held: usize,
         msg: M,
-        pos: Result<usize, usize>,
+        pos: Result<u32, usize>,
         h: u64,
     ) {
         let len32 = len.min(u32::MAX as usize) as u32;
         let idx = self.unexp.insert(|_| UNode::new(env, len32, msg)).0;
         match pos {
-            Ok(pos) => {
-                let head = self.ix[K_EXACT].value_at(pos);
-                list::push_back(&mut self.unexp, K_EXACT, Some(head), idx)
-            }
+            Ok(head) => list::push_back(&mut self.unexp, K_EXACT, Some(head), idx),
             Err(pos) => {
                 self.ix[K_EXACT].insert_at(pos, h, idx);
                 list::push_back(&mut self.unexp, K_EXACT, None, idx);
@@ -1705,10 +1713,7 @@ impl<R, M> Engine<R, M> {
     /// [`Engine::take_posted`] without working out the spec: out of the slab first, so
     /// the node is read once.
     fn take_posted_recv(&mut self, idx: u32) -> R {
-        let n = match self.posted.remove(idx) {
-            Some(n) => n,
-            None => unreachable!("engine invariant: receive slot {idx} is occupied"),
-        };
+        let n = self.posted.take(idx);
         let (k, env) = (n.kind(), n.key_env());
         if k == K_MASKED {
             self.masks.remove(&idx);
