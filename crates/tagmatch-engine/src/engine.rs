@@ -386,8 +386,11 @@ pub struct Engine<R, M> {
     built: u8,
     /// While the (comm) lists are not kept, the queued messages' (comm) link pair threads
     /// one list of them all in arrival order (from which the wildcard lists are built):
-    /// its head.
+    /// its head. The list is open (see `list::push_back_open`): its tail's `next` is
+    /// `list::NIL`.
     arrivals: Option<u32>,
+    /// The tail of the arrival-order list (meaningful while `arrivals` is not `None`).
+    arrivals_tail: u32,
     next_seq: u64,
     peers: FastMap<u32, Peer<M>>,
     /// Room the message budget keeps for the messages missing below held ones: the sum of
@@ -430,6 +433,7 @@ impl<R, M> Engine<R, M> {
                 0
             },
             arrivals: None,
+            arrivals_tail: 0,
             next_seq: 0,
             peers: FastMap::default(),
             reserved: 0,
@@ -711,14 +715,22 @@ impl<R, M> Engine<R, M> {
             if self.built & (1 << K_COMM) != 0 {
                 self.unlink_detached_from::<K_COMM>(idx, env, links.get(K_COMM));
             } else {
-                // The arrival-order list, whose head is kept here rather than in an index.
-                match list::unlink_detached(&mut self.unexp, K_COMM, idx, links.get(K_COMM)) {
-                    Unlinked::Inner => {}
-                    Unlinked::NewHead(h) => self.arrivals = Some(h),
-                    Unlinked::Empty => self.arrivals = None,
-                }
+                // The arrival-order list, whose ends are kept here rather than in an index.
+                self.unlink_arrival(links.get(K_COMM));
             }
         }
+    }
+
+    /// Unlinks the message whose link on the arrival-order list was `l` from that list.
+    #[inline(always)]
+    fn unlink_arrival(&mut self, l: Link) {
+        list::unlink_open(
+            &mut self.unexp,
+            K_COMM,
+            &mut self.arrivals,
+            &mut self.arrivals_tail,
+            l,
+        );
     }
 
     /// Unlinks unexpected message `idx` (envelope `env`, possibly already out of the
@@ -854,10 +866,13 @@ impl<R, M> Engine<R, M> {
                 }
             }
         }
-        list::push_back(&mut self.unexp, K_COMM, self.arrivals, idx);
-        if self.arrivals.is_none() {
-            self.arrivals = Some(idx);
-        }
+        list::push_back_open(
+            &mut self.unexp,
+            K_COMM,
+            &mut self.arrivals,
+            &mut self.arrivals_tail,
+            idx,
+        );
     }
 
     /// Makes sure the unexpected messages' lists of kind `k` are kept (the (comm, src,
@@ -941,7 +956,8 @@ impl<R, M> Engine<R, M> {
             let n = self.unexp.at(cur);
             let (env, next) = (n.env, n.links.get(K_COMM).next);
             self.index_push_unexp(k, &env, cur);
-            if next == head {
+            // The arrival-order list ends at NIL, a (comm) list back at its head.
+            if next == head || next == list::NIL {
                 break;
             }
             cur = next;
@@ -1084,7 +1100,6 @@ impl<R, M> Engine<R, M> {
         if K != K_EXACT {
             self.build_unexp(K);
         }
-        let can_post = self.posted.len() < self.cfg.max_posted;
         self.c.match_attempts += 1;
         let h = hash_key(k, &key);
         let (p, u) = (&self.posted, &self.unexp);
@@ -1096,7 +1111,7 @@ impl<R, M> Engine<R, M> {
         );
         let (pos, found) = match pos {
             Ok((pos, idx)) if idx & POSTED == 0 => (pos, idx),
-            _ if !can_post => {
+            _ if self.posted.len() >= self.cfg.max_posted => {
                 self.c.misses += 1;
                 return Err(PostRejected { recv });
             }
@@ -1131,11 +1146,7 @@ impl<R, M> Engine<R, M> {
             // No wildcard list kept: the (comm, src, tag) list and the arrival order.
             let (lk, la) = (n.links.get(K_EXACT), n.links.get(K_COMM));
             self.unlink_head_at(k, pos, found, lk);
-            match list::unlink_detached(&mut self.unexp, K_COMM, found, la) {
-                Unlinked::Inner => {}
-                Unlinked::NewHead(h) => self.arrivals = Some(h),
-                Unlinked::Empty => self.arrivals = None,
-            }
+            self.unlink_arrival(la);
         } else {
             let links = n.links;
             self.unlink_head_at(k, pos, found, links.get(K));
