@@ -1137,25 +1137,30 @@ impl<R, M> Engine<R, M> {
             }
         };
         self.c.hits += 1;
-        // The message is unlinked while still in the slab, from the copies of its links
-        // read here (one slab access); only the fields of the result are moved out of
-        // the slab at the end. An exact key is the whole envelope.
-        let n = self.unexp.at(found);
-        let env = if K == K_EXACT { key } else { n.env };
-        if K == K_EXACT && self.built == 0 {
+        // An exact key is the whole envelope.
+        let (env, len, msg) = if K == K_EXACT && self.built == 0 {
             // No wildcard list kept: the (comm, src, tag) list and the arrival order.
+            // Out of the slab first, reading only the two link pairs in use and the
+            // fields of the result (one slab access); the unlinking touches only the
+            // neighbours.
+            let n = self.unexp.take(found);
             let (lk, la) = (n.links.get(K_EXACT), n.links.get(K_COMM));
             self.unlink_head_at(k, pos, found, lk);
             self.unlink_arrival(la);
+            (key, n.len, n.msg)
         } else {
-            let links = n.links;
+            // Unlinked while still in the slab, from one copy of its links; only the
+            // fields of the result are moved out of the slab at the end.
+            let n = self.unexp.at(found);
+            let (env, links) = (if K == K_EXACT { key } else { n.env }, n.links);
             self.unlink_head_at(k, pos, found, links.get(K));
             if K != K_EXACT {
                 self.unlink_detached_from::<K_EXACT>(found, &env, links.get(K_EXACT));
             }
             self.unlink_rest_detached::<K>(found, &env, &links);
-        }
-        let UNode { len, msg, .. } = self.unexp.take(found);
+            let UNode { len, msg, .. } = self.unexp.take(found);
+            (env, len, msg)
+        };
         self.c.bytes_held -= self.take_held_bytes(found, len);
         Ok(Posted::Matched(Match {
             recv,
