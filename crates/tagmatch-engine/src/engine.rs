@@ -367,23 +367,18 @@ pub const MAX_REORDER_WINDOW: u32 = 1 << 16;
 ///
 /// See the [crate documentation](crate) for the rules and the complexity of each operation.
 #[derive(Debug)]
+#[repr(C, align(64))]
 pub struct Engine<R, M> {
-    cfg: Config,
+    // Field order (`repr(C)`, 64-byte aligned): what an exact match touches sits in few
+    // cache lines, which matters when the engine is cold (one operation per engine in
+    // the depth-1 benchmark): line 0 is the posted slab and `n_kind[K_EXACT]` (an
+    // arrival's receive), line 1 the message slab and the arrival-order head (a post's
+    // message), line 2 the arrival-order tail, `built` and `held`, line 3 the exact
+    // index, then the counters.
     posted: GenSlab<PNode<R>>,
-    unexp: GenSlab<UNode<M>>,
-    /// Masks of the posted general-mask receives, by slab index.
-    masks: FastMap<u32, u64>,
-    /// Held bytes of the stored messages whose held bytes differ from their length
-    /// ([`Engine::deliver_held`]), by slab index.
-    held: FastMap<u32, usize>,
-    /// One intrusive hash index per key kind (`K_*`): the head of each FIFO.
-    ix: [Index; 5],
     /// Posted receives per index kind (to skip lookups of empty kinds on arrival).
     n_kind: [usize; 5],
-    /// Which of the unexpected messages' wildcard lists (bit `K_SRC`, `K_TAG`, `K_COMM`)
-    /// are kept: a list kind is built when a receive, probe or purge first needs it, and
-    /// forgotten when no message is queued (see [`Engine::build_unexp`]).
-    built: u8,
+    unexp: GenSlab<UNode<M>>,
     /// While the (comm) lists are not kept, the queued messages' (comm) link pair threads
     /// one list of them all in arrival order (from which the wildcard lists are built):
     /// its head. The list is open (see `list::push_back_open`): its tail's `next` is
@@ -391,18 +386,30 @@ pub struct Engine<R, M> {
     arrivals: Option<u32>,
     /// The tail of the arrival-order list (meaningful while `arrivals` is not `None`).
     arrivals_tail: u32,
+    /// Which of the unexpected messages' wildcard lists (bit `K_SRC`, `K_TAG`, `K_COMM`)
+    /// are kept: a list kind is built when a receive, probe or purge first needs it, and
+    /// forgotten when no message is queued (see [`Engine::build_unexp`]).
+    built: u8,
+    /// Held bytes of the stored messages whose held bytes differ from their length
+    /// ([`Engine::deliver_held`]), by slab index.
+    held: FastMap<u32, usize>,
     next_seq: u64,
+    /// Ceiling on stored messages (the slab's length): [`MAX_ENTRIES`], lowered by tests.
+    max_stored: usize,
+    /// Last claim id given by [`Engine::mprobe`].
+    claims: u32,
+    /// One intrusive hash index per key kind (`K_*`): the head of each FIFO.
+    ix: [Index; 5],
+    c: Counters,
+    cfg: Config,
+    /// Masks of the posted general-mask receives, by slab index.
+    masks: FastMap<u32, u64>,
     peers: FastMap<u32, Peer<M>>,
     /// Room the message budget keeps for the messages missing below held ones: the sum of
     /// every peer's gaps. The next message in order from a source with held successors
     /// takes its place from here, so it is admitted without ever exceeding the budget.
     reserved: usize,
     scratch: Vec<u32>,
-    c: Counters,
-    /// Last claim id given by [`Engine::mprobe`].
-    claims: u32,
-    /// Ceiling on stored messages (the slab's length): [`MAX_ENTRIES`], lowered by tests.
-    max_stored: usize,
 }
 
 impl<R, M> Default for Engine<R, M> {
@@ -1995,6 +2002,38 @@ mod tests {
     #[test]
     fn slots_stay_small() {
         assert_eq!(Engine::<u32, u32>::slot_sizes(), (40, 48));
+    }
+
+    /// The layout the exact paths' cache-line count rests on (see `Engine`): the fields
+    /// an exact arrival touches in lines 0, 3 and the counters', a post's in lines 1, 2, 3
+    /// and the counters'.
+    #[test]
+    fn hot_fields_share_cache_lines() {
+        use core::mem::offset_of;
+        type E = Engine<u32, u32>;
+        let line = |off: usize, size: usize| {
+            assert_eq!(off / 64, (off + size - 1) / 64, "field at {off} splits a line");
+            off / 64
+        };
+        assert_eq!(core::mem::align_of::<E>(), 64);
+        let slab = core::mem::size_of::<GenSlab<PNode<u32>>>();
+        assert_eq!(line(offset_of!(E, posted), slab), 0);
+        assert_eq!(line(offset_of!(E, n_kind), 8), 0);
+        assert_eq!(line(offset_of!(E, unexp), slab), 1);
+        assert_eq!(line(offset_of!(E, arrivals), 8), 1);
+        assert_eq!(line(offset_of!(E, arrivals_tail), 4), 2);
+        assert_eq!(line(offset_of!(E, built), 1), 2);
+        let held = core::mem::size_of::<FastMap<u32, usize>>();
+        assert_eq!(line(offset_of!(E, held), held), 2);
+        assert_eq!(line(offset_of!(E, ix), core::mem::size_of::<Index>()), 3);
+        let c = offset_of!(E, c);
+        let hot = [
+            offset_of!(Counters, bytes_held),
+            offset_of!(Counters, match_attempts),
+            offset_of!(Counters, hits),
+        ];
+        let lines: Vec<usize> = hot.iter().map(|&o| line(c + o, 8)).collect();
+        assert!(lines.iter().all(|&l| l == lines[0]), "{lines:?}");
     }
 
     /// The ceiling on stored messages (`MAX_ENTRIES`, lowered here to 4) refuses an
