@@ -1017,7 +1017,7 @@ impl<R, M> Engine<R, M> {
     /// O(1) for exact, ANY_TAG, ANY_SOURCE and ANY_SOURCE+ANY_TAG; a general mask scans
     /// the unexpected messages of its (comm, src) or (comm). Errors only when
     /// [`Config::max_posted`] receives are already queued.
-    #[inline]
+    #[inline(always)]
     pub fn post(&mut self, spec: RecvSpec, recv: R) -> Result<Posted<R, M>, PostRejected<R>> {
         // MPI 4.0 §3.5 / matching-notes §1.0: "a receive matches the earliest-arrived
         // matching unexpected message".
