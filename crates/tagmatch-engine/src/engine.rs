@@ -1026,15 +1026,9 @@ impl<R, M> Engine<R, M> {
         let spec = spec.normalized();
         let c = spec.comm;
         match (spec.src, spec.tag) {
-            (Source::Rank(s), TagSel::Exact(t)) => {
-                self.post_keyed::<K_EXACT>(c, s, t, recv)
-            }
-            (Source::Rank(s), TagSel::Any) => {
-                self.post_keyed::<K_SRC>(c, s, 0, recv)
-            }
-            (Source::Any, TagSel::Exact(t)) => {
-                self.post_keyed::<K_TAG>(c, 0, t, recv)
-            }
+            (Source::Rank(s), TagSel::Exact(t)) => self.post_keyed::<K_EXACT>(c, s, t, recv),
+            (Source::Rank(s), TagSel::Any) => self.post_keyed::<K_SRC>(c, s, 0, recv),
+            (Source::Any, TagSel::Exact(t)) => self.post_keyed::<K_TAG>(c, 0, t, recv),
             (Source::Any, TagSel::Any) => self.post_keyed::<K_COMM>(c, 0, 0, recv),
             (_, TagSel::Masked { .. }) => self.post_general(spec, recv),
         }
@@ -2012,7 +2006,11 @@ mod tests {
         use core::mem::offset_of;
         type E = Engine<u32, u32>;
         let line = |off: usize, size: usize| {
-            assert_eq!(off / 64, (off + size - 1) / 64, "field at {off} splits a line");
+            assert_eq!(
+                off / 64,
+                (off + size - 1) / 64,
+                "field at {off} splits a line"
+            );
             off / 64
         };
         assert_eq!(core::mem::align_of::<E>(), 64);

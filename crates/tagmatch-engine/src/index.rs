@@ -171,8 +171,7 @@ impl Index {
         eq: impl FnMut(u32) -> bool,
         rehash: impl FnMut(u32) -> u64,
     ) -> Result<usize, usize> {
-        self.find_value_or_reserve(hash, eq, rehash)
-            .map(|(i, _)| i)
+        self.find_value_or_reserve(hash, eq, rehash).map(|(i, _)| i)
     }
 
     /// [`Index::find_or_reserve`] that also gives the value of the bucket found.
