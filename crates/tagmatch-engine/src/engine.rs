@@ -367,39 +367,49 @@ pub const MAX_REORDER_WINDOW: u32 = 1 << 16;
 ///
 /// See the [crate documentation](crate) for the rules and the complexity of each operation.
 #[derive(Debug)]
+#[repr(C, align(64))]
 pub struct Engine<R, M> {
-    cfg: Config,
+    // Field order (`repr(C)`, 64-byte aligned): what an exact match touches sits in few
+    // cache lines, which matters when the engine is cold (one operation per engine in
+    // the depth-1 benchmark): line 0 is the posted slab and `n_kind[K_EXACT]` (an
+    // arrival's receive), line 1 the message slab and the arrival-order head (a post's
+    // message), line 2 the arrival-order tail, `built` and `held`, line 3 the exact
+    // index, then the counters.
     posted: GenSlab<PNode<R>>,
-    unexp: GenSlab<UNode<M>>,
-    /// Masks of the posted general-mask receives, by slab index.
-    masks: FastMap<u32, u64>,
-    /// Held bytes of the stored messages whose held bytes differ from their length
-    /// ([`Engine::deliver_held`]), by slab index.
-    held: FastMap<u32, usize>,
-    /// One intrusive hash index per key kind (`K_*`): the head of each FIFO.
-    ix: [Index; 5],
     /// Posted receives per index kind (to skip lookups of empty kinds on arrival).
     n_kind: [usize; 5],
+    unexp: GenSlab<UNode<M>>,
+    /// While the (comm) lists are not kept, the queued messages' (comm) link pair threads
+    /// one list of them all in arrival order (from which the wildcard lists are built):
+    /// its head. The list is open (see `list::push_back_open`): its tail's `next` is
+    /// `list::NIL`.
+    arrivals: Option<u32>,
+    /// The tail of the arrival-order list (meaningful while `arrivals` is not `None`).
+    arrivals_tail: u32,
     /// Which of the unexpected messages' wildcard lists (bit `K_SRC`, `K_TAG`, `K_COMM`)
     /// are kept: a list kind is built when a receive, probe or purge first needs it, and
     /// forgotten when no message is queued (see [`Engine::build_unexp`]).
     built: u8,
-    /// While the (comm) lists are not kept, the queued messages' (comm) link pair threads
-    /// one list of them all in arrival order (from which the wildcard lists are built):
-    /// its head.
-    arrivals: Option<u32>,
+    /// Held bytes of the stored messages whose held bytes differ from their length
+    /// ([`Engine::deliver_held`]), by slab index.
+    held: FastMap<u32, usize>,
     next_seq: u64,
+    /// Ceiling on stored messages (the slab's length): [`MAX_ENTRIES`], lowered by tests.
+    max_stored: usize,
+    /// Last claim id given by [`Engine::mprobe`].
+    claims: u32,
+    /// One intrusive hash index per key kind (`K_*`): the head of each FIFO.
+    ix: [Index; 5],
+    c: Counters,
+    cfg: Config,
+    /// Masks of the posted general-mask receives, by slab index.
+    masks: FastMap<u32, u64>,
     peers: FastMap<u32, Peer<M>>,
     /// Room the message budget keeps for the messages missing below held ones: the sum of
     /// every peer's gaps. The next message in order from a source with held successors
     /// takes its place from here, so it is admitted without ever exceeding the budget.
     reserved: usize,
     scratch: Vec<u32>,
-    c: Counters,
-    /// Last claim id given by [`Engine::mprobe`].
-    claims: u32,
-    /// Ceiling on stored messages (the slab's length): [`MAX_ENTRIES`], lowered by tests.
-    max_stored: usize,
 }
 
 impl<R, M> Default for Engine<R, M> {
@@ -430,6 +440,7 @@ impl<R, M> Engine<R, M> {
                 0
             },
             arrivals: None,
+            arrivals_tail: 0,
             next_seq: 0,
             peers: FastMap::default(),
             reserved: 0,
@@ -711,14 +722,22 @@ impl<R, M> Engine<R, M> {
             if self.built & (1 << K_COMM) != 0 {
                 self.unlink_detached_from::<K_COMM>(idx, env, links.get(K_COMM));
             } else {
-                // The arrival-order list, whose head is kept here rather than in an index.
-                match list::unlink_detached(&mut self.unexp, K_COMM, idx, links.get(K_COMM)) {
-                    Unlinked::Inner => {}
-                    Unlinked::NewHead(h) => self.arrivals = Some(h),
-                    Unlinked::Empty => self.arrivals = None,
-                }
+                // The arrival-order list, whose ends are kept here rather than in an index.
+                self.unlink_arrival(links.get(K_COMM));
             }
         }
+    }
+
+    /// Unlinks the message whose link on the arrival-order list was `l` from that list.
+    #[inline(always)]
+    fn unlink_arrival(&mut self, l: Link) {
+        list::unlink_open(
+            &mut self.unexp,
+            K_COMM,
+            &mut self.arrivals,
+            &mut self.arrivals_tail,
+            l,
+        );
     }
 
     /// Unlinks unexpected message `idx` (envelope `env`, possibly already out of the
@@ -803,20 +822,14 @@ impl<R, M> Engine<R, M> {
         let u = list::unlink(&mut self.posted, k, idx);
         self.index_after_unlink(k, &env, u, idx | POSTED);
         self.n_kind[k] -= 1;
-        match self.posted.remove(idx) {
-            Some(n) => (spec, n.recv),
-            None => unreachable!("engine invariant: receive slot {idx} is occupied"),
-        }
+        (spec, self.posted.take(idx).recv)
     }
 
     /// Removes posted receive `idx`, the head of its keyed list `k` (not `K_MASKED`)
     /// whose bucket in index `k` is `pos` (no index change since it was found): the
     /// index is updated in place, without hashing the key again.
     fn take_posted_head(&mut self, idx: u32, k: usize, pos: usize) -> R {
-        let n = match self.posted.remove(idx) {
-            Some(n) => n,
-            None => unreachable!("engine invariant: receive slot {idx} is occupied"),
-        };
+        let n = self.posted.take(idx);
         match list::unlink_detached(&mut self.posted, k, idx, n.link.get()) {
             Unlinked::Empty => self.index_remove_at(k, pos),
             Unlinked::NewHead(h) => self.ix[k].set_at(pos, h | POSTED),
@@ -860,10 +873,13 @@ impl<R, M> Engine<R, M> {
                 }
             }
         }
-        list::push_back(&mut self.unexp, K_COMM, self.arrivals, idx);
-        if self.arrivals.is_none() {
-            self.arrivals = Some(idx);
-        }
+        list::push_back_open(
+            &mut self.unexp,
+            K_COMM,
+            &mut self.arrivals,
+            &mut self.arrivals_tail,
+            idx,
+        );
     }
 
     /// Makes sure the unexpected messages' lists of kind `k` are kept (the (comm, src,
@@ -947,7 +963,8 @@ impl<R, M> Engine<R, M> {
             let n = self.unexp.at(cur);
             let (env, next) = (n.env, n.links.get(K_COMM).next);
             self.index_push_unexp(k, &env, cur);
-            if next == head {
+            // The arrival-order list ends at NIL, a (comm) list back at its head.
+            if next == head || next == list::NIL {
                 break;
             }
             cur = next;
@@ -1000,7 +1017,7 @@ impl<R, M> Engine<R, M> {
     /// O(1) for exact, ANY_TAG, ANY_SOURCE and ANY_SOURCE+ANY_TAG; a general mask scans
     /// the unexpected messages of its (comm, src) or (comm). Errors only when
     /// [`Config::max_posted`] receives are already queued.
-    #[inline]
+    #[inline(always)]
     pub fn post(&mut self, spec: RecvSpec, recv: R) -> Result<Posted<R, M>, PostRejected<R>> {
         // MPI 4.0 §3.5 / matching-notes §1.0: "a receive matches the earliest-arrived
         // matching unexpected message".
@@ -1009,16 +1026,10 @@ impl<R, M> Engine<R, M> {
         let spec = spec.normalized();
         let c = spec.comm;
         match (spec.src, spec.tag) {
-            (Source::Rank(s), TagSel::Exact(t)) => {
-                self.post_keyed::<K_EXACT>(Envelope::new(c, s, t), recv)
-            }
-            (Source::Rank(s), TagSel::Any) => {
-                self.post_keyed::<K_SRC>(Envelope::new(c, s, 0), recv)
-            }
-            (Source::Any, TagSel::Exact(t)) => {
-                self.post_keyed::<K_TAG>(Envelope::new(c, 0, t), recv)
-            }
-            (Source::Any, TagSel::Any) => self.post_keyed::<K_COMM>(Envelope::new(c, 0, 0), recv),
+            (Source::Rank(s), TagSel::Exact(t)) => self.post_keyed::<K_EXACT>(c, s, t, recv),
+            (Source::Rank(s), TagSel::Any) => self.post_keyed::<K_SRC>(c, s, 0, recv),
+            (Source::Any, TagSel::Exact(t)) => self.post_keyed::<K_TAG>(c, 0, t, recv),
+            (Source::Any, TagSel::Any) => self.post_keyed::<K_COMM>(c, 0, 0, recv),
             (_, TagSel::Masked { .. }) => self.post_general(spec, recv),
         }
     }
@@ -1075,44 +1086,33 @@ impl<R, M> Engine<R, M> {
     }
 
     /// [`Engine::post`] of a receive with an O(1) kind `k` (exact, ANY_TAG, ANY_SOURCE,
-    /// ANY_SOURCE+ANY_TAG) and projected key `key`: one probe of index `k` finds the
-    /// earliest unexpected message (and unlinks it there) or the place to queue the
-    /// receive.
+    /// ANY_SOURCE+ANY_TAG) and projected key (`comm`, `src`, `tag`), passed as scalars
+    /// (in registers, not through memory): one probe of index `k` finds the earliest
+    /// unexpected message (and unlinks it there) or the place to queue the receive.
     fn post_keyed<const K: usize>(
         &mut self,
-        key: Envelope,
+        comm: u32,
+        src: u32,
+        tag: u64,
         recv: R,
     ) -> Result<Posted<R, M>, PostRejected<R>> {
         let k = K;
+        let key = Envelope::new(comm, src, tag);
         if K != K_EXACT {
             self.build_unexp(K);
         }
-        let can_post = self.posted.len() < self.cfg.max_posted;
         self.c.match_attempts += 1;
         let h = hash_key(k, &key);
         let (p, u) = (&self.posted, &self.unexp);
-        let pos = self.ix[k].find_or_reserve(
+        let pos = self.ix[k].find_value_or_reserve(
             h,
             #[inline(always)]
             |v| proj(k, &key_of(p, u, v)) == key,
             rehasher(p, u, k),
         );
-        let (found, n) = match pos {
-            Ok(pos) if self.ix[k].value_at(pos) & POSTED == 0 => {
-                let idx = self.ix[k].value_at(pos);
-                // Out of the slab first: its links are then read once, by value.
-                let n = match self.unexp.remove(idx) {
-                    Some(n) => n,
-                    None => unreachable!("engine invariant: message slot {idx} is occupied"),
-                };
-                match list::unlink_detached(&mut self.unexp, k, idx, n.links.get(K)) {
-                    Unlinked::Empty => self.index_remove_at(k, pos),
-                    Unlinked::NewHead(h) => self.ix[k].set_at(pos, h),
-                    Unlinked::Inner => {}
-                }
-                (idx, n)
-            }
-            _ if !can_post => {
+        let (pos, found) = match pos {
+            Ok((pos, idx)) if idx & POSTED == 0 => (pos, idx),
+            _ if self.posted.len() >= self.cfg.max_posted => {
                 self.c.misses += 1;
                 return Err(PostRejected { recv });
             }
@@ -1125,9 +1125,8 @@ impl<R, M> Engine<R, M> {
                     .posted
                     .insert(|g| PNode::new(seq, k, src_any, key, g, recv));
                 match pos {
-                    Ok(pos) => {
-                        let head = self.ix[k].value_at(pos) & !POSTED;
-                        list::push_back(&mut self.posted, k, Some(head), idx)
+                    Ok((_, head)) => {
+                        list::push_back(&mut self.posted, k, Some(head & !POSTED), idx)
                     }
                     Err(pos) => {
                         self.ix[k].insert_at(pos, h, idx | POSTED);
@@ -1139,18 +1138,48 @@ impl<R, M> Engine<R, M> {
             }
         };
         self.c.hits += 1;
-        let env = n.env;
-        if K != K_EXACT {
-            self.unlink_detached_from::<K_EXACT>(found, &env, n.links.get(K_EXACT));
-        }
-        self.unlink_rest_detached::<K>(found, &env, &n.links);
-        self.c.bytes_held -= self.take_held_bytes(found, n.len);
+        // An exact key is the whole envelope.
+        let (env, len, msg) = if K == K_EXACT && self.built == 0 {
+            // No wildcard list kept: the (comm, src, tag) list and the arrival order.
+            // Out of the slab first, reading only the two link pairs in use and the
+            // fields of the result (one slab access); the unlinking touches only the
+            // neighbours.
+            let n = self.unexp.take(found);
+            let (lk, la) = (n.links.get(K_EXACT), n.links.get(K_COMM));
+            self.unlink_head_at(k, pos, found, lk);
+            self.unlink_arrival(la);
+            (key, n.len, n.msg)
+        } else {
+            // Unlinked while still in the slab, from one copy of its links; only the
+            // fields of the result are moved out of the slab at the end.
+            let n = self.unexp.at(found);
+            let (env, links) = (if K == K_EXACT { key } else { n.env }, n.links);
+            self.unlink_head_at(k, pos, found, links.get(K));
+            if K != K_EXACT {
+                self.unlink_detached_from::<K_EXACT>(found, &env, links.get(K_EXACT));
+            }
+            self.unlink_rest_detached::<K>(found, &env, &links);
+            let UNode { len, msg, .. } = self.unexp.take(found);
+            (env, len, msg)
+        };
+        self.c.bytes_held -= self.take_held_bytes(found, len);
         Ok(Posted::Matched(Match {
             recv,
-            msg: n.msg,
+            msg,
             env,
-            len: n.len as usize,
+            len: len as usize,
         }))
+    }
+
+    /// Unlinks message `idx`, the head of its list `k` (link `l`) whose bucket in index
+    /// `k` is `pos`, from that list, updating the bucket in place.
+    #[inline(always)]
+    fn unlink_head_at(&mut self, k: usize, pos: usize, idx: u32, l: Link) {
+        match list::unlink_detached(&mut self.unexp, k, idx, l) {
+            Unlinked::Empty => self.index_remove_at(k, pos),
+            Unlinked::NewHead(h) => self.ix[k].set_at(pos, h),
+            Unlinked::Inner => {}
+        }
     }
 
     /// Processes one message that the caller guarantees is in send order for its source
@@ -1258,19 +1287,16 @@ impl<R, M> Engine<R, M> {
     ) -> Result<Arrived<R, M>, Rejected<M>> {
         let h = hash_key(K_EXACT, &env);
         let (p, u) = (&self.posted, &self.unexp);
-        let pos = self.ix[K_EXACT].find_or_reserve(
+        let pos = self.ix[K_EXACT].find_value_or_reserve(
             h,
             #[inline(always)]
             |v| key_of(p, u, v) == env,
             rehasher(p, u, K_EXACT),
         );
         match pos {
-            Ok(pos) if self.ix[K_EXACT].value_at(pos) & POSTED != 0 => {
-                let idx = self.ix[K_EXACT].value_at(pos) & !POSTED;
-                let n = match self.posted.remove(idx) {
-                    Some(n) => n,
-                    None => unreachable!("engine invariant: receive slot {idx} is occupied"),
-                };
+            Ok((pos, v)) if v & POSTED != 0 => {
+                let idx = v & !POSTED;
+                let n = self.posted.take(idx);
                 match list::unlink_detached(&mut self.posted, K_EXACT, idx, n.link.get()) {
                     Unlinked::Empty => self.index_remove_at(K_EXACT, pos),
                     Unlinked::NewHead(h) => self.ix[K_EXACT].set_at(pos, h | POSTED),
@@ -1298,15 +1324,17 @@ impl<R, M> Engine<R, M> {
                 })
             }
             pos => {
-                self.store_exact_unexp(env, len, held, msg, pos, h);
+                self.store_exact_unexp(env, len, held, msg, pos.map(|(_, head)| head), h);
                 Ok(Arrived::Unexpected(env))
             }
         }
     }
 
     /// The rest of [`Engine::arrive_exact_only`] when no receive matched: stores the
-    /// message at `pos`, the answer of index `K_EXACT` for its key (hash `h`). Out of
-    /// line, so that what callers inline is the match.
+    /// message as the answer of index `K_EXACT` for its key (hash `h`) says: `Ok(head)`,
+    /// behind the messages of its list, whose head is `head`, or `Err(pos)`, starting a
+    /// list in the empty bucket `pos`. Out of line, so that what callers inline is the
+    /// match.
     #[inline(never)]
     fn store_exact_unexp(
         &mut self,
@@ -1314,16 +1342,13 @@ impl<R, M> Engine<R, M> {
         len: usize,
         held: usize,
         msg: M,
-        pos: Result<usize, usize>,
+        pos: Result<u32, usize>,
         h: u64,
     ) {
         let len32 = len.min(u32::MAX as usize) as u32;
         let idx = self.unexp.insert(|_| UNode::new(env, len32, msg)).0;
         match pos {
-            Ok(pos) => {
-                let head = self.ix[K_EXACT].value_at(pos);
-                list::push_back(&mut self.unexp, K_EXACT, Some(head), idx)
-            }
+            Ok(head) => list::push_back(&mut self.unexp, K_EXACT, Some(head), idx),
             Err(pos) => {
                 self.ix[K_EXACT].insert_at(pos, h, idx);
                 list::push_back(&mut self.unexp, K_EXACT, None, idx);
@@ -1705,10 +1730,7 @@ impl<R, M> Engine<R, M> {
     /// [`Engine::take_posted`] without working out the spec: out of the slab first, so
     /// the node is read once.
     fn take_posted_recv(&mut self, idx: u32) -> R {
-        let n = match self.posted.remove(idx) {
-            Some(n) => n,
-            None => unreachable!("engine invariant: receive slot {idx} is occupied"),
-        };
+        let n = self.posted.take(idx);
         let (k, env) = (n.kind(), n.key_env());
         if k == K_MASKED {
             self.masks.remove(&idx);
@@ -1974,6 +1996,42 @@ mod tests {
     #[test]
     fn slots_stay_small() {
         assert_eq!(Engine::<u32, u32>::slot_sizes(), (40, 48));
+    }
+
+    /// The layout the exact paths' cache-line count rests on (see `Engine`): the fields
+    /// an exact arrival touches in lines 0, 3 and the counters', a post's in lines 1, 2, 3
+    /// and the counters'.
+    #[test]
+    fn hot_fields_share_cache_lines() {
+        use core::mem::offset_of;
+        type E = Engine<u32, u32>;
+        let line = |off: usize, size: usize| {
+            assert_eq!(
+                off / 64,
+                (off + size - 1) / 64,
+                "field at {off} splits a line"
+            );
+            off / 64
+        };
+        assert_eq!(core::mem::align_of::<E>(), 64);
+        let slab = core::mem::size_of::<GenSlab<PNode<u32>>>();
+        assert_eq!(line(offset_of!(E, posted), slab), 0);
+        assert_eq!(line(offset_of!(E, n_kind), 8), 0);
+        assert_eq!(line(offset_of!(E, unexp), slab), 1);
+        assert_eq!(line(offset_of!(E, arrivals), 8), 1);
+        assert_eq!(line(offset_of!(E, arrivals_tail), 4), 2);
+        assert_eq!(line(offset_of!(E, built), 1), 2);
+        let held = core::mem::size_of::<FastMap<u32, usize>>();
+        assert_eq!(line(offset_of!(E, held), held), 2);
+        assert_eq!(line(offset_of!(E, ix), core::mem::size_of::<Index>()), 3);
+        let c = offset_of!(E, c);
+        let hot = [
+            offset_of!(Counters, bytes_held),
+            offset_of!(Counters, match_attempts),
+            offset_of!(Counters, hits),
+        ];
+        let lines: Vec<usize> = hot.iter().map(|&o| line(c + o, 8)).collect();
+        assert!(lines.iter().all(|&l| l == lines[0]), "{lines:?}");
     }
 
     /// The ceiling on stored messages (`MAX_ENTRIES`, lowered here to 4) refuses an

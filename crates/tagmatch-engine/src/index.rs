@@ -113,15 +113,26 @@ impl Index {
     /// [`Index::reserve_one`]); an unallocated table answers `Err(0)`.
     #[inline(always)]
     pub(crate) fn find(&self, hash: u64, eq: impl FnMut(u32) -> bool) -> Result<usize, usize> {
+        self.find_value(hash, eq).map(|(i, _)| i)
+    }
+
+    /// [`Index::find`] that also gives the value of the bucket found (so the caller does
+    /// not read the bucket again).
+    #[inline(always)]
+    pub(crate) fn find_value(
+        &self,
+        hash: u64,
+        eq: impl FnMut(u32) -> bool,
+    ) -> Result<(usize, u32), usize> {
         if self.slots.is_empty() {
             return Err(0);
         }
         self.find_in(hash, eq)
     }
 
-    /// [`Index::find`] on an allocated table.
+    /// [`Index::find_value`] on an allocated table.
     #[inline(always)]
-    fn find_in(&self, hash: u64, mut eq: impl FnMut(u32) -> bool) -> Result<usize, usize> {
+    fn find_in(&self, hash: u64, mut eq: impl FnMut(u32) -> bool) -> Result<(usize, u32), usize> {
         let mask = self.mask();
         let mut i = Self::home(hash, mask);
         // The fingerprint and distance bits of a bucket here holding a key of this home:
@@ -130,7 +141,7 @@ impl Index {
         let b = self.slots[i];
         if b & !VAL == want {
             if eq(val(b)) {
-                return Ok(i);
+                return Ok((i, val(b)));
             }
         } else if b == EMPTY {
             return Err(i);
@@ -145,7 +156,7 @@ impl Index {
                 return Err(i);
             }
             if b & !VAL == want && eq(val(b)) {
-                return Ok(i);
+                return Ok((i, val(b)));
             }
         }
     }
@@ -160,7 +171,18 @@ impl Index {
         eq: impl FnMut(u32) -> bool,
         rehash: impl FnMut(u32) -> u64,
     ) -> Result<usize, usize> {
-        match self.find(hash, eq) {
+        self.find_value_or_reserve(hash, eq, rehash).map(|(i, _)| i)
+    }
+
+    /// [`Index::find_or_reserve`] that also gives the value of the bucket found.
+    #[inline(always)]
+    pub(crate) fn find_value_or_reserve(
+        &mut self,
+        hash: u64,
+        eq: impl FnMut(u32) -> bool,
+        rehash: impl FnMut(u32) -> u64,
+    ) -> Result<(usize, u32), usize> {
+        match self.find_value(hash, eq) {
             Err(_) if (self.len + 1) * 4 > self.slots.len() * 3 => {
                 self.reserve_one(rehash);
                 // The key is absent: its place is the first empty bucket from its home.
@@ -178,7 +200,7 @@ impl Index {
     /// The entry whose key satisfies `eq`.
     #[inline]
     pub(crate) fn get(&self, hash: u64, eq: impl FnMut(u32) -> bool) -> Option<u32> {
-        self.find(hash, eq).ok().map(|i| val(self.slots[i]))
+        self.find_value(hash, eq).ok().map(|(_, v)| v)
     }
 
     /// Bucket holding exactly the value `v` (an engine invariant: it is present).

@@ -252,6 +252,59 @@ pub(crate) fn unlink_detached<T: Linked>(
     }
 }
 
+/// The missing neighbour of the head (`prev`) and of the tail (`next`) of an open list.
+/// Never a slab index (those are at most [`MAX_REF`]).
+pub(crate) const NIL: u32 = MAX_REF + 1;
+
+/// Appends `new` to the open list `k` (not circular, no head mark: the head's `prev`
+/// and the tail's `next` are [`NIL`]) whose ends the caller keeps: `head` (`None` when
+/// empty) and `tail` (meaningful only when not empty). One neighbour is written (the
+/// old tail), where a circular list writes two (the tail and the head).
+#[inline(always)]
+pub(crate) fn push_back_open<T: Linked>(
+    s: &mut GenSlab<T>,
+    k: usize,
+    head: &mut Option<u32>,
+    tail: &mut u32,
+    new: u32,
+) {
+    let prev = match *head {
+        Some(_) => {
+            s.at_mut(*tail).set_next(k, new);
+            *tail
+        }
+        None => {
+            *head = Some(new);
+            NIL
+        }
+    };
+    s.at_mut(new).set_link(k, Link { prev, next: NIL });
+    *tail = new;
+}
+
+/// Removes the node whose link on the open list `k` (see [`push_back_open`]) was `l`
+/// from that list: the node itself is not accessed, and at most its two neighbours are
+/// (one when it was the head or the tail).
+#[inline(always)]
+pub(crate) fn unlink_open<T: Linked>(
+    s: &mut GenSlab<T>,
+    k: usize,
+    head: &mut Option<u32>,
+    tail: &mut u32,
+    l: Link,
+) {
+    if l.prev == NIL {
+        *head = (l.next != NIL).then_some(l.next);
+    } else {
+        s.at_mut(l.prev).set_next(k, l.next);
+    }
+    if l.next == NIL {
+        *tail = l.prev;
+    } else {
+        s.at_mut(l.next).set_prev(k, l.prev);
+    }
+}
+
 /// The next node of list `k` after `idx`, or `None` when back at `head`.
 #[inline]
 pub(crate) fn next<T: Linked>(s: &GenSlab<T>, k: usize, head: u32, idx: u32) -> Option<u32> {
@@ -299,6 +352,99 @@ mod tests {
             p.set_next(0, MAX_REF + 1);
             assert_eq!(p.stashed(1), v);
             assert_eq!(p.get(0).next, MAX_REF + 1);
+        }
+    }
+
+    /// A slab entry on one list, for the open-list tests.
+    #[derive(Debug)]
+    struct N {
+        link: Packed4,
+    }
+
+    impl Generational for N {
+        fn gen(&self) -> core::num::NonZeroU32 {
+            core::num::NonZeroU32::MIN
+        }
+    }
+
+    impl Linked for N {
+        fn link(&self, k: usize) -> Link {
+            self.link.get(k)
+        }
+        fn set_link(&mut self, k: usize, l: Link) {
+            self.link.set(k, l)
+        }
+        fn set_next(&mut self, k: usize, n: u32) {
+            self.link.set_next(k, n)
+        }
+        fn set_prev(&mut self, k: usize, p: u32) {
+            self.link.set_prev(k, p)
+        }
+        fn relink_prev(&mut self, k: usize, p: u32) {
+            self.link.relink_prev(k, p)
+        }
+    }
+
+    /// The open list from `head`, forwards, checked against the backward links and `tail`.
+    fn walk(s: &GenSlab<N>, head: Option<u32>, tail: u32) -> Vec<u32> {
+        let mut out = Vec::new();
+        let mut prev = NIL;
+        let mut cur = head.unwrap_or(NIL);
+        while cur != NIL {
+            let l = s.at(cur).link(3);
+            assert_eq!(l.prev, prev, "backward link of {cur}");
+            out.push(cur);
+            prev = cur;
+            cur = l.next;
+        }
+        if head.is_some() {
+            assert_eq!(tail, prev, "tail");
+        }
+        out
+    }
+
+    #[test]
+    fn open_lists_push_and_unlink_at_the_head_the_tail_and_inside() {
+        // Removal orders over 5 nodes: FIFO, LIFO, from the middle out, and a mix,
+        // with pushes in between, against a Vec model.
+        for order in [
+            [0, 1, 2, 3, 4],
+            [4, 3, 2, 1, 0],
+            [2, 1, 3, 0, 4],
+            [1, 3, 0, 4, 2],
+        ] {
+            let mut s: GenSlab<N> = GenSlab::new();
+            let (mut head, mut tail) = (None, 0);
+            let mut model = Vec::new();
+            for _ in 0..5 {
+                let (i, _) = s.insert(|_| N {
+                    link: Packed4::default(),
+                });
+                push_back_open(&mut s, 3, &mut head, &mut tail, i);
+                model.push(i);
+                assert_eq!(walk(&s, head, tail), model);
+            }
+            for (step, &victim) in order.iter().enumerate() {
+                let l = s.at(victim).link(3);
+                unlink_open(&mut s, 3, &mut head, &mut tail, l);
+                model.retain(|&x| x != victim);
+                assert_eq!(walk(&s, head, tail), model, "{order:?} step {step}");
+                assert_eq!(head.is_none(), model.is_empty());
+                if step == 2 {
+                    // A push into a list that lost nodes at either end.
+                    let (i, _) = s.insert(|_| N {
+                        link: Packed4::default(),
+                    });
+                    push_back_open(&mut s, 3, &mut head, &mut tail, i);
+                    model.push(i);
+                    assert_eq!(walk(&s, head, tail), model);
+                }
+            }
+            // The node pushed at step 2 is still there.
+            assert_eq!(model.len(), 1);
+            let l = s.at(model[0]).link(3);
+            unlink_open(&mut s, 3, &mut head, &mut tail, l);
+            assert!(head.is_none());
         }
     }
 

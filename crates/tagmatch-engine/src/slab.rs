@@ -30,6 +30,15 @@ fn bump(g: NonZeroU32) -> u32 {
     }
 }
 
+/// Reports a broken engine invariant: slot `idx` was expected to be occupied. Cold and
+/// out of line, so that callers keep `idx` in a register rather than spill it for the
+/// message.
+#[cold]
+#[inline(never)]
+pub(crate) fn vacant(idx: u32) -> ! {
+    unreachable!("engine invariant: slot {idx} is occupied")
+}
+
 /// Generation-checked slab. Indices are `u32`; freed slots are reused LIFO, so the
 /// memory footprint is the high-water mark of live entries.
 #[derive(Debug)]
@@ -110,6 +119,15 @@ impl<T: Generational> GenSlab<T> {
         }
     }
 
+    /// Removes the entry at `idx`, known to be occupied (an engine invariant).
+    #[inline(always)]
+    pub(crate) fn take(&mut self, idx: u32) -> T {
+        match self.remove(idx) {
+            Some(v) => v,
+            None => vacant(idx),
+        }
+    }
+
     /// The entry at `idx`, if occupied (any generation).
     pub(crate) fn get(&self, idx: u32) -> Option<&T> {
         match self.slots.get(idx as usize) {
@@ -142,7 +160,7 @@ impl<T: Generational> GenSlab<T> {
     pub(crate) fn at(&self, idx: u32) -> &T {
         match &self.slots[idx as usize] {
             Slot::Occupied(val) => val,
-            Slot::Vacant { .. } => unreachable!("engine invariant: slot {idx} is occupied"),
+            Slot::Vacant { .. } => vacant(idx),
         }
     }
 
@@ -151,7 +169,7 @@ impl<T: Generational> GenSlab<T> {
     pub(crate) fn at_mut(&mut self, idx: u32) -> &mut T {
         match &mut self.slots[idx as usize] {
             Slot::Occupied(val) => val,
-            Slot::Vacant { .. } => unreachable!("engine invariant: slot {idx} is occupied"),
+            Slot::Vacant { .. } => vacant(idx),
         }
     }
 

@@ -287,6 +287,72 @@ fn every_build_order_after_an_exact_only_phase_keeps_arrival_order() {
     }
 }
 
+/// The arrival-order list is open (its ends are engine fields): exact receives that take
+/// its tail (the last arrival, as `unexpected-exact` does), its head and inner messages,
+/// with arrivals appended after each removal at the tail, and a queue emptied from the
+/// tail down, leave it in arrival order for every wildcard build that walks it.
+#[test]
+fn exact_receives_at_either_end_of_the_arrival_order_keep_it_for_the_builds() {
+    // A distinct (comm, src, tag) per message, so that an exact receive takes exactly
+    // the message named; the wildcard kinds still group them by comm and source.
+    let uniq = |i: u32| env(i % 3, i % 4, 100 + u64::from(i));
+    for k in 1..4 {
+        let mut p = Pair::new();
+        for i in 0..40 {
+            p.arrive(uniq(i), 1);
+        }
+        let mut next = 40;
+        for round in 0..6 {
+            // The tail (the last arrival).
+            let last = p.m.unexp.last().cloned().map(|m| m.env);
+            if let Some(e) = last {
+                p.post(spec_kind(0, &e));
+            }
+            // Two arrivals: the first reuses the freed slot, the second is linked
+            // behind it, so both must hang from the new tail.
+            p.arrive(uniq(next), 1);
+            p.arrive(uniq(next + 1), 1);
+            next += 2;
+            // The head, then an inner message.
+            let first = p.m.unexp.first().cloned().map(|m| m.env);
+            if let Some(e) = first {
+                p.post(spec_kind(0, &e));
+            }
+            let inner = p.m.unexp.get(5 + round).cloned().map(|m| m.env);
+            if let Some(e) = inner {
+                p.post(spec_kind(0, &e));
+            }
+        }
+        // Build kind k from the arrival order (probing every key), then receive every
+        // message with kind k: each must come in arrival order within its list.
+        for i in 0..next {
+            p.probe(spec_kind(k, &uniq(i)));
+        }
+        for i in 0..next {
+            p.post(spec_kind(k, &uniq(i)));
+        }
+        p.check_depths("wildcard drain");
+        assert!(p.m.unexp.is_empty(), "one receive per message ever queued");
+        while !p.handles.is_empty() {
+            p.cancel(0);
+        }
+        // Emptied from the tail down: every exact receive takes the last arrival.
+        for i in 0..20 {
+            p.arrive(uniq(next + i), 1);
+        }
+        next += 20;
+        while let Some(m) = p.m.unexp.last().cloned() {
+            p.post(spec_kind(0, &m.env));
+        }
+        p.check_depths("tail drain");
+        // And used again after being emptied.
+        for i in 0..10 {
+            p.arrive(uniq(next + i), 1);
+        }
+        p.drain_any(3);
+    }
+}
+
 /// Claimed messages are on no list: held across several drains (each followed by the
 /// reset of the built kinds at the next stored message) and across builds of every kind,
 /// no probe, receive or purge sees them, the queue depth excludes them, and the reset
