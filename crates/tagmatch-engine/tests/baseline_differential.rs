@@ -216,7 +216,7 @@ fn baselines_pair_exactly_as_the_engine_when_every_key_shares_a_ucx_bucket() {
 fn generator_makes_matches_on_both_sides_and_cancels() {
     // The property above is only as strong as the sequences: they must pair receives
     // that were posted first, messages that arrived first, and cancel pending receives.
-    let mut g = Gen::new(60);
+    let mut g = Gen::from_size_and_seed(60, 0x6261_7365); // fixed seed: a coverage check must not flake
     let (mut by_post, mut by_arrive, mut cancels) = (0, 0, 0);
     for _ in 0..50 {
         let steps: Vec<Step> = Arbitrary::arbitrary(&mut g);

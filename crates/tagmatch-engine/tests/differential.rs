@@ -513,7 +513,7 @@ fn harness_detects_a_wrong_rule() {
 /// The generator must reach every outcome, or the differential tests prove little.
 #[test]
 fn generator_reaches_every_outcome() {
-    let mut g = Gen::new(300);
+    let mut g = Gen::from_size_and_seed(300, 0x6469_6666); // fixed seed: a coverage check must not flake
     let mut seen = std::collections::BTreeSet::new();
     for _ in 0..300 {
         for o in run(&Case::arbitrary(&mut g)).unwrap() {

@@ -1153,7 +1153,10 @@ fn phased_sequences_match_the_model() {
 /// The phased generator reaches the states the lazy lists can go wrong in.
 #[test]
 fn phased_generator_reaches_the_lazy_states() {
-    let mut g = Gen::new(40);
+    // A fixed seed: this checks the generator's coverage, which a random draw can miss
+    // by a hair (one draw of 200 cases reached `reset_with_claims` 9 times); the
+    // differential properties above draw fresh cases on every run.
+    let mut g = Gen::from_size_and_seed(40, 0x7a6d_6174_6368);
     let mut total = Reached::default();
     for _ in 0..200 {
         let r = run(&Case::arbitrary(&mut g)).expect("agrees with the model");
