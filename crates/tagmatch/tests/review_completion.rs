@@ -67,10 +67,13 @@ fn completions_with_equal_observable_fields_compare_equal_on_both_paths() {
         let ba = b.insert_peer(&a.address()).unwrap();
         let r1 = b.trecv(ba, 5u64, 64).unwrap();
         let r2 = b.trecv(ba, 5u64, 128).unwrap();
-        a.tsend(ab, 5, vec![7u8; 8]).unwrap();
-        a.tsend(ab, 5, vec![7u8; 8]).unwrap();
+        let s1 = a.tsend(ab, 5, vec![7u8; 8]).unwrap();
+        let s2 = a.tsend(ab, 5, vec![7u8; 8]).unwrap();
         let c1 = done(&mut b, r1, &mut [&mut a]);
         let mut c2 = done(&mut b, r2, &mut [&mut a]);
+        for s in [s1, s2] {
+            assert!(done(&mut a, s, &mut [&mut b]).is_ok(), "fast {fast}");
+        }
         c2.request = c1.request;
         assert_eq!(observed(&c1), observed(&c2), "fast {fast}");
         assert_eq!(format!("{c1:?}"), format!("{c2:?}"), "fast {fast}");
@@ -97,10 +100,13 @@ fn completions_that_differ_observably_compare_unequal() {
         };
         let r1 = b.trecv(ba, 5u64, 8).unwrap();
         let r2 = b.trecv(ba, 5u64, 8).unwrap();
-        a.tsend_with(ab, 5, vec![1u8; 4], zero).unwrap();
-        a.tsend(ab, 5, vec![1u8; 4]).unwrap();
+        let s1 = a.tsend_with(ab, 5, vec![1u8; 4], zero).unwrap();
+        let s2 = a.tsend(ab, 5, vec![1u8; 4]).unwrap();
         let c1 = done(&mut b, r1, &mut [&mut a]);
         let mut c2 = done(&mut b, r2, &mut [&mut a]);
+        for s in [s1, s2] {
+            assert!(done(&mut a, s, &mut [&mut b]).is_ok(), "fast {fast}");
+        }
         assert_eq!(c1.cq_data(), Some(0), "fast {fast}");
         assert_eq!(c2.cq_data(), None, "fast {fast}");
         c2.request = c1.request;
@@ -122,6 +128,7 @@ fn every_reachable_outcome_round_trips_on_both_paths() {
         let ab = a.insert_peer(&b.address()).unwrap();
         let ba = b.insert_peer(&a.address()).unwrap();
         let mut got = Vec::new();
+        let mut sends = Vec::new();
         let mut check = |c: Completion, want: Result<(), OpError>| {
             assert_eq!(c.status(), want, "fast {fast}: {c:?}");
             assert_eq!(c.is_ok(), want.is_ok(), "fast {fast}");
@@ -163,11 +170,11 @@ fn every_reachable_outcome_round_trips_on_both_paths() {
         b.cancel(e).unwrap();
         check(done(&mut b, e, &mut []), Err(OpError::Canceled));
         // The window takes four messages: CQ data none, 0, MAX, 7.
-        a.tsend(ab, 2, vec![1u8; 3]).unwrap();
-        a.tsend_with(ab, 2, vec![2u8; 8], cq(0)).unwrap();
-        a.tsend_with(ab, 2, vec![3u8; 8], cq(u64::MAX)).unwrap();
+        sends.push(a.tsend(ab, 2, vec![1u8; 3]).unwrap());
+        sends.push(a.tsend_with(ab, 2, vec![2u8; 8], cq(0)).unwrap());
+        sends.push(a.tsend_with(ab, 2, vec![3u8; 8], cq(u64::MAX)).unwrap());
         // Truncated into a held receive: 20 bytes into 8.
-        a.tsend_with(ab, 2, vec![4u8; 20], cq(7)).unwrap();
+        sends.push(a.tsend_with(ab, 2, vec![4u8; 20], cq(7)).unwrap());
         for &r in [w[1], w[2], w[4]].iter() {
             check(done(&mut b, r, &mut [&mut a]), Ok(()));
         }
@@ -180,9 +187,9 @@ fn every_reachable_outcome_round_trips_on_both_paths() {
         );
         // Unexpected, then truncated into a caller's buffer and into an empty one; an
         // empty message into an empty buffer is not truncated.
-        a.tsend(ab, 9, vec![5u8; 100]).unwrap();
-        a.tsend(ab, 9, vec![6u8; 1]).unwrap();
-        a.tsend(ab, 9, Vec::new()).unwrap();
+        sends.push(a.tsend(ab, 9, vec![5u8; 100]).unwrap());
+        sends.push(a.tsend(ab, 9, vec![6u8; 1]).unwrap());
+        sends.push(a.tsend(ab, 9, Vec::new()).unwrap());
         for _ in 0..1000 {
             a.progress().unwrap();
             b.progress().unwrap();
@@ -205,6 +212,10 @@ fn every_reachable_outcome_round_trips_on_both_paths() {
         );
         let r = b.trecv(ANY_SOURCE, ANY_TAG, 0).unwrap();
         check(done(&mut b, r, &mut [&mut a]), Ok(()));
+        // Every send so far completed without error.
+        for s in sends {
+            assert!(done(&mut a, s, &mut [&mut b]).is_ok(), "fast {fast}");
+        }
         // A send to a dropped endpoint.
         drop(b);
         let s = a.tsend(ab, 1, vec![1; 8]).unwrap();
@@ -298,7 +309,7 @@ fn held_windows_that_wrap_grow_and_lose_receives_match_the_protocol_path() {
         // Long streaming: posts and sends interleaved past many wraps.
         (0..60)
             .map(|i| match i % 5 {
-                0 | 1 | 2 => P,
+                0..=2 => P,
                 3 => S,
                 _ => C(1),
             })
@@ -320,7 +331,7 @@ fn held_windows_that_wrap_grow_and_lose_receives_match_the_protocol_path() {
                     X => pending.push((i, b.trecv(ANY_SOURCE, 8u64, 16).unwrap())),
                     S | Y => {
                         let tag = if matches!(s, S) { 4 } else { 8 };
-                        a.tsend(ab, tag, vec![sent; 3]).unwrap();
+                        a.tinject(ab, tag, &[sent; 3]).unwrap();
                         sent += 1;
                         for _ in 0..50 {
                             a.progress().unwrap();
