@@ -211,7 +211,9 @@ pub type SendOptions = SendOpts;
 /// `Option<Peer>` (12) and `Option<u64>` (16): completions are built, queued and moved
 /// once or twice per message. Read them with [`Completion::status`],
 /// [`Completion::is_ok`], [`Completion::source`] and [`Completion::cq_data`].
-#[derive(Clone, PartialEq, Eq)]
+///
+/// Two completions are equal when everything they show is (see the `PartialEq` impl).
+#[derive(Clone)]
 pub struct Completion {
     /// The request (for [`OpKind::RemoteWrite`] on the target, a fresh one).
     pub request: Request,
@@ -258,6 +260,34 @@ enum Code {
     AtomicOpNotValidForType,
     AtomicLength,
 }
+
+/// Equal when every observable field is: the public fields, [`Completion::status`],
+/// [`Completion::source`] and [`Completion::cq_data`]. The compact form's words are
+/// compared only where they are meaningful: `aux` is the buffer length only for a
+/// truncated receive (the fast path stores a receive's buffer length in it whether or
+/// not the receive was truncated) and the value only for an atomic error; `src` and
+/// `cq` only with their presence bits.
+impl PartialEq for Completion {
+    fn eq(&self, other: &Completion) -> bool {
+        let aux_used = matches!(
+            self.code,
+            Code::Truncated | Code::AtomicDatatype | Code::AtomicOp
+        );
+        self.request == other.request
+            && self.kind == other.kind
+            && self.code == other.code
+            && (!aux_used || self.aux == other.aux)
+            && self.flags == other.flags
+            && (self.flags & HAS_SRC == 0 || self.src == other.src)
+            && (self.flags & HAS_CQ == 0 || self.cq == other.cq)
+            && self.len == other.len
+            && self.tag == other.tag
+            && self.protocol == other.protocol
+            && self.data == other.data
+    }
+}
+
+impl Eq for Completion {}
 
 impl std::fmt::Debug for Completion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -492,6 +522,50 @@ mod completion_tests {
                 }
             }
         }
+    }
+
+    /// `==` sees what the accessors show, and only that: the fast path's receive keeps
+    /// its buffer length in `aux` even when not truncated, which must not make equal
+    /// completions unequal; a truncated receive's buffer length and an atomic error's
+    /// value must still tell completions apart.
+    #[test]
+    fn equality_follows_the_observable_fields() {
+        let req = Request { op: OpId(1), ep: 2 };
+        let rx = |buf_len: u64, msg_len: u64| {
+            Completion::received(req, vec![1; 4], msg_len, buf_len, 3, 4, None)
+        };
+        assert_eq!(rx(64, 4), rx(128, 4));
+        assert_ne!(rx(2, 4), rx(3, 4));
+        assert_eq!(rx(2, 4).status(), rx(2, 4).status());
+        let proto = Completion::new(
+            req,
+            OpKind::Recv,
+            Ok(()),
+            vec![1; 4],
+            4,
+            3,
+            Some(PeerId(4)),
+            None,
+            None,
+        );
+        assert_eq!(proto, rx(64, 4));
+        let atomic = |e| {
+            Completion::new(
+                req,
+                OpKind::AtomicWrite,
+                Err(OpError::Atomic(e)),
+                vec![],
+                0,
+                0,
+                None,
+                None,
+                None,
+            )
+        };
+        assert_ne!(atomic(A::Datatype(1)), atomic(A::Datatype(2)));
+        assert_ne!(atomic(A::Op(1)), atomic(A::Op(2)));
+        assert_ne!(atomic(A::Datatype(1)), atomic(A::Op(1)));
+        assert_eq!(atomic(A::Length), atomic(A::Length));
     }
 }
 
