@@ -220,7 +220,9 @@ pub struct Completion {
     /// Received, read or fetched bytes (empty for sends and writes): owned by the caller;
     /// a receive's are cut to the message length.
     pub data: Vec<u8>,
-    /// Message length (receives: the sender's length, even when truncated).
+    /// Message length (receives: the sender's length, even when truncated). A truncated
+    /// receive's [`Completion::status`] reports this field as
+    /// [`OpError::Truncated::msg_len`]: read the status before changing it.
     pub len: u64,
     /// Tag of a tagged receive.
     pub tag: u64,
