@@ -1,5 +1,6 @@
 //! The matching engine.
 
+use crate::dense::{Dense, DENSE_KEYS, DPOS, EMPTY};
 use crate::hash::{map_heap_bytes, FastMap};
 use crate::index::{Index, Saturated};
 use crate::list::{self, Link, Linked, Packed4, Unlinked, Wide};
@@ -21,6 +22,25 @@ const K_SRC: usize = 1; // (comm, src)       posted: ANY_TAG
 const K_TAG: usize = 2; // (comm, tag)       posted: ANY_SOURCE
 const K_COMM: usize = 3; // (comm)           posted: ANY_SOURCE + ANY_TAG
 const K_MASKED: usize = 4; // (comm), posted only: general masks, scanned
+
+/// The key of list kind `k` for `e` in the dense arrays (see `dense`): the source rank
+/// of a (comm, src) list, the tag of a (comm, tag) list, when below `DENSE_KEYS`; `None`
+/// when the list's head can only be in the hash index `k`.
+#[inline(always)]
+fn dense_key(k: usize, e: &Envelope) -> Option<u64> {
+    let x = match k {
+        K_SRC => u64::from(e.src),
+        K_TAG => e.tag,
+        _ => return None,
+    };
+    (x < DENSE_KEYS).then_some(x)
+}
+
+/// The dense arrays (`Engine::dense`) of list kind `k` (`K_SRC` or `K_TAG`).
+#[inline(always)]
+fn dn(k: usize) -> usize {
+    usize::from(k == K_TAG)
+}
 
 /// The key of index `k`: the envelope with the fields that index ignores zeroed.
 #[inline(always)]
@@ -376,8 +396,12 @@ pub struct Engine<R, M> {
     /// Held bytes of the stored messages whose held bytes differ from their length
     /// ([`Engine::deliver_held`]), by slab index.
     held: FastMap<u32, usize>,
-    /// One intrusive hash index per key kind (`K_*`): the head of each FIFO.
+    /// One intrusive hash index per key kind (`K_*`): the head of each FIFO, except the
+    /// (comm, src) and (comm, tag) lists of small keys.
     ix: [Index; 5],
+    /// The heads of the (comm, src) (`[0]`) and (comm, tag) (`[1]`) lists whose source
+    /// rank or tag is below `DENSE_KEYS`, posted or unexpected (see `dense`).
+    dense: [Dense; 2],
     /// Posted receives per index kind (to skip lookups of empty kinds on arrival).
     n_kind: [usize; 5],
     /// Which of the unexpected messages' wildcard lists (bit `K_SRC`, `K_TAG`, `K_COMM`)
@@ -421,6 +445,7 @@ impl<R, M> Engine<R, M> {
             posted: GenSlab::new(),
             unexp: GenSlab::new(),
             ix: Default::default(),
+            dense: Default::default(),
             masks: FastMap::default(),
             held: FastMap::default(),
             n_kind: [0; 5],
@@ -454,19 +479,20 @@ impl<R, M> Engine<R, M> {
         self.posted.reserve(posted);
         self.unexp.reserve(unexpected);
         let (p, u) = (&self.posted, &self.unexp);
-        for (k, n) in [
-            (K_EXACT, posted.max(unexpected)),
-            (K_SRC, unexpected),
-            (K_TAG, unexpected),
-        ] {
-            self.ix[k].reserve(n, rehasher(p, u, k));
-        }
+        // The (comm, src) and (comm, tag) lists of small keys are in the dense arrays,
+        // allocated per communicator when first used (see `dense`): their hash indexes
+        // stay empty unless keys are large.
+        self.ix[K_EXACT].reserve(posted.max(unexpected), rehasher(p, u, K_EXACT));
     }
 
     // ------------------------------------------------------------------ index maps
 
     #[inline]
     fn index_get(&self, k: usize, e: &Envelope) -> Option<u32> {
+        if let Some(pos) = self.dense_covers(k, e) {
+            let v = self.dense[dn(k)].value_at(pos);
+            return (v != EMPTY).then_some(v);
+        }
         let key = proj(k, e);
         let (p, u) = (&self.posted, &self.unexp);
         self.ix[k].get(hash_key(k, &key), |v| proj(k, &key_of(p, u, v)) == key)
@@ -481,6 +507,73 @@ impl<R, M> Engine<R, M> {
     fn index_remove_at(&mut self, k: usize, pos: usize) {
         if let Some(s) = self.ix[k].remove_at(pos) {
             self.index_resume_remove(k, s);
+        }
+    }
+
+    /// Position of the dense slot of the key of `e` in list kind `k` if an array covers
+    /// it (the slot may be empty); `None` when the list's head, if any, is in the hash
+    /// index `k`.
+    #[inline(always)]
+    fn dense_covers(&self, k: usize, e: &Envelope) -> Option<usize> {
+        let x = dense_key(k, e)?;
+        self.dense[dn(k)].covers(e.comm, x)
+    }
+
+    /// [`Engine::dense_covers`], else the slot of an array grown to cover the key if the
+    /// growth rule allows it (see `dense`).
+    #[inline(always)]
+    fn dense_slot(&mut self, k: usize, e: &Envelope) -> Option<usize> {
+        let x = dense_key(k, e)?;
+        match self.dense[dn(k)].covers(e.comm, x) {
+            Some(pos) => Some(pos),
+            None => self.dense_grow(k, e.comm, x),
+        }
+    }
+
+    /// Grows the array of `comm` in list kind `k` to cover key `x`, if allowed, and
+    /// moves the lists of the newly covered keys out of the hash index `k` (a key's head
+    /// is in the array whenever the array covers it). Returns the slot of `x`.
+    #[cold]
+    #[inline(never)]
+    fn dense_grow(&mut self, k: usize, comm: u32, x: u64) -> Option<usize> {
+        let (pos, keys) = self.dense[dn(k)].grow(comm, x)?;
+        if self.ix[k].len() > 0 {
+            for y in keys {
+                let e = match k {
+                    K_SRC => Envelope::new(comm, y as u32, 0),
+                    _ => Envelope::new(comm, 0, y),
+                };
+                if let Some((hpos, v)) = self.index_find_hash(k, &e) {
+                    self.index_remove_at(k, hpos);
+                    let d = &mut self.dense[dn(k)];
+                    match d.covers(comm, y) {
+                        Some(p) => d.set_at(p, v),
+                        None => unreachable!("engine invariant: the grown array covers {y}"),
+                    }
+                }
+            }
+        }
+        Some(pos)
+    }
+
+    /// [`Engine::index_remove_at`] of a position that may be a dense slot (see
+    /// `dense`).
+    #[inline]
+    fn index_remove_at_any(&mut self, k: usize, pos: usize) {
+        if (k == K_SRC || k == K_TAG) && pos & DPOS != 0 {
+            self.dense[dn(k)].clear_at(pos);
+        } else {
+            self.index_remove_at(k, pos);
+        }
+    }
+
+    /// Replaces the value at `pos` of index `k` (a hash bucket or a dense slot).
+    #[inline(always)]
+    fn index_set_at(&mut self, k: usize, pos: usize, v: u32) {
+        if (k == K_SRC || k == K_TAG) && pos & DPOS != 0 {
+            self.dense[dn(k)].set_at(pos, v);
+        } else {
+            self.ix[k].set_at(pos, v);
         }
     }
 
@@ -502,6 +595,17 @@ impl<R, M> Engine<R, M> {
     /// of key `e`.
     #[inline(always)]
     fn index_after_unlink(&mut self, k: usize, e: &Envelope, u: Unlinked, old: u32) {
+        if u == Unlinked::Inner {
+            return;
+        }
+        if let Some(pos) = self.dense_covers(k, e) {
+            let d = &mut self.dense[dn(k)];
+            match u {
+                Unlinked::NewHead(h) => d.set_at(pos, h | (old & POSTED)),
+                _ => d.clear_at(pos),
+            }
+            return;
+        }
         match u {
             Unlinked::Inner => {}
             Unlinked::NewHead(h) => {
@@ -518,6 +622,17 @@ impl<R, M> Engine<R, M> {
     /// Appends unexpected message `idx` (already in the slab) to its list `k`.
     #[inline]
     fn index_push_unexp(&mut self, k: usize, e: &Envelope, idx: u32) {
+        if let Some(pos) = self.dense_slot(k, e) {
+            let d = &mut self.dense[dn(k)];
+            let head = d.value_at(pos);
+            if head == EMPTY {
+                d.set_at(pos, idx);
+                list::push_back(&mut self.unexp, k, None, idx);
+            } else {
+                list::push_back(&mut self.unexp, k, Some(head), idx);
+            }
+            return;
+        }
         let key = proj(k, e);
         let h = hash_key(k, &key);
         let (p, u) = (&self.posted, &self.unexp);
@@ -541,6 +656,17 @@ impl<R, M> Engine<R, M> {
     /// Appends posted receive `idx` (already in the slab) to its list of kind `k`.
     #[inline]
     fn index_push_posted(&mut self, k: usize, e: &Envelope, idx: u32) {
+        if let Some(pos) = self.dense_slot(k, e) {
+            let d = &mut self.dense[dn(k)];
+            let head = d.value_at(pos);
+            if head == EMPTY {
+                d.set_at(pos, idx | POSTED);
+                list::push_back(&mut self.posted, k, None, idx);
+            } else {
+                list::push_back(&mut self.posted, k, Some(head & !POSTED), idx);
+            }
+            return;
+        }
         let key = proj(k, e);
         let h = hash_key(k, &key);
         let (p, u) = (&self.posted, &self.unexp);
@@ -625,9 +751,19 @@ impl<R, M> Engine<R, M> {
         self.search_posted_at(env, attempts).map(|(i, _)| i)
     }
 
-    /// Bucket of the key of `e` in index `k`, and its value.
-    #[inline]
+    /// Bucket of the key of `e` in index `k` (or its dense slot), and its value.
+    #[inline(always)]
     fn index_find(&self, k: usize, e: &Envelope) -> Option<(usize, u32)> {
+        if let Some(pos) = self.dense_covers(k, e) {
+            let v = self.dense[dn(k)].value_at(pos);
+            return (v != EMPTY).then_some((pos, v));
+        }
+        self.index_find_hash(k, e)
+    }
+
+    /// [`Engine::index_find`] in the hash index `k` only.
+    #[inline(always)]
+    fn index_find_hash(&self, k: usize, e: &Envelope) -> Option<(usize, u32)> {
         let key = proj(k, e);
         let (p, u) = (&self.posted, &self.unexp);
         let ix = &self.ix[k];
@@ -647,21 +783,12 @@ impl<R, M> Engine<R, M> {
         // the wildcard queues are merged by posting sequence number. Here each wildcard
         // kind has its own keyed FIFO, so each contributes only its head: O(1).
         let mut best: Option<(u64, u32, Option<At>)> = None;
-        for k in [K_EXACT, K_SRC, K_TAG, K_COMM] {
-            if k != K_EXACT && self.n_kind[k] == 0 {
-                continue;
-            }
-            if let Some((pos, v)) = self.index_find(k, env) {
-                if v & POSTED != 0 {
-                    *attempts += 1;
-                    let idx = v & !POSTED;
-                    let seq = self.posted.at(idx).seq();
-                    if best.is_none_or(|(b, _, _)| seq < b) {
-                        best = Some((seq, idx, Some((k, pos))));
-                    }
-                }
-            }
-        }
+        // One call per kind (not a loop over them): each kind's index is then a constant,
+        // and the dense arrays' checks appear only for the kinds that have them.
+        self.posted_head_of::<K_EXACT>(env, attempts, &mut best);
+        self.posted_head_of::<K_SRC>(env, attempts, &mut best);
+        self.posted_head_of::<K_TAG>(env, attempts, &mut best);
+        self.posted_head_of::<K_COMM>(env, attempts, &mut best);
         if self.n_kind[K_MASKED] > 0 {
             // General masks: scan this communicator's masked receives in posting order,
             // only as far as the best O(1) candidate.
@@ -685,6 +812,30 @@ impl<R, M> Engine<R, M> {
             }
         }
         best.map(|(_, i, at)| (i, at))
+    }
+
+    /// The head of the posted list of kind `K` for `env`, kept in `best` if it was
+    /// posted before the receive there (part of [`Engine::search_posted_at`]).
+    #[inline(always)]
+    fn posted_head_of<const K: usize>(
+        &self,
+        env: &Envelope,
+        attempts: &mut u64,
+        best: &mut Option<(u64, u32, Option<At>)>,
+    ) {
+        if K != K_EXACT && self.n_kind[K] == 0 {
+            return;
+        }
+        if let Some((pos, v)) = self.index_find(K, env) {
+            if v & POSTED != 0 {
+                *attempts += 1;
+                let idx = v & !POSTED;
+                let seq = self.posted.at(idx).seq();
+                if best.is_none_or(|(b, _, _)| seq < b) {
+                    *best = Some((seq, idx, Some((K, pos))));
+                }
+            }
+        }
     }
 
     // ------------------------------------------------------------------ removal helpers
@@ -818,8 +969,8 @@ impl<R, M> Engine<R, M> {
             None => unreachable!("engine invariant: receive slot {idx} is occupied"),
         };
         match list::unlink_detached(&mut self.posted, k, idx, n.link.get()) {
-            Unlinked::Empty => self.index_remove_at(k, pos),
-            Unlinked::NewHead(h) => self.ix[k].set_at(pos, h | POSTED),
+            Unlinked::Empty => self.index_remove_at_any(k, pos),
+            Unlinked::NewHead(h) => self.index_set_at(k, pos, h | POSTED),
             Unlinked::Inner => {}
         }
         self.n_kind[k] -= 1;
@@ -903,10 +1054,12 @@ impl<R, M> Engine<R, M> {
                 }
             }
         }
-        if k != K_COMM {
+        if k != K_COMM && self.ix[k].len() > 0 {
             // At most one key per distinct (comm, src, tag) of a queued message: sized
             // once instead of doubling (each doubling re-reads every entry's node). The
-            // (comm) index has one key per communicator and grows as needed.
+            // (comm) index has one key per communicator and grows as needed. Small source
+            // ranks and tags go to the dense arrays (see `dense`), so an index that holds
+            // no large key yet is left to grow only if large keys come.
             let queued = self.unexp.len() - self.c.claimed_depth;
             let keys = self.ix[k].len() + queued.min(self.ix[K_EXACT].len());
             let (p, u) = (&self.posted, &self.unexp);
@@ -1012,11 +1165,9 @@ impl<R, M> Engine<R, M> {
             (Source::Rank(s), TagSel::Exact(t)) => {
                 self.post_keyed::<K_EXACT>(Envelope::new(c, s, t), recv)
             }
-            (Source::Rank(s), TagSel::Any) => {
-                self.post_keyed::<K_SRC>(Envelope::new(c, s, 0), recv)
-            }
+            (Source::Rank(s), TagSel::Any) => self.post_wild::<K_SRC>(Envelope::new(c, s, 0), recv),
             (Source::Any, TagSel::Exact(t)) => {
-                self.post_keyed::<K_TAG>(Envelope::new(c, 0, t), recv)
+                self.post_wild::<K_TAG>(Envelope::new(c, 0, t), recv)
             }
             (Source::Any, TagSel::Any) => self.post_keyed::<K_COMM>(Envelope::new(c, 0, 0), recv),
             (_, TagSel::Masked { .. }) => self.post_general(spec, recv),
@@ -1071,6 +1222,79 @@ impl<R, M> Engine<R, M> {
         // matched above (engine invariant: no queued message matches a queued receive).
         self.index_push_posted(kind, &env, idx);
         self.n_kind[kind] += 1;
+        Ok(Posted::Pending(RecvHandle { idx, gen }))
+    }
+
+    /// [`Engine::post`] of an ANY_TAG (`K` = `K_SRC`) or ANY_SOURCE (`K` = `K_TAG`)
+    /// receive with projected key `key`: when its source rank or tag is small, its list's
+    /// head is one slot of a dense array (see `dense`), read, emptied or set in place;
+    /// otherwise as [`Engine::post_keyed`].
+    fn post_wild<const K: usize>(
+        &mut self,
+        key: Envelope,
+        recv: R,
+    ) -> Result<Posted<R, M>, PostRejected<R>> {
+        self.build_unexp(K);
+        let Some(pos) = self.dense_slot(K, &key) else {
+            return self.post_keyed::<K>(key, recv);
+        };
+        self.c.match_attempts += 1;
+        let (found, n) = match self.dense[dn(K)].value_at(pos) {
+            idx if idx & POSTED == 0 => {
+                // Out of the slab first: its links are then read once, by value.
+                let n = match self.unexp.remove(idx) {
+                    Some(n) => n,
+                    None => unreachable!("engine invariant: message slot {idx} is occupied"),
+                };
+                let d = &mut self.dense[dn(K)];
+                match list::unlink_detached(&mut self.unexp, K, idx, n.links.get(K)) {
+                    Unlinked::Empty => d.clear_at(pos),
+                    Unlinked::NewHead(h) => d.set_at(pos, h),
+                    Unlinked::Inner => {}
+                }
+                (idx, n)
+            }
+            head => return self.post_wild_pending::<K>(key, pos, head, recv),
+        };
+        self.c.hits += 1;
+        let env = n.env;
+        self.unlink_detached_from::<K_EXACT>(found, &env, n.links.get(K_EXACT));
+        self.unlink_rest_detached::<K>(found, &env, &n.links);
+        self.c.bytes_held -= self.take_held_bytes(found, n.len);
+        Ok(Posted::Matched(Match {
+            recv,
+            msg: n.msg,
+            env,
+            len: n.len as usize,
+        }))
+    }
+
+    /// The rest of [`Engine::post_wild`] when no message matched: queues the receive
+    /// behind the posted list whose head (`head`, or `EMPTY`) is at dense slot `pos`.
+    #[inline(never)]
+    fn post_wild_pending<const K: usize>(
+        &mut self,
+        key: Envelope,
+        pos: usize,
+        head: u32,
+        recv: R,
+    ) -> Result<Posted<R, M>, PostRejected<R>> {
+        self.c.misses += 1;
+        if self.posted.len() >= self.cfg.max_posted {
+            return Err(PostRejected { recv });
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let (idx, gen) = self
+            .posted
+            .insert(|g| PNode::new(seq, K, K == K_TAG, key, g, recv));
+        if head == EMPTY {
+            self.dense[dn(K)].set_at(pos, idx | POSTED);
+            list::push_back(&mut self.posted, K, None, idx);
+        } else {
+            list::push_back(&mut self.posted, K, Some(head & !POSTED), idx);
+        }
+        self.n_kind[K] += 1;
         Ok(Posted::Pending(RecvHandle { idx, gen }))
     }
 
@@ -1948,6 +2172,7 @@ impl<R, M> Engine<R, M> {
         self.posted.heap_bytes()
             + self.unexp.heap_bytes()
             + self.ix.iter().map(Index::heap_bytes).sum::<usize>()
+            + self.dense.iter().map(Dense::heap_bytes).sum::<usize>()
             + map_heap_bytes(&self.peers)
             + map_heap_bytes(&self.masks)
             + map_heap_bytes(&self.held)
@@ -2167,6 +2392,66 @@ mod tests {
             }
         }
         assert!(deepest > 300 && built_deep > 1000, "{deepest} {built_deep}");
+    }
+
+    /// The (comm, src) and (comm, tag) heads of small keys are in the dense arrays, of
+    /// keys past an array's end in the hash index; when an array grows over keys whose
+    /// lists are in the hash index, those lists move into it (the hash index keeps only
+    /// keys the arrays do not cover), posted and unexpected, and receives still find them
+    /// in order.
+    #[test]
+    fn growing_arrays_take_over_the_hashed_lists_they_cover() {
+        let mut e: Engine<u32, u32> = Engine::default();
+        for i in 0..4u32 {
+            e.arrive(Envelope::new(7, 600, 900 + u64::from(i % 2)), 0, i)
+                .unwrap();
+        }
+        // Builds (comm, src) and (comm, tag): one list each past the 64-slot arrays.
+        assert_eq!(
+            e.probe(&RecvSpec::new(7, Some(600), None)).map(|p| *p.msg),
+            Some(0)
+        );
+        assert_eq!(
+            e.probe(&RecvSpec::new(7, None, Some(901))).map(|p| *p.msg),
+            Some(1)
+        );
+        assert_eq!((e.ix[K_SRC].len(), e.ix[K_TAG].len()), (1, 2));
+        let r = e.post(RecvSpec::new(7, Some(630), None), 50).unwrap();
+        assert!(matches!(r, Posted::Pending(_)));
+        assert_eq!(e.ix[K_SRC].len(), 2);
+        // 250 small-key lists of each kind: the arrays may now grow to 1024 slots.
+        for i in 0..250u32 {
+            e.arrive(Envelope::new(7, i, u64::from(i)), 0, 100 + i)
+                .unwrap();
+        }
+        assert_eq!(e.dense[0].len() + e.dense[1].len(), 500);
+        // A list at 1000 of each kind grows each array (256 slots) over 600, 630 and
+        // 900, 901.
+        e.arrive(Envelope::new(7, 1000, 1000), 0, 99).unwrap();
+        assert_eq!((e.ix[K_SRC].len(), e.ix[K_TAG].len()), (0, 0));
+        assert_eq!(e.dense[0].len() + e.dense[1].len(), 2 * 251 + 2 + 2);
+        let m = e.arrive(Envelope::new(7, 630, 5), 0, 98).unwrap();
+        assert!(matches!(m, Arrived::Matched(x) if x.recv == 50));
+        let got: Vec<u32> = (0..2)
+            .map(|_| match e.post(RecvSpec::new(7, None, Some(900)), 0) {
+                Ok(Posted::Matched(x)) => x.msg,
+                _ => panic!("tag 900 has two messages"),
+            })
+            .collect();
+        assert_eq!(got, [0, 2]);
+        let got: Vec<u32> = (0..2)
+            .map(|_| match e.post(RecvSpec::new(7, Some(600), None), 0) {
+                Ok(Posted::Matched(x)) => x.msg,
+                _ => panic!("source 600 has two messages left"),
+            })
+            .collect();
+        assert_eq!(got, [1, 3]);
+        // Keys past the arrays' limit stay hashed whatever the arrays hold.
+        e.arrive(Envelope::new(7, 1 << 16, 1 << 16), 0, 97).unwrap();
+        assert_eq!((e.ix[K_SRC].len(), e.ix[K_TAG].len()), (1, 1));
+        let r = e.post(RecvSpec::new(7, Some(1 << 16), None), 0);
+        assert!(matches!(r, Ok(Posted::Matched(x)) if x.msg == 97));
+        assert_eq!((e.ix[K_SRC].len(), e.ix[K_TAG].len()), (0, 0));
     }
 
     /// The key hash spreads the tags of every (comm, src), including the one whose

@@ -132,6 +132,7 @@
 #![deny(missing_docs)]
 
 pub mod baseline;
+mod dense;
 mod engine;
 mod hash;
 mod index;
