@@ -47,8 +47,6 @@ const MIN_LEN: usize = 64;
 #[derive(Debug, Default)]
 struct Table {
     heads: Vec<u32>,
-    /// Non-empty slots.
-    live: usize,
 }
 
 #[derive(Debug, Default)]
@@ -59,8 +57,6 @@ pub(crate) struct Dense {
     sparse: FastMap<u32, u32>,
     /// One array of heads per communicator.
     tables: Vec<Table>,
-    /// Non-empty slots.
-    len: usize,
 }
 
 impl Dense {
@@ -92,6 +88,46 @@ impl Dense {
         (x < self.tables[t].heads.len() as u64).then(|| pos(t, x))
     }
 
+    /// The value of `(comm, x)` (`EMPTY` if none) if an array covers it; `None` when
+    /// the key's list head, if any, is in the hash index.
+    #[inline(always)]
+    pub(crate) fn get(&self, comm: u32, x: u64) -> Option<u32> {
+        let t = self.table_of(comm)?;
+        self.tables[t].heads.get(x as usize).copied()
+    }
+
+    /// The slot of `(comm, x)` if an array covers it.
+    #[inline(always)]
+    pub(crate) fn slot_mut(&mut self, comm: u32, x: u64) -> Option<&mut u32> {
+        let t = self.table_of(comm)?;
+        self.tables[t].heads.get_mut(x as usize)
+    }
+
+    /// Appends to the list of `(comm, x)` if an array covers it: the slot's value before
+    /// (`EMPTY` when there was no list: the slot is then set to `v`, the new list's
+    /// head); `None` when the key is not covered.
+    #[inline(always)]
+    pub(crate) fn push(&mut self, comm: u32, x: u64, v: u32) -> Option<u32> {
+        let t = self.table_of(comm)?;
+        let s = self.tables[t].heads.get_mut(x as usize)?;
+        let old = *s;
+        if old == EMPTY {
+            *s = v;
+        }
+        Some(old)
+    }
+
+    /// [`Dense::push`] at a position given by [`Dense::grow`].
+    #[inline]
+    pub(crate) fn push_at(&mut self, pos: usize, v: u32) -> u32 {
+        let s = self.at_mut(pos);
+        let old = *s;
+        if old == EMPTY {
+            *s = v;
+        }
+        old
+    }
+
     /// Allocates or grows the array of `comm` to cover key `x` (not covered yet) if the
     /// growth rule allows it (see the module documentation): the slot's position and the
     /// range of keys newly covered, else `None`.
@@ -100,7 +136,10 @@ impl Dense {
     pub(crate) fn grow(&mut self, comm: u32, x: u64) -> Option<(usize, core::ops::Range<u64>)> {
         let want = (x as usize + 1).next_power_of_two().max(MIN_LEN);
         let t = self.table_of(comm);
-        let live = t.map_or(0, |t| self.tables[t].live);
+        // Counted here rather than kept: growth visits the array anyway.
+        let live = t.map_or(0, |t| {
+            self.tables[t].heads.iter().filter(|&&v| v != EMPTY).count()
+        });
         if x >= DENSE_KEYS || want > 4 * live + MIN_LEN {
             return None;
         }
@@ -135,33 +174,19 @@ impl Dense {
         self.tables[t].heads[x]
     }
 
-    /// Stores `v` at `pos` (empty or not).
+    /// The slot at a position given by [`Dense::covers`] or [`Dense::grow`]: a list head
+    /// (or `EMPTY`, to empty it).
     #[inline(always)]
-    pub(crate) fn set_at(&mut self, pos: usize, v: u32) {
-        debug_assert!(v != EMPTY);
+    pub(crate) fn at_mut(&mut self, pos: usize) -> &mut u32 {
         let (t, x) = split(pos);
-        let tb = &mut self.tables[t];
-        let fresh = usize::from(tb.heads[x] == EMPTY);
-        tb.heads[x] = v;
-        tb.live += fresh;
-        self.len += fresh;
-    }
-
-    /// Empties the non-empty slot at `pos`.
-    #[inline(always)]
-    pub(crate) fn clear_at(&mut self, pos: usize) {
-        let (t, x) = split(pos);
-        let tb = &mut self.tables[t];
-        debug_assert!(tb.heads[x] != EMPTY);
-        tb.heads[x] = EMPTY;
-        tb.live -= 1;
-        self.len -= 1;
+        &mut self.tables[t].heads[x]
     }
 
     /// Non-empty slots.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.len
+        let n = |t: &Table| t.heads.iter().filter(|&&v| v != EMPTY).count();
+        self.tables.iter().map(n).sum()
     }
 
     pub(crate) fn heap_bytes(&self) -> usize {
@@ -203,12 +228,13 @@ mod tests {
             },
         };
         assert_ne!(p & DPOS, 0);
-        d.set_at(p, v);
+        assert_eq!(d.push_at(p, v), EMPTY);
         true
     }
 
     fn get(d: &Dense, comm: u32, x: u64) -> Option<u32> {
         let v = d.value_at(d.covers(comm, x)?);
+        assert_eq!(d.get(comm, x), Some(v));
         (v != EMPTY).then_some(v)
     }
 
@@ -236,14 +262,19 @@ mod tests {
         }
         assert_eq!(get(&d, 0, 100), Some(100));
         assert_eq!(d.grow(5, DENSE_KEYS), None);
-        // Slots set again do not count twice; emptied ones are forgotten.
+        // A push to a list keeps its head; emptied slots are forgotten.
         let n = d.len();
-        let p = d.covers(0, 100).unwrap();
-        d.set_at(p, 99);
+        assert_eq!(d.push(0, 100, 99), Some(100));
+        assert_eq!(get(&d, 0, 100), Some(100));
         assert_eq!(d.len(), n);
-        d.clear_at(p);
+        let p = d.covers(0, 100).unwrap();
+        *d.at_mut(p) = EMPTY;
         assert_eq!(get(&d, 0, 100), None);
         assert_eq!(d.len(), n - 1);
+        assert_eq!(d.push(0, 100, 7), Some(EMPTY));
+        assert_eq!(get(&d, 0, 100), Some(7));
+        assert_eq!(d.push(0, 128, 7), None);
+        assert_eq!(d.get(0, 128), None);
         // Keys past an array's end and unknown communicators are not covered.
         assert_eq!(d.covers(1, 64), None);
         assert_eq!(d.covers(2, 0), None);

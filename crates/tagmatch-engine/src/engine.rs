@@ -489,8 +489,7 @@ impl<R, M> Engine<R, M> {
 
     #[inline]
     fn index_get(&self, k: usize, e: &Envelope) -> Option<u32> {
-        if let Some(pos) = self.dense_covers(k, e) {
-            let v = self.dense[dn(k)].value_at(pos);
+        if let Some(v) = dense_key(k, e).and_then(|x| self.dense[dn(k)].get(e.comm, x)) {
             return (v != EMPTY).then_some(v);
         }
         let key = proj(k, e);
@@ -530,6 +529,22 @@ impl<R, M> Engine<R, M> {
         }
     }
 
+    /// Appends value `v` to the list of the key of `e` in list kind `k` if an array
+    /// covers the key (grown if the growth rule allows it): the slot's value before
+    /// (`EMPTY`: a new list, whose head is now `v`); `None` when the list is in the hash
+    /// index.
+    #[inline(always)]
+    fn dense_push(&mut self, k: usize, e: &Envelope, v: u32) -> Option<u32> {
+        let x = dense_key(k, e)?;
+        match self.dense[dn(k)].push(e.comm, x, v) {
+            Some(old) => Some(old),
+            None => {
+                let pos = self.dense_grow(k, e.comm, x)?;
+                Some(self.dense[dn(k)].push_at(pos, v))
+            }
+        }
+    }
+
     /// Grows the array of `comm` in list kind `k` to cover key `x`, if allowed, and
     /// moves the lists of the newly covered keys out of the hash index `k` (a key's head
     /// is in the array whenever the array covers it). Returns the slot of `x`.
@@ -547,7 +562,7 @@ impl<R, M> Engine<R, M> {
                     self.index_remove_at(k, hpos);
                     let d = &mut self.dense[dn(k)];
                     match d.covers(comm, y) {
-                        Some(p) => d.set_at(p, v),
+                        Some(p) => *d.at_mut(p) = v,
                         None => unreachable!("engine invariant: the grown array covers {y}"),
                     }
                 }
@@ -561,7 +576,7 @@ impl<R, M> Engine<R, M> {
     #[inline]
     fn index_remove_at_any(&mut self, k: usize, pos: usize) {
         if (k == K_SRC || k == K_TAG) && pos & DPOS != 0 {
-            self.dense[dn(k)].clear_at(pos);
+            *self.dense[dn(k)].at_mut(pos) = EMPTY;
         } else {
             self.index_remove_at(k, pos);
         }
@@ -571,7 +586,7 @@ impl<R, M> Engine<R, M> {
     #[inline(always)]
     fn index_set_at(&mut self, k: usize, pos: usize, v: u32) {
         if (k == K_SRC || k == K_TAG) && pos & DPOS != 0 {
-            self.dense[dn(k)].set_at(pos, v);
+            *self.dense[dn(k)].at_mut(pos) = v;
         } else {
             self.ix[k].set_at(pos, v);
         }
@@ -595,16 +610,18 @@ impl<R, M> Engine<R, M> {
     /// of key `e`.
     #[inline(always)]
     fn index_after_unlink(&mut self, k: usize, e: &Envelope, u: Unlinked, old: u32) {
-        if u == Unlinked::Inner {
-            return;
-        }
-        if let Some(pos) = self.dense_covers(k, e) {
-            let d = &mut self.dense[dn(k)];
-            match u {
-                Unlinked::NewHead(h) => d.set_at(pos, h | (old & POSTED)),
-                _ => d.clear_at(pos),
+        if k == K_SRC || k == K_TAG {
+            let x = match u {
+                Unlinked::Inner => return,
+                _ => dense_key(k, e),
+            };
+            if let Some(s) = x.and_then(|x| self.dense[dn(k)].slot_mut(e.comm, x)) {
+                *s = match u {
+                    Unlinked::NewHead(h) => h | (old & POSTED),
+                    _ => EMPTY,
+                };
+                return;
             }
-            return;
         }
         match u {
             Unlinked::Inner => {}
@@ -622,15 +639,9 @@ impl<R, M> Engine<R, M> {
     /// Appends unexpected message `idx` (already in the slab) to its list `k`.
     #[inline]
     fn index_push_unexp(&mut self, k: usize, e: &Envelope, idx: u32) {
-        if let Some(pos) = self.dense_slot(k, e) {
-            let d = &mut self.dense[dn(k)];
-            let head = d.value_at(pos);
-            if head == EMPTY {
-                d.set_at(pos, idx);
-                list::push_back(&mut self.unexp, k, None, idx);
-            } else {
-                list::push_back(&mut self.unexp, k, Some(head), idx);
-            }
+        if let Some(head) = self.dense_push(k, e, idx) {
+            let head = (head != EMPTY).then_some(head);
+            list::push_back(&mut self.unexp, k, head, idx);
             return;
         }
         let key = proj(k, e);
@@ -656,15 +667,9 @@ impl<R, M> Engine<R, M> {
     /// Appends posted receive `idx` (already in the slab) to its list of kind `k`.
     #[inline]
     fn index_push_posted(&mut self, k: usize, e: &Envelope, idx: u32) {
-        if let Some(pos) = self.dense_slot(k, e) {
-            let d = &mut self.dense[dn(k)];
-            let head = d.value_at(pos);
-            if head == EMPTY {
-                d.set_at(pos, idx | POSTED);
-                list::push_back(&mut self.posted, k, None, idx);
-            } else {
-                list::push_back(&mut self.posted, k, Some(head & !POSTED), idx);
-            }
+        if let Some(head) = self.dense_push(k, e, idx | POSTED) {
+            let head = (head != EMPTY).then_some(head & !POSTED);
+            list::push_back(&mut self.posted, k, head, idx);
             return;
         }
         let key = proj(k, e);
@@ -852,11 +857,21 @@ impl<R, M> Engine<R, M> {
     /// slab) from every list it is on but its (comm, src, tag) list and list `K`.
     #[inline(always)]
     fn unlink_rest_detached<const K: usize>(&mut self, idx: u32, env: &Envelope, links: &Packed4) {
-        if K != K_SRC && self.built & (1 << K_SRC) != 0 {
-            self.unlink_detached_from::<K_SRC>(idx, env, links.get(K_SRC));
-        }
-        if K != K_TAG && self.built & (1 << K_TAG) != 0 {
-            self.unlink_detached_from::<K_TAG>(idx, env, links.get(K_TAG));
+        if K == K_EXACT {
+            // Exact receives: the (comm, src) and (comm, tag) unlinks out of line, with
+            // the links by value (inlined, unused when those lists are not built, they
+            // cost the exact path ~20 instructions of register pressure).
+            if self.built & ((1 << K_SRC) | (1 << K_TAG)) != 0 {
+                let (ls, lt) = (links.get(K_SRC), links.get(K_TAG));
+                self.unlink_src_tag_detached(idx, *env, ls, lt);
+            }
+        } else {
+            if K != K_SRC && self.built & (1 << K_SRC) != 0 {
+                self.unlink_detached_from::<K_SRC>(idx, env, links.get(K_SRC));
+            }
+            if K != K_TAG && self.built & (1 << K_TAG) != 0 {
+                self.unlink_detached_from::<K_TAG>(idx, env, links.get(K_TAG));
+            }
         }
         if K != K_COMM {
             if self.built & (1 << K_COMM) != 0 {
@@ -869,6 +884,19 @@ impl<R, M> Engine<R, M> {
                     Unlinked::Empty => self.arrivals = None,
                 }
             }
+        }
+    }
+
+    /// The (comm, src) and (comm, tag) part of [`Engine::unlink_rest_detached`] for an
+    /// exact receive: message `idx` leaves those of the two lists that are built (its
+    /// links on them were `ls` and `lt`).
+    #[inline(never)]
+    fn unlink_src_tag_detached(&mut self, idx: u32, env: Envelope, ls: Link, lt: Link) {
+        if self.built & (1 << K_SRC) != 0 {
+            self.unlink_detached_from::<K_SRC>(idx, &env, ls);
+        }
+        if self.built & (1 << K_TAG) != 0 {
+            self.unlink_detached_from::<K_TAG>(idx, &env, lt);
         }
     }
 
@@ -1239,17 +1267,17 @@ impl<R, M> Engine<R, M> {
             return self.post_keyed::<K>(key, recv);
         };
         self.c.match_attempts += 1;
-        let (found, n) = match self.dense[dn(K)].value_at(pos) {
+        let slot = self.dense[dn(K)].at_mut(pos);
+        let (found, n) = match *slot {
             idx if idx & POSTED == 0 => {
                 // Out of the slab first: its links are then read once, by value.
                 let n = match self.unexp.remove(idx) {
                     Some(n) => n,
                     None => unreachable!("engine invariant: message slot {idx} is occupied"),
                 };
-                let d = &mut self.dense[dn(K)];
                 match list::unlink_detached(&mut self.unexp, K, idx, n.links.get(K)) {
-                    Unlinked::Empty => d.clear_at(pos),
-                    Unlinked::NewHead(h) => d.set_at(pos, h),
+                    Unlinked::Empty => *slot = EMPTY,
+                    Unlinked::NewHead(h) => *slot = h,
                     Unlinked::Inner => {}
                 }
                 (idx, n)
@@ -1289,7 +1317,7 @@ impl<R, M> Engine<R, M> {
             .posted
             .insert(|g| PNode::new(seq, K, K == K_TAG, key, g, recv));
         if head == EMPTY {
-            self.dense[dn(K)].set_at(pos, idx | POSTED);
+            *self.dense[dn(K)].at_mut(pos) = idx | POSTED;
             list::push_back(&mut self.posted, K, None, idx);
         } else {
             list::push_back(&mut self.posted, K, Some(head & !POSTED), idx);
