@@ -1123,11 +1123,25 @@ impl<R, M> Engine<R, M> {
     /// to its list of kind `k`. Each node's pair is read before the push, which touches
     /// only that node and earlier ones.
     fn link_comm_list_into(&mut self, k: usize, head: u32) {
+        // One loop per kind: the kind is then a constant, and the dense arrays' push is
+        // inlined into it (the hash index's stays out of line).
+        match k {
+            K_SRC => self.link_comm_list_into_k::<K_SRC>(head),
+            K_TAG => self.link_comm_list_into_k::<K_TAG>(head),
+            _ => self.link_comm_list_into_k::<K_COMM>(head),
+        }
+    }
+
+    /// [`Engine::link_comm_list_into`] for kind `K`.
+    fn link_comm_list_into_k<const K: usize>(&mut self, head: u32) {
         let mut cur = head;
         loop {
             let n = self.unexp.at(cur);
             let (env, next) = (n.env, n.links.get(K_COMM).next);
-            self.index_push_unexp(k, &env, cur);
+            match self.dense_push(K, &env, cur) {
+                Some(h) => list::push_back(&mut self.unexp, K, (h != EMPTY).then_some(h), cur),
+                None => self.index_push_unexp(K, &env, cur),
+            }
             if next == head {
                 break;
             }
