@@ -471,7 +471,11 @@ impl<R, M> Engine<R, M> {
     }
 
     /// Pre-allocates room for `posted` receives and `unexpected` messages with distinct
-    /// keys, so that a run up to that depth allocates nothing. The counts are capped at
+    /// keys (the slabs and the (comm, src, tag) index), so that exact matching up to
+    /// that depth allocates nothing. The wildcard lists' heads are not pre-allocated: the
+    /// per-communicator arrays of the ANY_TAG / ANY_SOURCE lists are allocated by the
+    /// first such list of each communicator and grow with the lists it holds, and the
+    /// (comm) index with the communicators. The counts are capped at
     /// [`Config::max_posted`] and [`Config::max_messages`].
     pub fn reserve(&mut self, posted: usize, unexpected: usize) {
         let posted = posted.min(self.cfg.max_posted);
