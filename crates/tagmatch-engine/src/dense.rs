@@ -31,7 +31,7 @@ use crate::hash::{map_heap_bytes, FastMap};
 pub(crate) const DENSE_KEYS: u64 = 1 << KEY_BITS;
 const KEY_BITS: u32 = 16;
 
-/// Communicator ids below this are found through the directory (4 bytes each).
+/// Communicator ids below this index the directory of arrays (24 bytes each).
 const DIR_COMMS: u32 = 1 << 12;
 
 /// The flag of a position in the arrays (never set in a hash bucket number).
@@ -43,64 +43,84 @@ pub(crate) const EMPTY: u32 = u32::MAX;
 /// Smallest array length.
 const MIN_LEN: usize = 64;
 
-/// One communicator's array.
-#[derive(Debug, Default)]
-struct Table {
-    heads: Vec<u32>,
-}
+/// The flag of the number of a far communicator's array (in `Dense::far`); in a
+/// position, shifted by `KEY_BITS` (below `DPOS`).
+const FAR: usize = 1 << 40;
 
 #[derive(Debug, Default)]
 pub(crate) struct Dense {
-    /// Table number + 1 of communicator `c < DIR_COMMS`, 0 when it has none.
-    dir: Vec<u32>,
-    /// Table number of the other communicators.
+    /// The array of communicator `c < DIR_COMMS`, at `near[c]` (empty: none).
+    near: Vec<Vec<u32>>,
+    /// The number in `far` of the array of each other communicator.
     sparse: FastMap<u32, u32>,
-    /// One array of heads per communicator.
-    tables: Vec<Table>,
+    far: Vec<Vec<u32>>,
 }
 
 impl Dense {
-    /// The table of communicator `comm`.
+    /// The array of communicator `comm` and its number (`comm` itself, or `FAR` | its
+    /// number in `far`).
     #[inline(always)]
-    fn table_of(&self, comm: u32) -> Option<usize> {
+    fn array(&self, comm: u32) -> Option<(usize, &Vec<u32>)> {
         if comm < DIR_COMMS {
-            match self.dir.get(comm as usize) {
-                Some(&t) if t != 0 => Some(t as usize - 1),
-                _ => None,
-            }
+            self.near.get(comm as usize).map(|a| (comm as usize, a))
         } else {
-            self.sparse_table(comm)
+            self.far_array(comm)
         }
     }
 
-    /// [`Dense::table_of`] of a communicator id from `DIR_COMMS` on (out of line: the
+    /// [`Dense::array`] of a communicator id from `DIR_COMMS` on (out of line: the
     /// directory's lookups stay small where they are inlined).
     #[inline(never)]
-    fn sparse_table(&self, comm: u32) -> Option<usize> {
-        self.sparse.get(&comm).map(|&t| t as usize)
+    fn far_array(&self, comm: u32) -> Option<(usize, &Vec<u32>)> {
+        let t = *self.sparse.get(&comm)? as usize;
+        Some((FAR | t, &self.far[t]))
+    }
+
+    /// The array of communicator `comm`, mutably.
+    #[inline(always)]
+    fn array_mut(&mut self, comm: u32) -> Option<&mut Vec<u32>> {
+        if comm < DIR_COMMS {
+            self.near.get_mut(comm as usize)
+        } else {
+            self.far_array_mut(comm)
+        }
+    }
+
+    #[inline(never)]
+    fn far_array_mut(&mut self, comm: u32) -> Option<&mut Vec<u32>> {
+        let t = *self.sparse.get(&comm)? as usize;
+        Some(&mut self.far[t])
+    }
+
+    /// The array numbered `t` (see [`Dense::array`]).
+    #[inline(always)]
+    fn numbered_mut(&mut self, t: usize) -> &mut Vec<u32> {
+        if t & FAR == 0 {
+            &mut self.near[t]
+        } else {
+            &mut self.far[t & !FAR]
+        }
     }
 
     /// Position of the slot of `(comm, x)` if an array covers it (the slot may be
     /// empty); `None` when the key's list head, if any, is in the hash index.
     #[inline(always)]
     pub(crate) fn covers(&self, comm: u32, x: u64) -> Option<usize> {
-        let t = self.table_of(comm)?;
-        (x < self.tables[t].heads.len() as u64).then(|| pos(t, x))
+        let (t, a) = self.array(comm)?;
+        (x < a.len() as u64).then(|| pos(t, x))
     }
 
     /// The value of `(comm, x)` (`EMPTY` if none) if an array covers it; `None` when
     /// the key's list head, if any, is in the hash index.
     #[inline(always)]
     pub(crate) fn get(&self, comm: u32, x: u64) -> Option<u32> {
-        let t = self.table_of(comm)?;
-        self.tables[t].heads.get(x as usize).copied()
+        self.array(comm)?.1.get(x as usize).copied()
     }
 
     /// The slot of `(comm, x)` if an array covers it.
     #[inline(always)]
     pub(crate) fn slot_mut(&mut self, comm: u32, x: u64) -> Option<&mut u32> {
-        let t = self.table_of(comm)?;
-        self.tables[t].heads.get_mut(x as usize)
+        self.array_mut(comm)?.get_mut(x as usize)
     }
 
     /// Appends to the list of `(comm, x)` if an array covers it: the slot's value before
@@ -108,8 +128,7 @@ impl Dense {
     /// head); `None` when the key is not covered.
     #[inline(always)]
     pub(crate) fn push(&mut self, comm: u32, x: u64, v: u32) -> Option<u32> {
-        let t = self.table_of(comm)?;
-        let s = self.tables[t].heads.get_mut(x as usize)?;
+        let s = self.slot_mut(comm, x)?;
         let old = *s;
         if old == EMPTY {
             *s = v;
@@ -135,34 +154,31 @@ impl Dense {
     #[inline(never)]
     pub(crate) fn grow(&mut self, comm: u32, x: u64) -> Option<(usize, core::ops::Range<u64>)> {
         let want = (x as usize + 1).next_power_of_two().max(MIN_LEN);
-        let t = self.table_of(comm);
         // Counted here rather than kept: growth visits the array anyway.
-        let live = t.map_or(0, |t| {
-            self.tables[t].heads.iter().filter(|&&v| v != EMPTY).count()
-        });
+        let live = self
+            .array(comm)
+            .map_or(0, |(_, a)| a.iter().filter(|&&v| v != EMPTY).count());
         if x >= DENSE_KEYS || want > 4 * live + MIN_LEN {
             return None;
         }
-        let t = match t {
-            Some(t) => t,
+        let t = match self.array(comm) {
+            Some((t, _)) => t,
+            None if comm < DIR_COMMS => {
+                let c = comm as usize;
+                self.near
+                    .resize_with((c + 1).next_power_of_two().max(16), Vec::new);
+                c
+            }
             None => {
-                let t = self.tables.len();
-                self.tables.push(Table::default());
-                if comm < DIR_COMMS {
-                    let c = comm as usize;
-                    if self.dir.len() <= c {
-                        self.dir.resize((c + 1).next_power_of_two().max(16), 0);
-                    }
-                    self.dir[c] = t as u32 + 1;
-                } else {
-                    self.sparse.insert(comm, t as u32);
-                }
-                t
+                let t = self.far.len();
+                self.far.push(Vec::new());
+                self.sparse.insert(comm, t as u32);
+                FAR | t
             }
         };
-        let heads = &mut self.tables[t].heads;
-        let old = heads.len() as u64;
-        heads.resize(want, EMPTY);
+        let a = self.numbered_mut(t);
+        let old = a.len() as u64;
+        a.resize(want, EMPTY);
         Some((pos(t, x), old..want as u64))
     }
 
@@ -171,7 +187,11 @@ impl Dense {
     #[inline(always)]
     pub(crate) fn value_at(&self, pos: usize) -> u32 {
         let (t, x) = split(pos);
-        self.tables[t].heads[x]
+        if t & FAR == 0 {
+            self.near[t][x]
+        } else {
+            self.far[t & !FAR][x]
+        }
     }
 
     /// The slot at a position given by [`Dense::covers`] or [`Dense::grow`]: a list head
@@ -179,33 +199,36 @@ impl Dense {
     #[inline(always)]
     pub(crate) fn at_mut(&mut self, pos: usize) -> &mut u32 {
         let (t, x) = split(pos);
-        &mut self.tables[t].heads[x]
+        &mut self.numbered_mut(t)[x]
     }
 
     /// Non-empty slots.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        let n = |t: &Table| t.heads.iter().filter(|&&v| v != EMPTY).count();
-        self.tables.iter().map(n).sum()
+        let n = |a: &Vec<u32>| a.iter().filter(|&&v| v != EMPTY).count();
+        self.near.iter().chain(&self.far).map(n).sum()
     }
 
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.dir.capacity() * 4
+        let v = core::mem::size_of::<Vec<u32>>();
+        (self.near.capacity() + self.far.capacity()) * v
             + map_heap_bytes(&self.sparse)
-            + self.tables.capacity() * core::mem::size_of::<Table>()
             + self
-                .tables
+                .near
                 .iter()
-                .map(|t| t.heads.capacity() * 4)
+                .chain(&self.far)
+                .map(|a| a.capacity() * 4)
                 .sum::<usize>()
     }
 }
 
+/// Position of key `x` in array number `t`.
 #[inline(always)]
 fn pos(t: usize, x: u64) -> usize {
     DPOS | (t << KEY_BITS) | x as usize
 }
 
+/// Array number and key of a position.
 #[inline(always)]
 fn split(pos: usize) -> (usize, usize) {
     ((pos & !DPOS) >> KEY_BITS, pos & ((1 << KEY_BITS) - 1))
