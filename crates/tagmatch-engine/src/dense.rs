@@ -165,8 +165,7 @@ impl Dense {
             Some((t, _)) => t,
             None if comm < DIR_COMMS => {
                 let c = comm as usize;
-                self.near
-                    .resize_with((c + 1).next_power_of_two().max(16), Vec::new);
+                self.near.resize_with((c + 1).next_power_of_two(), Vec::new);
                 c
             }
             None => {

@@ -1247,7 +1247,9 @@ fn phased_sequences_match_the_model() {
 fn phased_generator_reaches_the_lazy_states() {
     let mut g = Gen::new(40);
     let mut total = Reached::default();
-    for _ in 0..200 {
+    // 400 cases: with 200 the (randomly seeded) generator fell short of 10 resets with
+    // claims about one run in four (9 seen), independently of the engine.
+    for _ in 0..400 {
         let r = run(&Case::arbitrary(&mut g)).expect("agrees with the model");
         total.deep_first_build += r.deep_first_build;
         total.reset_with_claims += r.reset_with_claims;
