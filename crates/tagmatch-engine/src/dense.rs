@@ -31,7 +31,7 @@ use crate::hash::{map_heap_bytes, FastMap};
 pub(crate) const DENSE_KEYS: u64 = 1 << KEY_BITS;
 const KEY_BITS: u32 = 16;
 
-/// Communicator ids below this index the directory of arrays (24 bytes each).
+/// Communicator ids below this index the directory of arrays (32 bytes each).
 const DIR_COMMS: u32 = 1 << 12;
 
 /// The flag of a position in the arrays (never set in a hash bucket number).
@@ -47,20 +47,69 @@ const MIN_LEN: usize = 64;
 /// position, shifted by `KEY_BITS` (below `DPOS`).
 const FAR: usize = 1 << 40;
 
+/// One communicator's array of list heads.
+#[derive(Debug, Default)]
+struct Arr {
+    heads: Vec<u32>,
+    /// Non-empty slots (what the growth rule weighs).
+    live: usize,
+}
+
+/// A slot of an array, with its array's count of non-empty slots.
+pub(crate) struct Slot<'a> {
+    v: &'a mut u32,
+    live: &'a mut usize,
+}
+
+impl Slot<'_> {
+    /// The value (`EMPTY` if no list).
+    #[inline(always)]
+    pub(crate) fn get(&self) -> u32 {
+        *self.v
+    }
+
+    /// Sets the value (a list head).
+    #[inline(always)]
+    pub(crate) fn set(&mut self, v: u32) {
+        debug_assert!(v != EMPTY);
+        *self.live += usize::from(*self.v == EMPTY);
+        *self.v = v;
+    }
+
+    /// Empties the non-empty slot.
+    #[inline(always)]
+    pub(crate) fn clear(&mut self) {
+        debug_assert!(*self.v != EMPTY);
+        *self.live -= 1;
+        *self.v = EMPTY;
+    }
+
+    /// Appends to the slot's list: the value before (`EMPTY`: the slot was empty and is
+    /// now `v`, the new list's head).
+    #[inline(always)]
+    fn push(mut self, v: u32) -> u32 {
+        let old = self.get();
+        if old == EMPTY {
+            self.set(v);
+        }
+        old
+    }
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Dense {
     /// The array of communicator `c < DIR_COMMS`, at `near[c]` (empty: none).
-    near: Vec<Vec<u32>>,
+    near: Vec<Arr>,
     /// The number in `far` of the array of each other communicator.
     sparse: FastMap<u32, u32>,
-    far: Vec<Vec<u32>>,
+    far: Vec<Arr>,
 }
 
 impl Dense {
     /// The array of communicator `comm` and its number (`comm` itself, or `FAR` | its
     /// number in `far`).
     #[inline(always)]
-    fn array(&self, comm: u32) -> Option<(usize, &Vec<u32>)> {
+    fn array(&self, comm: u32) -> Option<(usize, &Arr)> {
         if comm < DIR_COMMS {
             self.near.get(comm as usize).map(|a| (comm as usize, a))
         } else {
@@ -71,14 +120,14 @@ impl Dense {
     /// [`Dense::array`] of a communicator id from `DIR_COMMS` on (out of line: the
     /// directory's lookups stay small where they are inlined).
     #[inline(never)]
-    fn far_array(&self, comm: u32) -> Option<(usize, &Vec<u32>)> {
+    fn far_array(&self, comm: u32) -> Option<(usize, &Arr)> {
         let t = *self.sparse.get(&comm)? as usize;
         Some((FAR | t, &self.far[t]))
     }
 
     /// The array of communicator `comm`, mutably.
     #[inline(always)]
-    fn array_mut(&mut self, comm: u32) -> Option<&mut Vec<u32>> {
+    fn array_mut(&mut self, comm: u32) -> Option<&mut Arr> {
         if comm < DIR_COMMS {
             self.near.get_mut(comm as usize)
         } else {
@@ -87,14 +136,14 @@ impl Dense {
     }
 
     #[inline(never)]
-    fn far_array_mut(&mut self, comm: u32) -> Option<&mut Vec<u32>> {
+    fn far_array_mut(&mut self, comm: u32) -> Option<&mut Arr> {
         let t = *self.sparse.get(&comm)? as usize;
         Some(&mut self.far[t])
     }
 
     /// The array numbered `t` (see [`Dense::array`]).
     #[inline(always)]
-    fn numbered_mut(&mut self, t: usize) -> &mut Vec<u32> {
+    fn numbered_mut(&mut self, t: usize) -> &mut Arr {
         if t & FAR == 0 {
             &mut self.near[t]
         } else {
@@ -107,20 +156,25 @@ impl Dense {
     #[inline(always)]
     pub(crate) fn covers(&self, comm: u32, x: u64) -> Option<usize> {
         let (t, a) = self.array(comm)?;
-        (x < a.len() as u64).then(|| pos(t, x))
+        (x < a.heads.len() as u64).then(|| pos(t, x))
     }
 
     /// The value of `(comm, x)` (`EMPTY` if none) if an array covers it; `None` when
     /// the key's list head, if any, is in the hash index.
     #[inline(always)]
     pub(crate) fn get(&self, comm: u32, x: u64) -> Option<u32> {
-        self.array(comm)?.1.get(x as usize).copied()
+        self.array(comm)?.1.heads.get(x as usize).copied()
     }
 
     /// The slot of `(comm, x)` if an array covers it.
     #[inline(always)]
-    pub(crate) fn slot_mut(&mut self, comm: u32, x: u64) -> Option<&mut u32> {
-        self.array_mut(comm)?.get_mut(x as usize)
+    pub(crate) fn slot_mut(&mut self, comm: u32, x: u64) -> Option<Slot<'_>> {
+        let a = self.array_mut(comm)?;
+        let v = a.heads.get_mut(x as usize)?;
+        Some(Slot {
+            v,
+            live: &mut a.live,
+        })
     }
 
     /// Appends to the list of `(comm, x)` if an array covers it: the slot's value before
@@ -128,23 +182,13 @@ impl Dense {
     /// head); `None` when the key is not covered.
     #[inline(always)]
     pub(crate) fn push(&mut self, comm: u32, x: u64, v: u32) -> Option<u32> {
-        let s = self.slot_mut(comm, x)?;
-        let old = *s;
-        if old == EMPTY {
-            *s = v;
-        }
-        Some(old)
+        Some(self.slot_mut(comm, x)?.push(v))
     }
 
     /// [`Dense::push`] at a position given by [`Dense::grow`].
     #[inline]
     pub(crate) fn push_at(&mut self, pos: usize, v: u32) -> u32 {
-        let s = self.at_mut(pos);
-        let old = *s;
-        if old == EMPTY {
-            *s = v;
-        }
-        old
+        self.at_mut(pos).push(v)
     }
 
     /// Allocates or grows the array of `comm` to cover key `x` (not covered yet) if the
@@ -154,10 +198,7 @@ impl Dense {
     #[inline(never)]
     pub(crate) fn grow(&mut self, comm: u32, x: u64) -> Option<(usize, core::ops::Range<u64>)> {
         let want = (x as usize + 1).next_power_of_two().max(MIN_LEN);
-        // Counted here rather than kept: growth visits the array anyway.
-        let live = self
-            .array(comm)
-            .map_or(0, |(_, a)| a.iter().filter(|&&v| v != EMPTY).count());
+        let live = self.array(comm).map_or(0, |(_, a)| a.live);
         if x >= DENSE_KEYS || want > 4 * live + MIN_LEN {
             return None;
         }
@@ -165,17 +206,18 @@ impl Dense {
             Some((t, _)) => t,
             None if comm < DIR_COMMS => {
                 let c = comm as usize;
-                self.near.resize_with((c + 1).next_power_of_two(), Vec::new);
+                self.near
+                    .resize_with((c + 1).next_power_of_two(), Arr::default);
                 c
             }
             None => {
                 let t = self.far.len();
-                self.far.push(Vec::new());
+                self.far.push(Arr::default());
                 self.sparse.insert(comm, t as u32);
                 FAR | t
             }
         };
-        let a = self.numbered_mut(t);
+        let a = &mut self.numbered_mut(t).heads;
         let old = a.len() as u64;
         a.resize(want, EMPTY);
         Some((pos(t, x), old..want as u64))
@@ -187,36 +229,44 @@ impl Dense {
     pub(crate) fn value_at(&self, pos: usize) -> u32 {
         let (t, x) = split(pos);
         if t & FAR == 0 {
-            self.near[t][x]
+            self.near[t].heads[x]
         } else {
-            self.far[t & !FAR][x]
+            self.far[t & !FAR].heads[x]
         }
     }
 
     /// The slot at a position given by [`Dense::covers`] or [`Dense::grow`]: a list head
     /// (or `EMPTY`, to empty it).
     #[inline(always)]
-    pub(crate) fn at_mut(&mut self, pos: usize) -> &mut u32 {
+    pub(crate) fn at_mut(&mut self, pos: usize) -> Slot<'_> {
         let (t, x) = split(pos);
-        &mut self.numbered_mut(t)[x]
+        let a = self.numbered_mut(t);
+        Slot {
+            v: &mut a.heads[x],
+            live: &mut a.live,
+        }
     }
 
     /// Non-empty slots.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        let n = |a: &Vec<u32>| a.iter().filter(|&&v| v != EMPTY).count();
+        let n = |a: &Arr| {
+            let n = a.heads.iter().filter(|&&v| v != EMPTY).count();
+            assert_eq!(n, a.live, "the count of non-empty slots is exact");
+            n
+        };
         self.near.iter().chain(&self.far).map(n).sum()
     }
 
     pub(crate) fn heap_bytes(&self) -> usize {
-        let v = core::mem::size_of::<Vec<u32>>();
+        let v = core::mem::size_of::<Arr>();
         (self.near.capacity() + self.far.capacity()) * v
             + map_heap_bytes(&self.sparse)
             + self
                 .near
                 .iter()
                 .chain(&self.far)
-                .map(|a| a.capacity() * 4)
+                .map(|a| a.heads.capacity() * 4)
                 .sum::<usize>()
     }
 }
@@ -290,7 +340,7 @@ mod tests {
         assert_eq!(get(&d, 0, 100), Some(100));
         assert_eq!(d.len(), n);
         let p = d.covers(0, 100).unwrap();
-        *d.at_mut(p) = EMPTY;
+        d.at_mut(p).clear();
         assert_eq!(get(&d, 0, 100), None);
         assert_eq!(d.len(), n - 1);
         assert_eq!(d.push(0, 100, 7), Some(EMPTY));
