@@ -1,26 +1,27 @@
 //! Dense list heads: per-communicator arrays indexed by a small key (a source rank or a
 //! tag), for the (comm, src) and (comm, tag) list kinds.
 //!
-//! matching-notes §1.3 (ob1): "per-communicator, per-peer" queues, found by indexing an
-//! array with the source rank. MPI ranks are dense small integers (below the
-//! communicator's size), and most programs use small tags, so the head of the list of key
-//! `x < DENSE_KEYS` of communicator `c` is one array element: a lookup is two dependent
-//! loads, and an insertion or removal one store, instead of hashing and probing a shared
-//! hash index whose removals shift its clusters (see `index`). Keys from `DENSE_KEYS` on
-//! stay in the hash index: which of the two holds a key depends on the key only, so no
-//! entry ever moves between them.
+//! matching-notes §1.3 (ob1): "**Per (comm, peer)** `mca_pml_ob1_comm_proc_t`:
+//! `specific_receives`, `unexpected_frags`" — ob1 finds a peer's lists by indexing a
+//! per-communicator array with the source rank. MPI ranks are dense small integers (below
+//! the communicator's size), and most programs use small tags, so here the head of the
+//! (comm, src) or (comm, tag) list of key `x` is, when an array covers `x`, one array
+//! element: a lookup is two dependent loads, an insertion or removal one store, instead
+//! of hashing and probing a shared hash index whose removals shift its clusters (see
+//! `index`). Keys from `DENSE_KEYS` on always stay in the hash index.
 //!
 //! A communicator's array is allocated the first time one of its lists is stored here and
-//! grows (doubling, at least 64 slots) to cover larger keys, but only while that keeps
-//! it within 4 slots per list it holds (plus 64): a key past the array's end that would
-//! make it larger goes to the hash index. So the arrays hold at most ~32 bytes per list
-//! they have held at once (4-8 for dense ranks or tags), whatever the keys: tags used as
-//! growing sequence numbers, or a few large ranks, stay in the hash index. The array
-//! covering a key (`key < len`) is the one place that key's list head can be: when an
-//! array grows, the engine moves the lists of the newly covered keys out of the hash
-//! index (see `Engine::dense_grow`). The communicator is found by indexing a directory
-//! with its id when below `DIR_COMMS` (MPI context ids are small), else through a hash
-//! map.
+//! grows (doubling, at least 64 slots) to cover larger keys, but only to at most 4 slots
+//! per list it holds at that time, plus 64: a key past the array's end that would make it
+//! larger goes to the hash index. So an array takes at most 16 bytes per list it held
+//! when it last grew, plus 256 (4-8 bytes per list for dense ranks or tags), whatever
+//! the keys: tags used as growing sequence numbers, or a few large ranks, stay in the
+//! hash index. Arrays do not shrink (like the hash indexes). The array covering a key
+//! (`key < len`) is the one place that key's list head can be: when an array grows, the
+//! engine moves the lists of the newly covered keys out of the hash index (see
+//! `Engine::dense_grow`). Each array counts its lists (kept exact through [`Slot`]), so
+//! refusing a growth costs no scan. A communicator below `DIR_COMMS` (MPI context ids are
+//! small) finds its array at its id in a directory; the others through a hash map.
 //!
 //! A position (`pos`) names one slot across the arrays: `DPOS | table << 16 | key`; the
 //! `DPOS` bit tells it from a bucket number of the hash index.
