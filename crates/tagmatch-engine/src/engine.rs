@@ -1,5 +1,6 @@
 //! The matching engine.
 
+use crate::dense::{Dense, DENSE_KEYS, DPOS, EMPTY};
 use crate::hash::{map_heap_bytes, FastMap};
 use crate::index::{Index, Saturated};
 use crate::list::{self, Link, Linked, Packed4, Unlinked, Wide};
@@ -21,6 +22,25 @@ const K_SRC: usize = 1; // (comm, src)       posted: ANY_TAG
 const K_TAG: usize = 2; // (comm, tag)       posted: ANY_SOURCE
 const K_COMM: usize = 3; // (comm)           posted: ANY_SOURCE + ANY_TAG
 const K_MASKED: usize = 4; // (comm), posted only: general masks, scanned
+
+/// The key of list kind `k` for `e` in the dense arrays (see `dense`): the source rank
+/// of a (comm, src) list, the tag of a (comm, tag) list, when below `DENSE_KEYS`; `None`
+/// when the list's head can only be in the hash index `k`.
+#[inline(always)]
+fn dense_key(k: usize, e: &Envelope) -> Option<u64> {
+    let x = match k {
+        K_SRC => u64::from(e.src),
+        K_TAG => e.tag,
+        _ => return None,
+    };
+    (x < DENSE_KEYS).then_some(x)
+}
+
+/// The dense arrays (`Engine::dense`) of list kind `k` (`K_SRC` or `K_TAG`).
+#[inline(always)]
+fn dn(k: usize) -> usize {
+    usize::from(k == K_TAG)
+}
 
 /// The key of index `k`: the envelope with the fields that index ignores zeroed.
 #[inline(always)]
@@ -398,8 +418,12 @@ pub struct Engine<R, M> {
     max_stored: usize,
     /// Last claim id given by [`Engine::mprobe`].
     claims: u32,
-    /// One intrusive hash index per key kind (`K_*`): the head of each FIFO.
+    /// One intrusive hash index per key kind (`K_*`): the head of each FIFO, except the
+    /// (comm, src) and (comm, tag) lists of small keys.
     ix: [Index; 5],
+    /// The heads of the (comm, src) (`[0]`) and (comm, tag) (`[1]`) lists whose source
+    /// rank or tag is below `DENSE_KEYS`, posted or unexpected (see `dense`).
+    dense: [Dense; 2],
     c: Counters,
     cfg: Config,
     /// Masks of the posted general-mask receives, by slab index.
@@ -431,6 +455,7 @@ impl<R, M> Engine<R, M> {
             posted: GenSlab::new(),
             unexp: GenSlab::new(),
             ix: Default::default(),
+            dense: Default::default(),
             masks: FastMap::default(),
             held: FastMap::default(),
             n_kind: [0; 5],
@@ -457,7 +482,11 @@ impl<R, M> Engine<R, M> {
     }
 
     /// Pre-allocates room for `posted` receives and `unexpected` messages with distinct
-    /// keys, so that a run up to that depth allocates nothing. The counts are capped at
+    /// keys (the slabs and the (comm, src, tag) index), so that exact matching up to
+    /// that depth allocates nothing. The wildcard lists' heads are not pre-allocated: the
+    /// per-communicator arrays of the ANY_TAG / ANY_SOURCE lists are allocated by the
+    /// first such list of each communicator and grow with the lists it holds, and the
+    /// (comm) index with the communicators. The counts are capped at
     /// [`Config::max_posted`] and [`Config::max_messages`].
     pub fn reserve(&mut self, posted: usize, unexpected: usize) {
         let posted = posted.min(self.cfg.max_posted);
@@ -465,19 +494,19 @@ impl<R, M> Engine<R, M> {
         self.posted.reserve(posted);
         self.unexp.reserve(unexpected);
         let (p, u) = (&self.posted, &self.unexp);
-        for (k, n) in [
-            (K_EXACT, posted.max(unexpected)),
-            (K_SRC, unexpected),
-            (K_TAG, unexpected),
-        ] {
-            self.ix[k].reserve(n, rehasher(p, u, k));
-        }
+        // The (comm, src) and (comm, tag) lists of small keys are in the dense arrays,
+        // allocated per communicator when first used (see `dense`): their hash indexes
+        // stay empty unless keys are large.
+        self.ix[K_EXACT].reserve(posted.max(unexpected), rehasher(p, u, K_EXACT));
     }
 
     // ------------------------------------------------------------------ index maps
 
     #[inline]
     fn index_get(&self, k: usize, e: &Envelope) -> Option<u32> {
+        if let Some(v) = dense_key(k, e).and_then(|x| self.dense[dn(k)].get(e.comm, x)) {
+            return (v != EMPTY).then_some(v);
+        }
         let key = proj(k, e);
         let (p, u) = (&self.posted, &self.unexp);
         self.ix[k].get(hash_key(k, &key), |v| proj(k, &key_of(p, u, v)) == key)
@@ -492,6 +521,89 @@ impl<R, M> Engine<R, M> {
     fn index_remove_at(&mut self, k: usize, pos: usize) {
         if let Some(s) = self.ix[k].remove_at(pos) {
             self.index_resume_remove(k, s);
+        }
+    }
+
+    /// Position of the dense slot of the key of `e` in list kind `k` if an array covers
+    /// it (the slot may be empty); `None` when the list's head, if any, is in the hash
+    /// index `k`.
+    #[inline(always)]
+    fn dense_covers(&self, k: usize, e: &Envelope) -> Option<usize> {
+        let x = dense_key(k, e)?;
+        self.dense[dn(k)].covers(e.comm, x)
+    }
+
+    /// [`Engine::dense_covers`], else the slot of an array grown to cover the key if the
+    /// growth rule allows it (see `dense`).
+    #[inline(always)]
+    fn dense_slot(&mut self, k: usize, e: &Envelope) -> Option<usize> {
+        let x = dense_key(k, e)?;
+        match self.dense[dn(k)].covers(e.comm, x) {
+            Some(pos) => Some(pos),
+            None => self.dense_grow(k, e.comm, x),
+        }
+    }
+
+    /// Appends value `v` to the list of the key of `e` in list kind `k` if an array
+    /// covers the key (grown if the growth rule allows it): the slot's value before
+    /// (`EMPTY`: a new list, whose head is now `v`); `None` when the list is in the hash
+    /// index.
+    #[inline(always)]
+    fn dense_push(&mut self, k: usize, e: &Envelope, v: u32) -> Option<u32> {
+        let x = dense_key(k, e)?;
+        match self.dense[dn(k)].push(e.comm, x, v) {
+            Some(old) => Some(old),
+            None => {
+                let pos = self.dense_grow(k, e.comm, x)?;
+                Some(self.dense[dn(k)].push_at(pos, v))
+            }
+        }
+    }
+
+    /// Grows the array of `comm` in list kind `k` to cover key `x`, if allowed, and
+    /// moves the lists of the newly covered keys out of the hash index `k` (a key's head
+    /// is in the array whenever the array covers it). Returns the slot of `x`.
+    #[cold]
+    #[inline(never)]
+    fn dense_grow(&mut self, k: usize, comm: u32, x: u64) -> Option<usize> {
+        let (pos, keys) = self.dense[dn(k)].grow(comm, x)?;
+        if self.ix[k].len() > 0 {
+            for y in keys {
+                let e = match k {
+                    K_SRC => Envelope::new(comm, y as u32, 0),
+                    _ => Envelope::new(comm, 0, y),
+                };
+                if let Some((hpos, v)) = self.index_find_hash(k, &e) {
+                    self.index_remove_at(k, hpos);
+                    let d = &mut self.dense[dn(k)];
+                    match d.covers(comm, y) {
+                        Some(p) => d.at_mut(p).set(v),
+                        None => unreachable!("engine invariant: the grown array covers {y}"),
+                    }
+                }
+            }
+        }
+        Some(pos)
+    }
+
+    /// [`Engine::index_remove_at`] of a position that may be a dense slot (see
+    /// `dense`).
+    #[inline]
+    fn index_remove_at_any(&mut self, k: usize, pos: usize) {
+        if (k == K_SRC || k == K_TAG) && pos & DPOS != 0 {
+            self.dense[dn(k)].at_mut(pos).clear();
+        } else {
+            self.index_remove_at(k, pos);
+        }
+    }
+
+    /// Replaces the value at `pos` of index `k` (a hash bucket or a dense slot).
+    #[inline(always)]
+    fn index_set_at(&mut self, k: usize, pos: usize, v: u32) {
+        if (k == K_SRC || k == K_TAG) && pos & DPOS != 0 {
+            self.dense[dn(k)].at_mut(pos).set(v);
+        } else {
+            self.ix[k].set_at(pos, v);
         }
     }
 
@@ -513,6 +625,19 @@ impl<R, M> Engine<R, M> {
     /// of key `e`.
     #[inline(always)]
     fn index_after_unlink(&mut self, k: usize, e: &Envelope, u: Unlinked, old: u32) {
+        if k == K_SRC || k == K_TAG {
+            let x = match u {
+                Unlinked::Inner => return,
+                _ => dense_key(k, e),
+            };
+            if let Some(mut s) = x.and_then(|x| self.dense[dn(k)].slot_mut(e.comm, x)) {
+                match u {
+                    Unlinked::NewHead(h) => s.set(h | (old & POSTED)),
+                    _ => s.clear(),
+                }
+                return;
+            }
+        }
         match u {
             Unlinked::Inner => {}
             Unlinked::NewHead(h) => {
@@ -529,6 +654,11 @@ impl<R, M> Engine<R, M> {
     /// Appends unexpected message `idx` (already in the slab) to its list `k`.
     #[inline]
     fn index_push_unexp(&mut self, k: usize, e: &Envelope, idx: u32) {
+        if let Some(head) = self.dense_push(k, e, idx) {
+            let head = (head != EMPTY).then_some(head);
+            list::push_back(&mut self.unexp, k, head, idx);
+            return;
+        }
         let key = proj(k, e);
         let h = hash_key(k, &key);
         let (p, u) = (&self.posted, &self.unexp);
@@ -552,6 +682,11 @@ impl<R, M> Engine<R, M> {
     /// Appends posted receive `idx` (already in the slab) to its list of kind `k`.
     #[inline]
     fn index_push_posted(&mut self, k: usize, e: &Envelope, idx: u32) {
+        if let Some(head) = self.dense_push(k, e, idx | POSTED) {
+            let head = (head != EMPTY).then_some(head & !POSTED);
+            list::push_back(&mut self.posted, k, head, idx);
+            return;
+        }
         let key = proj(k, e);
         let h = hash_key(k, &key);
         let (p, u) = (&self.posted, &self.unexp);
@@ -636,9 +771,19 @@ impl<R, M> Engine<R, M> {
         self.search_posted_at(env, attempts).map(|(i, _)| i)
     }
 
-    /// Bucket of the key of `e` in index `k`, and its value.
-    #[inline]
+    /// Bucket of the key of `e` in index `k` (or its dense slot), and its value.
+    #[inline(always)]
     fn index_find(&self, k: usize, e: &Envelope) -> Option<(usize, u32)> {
+        if let Some(pos) = self.dense_covers(k, e) {
+            let v = self.dense[dn(k)].value_at(pos);
+            return (v != EMPTY).then_some((pos, v));
+        }
+        self.index_find_hash(k, e)
+    }
+
+    /// [`Engine::index_find`] in the hash index `k` only.
+    #[inline(always)]
+    fn index_find_hash(&self, k: usize, e: &Envelope) -> Option<(usize, u32)> {
         let key = proj(k, e);
         let (p, u) = (&self.posted, &self.unexp);
         let ix = &self.ix[k];
@@ -658,21 +803,12 @@ impl<R, M> Engine<R, M> {
         // the wildcard queues are merged by posting sequence number. Here each wildcard
         // kind has its own keyed FIFO, so each contributes only its head: O(1).
         let mut best: Option<(u64, u32, Option<At>)> = None;
-        for k in [K_EXACT, K_SRC, K_TAG, K_COMM] {
-            if k != K_EXACT && self.n_kind[k] == 0 {
-                continue;
-            }
-            if let Some((pos, v)) = self.index_find(k, env) {
-                if v & POSTED != 0 {
-                    *attempts += 1;
-                    let idx = v & !POSTED;
-                    let seq = self.posted.at(idx).seq();
-                    if best.is_none_or(|(b, _, _)| seq < b) {
-                        best = Some((seq, idx, Some((k, pos))));
-                    }
-                }
-            }
-        }
+        // One call per kind (not a loop over them): each kind's index is then a constant,
+        // and the dense arrays' checks appear only for the kinds that have them.
+        self.posted_head_of::<K_EXACT>(env, attempts, &mut best);
+        self.posted_head_of::<K_SRC>(env, attempts, &mut best);
+        self.posted_head_of::<K_TAG>(env, attempts, &mut best);
+        self.posted_head_of::<K_COMM>(env, attempts, &mut best);
         if self.n_kind[K_MASKED] > 0 {
             // General masks: scan this communicator's masked receives in posting order,
             // only as far as the best O(1) candidate.
@@ -698,6 +834,30 @@ impl<R, M> Engine<R, M> {
         best.map(|(_, i, at)| (i, at))
     }
 
+    /// The head of the posted list of kind `K` for `env`, kept in `best` if it was
+    /// posted before the receive there (part of [`Engine::search_posted_at`]).
+    #[inline(always)]
+    fn posted_head_of<const K: usize>(
+        &self,
+        env: &Envelope,
+        attempts: &mut u64,
+        best: &mut Option<(u64, u32, Option<At>)>,
+    ) {
+        if K != K_EXACT && self.n_kind[K] == 0 {
+            return;
+        }
+        if let Some((pos, v)) = self.index_find(K, env) {
+            if v & POSTED != 0 {
+                *attempts += 1;
+                let idx = v & !POSTED;
+                let seq = self.posted.at(idx).seq();
+                if best.is_none_or(|(b, _, _)| seq < b) {
+                    *best = Some((seq, idx, Some((K, pos))));
+                }
+            }
+        }
+    }
+
     // ------------------------------------------------------------------ removal helpers
 
     /// Unlinks an unexpected message from its lists (it stays in the slab).
@@ -712,11 +872,21 @@ impl<R, M> Engine<R, M> {
     /// slab) from every list it is on but its (comm, src, tag) list and list `K`.
     #[inline(always)]
     fn unlink_rest_detached<const K: usize>(&mut self, idx: u32, env: &Envelope, links: &Packed4) {
-        if K != K_SRC && self.built & (1 << K_SRC) != 0 {
-            self.unlink_detached_from::<K_SRC>(idx, env, links.get(K_SRC));
-        }
-        if K != K_TAG && self.built & (1 << K_TAG) != 0 {
-            self.unlink_detached_from::<K_TAG>(idx, env, links.get(K_TAG));
+        if K == K_EXACT {
+            // Exact receives: the (comm, src) and (comm, tag) unlinks out of line, with
+            // the links by value (inlined, unused when those lists are not built, they
+            // cost the exact path ~20 instructions of register pressure).
+            if self.built & ((1 << K_SRC) | (1 << K_TAG)) != 0 {
+                let (ls, lt) = (links.get(K_SRC), links.get(K_TAG));
+                self.unlink_src_tag_detached(idx, *env, ls, lt);
+            }
+        } else {
+            if K != K_SRC && self.built & (1 << K_SRC) != 0 {
+                self.unlink_detached_from::<K_SRC>(idx, env, links.get(K_SRC));
+            }
+            if K != K_TAG && self.built & (1 << K_TAG) != 0 {
+                self.unlink_detached_from::<K_TAG>(idx, env, links.get(K_TAG));
+            }
         }
         if K != K_COMM {
             if self.built & (1 << K_COMM) != 0 {
@@ -738,6 +908,19 @@ impl<R, M> Engine<R, M> {
             &mut self.arrivals_tail,
             l,
         );
+    }
+
+    /// The (comm, src) and (comm, tag) part of [`Engine::unlink_rest_detached`] for an
+    /// exact receive: message `idx` leaves those of the two lists that are built (its
+    /// links on them were `ls` and `lt`).
+    #[inline(never)]
+    fn unlink_src_tag_detached(&mut self, idx: u32, env: Envelope, ls: Link, lt: Link) {
+        if self.built & (1 << K_SRC) != 0 {
+            self.unlink_detached_from::<K_SRC>(idx, &env, ls);
+        }
+        if self.built & (1 << K_TAG) != 0 {
+            self.unlink_detached_from::<K_TAG>(idx, &env, lt);
+        }
     }
 
     /// Unlinks unexpected message `idx` (envelope `env`, possibly already out of the
@@ -831,8 +1014,8 @@ impl<R, M> Engine<R, M> {
     fn take_posted_head(&mut self, idx: u32, k: usize, pos: usize) -> R {
         let n = self.posted.take(idx);
         match list::unlink_detached(&mut self.posted, k, idx, n.link.get()) {
-            Unlinked::Empty => self.index_remove_at(k, pos),
-            Unlinked::NewHead(h) => self.ix[k].set_at(pos, h | POSTED),
+            Unlinked::Empty => self.index_remove_at_any(k, pos),
+            Unlinked::NewHead(h) => self.index_set_at(k, pos, h | POSTED),
             Unlinked::Inner => {}
         }
         self.n_kind[k] -= 1;
@@ -919,10 +1102,12 @@ impl<R, M> Engine<R, M> {
                 }
             }
         }
-        if k != K_COMM {
+        if k != K_COMM && self.ix[k].len() > 0 {
             // At most one key per distinct (comm, src, tag) of a queued message: sized
             // once instead of doubling (each doubling re-reads every entry's node). The
-            // (comm) index has one key per communicator and grows as needed.
+            // (comm) index has one key per communicator and grows as needed. Small source
+            // ranks and tags go to the dense arrays (see `dense`), so an index that holds
+            // no large key yet is left to grow only if large keys come.
             let queued = self.unexp.len() - self.c.claimed_depth;
             let keys = self.ix[k].len() + queued.min(self.ix[K_EXACT].len());
             let (p, u) = (&self.posted, &self.unexp);
@@ -958,11 +1143,25 @@ impl<R, M> Engine<R, M> {
     /// to its list of kind `k`. Each node's pair is read before the push, which touches
     /// only that node and earlier ones.
     fn link_comm_list_into(&mut self, k: usize, head: u32) {
+        // One loop per kind: the kind is then a constant, and the dense arrays' push is
+        // inlined into it (the hash index's stays out of line).
+        match k {
+            K_SRC => self.link_comm_list_into_k::<K_SRC>(head),
+            K_TAG => self.link_comm_list_into_k::<K_TAG>(head),
+            _ => self.link_comm_list_into_k::<K_COMM>(head),
+        }
+    }
+
+    /// [`Engine::link_comm_list_into`] for kind `K`.
+    fn link_comm_list_into_k<const K: usize>(&mut self, head: u32) {
         let mut cur = head;
         loop {
             let n = self.unexp.at(cur);
             let (env, next) = (n.env, n.links.get(K_COMM).next);
-            self.index_push_unexp(k, &env, cur);
+            match self.dense_push(K, &env, cur) {
+                Some(h) => list::push_back(&mut self.unexp, K, (h != EMPTY).then_some(h), cur),
+                None => self.index_push_unexp(K, &env, cur),
+            }
             // The arrival-order list ends at NIL, a (comm) list back at its head.
             if next == head || next == list::NIL {
                 break;
@@ -1027,8 +1226,8 @@ impl<R, M> Engine<R, M> {
         let c = spec.comm;
         match (spec.src, spec.tag) {
             (Source::Rank(s), TagSel::Exact(t)) => self.post_keyed::<K_EXACT>(c, s, t, recv),
-            (Source::Rank(s), TagSel::Any) => self.post_keyed::<K_SRC>(c, s, 0, recv),
-            (Source::Any, TagSel::Exact(t)) => self.post_keyed::<K_TAG>(c, 0, t, recv),
+            (Source::Rank(s), TagSel::Any) => self.post_wild::<K_SRC>(c, s, 0, recv),
+            (Source::Any, TagSel::Exact(t)) => self.post_wild::<K_TAG>(c, 0, t, recv),
             (Source::Any, TagSel::Any) => self.post_keyed::<K_COMM>(c, 0, 0, recv),
             (_, TagSel::Masked { .. }) => self.post_general(spec, recv),
         }
@@ -1082,6 +1281,82 @@ impl<R, M> Engine<R, M> {
         // matched above (engine invariant: no queued message matches a queued receive).
         self.index_push_posted(kind, &env, idx);
         self.n_kind[kind] += 1;
+        Ok(Posted::Pending(RecvHandle { idx, gen }))
+    }
+
+    /// [`Engine::post`] of an ANY_TAG (`K` = `K_SRC`) or ANY_SOURCE (`K` = `K_TAG`)
+    /// receive with projected key (`comm`, `src`, `tag`): when its source rank or tag is small, its list's
+    /// head is one slot of a dense array (see `dense`), read, emptied or set in place;
+    /// otherwise as [`Engine::post_keyed`].
+    fn post_wild<const K: usize>(
+        &mut self,
+        comm: u32,
+        src: u32,
+        tag: u64,
+        recv: R,
+    ) -> Result<Posted<R, M>, PostRejected<R>> {
+        self.build_unexp(K);
+        let key = Envelope::new(comm, src, tag);
+        let Some(pos) = self.dense_slot(K, &key) else {
+            return self.post_keyed::<K>(comm, src, tag, recv);
+        };
+        self.c.match_attempts += 1;
+        let mut slot = self.dense[dn(K)].at_mut(pos);
+        let (found, n) = match slot.get() {
+            idx if idx & POSTED == 0 => {
+                // Out of the slab first: its links are then read once, by value.
+                let n = match self.unexp.remove(idx) {
+                    Some(n) => n,
+                    None => unreachable!("engine invariant: message slot {idx} is occupied"),
+                };
+                match list::unlink_detached(&mut self.unexp, K, idx, n.links.get(K)) {
+                    Unlinked::Empty => slot.clear(),
+                    Unlinked::NewHead(h) => slot.set(h),
+                    Unlinked::Inner => {}
+                }
+                (idx, n)
+            }
+            head => return self.post_wild_pending::<K>(key, pos, head, recv),
+        };
+        self.c.hits += 1;
+        let env = n.env;
+        self.unlink_detached_from::<K_EXACT>(found, &env, n.links.get(K_EXACT));
+        self.unlink_rest_detached::<K>(found, &env, &n.links);
+        self.c.bytes_held -= self.take_held_bytes(found, n.len);
+        Ok(Posted::Matched(Match {
+            recv,
+            msg: n.msg,
+            env,
+            len: n.len as usize,
+        }))
+    }
+
+    /// The rest of [`Engine::post_wild`] when no message matched: queues the receive
+    /// behind the posted list whose head (`head`, or `EMPTY`) is at dense slot `pos`.
+    #[inline(never)]
+    fn post_wild_pending<const K: usize>(
+        &mut self,
+        key: Envelope,
+        pos: usize,
+        head: u32,
+        recv: R,
+    ) -> Result<Posted<R, M>, PostRejected<R>> {
+        self.c.misses += 1;
+        if self.posted.len() >= self.cfg.max_posted {
+            return Err(PostRejected { recv });
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let (idx, gen) = self
+            .posted
+            .insert(|g| PNode::new(seq, K, K == K_TAG, key, g, recv));
+        if head == EMPTY {
+            self.dense[dn(K)].at_mut(pos).set(idx | POSTED);
+            list::push_back(&mut self.posted, K, None, idx);
+        } else {
+            list::push_back(&mut self.posted, K, Some(head & !POSTED), idx);
+        }
+        self.n_kind[K] += 1;
         Ok(Posted::Pending(RecvHandle { idx, gen }))
     }
 
@@ -1970,6 +2245,7 @@ impl<R, M> Engine<R, M> {
         self.posted.heap_bytes()
             + self.unexp.heap_bytes()
             + self.ix.iter().map(Index::heap_bytes).sum::<usize>()
+            + self.dense.iter().map(Dense::heap_bytes).sum::<usize>()
             + map_heap_bytes(&self.peers)
             + map_heap_bytes(&self.masks)
             + map_heap_bytes(&self.held)
@@ -2219,12 +2495,78 @@ mod tests {
             }
             assert_eq!(e.counters().unexpected_depth, unexp.len());
             assert_eq!(e.counters().posted_depth, posted.len());
+            if id % 97 == 0 {
+                // The dense arrays' counts of non-empty slots (their growth rule) stay
+                // exact through builds, resets, cancels and claims (`Dense::len`
+                // checks them against the slots).
+                let _ = e.dense[0].len() + e.dense[1].len();
+            }
             deepest = deepest.max(unexp.len());
             if e.built & (1 << K_COMM) != 0 && unexp.len() > 100 {
                 built_deep += 1;
             }
         }
         assert!(deepest > 300 && built_deep > 1000, "{deepest} {built_deep}");
+    }
+
+    /// The (comm, src) and (comm, tag) heads of small keys are in the dense arrays, of
+    /// keys past an array's end in the hash index; when an array grows over keys whose
+    /// lists are in the hash index, those lists move into it (the hash index keeps only
+    /// keys the arrays do not cover), posted and unexpected, and receives still find them
+    /// in order.
+    #[test]
+    fn growing_arrays_take_over_the_hashed_lists_they_cover() {
+        let mut e: Engine<u32, u32> = Engine::default();
+        for i in 0..4u32 {
+            e.arrive(Envelope::new(7, 600, 900 + u64::from(i % 2)), 0, i)
+                .unwrap();
+        }
+        // Builds (comm, src) and (comm, tag): one list each past the 64-slot arrays.
+        assert_eq!(
+            e.probe(&RecvSpec::new(7, Some(600), None)).map(|p| *p.msg),
+            Some(0)
+        );
+        assert_eq!(
+            e.probe(&RecvSpec::new(7, None, Some(901))).map(|p| *p.msg),
+            Some(1)
+        );
+        assert_eq!((e.ix[K_SRC].len(), e.ix[K_TAG].len()), (1, 2));
+        let r = e.post(RecvSpec::new(7, Some(630), None), 50).unwrap();
+        assert!(matches!(r, Posted::Pending(_)));
+        assert_eq!(e.ix[K_SRC].len(), 2);
+        // 250 small-key lists of each kind: the arrays may now grow to 1024 slots.
+        for i in 0..250u32 {
+            e.arrive(Envelope::new(7, i, u64::from(i)), 0, 100 + i)
+                .unwrap();
+        }
+        assert_eq!(e.dense[0].len() + e.dense[1].len(), 500);
+        // A list at 1000 of each kind grows each array (256 slots) over 600, 630 and
+        // 900, 901.
+        e.arrive(Envelope::new(7, 1000, 1000), 0, 99).unwrap();
+        assert_eq!((e.ix[K_SRC].len(), e.ix[K_TAG].len()), (0, 0));
+        assert_eq!(e.dense[0].len() + e.dense[1].len(), 2 * 251 + 2 + 2);
+        let m = e.arrive(Envelope::new(7, 630, 5), 0, 98).unwrap();
+        assert!(matches!(m, Arrived::Matched(x) if x.recv == 50));
+        let got: Vec<u32> = (0..2)
+            .map(|_| match e.post(RecvSpec::new(7, None, Some(900)), 0) {
+                Ok(Posted::Matched(x)) => x.msg,
+                _ => panic!("tag 900 has two messages"),
+            })
+            .collect();
+        assert_eq!(got, [0, 2]);
+        let got: Vec<u32> = (0..2)
+            .map(|_| match e.post(RecvSpec::new(7, Some(600), None), 0) {
+                Ok(Posted::Matched(x)) => x.msg,
+                _ => panic!("source 600 has two messages left"),
+            })
+            .collect();
+        assert_eq!(got, [1, 3]);
+        // Keys past the arrays' limit stay hashed whatever the arrays hold.
+        e.arrive(Envelope::new(7, 1 << 16, 1 << 16), 0, 97).unwrap();
+        assert_eq!((e.ix[K_SRC].len(), e.ix[K_TAG].len()), (1, 1));
+        let r = e.post(RecvSpec::new(7, Some(1 << 16), None), 0);
+        assert!(matches!(r, Ok(Posted::Matched(x)) if x.msg == 97));
+        assert_eq!((e.ix[K_SRC].len(), e.ix[K_TAG].len()), (0, 0));
     }
 
     /// The key hash spreads the tags of every (comm, src), including the one whose

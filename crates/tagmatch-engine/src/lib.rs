@@ -53,8 +53,11 @@
 //! number. The lists are
 //! intrusive, doubly linked through 23-bit slab indices (a message's eight links pack
 //! into 24 bytes), and their heads live in open-addressing hash indexes of 4-byte buckets
-//! (reference, distance from home, hash fingerprint) whose keys are read from the nodes.
-//! A posted receive and an unexpected message with the same key never coexist (one would
+//! (reference, distance from home, hash fingerprint) whose keys are read from the nodes,
+//! except the (comm, src) and (comm, tag) heads of source ranks and tags below 2^16: like
+//! ob1's per-peer arrays, those are slots of per-communicator arrays indexed by the rank
+//! or tag, which grow only while they hold at least one list per 4 slots (larger keys
+//! stay in the hash index). A posted receive and an unexpected message with the same key never coexist (one would
 //! have matched the other), so each key has one list. Nothing is allocated per operation
 //! once the slabs and indexes have grown to the working depth ([`Engine::reserve`]).
 //!
@@ -132,6 +135,7 @@
 #![deny(missing_docs)]
 
 pub mod baseline;
+mod dense;
 mod engine;
 mod hash;
 mod index;

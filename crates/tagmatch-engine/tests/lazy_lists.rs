@@ -778,6 +778,164 @@ fn cancel_by_handle_of_every_kind_keeps_the_indexes_consistent() {
     p.drain_any(1);
 }
 
+// ------------------------------------------------------------------ dense heads
+
+/// Sources and tags of the dense-heads tests: small keys (array slots from the start),
+/// keys that arrays grow to cover only once enough lists are held (their lists start in
+/// the hash index and move when the array grows), and keys past the arrays' limit of
+/// 2^16 (always in the hash index).
+const DENSE_SRCS: [u32; 12] = [
+    0,
+    1,
+    2,
+    3,
+    63,
+    64,
+    100,
+    200,
+    300,
+    5000,
+    70_000,
+    u32::MAX - 1,
+];
+const DENSE_TAGS: [u64; 11] = [
+    0,
+    1,
+    2,
+    63,
+    64,
+    150,
+    300,
+    9000,
+    65_535,
+    65_536,
+    u64::MAX >> 1,
+];
+/// A communicator found through the directory of arrays and two found by a hash map.
+const DENSE_COMMS: [u32; 3] = [0, 5000, u32::MAX];
+
+/// Random operations over keys on both sides of the dense arrays' coverage (see
+/// `DENSE_SRCS`), lazy and eager, against the model: receives, probes and claims of
+/// every kind, cancels by handle, peer and communicator purges, drains. A small-key
+/// burst (many lists at once) lets arrays grow over keys already in the hash index.
+#[test]
+fn dense_and_hashed_list_heads_agree_with_the_model() {
+    for eager in [false, true] {
+        let mut p = Pair::new();
+        if eager {
+            p.e = Engine::new(
+                Config::default()
+                    .reorder_window(4)
+                    .max_messages(1 << 20)
+                    .max_posted(1 << 20)
+                    .initial_seq(0)
+                    .eager_wildcard_lists(true),
+            );
+        }
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        let mut rnd = move |n: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n as u64) as usize
+        };
+        for step in 0..12_000u32 {
+            let m = env(
+                DENSE_COMMS[rnd(3)],
+                DENSE_SRCS[rnd(DENSE_SRCS.len())],
+                DENSE_TAGS[rnd(DENSE_TAGS.len())],
+            );
+            match rnd(100) {
+                0..=39 => {
+                    p.arrive(m, 0);
+                }
+                40..=69 => {
+                    let spec = match rnd(5) {
+                        4 => RecvSpec::masked(m.comm, Source::Rank(m.src), 1, m.tag & 1),
+                        k => spec_kind(k as u8, &m),
+                    };
+                    p.post(spec);
+                }
+                70..=76 => {
+                    p.probe(spec_kind(rnd(4) as u8, &m));
+                }
+                77..=80 => {
+                    p.mprobe(spec_kind(rnd(4) as u8, &m));
+                }
+                81..=82 if !p.claims.is_empty() => p.mrecv(rnd(64)),
+                83..=91 if !p.handles.is_empty() => p.cancel(rnd(64)),
+                92 => {
+                    p.purge_peer(m.src);
+                }
+                93 => {
+                    p.purge_comm(m.comm);
+                }
+                94 => {
+                    // A burst of small keys: the arrays may now cover larger ones.
+                    for i in 0..rnd(120) as u32 {
+                        p.arrive(env(m.comm, i, u64::from(i)), 0);
+                    }
+                }
+                95 if step % 7 == 0 => p.drain_exact(),
+                _ => {}
+            }
+        }
+        p.drain_exact();
+        while let Some((mid, h)) = p.claims.pop() {
+            assert_eq!(p.e.mrecv(h).ok().map(|x| x.msg), p.m.mrecv(mid));
+        }
+    }
+}
+
+/// A list kept in the hash index (its key past the array's end while the array holds
+/// few lists) moves into the array when the array grows over it, posted or unexpected,
+/// with its order intact, and cancels and purges find it there.
+#[test]
+fn lists_move_from_the_hash_index_into_a_growing_array_in_order() {
+    let mut p = Pair::new();
+    // Unexpected (comm 0, src 200) and (comm 0, tag 300) lists while the arrays hold
+    // nothing: the ANY_TAG / ANY_SOURCE probes build both kinds, in the hash index.
+    for i in 0..6u32 {
+        p.arrive(env(0, 200, 300 + u64::from(i % 2) * 1000), 0);
+    }
+    assert!(p.probe(RecvSpec::new(0, Some(200), None)).is_some());
+    assert!(p.probe(RecvSpec::new(0, None, Some(300))).is_some());
+    // Posted ANY_TAG receives of source 250 and ANY_SOURCE receives of tag 280.
+    for _ in 0..3 {
+        p.post(RecvSpec::new(0, Some(250), None));
+        p.post(RecvSpec::new(0, None, Some(280)));
+    }
+    let bytes_before = p.e.heap_bytes();
+    // 60 lists of small keys: 4 · 60 + 64 slots allow an array of 256.
+    for i in 0..60u32 {
+        p.arrive(env(0, i, u64::from(i)), 0);
+    }
+    // Keys 200..256 now come into the arrays (a new list at 255 grows them).
+    p.arrive(env(0, 255, 255), 0);
+    assert!(p.e.heap_bytes() > bytes_before);
+    // The moved lists keep their order: receives take them one by one.
+    for _ in 0..2 {
+        assert!(matches!(p.arrive(env(0, 250, 7), 0), Out::Match(..)));
+        assert!(matches!(p.arrive(env(0, 9, 280), 0), Out::Match(..)));
+    }
+    // The last receive of each moved list, cancelled by handle (the matched ones are
+    // stale handles, refused by both).
+    while !p.handles.is_empty() {
+        p.cancel(0);
+    }
+    assert!(p.m.posted.is_empty());
+    for _ in 0..3 {
+        assert!(matches!(
+            p.post(RecvSpec::new(0, None, Some(300))),
+            Out::Match(..)
+        ));
+        p.post(RecvSpec::new(0, Some(200), None));
+    }
+    assert!(p.purge_peer(200).is_empty());
+    p.purge_comm(0);
+    assert!(p.m.unexp.is_empty());
+}
+
 // ------------------------------------------------------------------ phased differential
 
 const COMMS: u32 = 3;
@@ -1158,7 +1316,9 @@ fn phased_generator_reaches_the_lazy_states() {
     // differential properties above draw fresh cases on every run.
     let mut g = Gen::from_size_and_seed(40, 0x7a6d_6174_6368);
     let mut total = Reached::default();
-    for _ in 0..200 {
+    // 400 cases: with 200 the (randomly seeded) generator fell short of 10 resets with
+    // claims about one run in four (9 seen), independently of the engine.
+    for _ in 0..400 {
         let r = run(&Case::arbitrary(&mut g)).expect("agrees with the model");
         total.deep_first_build += r.deep_first_build;
         total.reset_with_claims += r.reset_with_claims;
