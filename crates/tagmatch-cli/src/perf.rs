@@ -907,6 +907,9 @@ impl Client {
         };
         let key = self.ctrl(test.code(), size, iters, window)?;
         let mut rtts = Vec::new();
+        // Created (and, the first time in the process, calibrated) before the run's clock
+        // starts.
+        let laps = LapClock::new();
         let start = Instant::now();
         match test {
             Test::TagLat if self.reuse => {
@@ -918,15 +921,16 @@ impl Client {
                 let msg = vec![0xa5u8; size];
                 let mut buf = vec![0u8; size];
                 // One clock read per iteration, as ucx_perftest: an iteration's round
-                // trip runs from the previous iteration's reading to its own.
-                let mut t0 = Instant::now();
+                // trip runs from the previous iteration's reading to its own, kept in
+                // the lap clock's ticks (nanoseconds after the loop).
+                let mut t0 = laps.ticks();
                 for i in 0..iters {
                     let r = self.ep.trecv_into(self.server, DATA, buf)?;
                     self.ep.tinject(self.server, DATA, &msg)?;
                     buf = self.wait_data(r)?;
                     buf.resize(size, 0);
-                    let t1 = Instant::now();
-                    rtts.push((t1 - t0).as_nanos() as u64);
+                    let t1 = laps.ticks();
+                    rtts.push(t1.saturating_sub(t0));
                     t0 = t1;
                     progress.tick(i + 1, iters);
                 }
@@ -947,14 +951,14 @@ impl Client {
             Test::TagLat => {
                 rtts.reserve(iters as usize);
                 let mut buf = vec![0xa5u8; size];
-                let mut t0 = Instant::now();
+                let mut t0 = laps.ticks();
                 for i in 0..iters {
                     let r = self.ep.trecv(self.server, DATA, size)?;
                     let s = self.ep.tsend(self.server, DATA, buf)?;
                     self.sends.push_back(s);
                     buf = self.wait_data(r)?;
-                    let t1 = Instant::now();
-                    rtts.push((t1 - t0).as_nanos() as u64);
+                    let t1 = laps.ticks();
+                    rtts.push(t1.saturating_sub(t0));
                     t0 = t1;
                     self.reap_sends(8)?;
                     progress.tick(i + 1, iters);
@@ -1002,6 +1006,7 @@ impl Client {
             }
         }
         let elapsed = start.elapsed();
+        laps.to_nanos(&mut rtts);
         progress.clear();
         Ok((rtts, elapsed))
     }
@@ -1061,6 +1066,34 @@ impl Progress {
 /// The index of percentile `p` in `n` sorted values.
 fn percentile_index(n: usize, p: f64) -> usize {
     (((n as f64 - 1.0) * p).round() as usize).min(n - 1)
+}
+
+/// The latency loops' per-iteration clock, read once per round trip as `ucx_perftest`
+/// reads the CPU's time-stamp counter (`ucs_get_time`): through `quanta`, which uses
+/// the TSC only when the CPU reports it invariant (constant rate, running in every
+/// power state) and `rdtscp` exists, calibrated against the monotonic clock once per
+/// process, and otherwise the monotonic clock itself. `Instant::now` is a vDSO call of
+/// ~40 instructions; a tick reading is one `rdtsc`. Laps are kept in ticks and turned
+/// into nanoseconds after the run (as `ucx_perftest` converts after its loop).
+struct LapClock(quanta::Clock);
+
+impl LapClock {
+    fn new() -> LapClock {
+        LapClock(quanta::Clock::new())
+    }
+
+    /// The clock's raw reading (TSC ticks, or nanoseconds of the fallback).
+    #[inline(always)]
+    fn ticks(&self) -> u64 {
+        self.0.raw()
+    }
+
+    /// Turns laps in ticks (differences of two [`LapClock::ticks`]) into nanoseconds.
+    fn to_nanos(&self, laps: &mut [u64]) {
+        for l in laps {
+            *l = self.0.delta_as_nanos(0, *l);
+        }
+    }
 }
 
 /// The 50th and 99th percentiles of `v` (reordered), as a full sort would give them
@@ -1447,6 +1480,43 @@ pub fn run(args: Args) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Laps recorded and converted as the latency loops do sum to the time `Instant`
+    /// measures around them: at least the time between two `Instant` readings taken
+    /// inside the first and last lap readings, at most the time between two taken
+    /// outside them (1 % for the calibration, 1 ns per lap for the rounding down of
+    /// each). Being descheduled only widens the outer pair, so this holds on a loaded
+    /// machine; it fails if ticks are scaled wrongly or laps are lost.
+    #[test]
+    fn laps_agree_with_instant_over_a_run() {
+        let laps = LapClock::new();
+        let mut v = Vec::with_capacity(20_000);
+        let outer0 = Instant::now();
+        let mut t0 = laps.ticks();
+        let inner0 = Instant::now();
+        let mut inner1 = inner0;
+        while v.len() < 20_000 {
+            // About a microsecond per lap, as a round trip.
+            let until = Instant::now() + Duration::from_micros(1);
+            while Instant::now() < until {}
+            if v.len() == 19_999 {
+                inner1 = Instant::now();
+            }
+            let t1 = laps.ticks();
+            v.push(t1.saturating_sub(t0));
+            t0 = t1;
+        }
+        let outer1 = Instant::now();
+        laps.to_nanos(&mut v);
+        let sum = v.iter().sum::<u64>() as f64;
+        let inner = (inner1 - inner0).as_nanos() as f64;
+        let outer = (outer1 - outer0).as_nanos() as f64;
+        let rounding = v.len() as f64;
+        assert!(
+            sum >= inner * 0.99 - rounding && sum <= outer * 1.01,
+            "laps sum to {sum} ns; Instant: {inner} ns inside, {outer} ns outside"
+        );
+    }
 
     #[test]
     fn sizes_parse_with_suffixes_and_reject_garbage() {
