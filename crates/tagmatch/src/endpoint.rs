@@ -1347,6 +1347,13 @@ impl Endpoint {
     fn take_node_slow(&mut self) {
         while let Some(c) = self.node.get_mut().poll_completion() {
             if let Some(c) = self.convert(c) {
+                // A receive slot's completion goes to its slot, not the queue.
+                if !self.extra.slot_ops.is_empty() {
+                    if let Some(i) = self.extra.slot_ops.remove(&c.request.op.0) {
+                        self.slot_deliver(i as usize, c);
+                        continue;
+                    }
+                }
                 self.ready.push_back(c);
             }
         }
@@ -1479,12 +1486,6 @@ impl Endpoint {
             self.take_node();
         }
         self.ready.pop_front()
-    }
-
-    /// Whether completions are queued (ready, or in the protocol node).
-    #[inline(always)]
-    pub(crate) fn has_queued(&self) -> bool {
-        !self.ready.is_empty() || self.node.has_completions()
     }
 
     /// Takes `req`'s completion if it is ready (others stay queued).

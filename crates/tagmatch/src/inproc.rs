@@ -70,13 +70,6 @@ impl RecvBuf {
             RecvBuf::Slot { len, .. } => *len,
         }
     }
-
-    fn into_caller(self) -> Option<Vec<u8>> {
-        match self {
-            RecvBuf::Alloc(_) | RecvBuf::Slot { .. } => None,
-            RecvBuf::Into(v) => Some(v),
-        }
-    }
 }
 
 /// A posted receive, as the engine holds it.
@@ -408,6 +401,10 @@ pub(crate) struct ProtoExtras {
     /// Injected sends: no completion unless they fail. (Receives into a caller's buffer
     /// need no bookkeeping: the protocol endpoint receives into the buffer itself.)
     injected: HashSet<OpId>,
+    /// Receive slots' receives that complete through the protocol endpoint (or a
+    /// cancel): our operation -> the slot, which takes the completion instead of the
+    /// queue (see [`Endpoint::recv_slot`]).
+    pub(crate) slot_ops: HashMap<u64, u32>,
 }
 
 /// The fast-path state of an endpoint.
@@ -429,7 +426,7 @@ pub(crate) struct Fast {
     next_op: u64,
     /// Protocol-path messages matched here and `mrecv`ed: protocol op -> (our op, the
     /// caller's buffer).
-    proto_recvs: HashMap<u64, (u64, Option<Vec<u8>>)>,
+    proto_recvs: HashMap<u64, (u64, RecvBuf)>,
     proto_stalled: VecDeque<Stalled>,
     /// Delivery-complete sends waiting for the receiver: op -> (len, tag).
     /// Delivery-complete sends waiting for the receiver's ack: length, tag, and the route
@@ -584,7 +581,7 @@ fn spec(tag: Option<TagMatch>, src: Option<PeerId>) -> RecvSpec {
 fn arrive(
     engine: &mut Matcher,
     node: &mut ProtoNode,
-    proto_recvs: &mut HashMap<u64, (u64, Option<Vec<u8>>)>,
+    proto_recvs: &mut HashMap<u64, (u64, RecvBuf)>,
     out: &mut Out<'_>,
     lane: &crate::fast::Lane,
     env: Envelope,
@@ -625,7 +622,7 @@ fn arrive(
 #[cold]
 fn finish_proto(
     node: &mut ProtoNode,
-    proto_recvs: &mut HashMap<u64, (u64, Option<Vec<u8>>)>,
+    proto_recvs: &mut HashMap<u64, (u64, RecvBuf)>,
     out: &mut Out<'_>,
     op: u64,
     buf: RecvBuf,
@@ -633,7 +630,7 @@ fn finish_proto(
 ) {
     match node.get_mut().endpoint_mut().mrecv(claim, buf.len()) {
         Ok(rop) => {
-            proto_recvs.insert(rop.0, (op, buf.into_caller()));
+            proto_recvs.insert(rop.0, (op, buf));
         }
         Err(e) => {
             // The claim was taken by this endpoint and never handed out: it cannot be
@@ -653,7 +650,7 @@ fn finish_proto(
 #[inline(always)]
 fn finish(
     node: &mut ProtoNode,
-    proto_recvs: &mut HashMap<u64, (u64, Option<Vec<u8>>)>,
+    proto_recvs: &mut HashMap<u64, (u64, RecvBuf)>,
     out: &mut Out<'_>,
     ctx: RecvCtx,
     env: Envelope,
@@ -730,7 +727,7 @@ fn finish(
 fn arrive_engine(
     engine: &mut Matcher,
     node: &mut ProtoNode,
-    proto_recvs: &mut HashMap<u64, (u64, Option<Vec<u8>>)>,
+    proto_recvs: &mut HashMap<u64, (u64, RecvBuf)>,
     out: &mut Out<'_>,
     lane: &crate::fast::Lane,
     env: Envelope,
@@ -1127,10 +1124,17 @@ impl Endpoint {
         let Some(f) = self.fast.as_deref_mut() else {
             return Err(Error::UnknownRequest(req));
         };
-        if f.engine.cancel(req.op.0).is_none() {
+        let Some(ctx) = f.engine.cancel(req.op.0) else {
             return Err(Error::UnknownRequest(req));
-        }
+        };
         self.counters.cancels += 1;
+        if let RecvBuf::Slot { idx, .. } = ctx.buf {
+            self.slot_deliver(
+                idx as usize,
+                Completion::recv_failed(req, OpError::Canceled),
+            );
+            return Ok(());
+        }
         Out {
             ready: &mut self.ready,
             slots: &mut self.slots,
@@ -1149,7 +1153,14 @@ impl Endpoint {
         if let Some(f) = self.fast.as_deref_mut() {
             if let Some((op, buf)) = f.proto_recvs.remove(&c.op.0) {
                 c.op = OpId(op);
-                into = buf;
+                match buf {
+                    RecvBuf::Into(b) => into = Some(b),
+                    // Into a slot: the slot takes the completion (`take_node_slow`).
+                    RecvBuf::Slot { idx, .. } => {
+                        self.extra.slot_ops.insert(op, idx);
+                    }
+                    RecvBuf::Alloc(_) => {}
+                }
             }
         }
         if let Some(mut b) = into {

@@ -13,7 +13,7 @@ use tagmatch_rdm::{OpError, OpId, PeerId};
 
 use crate::endpoint::Source;
 use crate::inproc::RecvBuf;
-use crate::{Endpoint, Error, Peer, Request, Result, TagMatch};
+use crate::{Completion, Endpoint, Error, Peer, Request, Result, TagMatch};
 
 /// A receive slot of an endpoint ([`Endpoint::recv_slot`]): a buffer of a fixed length that
 /// the endpoint keeps. Post a receive into it with [`Endpoint::tpost_slot`], check it with
@@ -45,9 +45,14 @@ pub(crate) enum SlotState {
     Idle,
     /// Being posted (a message may complete it before the post returns).
     Posting,
-    /// Posted as operation `op`.
-    Posted(u64),
-    /// Completed in place (the fast path).
+    /// Posted.
+    Posted,
+    /// Failed (cancelled; an error of the protocol path).
+    Failed {
+        op: u64,
+        error: OpError,
+    },
+    /// Completed (in place on the fast path).
     Done {
         op: u64,
         len: u64,
@@ -135,8 +140,8 @@ impl Endpoint {
     }
 
     /// Posts a tagged receive into `slot` (`trecv_into` the slot's buffer); its
-    /// completion is [`Endpoint::slot_done`]'s, never [`Endpoint::poll_completion`]'s.
-    /// The request can be cancelled ([`Endpoint::cancel`]). A slot holds one receive at
+    /// completion is [`Endpoint::slot_done`]'s, never [`Endpoint::poll_completion`]'s
+    /// or [`Endpoint::wait`]'s: the request serves to cancel it ([`Endpoint::cancel`]). A slot holds one receive at
     /// a time: posting it again before [`Endpoint::slot_done`] answered is
     /// [`Error::SlotPosted`].
     #[inline(always)]
@@ -193,6 +198,9 @@ impl Endpoint {
             Some(t) => self.trecv_into(source_of(src, self.id), t, buf),
             None => self.recv_into(source_of(src, self.id), buf),
         };
+        if let Ok(req) = &r {
+            self.extra.slot_ops.insert(req.op.0, i as u32);
+        }
         self.posted(i, r)
     }
 
@@ -203,7 +211,7 @@ impl Endpoint {
         match r {
             Ok(req) => {
                 if matches!(s.state, SlotState::Posting) {
-                    s.state = SlotState::Posted(req.op.0);
+                    s.state = SlotState::Posted;
                 }
                 Ok(req)
             }
@@ -268,30 +276,24 @@ impl Endpoint {
                 }
                 Some(Ok(info))
             }
-            // Completes through the completion queue only on the protocol path or when
-            // cancelled: nothing queued, nothing to look for.
-            SlotState::Posted(op) => {
-                if self.has_queued() {
-                    self.slot_from_queue(i, op)
-                } else {
-                    None
-                }
+            SlotState::Failed { op, error } => {
+                s.state = SlotState::Idle;
+                Some(Err(Error::Failed {
+                    request: Request { op: OpId(op), ep },
+                    kind: tagmatch_rdm::OpKind::Recv,
+                    error,
+                }))
             }
-            SlotState::Idle | SlotState::Posting => None,
+            SlotState::Posted | SlotState::Idle | SlotState::Posting => None,
         }
     }
 
-    /// [`Endpoint::slot_done`] of a receive that completes through the completion queue
-    /// (the protocol path, a cancel).
-    #[inline(never)]
-    fn slot_from_queue(&mut self, i: usize, op: u64) -> Option<Result<RecvInfo>> {
-        let req = Request {
-            op: OpId(op),
-            ep: self.id,
+    /// A slot's receive completed through the protocol endpoint, or was cancelled: its
+    /// completion, taken by the slot (the bytes into the slot's buffer).
+    pub(crate) fn slot_deliver(&mut self, i: usize, mut c: Completion) {
+        let Some(s) = self.slots.get_mut(i) else {
+            return;
         };
-        let mut c = self.take_completion(req)?;
-        let s = &mut self.slots[i];
-        s.state = SlotState::Idle;
         let n = c.data.len().min(s.cap);
         if s.buf.is_empty() {
             // Lent to the protocol endpoint's receive: back, at the slot's length.
@@ -301,22 +303,18 @@ impl Endpoint {
             s.buf[..n].copy_from_slice(&c.data[..n]);
         }
         s.got = n;
-        Some(match c.status() {
-            Ok(()) => Ok(RecvInfo {
+        let op = c.request.op.0;
+        s.state = match c.status() {
+            // A truncated receive is one `slot_done` tells by its length.
+            Ok(()) | Err(OpError::Truncated { .. }) => SlotState::Done {
+                op,
                 len: c.len,
                 tag: c.tag,
-                source: c.source().unwrap_or(Peer {
-                    id: PeerId(0),
-                    ep: self.id,
-                }),
-                cq_data: c.cq_data(),
-            }),
-            Err(error) => Err(Error::Failed {
-                request: req,
-                kind: tagmatch_rdm::OpKind::Recv,
-                error,
-            }),
-        })
+                src: c.source().map_or(0, |p| p.id.0),
+                cq: c.cq_data(),
+            },
+            Err(error) => SlotState::Failed { op, error },
+        };
     }
 
     /// The bytes of `slot`'s last completed receive (at most the slot's length).
