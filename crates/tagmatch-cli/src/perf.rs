@@ -1166,6 +1166,19 @@ impl Client {
         }
         let elapsed = start.elapsed();
         laps.to_nanos(&mut rtts);
+        // Every lap lies between `start` and the end: their sum cannot exceed the
+        // monotonic clock's time for the run (1 % for the TSC's calibration). A TSC that
+        // disagrees would make the percentiles wrong: refused rather than reported.
+        let sum: u64 = rtts.iter().sum();
+        if sum as f64 > elapsed.as_nanos() as f64 * 1.01 + 1_000.0 {
+            return Err(tagmatch::Error::Io {
+                context: "perf clock",
+                source: std::io::Error::other(format!(
+                    "per-iteration times sum to {sum} ns, more than the run's {} ns",
+                    elapsed.as_nanos()
+                )),
+            });
+        }
         progress.clear();
         Ok((rtts, elapsed))
     }
