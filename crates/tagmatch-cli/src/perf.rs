@@ -22,7 +22,9 @@ use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use tagmatch::{Completion, Endpoint, MemFabric, OpKind, Peer, RemoteKey, Request, UdpConfig};
+use tagmatch::{
+    Completion, Endpoint, MemFabric, OpKind, Peer, RecvSlot, RemoteKey, Request, UdpConfig,
+};
 
 use crate::{input, Error};
 
@@ -329,6 +331,17 @@ pub struct Server {
     /// [`activity`] it saw then.
     last_heard: Instant,
     last_seen: u64,
+    /// The in-process server's data receives go into receive slots checked in place (no
+    /// completion record per message): a ring of `ring` of them, `posted` posted from
+    /// `next` on, in posting order; all of `slot_size` bytes.
+    slots: Vec<RecvSlot>,
+    slot_size: usize,
+    ring: usize,
+    next: usize,
+    posted: usize,
+    /// What the in-process server answers a latency test's message with (`ucx_perftest`'s
+    /// server also sends from its own buffer).
+    reply: Vec<u8>,
 }
 
 /// Packets and datagrams the endpoint received so far: protocol packets, and the UDP
@@ -359,6 +372,12 @@ impl Server {
             completions: 0,
             last_heard: Instant::now(),
             last_seen: 0,
+            slots: Vec::new(),
+            slot_size: 0,
+            ring: 0,
+            next: 0,
+            posted: 0,
+            reply: Vec::new(),
         })
     }
 
@@ -373,6 +392,92 @@ impl Server {
     fn driven_by_client(mut self) -> Server {
         self.track = false;
         self
+    }
+
+    /// Whether data receives go into receive slots: the in-process server its client
+    /// drives (never abandoned, so its receives need no handles to cancel).
+    fn in_place(&self) -> bool {
+        self.reuse && !self.track
+    }
+
+    /// Readies a ring of `w` slots of `size` bytes for a run (slots of another size stay
+    /// with the endpoint, unused).
+    fn ring_of(&mut self, size: usize, w: usize) {
+        if self.slot_size != size {
+            self.slots.clear();
+            self.slot_size = size;
+        }
+        while self.slots.len() < w {
+            let s = self.ep.recv_slot(size);
+            self.slots.push(s);
+        }
+        self.ring = w;
+        self.next = 0;
+        self.posted = 0;
+    }
+
+    /// Posts slot `i`'s data receive from `client`.
+    #[inline(always)]
+    fn post_slot(&mut self, client: Peer, i: usize) -> Result<(), tagmatch::Error> {
+        let _ = self.ep.tpost_slot(&self.slots[i], client, DATA)?;
+        self.posted += 1;
+        Ok(())
+    }
+
+    /// Handles the slots whose receives completed, in posting order.
+    #[inline(always)]
+    fn step_slots(&mut self) -> Result<usize, tagmatch::Error> {
+        let mut n = 0;
+        while self.posted > 0 {
+            let i = self.next;
+            let Some(done) = self.ep.slot_done(&self.slots[i]) else {
+                break;
+            };
+            done?;
+            n += 1;
+            self.posted -= 1;
+            self.next = if i + 1 == self.ring { 0 } else { i + 1 };
+            self.on_slot(i)?;
+        }
+        Ok(n)
+    }
+
+    /// A data message arrived in slot `i` (see [`Server::on_completion`]).
+    #[inline(always)]
+    fn on_slot(&mut self, i: usize) -> Result<(), tagmatch::Error> {
+        let Some(client) = self.client else {
+            return Err(tagmatch::Error::UnknownSlot);
+        };
+        match &mut self.phase {
+            Phase::Lat { left, .. } => {
+                *left -= 1;
+                let more = *left > 0;
+                self.ep.tinject(client, DATA, &self.reply)?;
+                if more {
+                    self.post_slot(client, i)?;
+                } else {
+                    self.phase = Phase::Idle;
+                    self.ctrl = Some(self.ep.trecv(client, CTRL, CTRL_LEN)?);
+                }
+            }
+            Phase::Bw {
+                left_to_post, left, ..
+            } => {
+                *left -= 1;
+                let (done, more) = (*left == 0, *left_to_post > 0);
+                if more {
+                    *left_to_post -= 1;
+                    self.post_slot(client, i)?;
+                }
+                if done {
+                    self.phase = Phase::Idle;
+                    self.ctrl = Some(self.ep.trecv(client, CTRL, CTRL_LEN)?);
+                    let _ = self.ep.tsend(client, ACK, vec![1u8])?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
     }
 
     /// Whether the client said it is done.
@@ -451,6 +556,9 @@ impl Server {
         while let Some(c) = self.ep.poll_completion() {
             n += 1;
             self.on_completion(c)?;
+        }
+        if self.posted > 0 {
+            n += self.step_slots()?;
         }
         self.completions += n as u64;
         Ok(n)
@@ -580,6 +688,12 @@ impl Server {
         self.runs += 1;
         let mut key = [0u8; 24];
         match test {
+            Test::TagLat if self.in_place() => {
+                self.phase = Phase::Lat { left: iters, size };
+                self.reply = vec![0x5a; size];
+                self.ring_of(size, 1);
+                self.post_slot(client, 0)?;
+            }
             Test::TagLat => {
                 self.phase = Phase::Lat { left: iters, size };
                 let buf = self.reuse.then(|| vec![0; size]);
@@ -587,8 +701,15 @@ impl Server {
             }
             Test::TagBw | Test::TagMsgrate => {
                 let first = window.min(iters);
-                for _ in 0..first {
-                    self.post_data(client, size, Some(vec![0; size]))?;
+                if self.in_place() {
+                    self.ring_of(size, first as usize);
+                    for i in 0..first as usize {
+                        self.post_slot(client, i)?;
+                    }
+                } else {
+                    for _ in 0..first {
+                        self.post_data(client, size, Some(vec![0; size]))?;
+                    }
                 }
                 self.phase = Phase::Bw {
                     left_to_post: iters - first,
@@ -753,6 +874,8 @@ struct Client {
     reuse: bool,
     /// How long a wait busy-polls ([`SPIN_LAT`] or [`SPIN_BW`], by test).
     spin: Duration,
+    /// Receive slots by size (the in-process latency test's).
+    slots: Vec<(usize, std::rc::Rc<RecvSlot>)>,
 }
 
 impl Client {
@@ -793,6 +916,41 @@ impl Client {
             return Ok(std::mem::take(&mut c.data));
         }
         c.into_result().map(|c| c.data)
+    }
+
+    /// The receive slot of `size` bytes (one per size, kept for the client's runs).
+    fn slot(&mut self, size: usize) -> std::rc::Rc<RecvSlot> {
+        if let Some((_, s)) = self.slots.iter().find(|(n, _)| *n == size) {
+            return s.clone();
+        }
+        let s = std::rc::Rc::new(self.ep.recv_slot(size));
+        self.slots.push((size, s.clone()));
+        s
+    }
+
+    /// Progresses until `slot`'s receive completes (the in-process client: it drives
+    /// the server, never blocks, and looks at the clock only for the 30 s limit).
+    #[inline(always)]
+    fn wait_slot(&mut self, slot: &RecvSlot, r: Request) -> Result<(), tagmatch::Error> {
+        let mut start = None;
+        let mut n = 0u32;
+        loop {
+            if let Some(done) = self.ep.slot_done(slot) {
+                return done.map(|_| ());
+            }
+            let spinning = self.local.is_some()
+                || start.get_or_insert_with(Instant::now).elapsed() < self.spin;
+            self.pump(spinning)?;
+            n = n.wrapping_add(1);
+            if n % 4096 == 0
+                && start.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(30)
+            {
+                return Err(tagmatch::Error::Timeout {
+                    request: r,
+                    limit_ms: 30_000,
+                });
+            }
+        }
     }
 
     fn wait(&mut self, r: Request) -> Result<Completion, tagmatch::Error> {
@@ -907,26 +1065,31 @@ impl Client {
         };
         let key = self.ctrl(test.code(), size, iters, window)?;
         let mut rtts = Vec::new();
+        // Created (and, the first time in the process, calibrated) before the run's clock
+        // starts.
+        let laps = LapClock::new();
         let start = Instant::now();
         match test {
             Test::TagLat if self.reuse => {
                 // Per iteration (as ucx_perftest's tag_lat loop): post a receive into the
-                // recycled buffer, inject the message from `msg`, progress until the
-                // reply completes (driving the in-process server, which receives into
-                // its own recycled buffer and injects the reply).
+                // endpoint's receive slot (a recycled buffer whose completion is checked
+                // in place, as ucx_perftest checks its request), inject the message from
+                // `msg`, progress until the reply completes (driving the in-process
+                // server, which receives into its own recycled buffer and injects the
+                // reply).
                 rtts.reserve(iters as usize);
                 let msg = vec![0xa5u8; size];
-                let mut buf = vec![0u8; size];
+                let slot = self.slot(size);
                 // One clock read per iteration, as ucx_perftest: an iteration's round
-                // trip runs from the previous iteration's reading to its own.
-                let mut t0 = Instant::now();
+                // trip runs from the previous iteration's reading to its own, kept in
+                // the lap clock's ticks (nanoseconds after the loop).
+                let mut t0 = laps.ticks();
                 for i in 0..iters {
-                    let r = self.ep.trecv_into(self.server, DATA, buf)?;
+                    let r = self.ep.tpost_slot(&slot, self.server, DATA)?;
                     self.ep.tinject(self.server, DATA, &msg)?;
-                    buf = self.wait_data(r)?;
-                    buf.resize(size, 0);
-                    let t1 = Instant::now();
-                    rtts.push((t1 - t0).as_nanos() as u64);
+                    self.wait_slot(&slot, r)?;
+                    let t1 = laps.ticks();
+                    rtts.push(t1.saturating_sub(t0));
                     t0 = t1;
                     progress.tick(i + 1, iters);
                 }
@@ -947,14 +1110,14 @@ impl Client {
             Test::TagLat => {
                 rtts.reserve(iters as usize);
                 let mut buf = vec![0xa5u8; size];
-                let mut t0 = Instant::now();
+                let mut t0 = laps.ticks();
                 for i in 0..iters {
                     let r = self.ep.trecv(self.server, DATA, size)?;
                     let s = self.ep.tsend(self.server, DATA, buf)?;
                     self.sends.push_back(s);
                     buf = self.wait_data(r)?;
-                    let t1 = Instant::now();
-                    rtts.push((t1 - t0).as_nanos() as u64);
+                    let t1 = laps.ticks();
+                    rtts.push(t1.saturating_sub(t0));
                     t0 = t1;
                     self.reap_sends(8)?;
                     progress.tick(i + 1, iters);
@@ -1002,6 +1165,20 @@ impl Client {
             }
         }
         let elapsed = start.elapsed();
+        laps.to_nanos(&mut rtts);
+        // Every lap lies between `start` and the end: their sum cannot exceed the
+        // monotonic clock's time for the run (1 % for the TSC's calibration). A TSC that
+        // disagrees would make the percentiles wrong: refused rather than reported.
+        let sum: u64 = rtts.iter().sum();
+        if sum as f64 > elapsed.as_nanos() as f64 * 1.01 + 1_000.0 {
+            return Err(tagmatch::Error::Io {
+                context: "perf clock",
+                source: std::io::Error::other(format!(
+                    "per-iteration times sum to {sum} ns, more than the run's {} ns",
+                    elapsed.as_nanos()
+                )),
+            });
+        }
         progress.clear();
         Ok((rtts, elapsed))
     }
@@ -1061,6 +1238,34 @@ impl Progress {
 /// The index of percentile `p` in `n` sorted values.
 fn percentile_index(n: usize, p: f64) -> usize {
     (((n as f64 - 1.0) * p).round() as usize).min(n - 1)
+}
+
+/// The latency loops' per-iteration clock, read once per round trip as `ucx_perftest`
+/// reads the CPU's time-stamp counter (`ucs_get_time`): through `quanta`, which uses
+/// the TSC only when the CPU reports it invariant (constant rate, running in every
+/// power state) and `rdtscp` exists, calibrated against the monotonic clock once per
+/// process, and otherwise the monotonic clock itself. `Instant::now` is a vDSO call of
+/// ~40 instructions; a tick reading is one `rdtsc`. Laps are kept in ticks and turned
+/// into nanoseconds after the run (as `ucx_perftest` converts after its loop).
+struct LapClock(quanta::Clock);
+
+impl LapClock {
+    fn new() -> LapClock {
+        LapClock(quanta::Clock::new())
+    }
+
+    /// The clock's raw reading (TSC ticks, or nanoseconds of the fallback).
+    #[inline(always)]
+    fn ticks(&self) -> u64 {
+        self.0.raw()
+    }
+
+    /// Turns laps in ticks (differences of two [`LapClock::ticks`]) into nanoseconds.
+    fn to_nanos(&self, laps: &mut [u64]) {
+        for l in laps {
+            *l = self.0.delta_as_nanos(0, *l);
+        }
+    }
 }
 
 /// The 50th and 99th percentiles of `v` (reordered), as a full sort would give them
@@ -1149,6 +1354,7 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
                     sends: VecDeque::new(),
                     reuse: true,
                     spin: SPIN_BW,
+                    slots: Vec::new(),
                 },
             )
         }
@@ -1179,6 +1385,7 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
                     sends: VecDeque::new(),
                     reuse: false,
                     spin: SPIN_BW,
+                    slots: Vec::new(),
                 },
             )
         }
@@ -1209,6 +1416,7 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
                     sends: VecDeque::new(),
                     reuse: false,
                     spin: SPIN_BW,
+                    slots: Vec::new(),
                 },
             )
         }
@@ -1448,6 +1656,43 @@ pub fn run(args: Args) -> Result<(), Error> {
 mod tests {
     use super::*;
 
+    /// Laps recorded and converted as the latency loops do sum to the time `Instant`
+    /// measures around them: at least the time between two `Instant` readings taken
+    /// inside the first and last lap readings, at most the time between two taken
+    /// outside them (1 % for the calibration, 1 ns per lap for the rounding down of
+    /// each). Being descheduled only widens the outer pair, so this holds on a loaded
+    /// machine; it fails if ticks are scaled wrongly or laps are lost.
+    #[test]
+    fn laps_agree_with_instant_over_a_run() {
+        let laps = LapClock::new();
+        let mut v = Vec::with_capacity(20_000);
+        let outer0 = Instant::now();
+        let mut t0 = laps.ticks();
+        let inner0 = Instant::now();
+        let mut inner1 = inner0;
+        while v.len() < 20_000 {
+            // About a microsecond per lap, as a round trip.
+            let until = Instant::now() + Duration::from_micros(1);
+            while Instant::now() < until {}
+            if v.len() == 19_999 {
+                inner1 = Instant::now();
+            }
+            let t1 = laps.ticks();
+            v.push(t1.saturating_sub(t0));
+            t0 = t1;
+        }
+        let outer1 = Instant::now();
+        laps.to_nanos(&mut v);
+        let sum = v.iter().sum::<u64>() as f64;
+        let inner = (inner1 - inner0).as_nanos() as f64;
+        let outer = (outer1 - outer0).as_nanos() as f64;
+        let rounding = v.len() as f64;
+        assert!(
+            sum >= inner * 0.99 - rounding && sum <= outer * 1.01,
+            "laps sum to {sum} ns; Instant: {inner} ns inside, {outer} ns outside"
+        );
+    }
+
     #[test]
     fn sizes_parse_with_suffixes_and_reject_garbage() {
         assert_eq!(parse_sizes("8,4k,1M").unwrap(), vec![8, 4096, 1 << 20]);
@@ -1598,6 +1843,7 @@ mod tests {
             sends: VecDeque::new(),
             reuse: true,
             spin: SPIN_BW,
+            slots: Vec::new(),
         };
         let mut quiet = Progress::quiet();
         let (rtts, _) = next.run(Test::TagLat, 8, 50, 1, &mut quiet).unwrap();

@@ -690,8 +690,10 @@ impl MemoryRegion {
 #[derive(Debug)]
 pub struct Endpoint {
     pub(crate) id: u32,
-    pub(crate) node: Node<Device>,
+    pub(crate) node: crate::proto::ProtoNode,
     pub(crate) ready: VecDeque<Completion>,
+    /// Receive slots ([`Endpoint::recv_slot`]).
+    pub(crate) slots: Vec<crate::slot::Slot>,
     pub(crate) counters: Counters,
     wait_limit: Duration,
     /// The in-process fast path (mem transport with [`Builder::fast_path`] on).
@@ -765,8 +767,9 @@ impl Endpoint {
         });
         Endpoint {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            node: Node::new(cfg, dev),
+            node: crate::proto::ProtoNode::new(Node::new(cfg, dev)),
             ready: VecDeque::new(),
+            slots: Vec::new(),
             counters: Counters::default(),
             wait_limit,
             fast,
@@ -822,7 +825,7 @@ impl Endpoint {
                 endpoint: self.transport(),
             });
         }
-        let p = self.node.endpoint_mut().add_peer(addr.raw());
+        let p = self.node.get_mut().endpoint_mut().add_peer(addr.raw());
         trace!(peer = p.0, %addr, "insert_peer");
         Ok(Peer { id: p, ep: self.id })
     }
@@ -870,7 +873,11 @@ impl Endpoint {
         if self.is_fast(pid) {
             return self.fast_send(pid, Some(tag), crate::fast::Bytes::Owned(data), opts, false);
         }
-        let r = self.node.endpoint_mut().tsend(pid, tag, data, opts);
+        let r = self
+            .node
+            .get_mut()
+            .endpoint_mut()
+            .tsend(pid, tag, data, opts);
         self.req(r, Some(peer))
     }
 
@@ -892,7 +899,7 @@ impl Endpoint {
         if self.is_fast(pid) {
             return self.fast_send(pid, None, crate::fast::Bytes::Owned(data), opts, false);
         }
-        let r = self.node.endpoint_mut().send(pid, data, opts);
+        let r = self.node.get_mut().endpoint_mut().send(pid, data, opts);
         self.req(r, Some(peer))
     }
 
@@ -913,6 +920,7 @@ impl Endpoint {
         }
         let r = self
             .node
+            .get_mut()
             .endpoint_mut()
             .trecv(src, tag.tag, tag.ignore(), len);
         self.req(r, None)
@@ -924,7 +932,7 @@ impl Endpoint {
         if self.fast.is_some() {
             return self.fast_post(None, src, crate::inproc::RecvBuf::Alloc(len));
         }
-        let r = self.node.endpoint_mut().recv(src, len);
+        let r = self.node.get_mut().endpoint_mut().recv(src, len);
         self.req(r, None)
     }
 
@@ -943,6 +951,7 @@ impl Endpoint {
             return self.fast_probe(Some(tag), src);
         }
         self.node
+            .get_mut()
             .endpoint_mut()
             .tprobe(src, tag.tag, tag.ignore())
             .map(|p| ProbeInfo::new(p, ep))
@@ -957,6 +966,7 @@ impl Endpoint {
             return self.fast_probe(None, src);
         }
         self.node
+            .get_mut()
             .endpoint_mut()
             .probe(src)
             .map(|p| ProbeInfo::new(p, ep))
@@ -975,10 +985,11 @@ impl Endpoint {
         if self.fast.is_some() {
             return self.fast_mprobe(Some(tag), src);
         }
-        let (claim, info) = self
-            .node
-            .endpoint_mut()
-            .tmprobe(src, tag.tag, tag.ignore())?;
+        let (claim, info) =
+            self.node
+                .get_mut()
+                .endpoint_mut()
+                .tmprobe(src, tag.tag, tag.ignore())?;
         Some(Message {
             claim: MsgClaim::Rdm(claim),
             ep: self.id,
@@ -993,7 +1004,7 @@ impl Endpoint {
         if self.fast.is_some() {
             return self.fast_mprobe(None, src);
         }
-        let (claim, info) = self.node.endpoint_mut().mprobe(src)?;
+        let (claim, info) = self.node.get_mut().endpoint_mut().mprobe(src)?;
         Some(Message {
             claim: MsgClaim::Rdm(claim),
             ep: self.id,
@@ -1010,7 +1021,7 @@ impl Endpoint {
             MsgClaim::Rdm(c) => c,
             MsgClaim::Fast(h) => return self.fast_mrecv(h, crate::inproc::RecvBuf::Alloc(len)),
         };
-        let r = self.node.endpoint_mut().mrecv(claim, len);
+        let r = self.node.get_mut().endpoint_mut().mrecv(claim, len);
         match r {
             Ok(op) => {
                 self.counters.submitted += 1;
@@ -1032,6 +1043,7 @@ impl Endpoint {
             return self.fast_cancel(req);
         }
         self.node
+            .get_mut()
             .endpoint_mut()
             .cancel(req.op)
             .map_err(|e| Error::call(e, None, Some(req)))?;
@@ -1043,16 +1055,17 @@ impl Endpoint {
     /// stays registered for any number of operations until [`Endpoint::deregister`].
     pub fn register(&mut self, bytes: Vec<u8>) -> Result<MemoryRegion> {
         let len = bytes.len() as u64;
-        let (handle, k) =
-            self.node
-                .register(bytes, self.wait_limit)
-                .map_err(|e| match e.kind() {
-                    io::ErrorKind::TimedOut | io::ErrorKind::Other => Error::RegistrationFailed,
-                    _ => Error::Io {
-                        context: "register",
-                        source: e,
-                    },
-                })?;
+        let (handle, k) = self
+            .node
+            .get_mut()
+            .register(bytes, self.wait_limit)
+            .map_err(|e| match e.kind() {
+                io::ErrorKind::TimedOut | io::ErrorKind::Other => Error::RegistrationFailed,
+                _ => Error::Io {
+                    context: "register",
+                    source: e,
+                },
+            })?;
         self.counters.registrations += 1;
         Ok(MemoryRegion {
             handle,
@@ -1082,6 +1095,7 @@ impl Endpoint {
             return Err(Error::UnknownRegion);
         }
         self.node
+            .get_mut()
             .endpoint_mut()
             .memory_mut(mr.handle)
             .ok_or(Error::UnknownRegion)
@@ -1096,7 +1110,7 @@ impl Endpoint {
         if mr.ep != self.id {
             return Err(Error::UnknownRegion);
         }
-        let ep = self.node.endpoint_mut();
+        let ep = self.node.get_mut().endpoint_mut();
         match ep.try_release_memory(mr.handle) {
             Ok(bytes) => Ok(bytes),
             Err(tagmatch_rdm::CallError::MemInUse) => {
@@ -1209,7 +1223,7 @@ impl Endpoint {
             return r;
         }
         let (off, len) = (range.start as u64, (range.end - range.start) as u64);
-        let ep = self.node.endpoint_mut();
+        let ep = self.node.get_mut().endpoint_mut();
         let r = match tag {
             Some(tag) => ep.tsend_from(pid, tag, mr.handle, off, len, opts),
             None => ep.send_from(pid, mr.handle, off, len, opts),
@@ -1249,7 +1263,11 @@ impl Endpoint {
         let data = data.into();
         trace!(peer = peer.index(), len = data.len(), "write");
         let pid = self.pid(peer)?;
-        let r = self.node.endpoint_mut().write(pid, data, remote, opts);
+        let r = self
+            .node
+            .get_mut()
+            .endpoint_mut()
+            .write(pid, data, remote, opts);
         self.req(r, Some(peer))
     }
 
@@ -1258,7 +1276,7 @@ impl Endpoint {
     pub fn read(&mut self, peer: Peer, len: usize, remote: RemoteAddr) -> Result<Request> {
         trace!(peer = peer.index(), len, "read");
         let pid = self.pid(peer)?;
-        let r = self.node.endpoint_mut().read(pid, len, remote);
+        let r = self.node.get_mut().endpoint_mut().read(pid, len, remote);
         self.req(r, Some(peer))
     }
 
@@ -1270,10 +1288,12 @@ impl Endpoint {
     pub fn atomic(&mut self, peer: Peer, args: AtomicArgs, remote: RemoteAddr) -> Result<Request> {
         let n = self.atomic_len_check(&args);
         let pid = self.pid(peer)?;
-        let r = self
-            .node
-            .endpoint_mut()
-            .atomic_write(pid, args, remote, SendOptions::default());
+        let r = self.node.get_mut().endpoint_mut().atomic_write(
+            pid,
+            args,
+            remote,
+            SendOptions::default(),
+        );
         self.atomic_req(r, peer, n)
     }
 
@@ -1286,7 +1306,11 @@ impl Endpoint {
     ) -> Result<Request> {
         let n = self.atomic_len_check(&args);
         let pid = self.pid(peer)?;
-        let r = self.node.endpoint_mut().atomic_fetch(pid, args, remote);
+        let r = self
+            .node
+            .get_mut()
+            .endpoint_mut()
+            .atomic_fetch(pid, args, remote);
         self.atomic_req(r, peer, n)
     }
 
@@ -1299,7 +1323,11 @@ impl Endpoint {
     ) -> Result<Request> {
         let n = self.atomic_len_check(&args);
         let pid = self.pid(peer)?;
-        let r = self.node.endpoint_mut().atomic_compare(pid, args, remote);
+        let r = self
+            .node
+            .get_mut()
+            .endpoint_mut()
+            .atomic_compare(pid, args, remote);
         self.atomic_req(r, peer, n)
     }
 
@@ -1393,8 +1421,15 @@ impl Endpoint {
     }
 
     fn take_node_slow(&mut self) {
-        while let Some(c) = self.node.poll_completion() {
+        while let Some(c) = self.node.get_mut().poll_completion() {
             if let Some(c) = self.convert(c) {
+                // A receive slot's completion goes to its slot, not the queue.
+                if !self.extra.slot_ops.is_empty() {
+                    if let Some(i) = self.extra.slot_ops.remove(&c.request.op.0) {
+                        self.slot_deliver(i as usize, c);
+                        continue;
+                    }
+                }
                 self.ready.push_back(c);
             }
         }
@@ -1482,7 +1517,7 @@ impl Endpoint {
         if self.node.has_own_work() {
             return Ok(false);
         }
-        match self.node.device_mut() {
+        match self.node.get_mut().device_mut() {
             Device::Udp(d) => d.wake_when_ready(waker).map_err(Error::io("progress")),
             #[cfg(feature = "verbs")]
             Device::Verbs(d) => d.wake_when_ready(waker).map_err(Error::io("progress")),
@@ -1512,6 +1547,7 @@ impl Endpoint {
     #[inline(never)]
     fn device_pass(&mut self, timeout: Duration) -> Result<()> {
         self.node
+            .get_mut()
             .progress(Some(timeout))
             .map_err(Error::io("progress"))?;
         self.take_node();
@@ -1618,7 +1654,11 @@ impl Endpoint {
     /// `tagmatch_transport::Node::flush`).
     pub fn flush(&mut self, limit: Duration) -> Result<bool> {
         let start = Instant::now();
-        let r = self.node.flush(limit).map_err(Error::io("flush"))?;
+        let r = self
+            .node
+            .get_mut()
+            .flush(limit)
+            .map_err(Error::io("flush"))?;
         self.take_node();
         // Fast-path messages waiting for ring space leave as the receiver drains.
         self.fast_progress();

@@ -50,6 +50,10 @@ pub enum Error {
     UnknownRequest(Request),
     /// A claimed message (from `mprobe`) is no longer valid.
     StaleMessage,
+    /// A receive slot of another endpoint.
+    UnknownSlot,
+    /// A receive slot posted again before its receive completed.
+    SlotPosted,
     /// No such memory region (deregistered, or from another endpoint).
     UnknownRegion,
     /// Too many operations in flight.
@@ -135,6 +139,8 @@ impl fmt::Display for Error {
             ),
             Error::UnknownRequest(r) => write!(f, "unknown or finished request {}", r.id()),
             Error::StaleMessage => write!(f, "claimed message is no longer valid"),
+            Error::UnknownSlot => write!(f, "receive slot of another endpoint"),
+            Error::SlotPosted => write!(f, "receive slot posted again before its receive completed"),
             Error::UnknownRegion => write!(f, "unknown memory region"),
             Error::TooManyOps => write!(f, "too many operations in flight"),
             Error::TooManyReceives => write!(f, "too many posted receives"),

@@ -22,11 +22,12 @@ use tagmatch_engine::{
     Arrived, Envelope, Match, MsgHandle, Posted, RecvSpec, Rejected, Source, TagSel,
 };
 use tagmatch_rdm::{CallError, Config, OpError, OpId, OpKind, PeerId, SendOpts};
-use tagmatch_transport::Node;
 use tagmatch_wire::efa::RawAddr;
 
 use crate::endpoint::{Device, MsgClaim};
 use crate::fast::{self, Bytes, Hub, Inbox, Payload, RxLane, TxLane, F_CQ, F_DC, F_TAGGED};
+use crate::proto::ProtoNode;
+use crate::slot::Slot;
 use crate::stats::Counters;
 use crate::{Completion, Endpoint, Error, Message, Peer, ProbeInfo, Request, Result, TagMatch};
 
@@ -57,6 +58,8 @@ pub(crate) enum RecvBuf {
     Alloc(usize),
     /// The caller's buffer (its length is the receive's length).
     Into(Vec<u8>),
+    /// A receive slot's buffer, kept by the endpoint (`len`: its length).
+    Slot { idx: u32, len: usize },
 }
 
 impl RecvBuf {
@@ -64,13 +67,7 @@ impl RecvBuf {
         match self {
             RecvBuf::Alloc(n) => *n,
             RecvBuf::Into(v) => v.len(),
-        }
-    }
-
-    fn into_caller(self) -> Option<Vec<u8>> {
-        match self {
-            RecvBuf::Alloc(_) => None,
-            RecvBuf::Into(v) => Some(v),
+            RecvBuf::Slot { len, .. } => *len,
         }
     }
 }
@@ -404,6 +401,10 @@ pub(crate) struct ProtoExtras {
     /// Injected sends: no completion unless they fail. (Receives into a caller's buffer
     /// need no bookkeeping: the protocol endpoint receives into the buffer itself.)
     injected: HashSet<OpId>,
+    /// Receive slots' receives that complete through the protocol endpoint (or a
+    /// cancel): our operation -> the slot, which takes the completion instead of the
+    /// queue (see [`Endpoint::recv_slot`]).
+    pub(crate) slot_ops: HashMap<u64, u32>,
 }
 
 /// The fast-path state of an endpoint.
@@ -425,7 +426,7 @@ pub(crate) struct Fast {
     next_op: u64,
     /// Protocol-path messages matched here and `mrecv`ed: protocol op -> (our op, the
     /// caller's buffer).
-    proto_recvs: HashMap<u64, (u64, Option<Vec<u8>>)>,
+    proto_recvs: HashMap<u64, (u64, RecvBuf)>,
     proto_stalled: VecDeque<Stalled>,
     /// Delivery-complete sends waiting for the receiver: op -> (len, tag).
     /// Delivery-complete sends waiting for the receiver's ack: length, tag, and the route
@@ -520,6 +521,7 @@ impl Drop for Fast {
 /// Where completions go.
 struct Out<'a> {
     ready: &'a mut VecDeque<Completion>,
+    slots: &'a mut Vec<Slot>,
     counters: &'a mut Counters,
     ep: u32,
 }
@@ -578,8 +580,8 @@ fn spec(tag: Option<TagMatch>, src: Option<PeerId>) -> RecvSpec {
 #[inline(always)]
 fn arrive(
     engine: &mut Matcher,
-    node: &mut Node<Device>,
-    proto_recvs: &mut HashMap<u64, (u64, Option<Vec<u8>>)>,
+    node: &mut ProtoNode,
+    proto_recvs: &mut HashMap<u64, (u64, RecvBuf)>,
     out: &mut Out<'_>,
     lane: &crate::fast::Lane,
     env: Envelope,
@@ -619,16 +621,16 @@ fn arrive(
 /// of line: the fast path's own messages do not come here).
 #[cold]
 fn finish_proto(
-    node: &mut Node<Device>,
-    proto_recvs: &mut HashMap<u64, (u64, Option<Vec<u8>>)>,
+    node: &mut ProtoNode,
+    proto_recvs: &mut HashMap<u64, (u64, RecvBuf)>,
     out: &mut Out<'_>,
     op: u64,
     buf: RecvBuf,
     claim: tagmatch_rdm::Claim,
 ) {
-    match node.endpoint_mut().mrecv(claim, buf.len()) {
+    match node.get_mut().endpoint_mut().mrecv(claim, buf.len()) {
         Ok(rop) => {
-            proto_recvs.insert(rop.0, (op, buf.into_caller()));
+            proto_recvs.insert(rop.0, (op, buf));
         }
         Err(e) => {
             // The claim was taken by this endpoint and never handed out: it cannot be
@@ -647,8 +649,8 @@ fn finish_proto(
 /// (or, for a protocol-path message, receives it from the protocol endpoint).
 #[inline(always)]
 fn finish(
-    node: &mut Node<Device>,
-    proto_recvs: &mut HashMap<u64, (u64, Option<Vec<u8>>)>,
+    node: &mut ProtoNode,
+    proto_recvs: &mut HashMap<u64, (u64, RecvBuf)>,
     out: &mut Out<'_>,
     ctx: RecvCtx,
     env: Envelope,
@@ -660,6 +662,24 @@ fn finish(
     let data = match (msg.payload, ctx.buf) {
         (Payload::Proto(claim), buf) => {
             finish_proto(node, proto_recvs, out, ctx.op, buf, claim);
+            return;
+        }
+        (payload, RecvBuf::Slot { idx, .. }) => {
+            // Into the slot's buffer, completed in place: no completion record.
+            if let Some(s) = out.slots.get_mut(idx as usize) {
+                match payload {
+                    Payload::Inline { words, .. } => fast::copy_inline(&words, n, &mut s.buf),
+                    Payload::Heap(v) => s.buf[..n].copy_from_slice(&v[..n]),
+                    Payload::Proto(_) => {}
+                }
+                s.complete(ctx.op, len as u64, n, env.tag, env.src, msg.cq_data);
+            }
+            out.counters.fast_recvs += 1;
+            out.counters.completed += 1;
+            out.counters.bytes += len as u64;
+            if len > buf_len {
+                out.counters.failed += 1;
+            }
             return;
         }
         (Payload::Heap(mut v), RecvBuf::Alloc(_)) => {
@@ -706,8 +726,8 @@ fn finish(
 #[inline(never)]
 fn arrive_engine(
     engine: &mut Matcher,
-    node: &mut Node<Device>,
-    proto_recvs: &mut HashMap<u64, (u64, Option<Vec<u8>>)>,
+    node: &mut ProtoNode,
+    proto_recvs: &mut HashMap<u64, (u64, RecvBuf)>,
     out: &mut Out<'_>,
     lane: &crate::fast::Lane,
     env: Envelope,
@@ -735,7 +755,7 @@ fn arrive_engine(
 /// Takes every lane's messages into the matcher (a message held back for the budget
 /// first); `reap`: also what waited at a sender that went.
 #[inline(always)]
-fn drain_lanes(f: &mut Fast, node: &mut Node<Device>, out: &mut Out<'_>, reap: bool) {
+fn drain_lanes(f: &mut Fast, node: &mut ProtoNode, out: &mut Out<'_>, reap: bool) {
     for InLane { rx, stalled } in f.rx.iter_mut() {
         if stalled.is_some() {
             let Some(s) = stalled.take() else { continue };
@@ -902,6 +922,7 @@ impl Endpoint {
             // as a send to a vanished peer fails on the protocol path.
             Out {
                 ready: &mut self.ready,
+                slots: &mut self.slots,
                 counters: &mut self.counters,
                 ep,
             }
@@ -930,6 +951,7 @@ impl Endpoint {
         } else {
             Out {
                 ready: &mut self.ready,
+                slots: &mut self.slots,
                 counters: &mut self.counters,
                 ep,
             }
@@ -979,6 +1001,7 @@ impl Endpoint {
             id,
             node,
             ready,
+            slots,
             counters,
             fast,
             ..
@@ -991,6 +1014,7 @@ impl Endpoint {
             Ok(Some(m)) => {
                 let mut out = Out {
                     ready,
+                    slots,
                     counters,
                     ep: *id,
                 };
@@ -1062,6 +1086,7 @@ impl Endpoint {
             id,
             node,
             ready,
+            slots,
             counters,
             fast,
             ..
@@ -1073,6 +1098,7 @@ impl Endpoint {
         let op = f.op();
         let mut out = Out {
             ready,
+            slots,
             counters,
             ep: *id,
         };
@@ -1098,12 +1124,20 @@ impl Endpoint {
         let Some(f) = self.fast.as_deref_mut() else {
             return Err(Error::UnknownRequest(req));
         };
-        if f.engine.cancel(req.op.0).is_none() {
+        let Some(ctx) = f.engine.cancel(req.op.0) else {
             return Err(Error::UnknownRequest(req));
-        }
+        };
         self.counters.cancels += 1;
+        if let RecvBuf::Slot { idx, .. } = ctx.buf {
+            self.slot_deliver(
+                idx as usize,
+                Completion::recv_failed(req, OpError::Canceled),
+            );
+            return Ok(());
+        }
         Out {
             ready: &mut self.ready,
+            slots: &mut self.slots,
             counters: &mut self.counters,
             ep,
         }
@@ -1119,7 +1153,14 @@ impl Endpoint {
         if let Some(f) = self.fast.as_deref_mut() {
             if let Some((op, buf)) = f.proto_recvs.remove(&c.op.0) {
                 c.op = OpId(op);
-                into = buf;
+                match buf {
+                    RecvBuf::Into(b) => into = Some(b),
+                    // Into a slot: the slot takes the completion (`take_node_slow`).
+                    RecvBuf::Slot { idx, .. } => {
+                        self.extra.slot_ops.insert(op, idx);
+                    }
+                    RecvBuf::Alloc(_) => {}
+                }
             }
         }
         if let Some(mut b) = into {
@@ -1143,7 +1184,9 @@ impl Endpoint {
     /// path, the protocol side idle) one call in [`DEVICE_POLL_EVERY`]: polling the
     /// in-memory device takes the fabric-wide lock, which would otherwise cost more than
     /// a fast-path message. On a fabric with faults every call polls (its delays are
-    /// counted in device polls: skipping them would change what the faults do).
+    /// counted in device polls: skipping them would change what the faults do). The
+    /// protocol side is looked at in full only while it is marked busy (see
+    /// [`crate::proto`]).
     #[inline]
     pub(crate) fn device_due(&mut self) -> bool {
         let Some(f) = self.fast.as_deref_mut() else {
@@ -1156,16 +1199,25 @@ impl Endpoint {
             Device::Mem(d) => d.has_mail(),
             _ => true,
         };
-        if mail || self.node.has_own_work() {
+        if mail {
             f.dev_skip = 0;
             return true;
         }
-        let ep = self.node.endpoint();
-        let (tx, rx, _) = ep.in_flight();
-        let (_, sends, rdmas) = ep.resources();
-        if tx + rx + sends + rdmas > 0 {
-            f.dev_skip = 0;
-            return true;
+        // The full look only while the node may have changed since it was last found
+        // quiet (every mutable access marks it: `ProtoNode::get_mut`).
+        if self.node.busy() {
+            let ep = self.node.endpoint();
+            let (tx, rx, inbound) = ep.in_flight();
+            let (_, sends, rdmas) = ep.resources();
+            if self.node.has_own_work() || tx + rx + sends + rdmas > 0 {
+                f.dev_skip = 0;
+                return true;
+            }
+            // Unexpected protocol messages are the fast path's to claim (its general
+            // pass, which `fast_progress` enters while the node is busy and some wait).
+            if inbound == 0 {
+                self.node.set_quiet();
+            }
         }
         f.dev_skip -= 1;
         false
@@ -1208,6 +1260,7 @@ impl Endpoint {
             id,
             node,
             ready,
+            slots,
             counters,
             fast,
             ..
@@ -1219,12 +1272,13 @@ impl Endpoint {
             || f.any_waiting
             || f.reap
             || !f.proto_stalled.is_empty()
-            || node.endpoint().in_flight().2 > 0
+            || (node.busy() && node.endpoint().in_flight().2 > 0)
         {
             return self.fast_progress_all();
         }
         let mut out = Out {
             ready,
+            slots,
             counters,
             ep: *id,
         };
@@ -1238,6 +1292,7 @@ impl Endpoint {
             id,
             node,
             ready,
+            slots,
             counters,
             fast,
             ..
@@ -1247,6 +1302,7 @@ impl Endpoint {
         };
         let mut out = Out {
             ready,
+            slots,
             counters,
             ep: *id,
         };
@@ -1307,7 +1363,7 @@ impl Endpoint {
         }
         if events && f.inbox.take_new_lanes(&mut f.new_lanes) {
             for lane in f.new_lanes.drain(..) {
-                let peer = node.endpoint_mut().add_peer(lane.src);
+                let peer = node.get_mut().endpoint_mut().add_peer(lane.src);
                 let rx = fast::rx_lane(lane, peer.0);
                 // Its sender may have gone already, its notice taken by an earlier call
                 // (before the lane was taken here).
@@ -1326,7 +1382,7 @@ impl Endpoint {
                 let s = match f.proto_stalled.pop_front() {
                     Some(s) => s,
                     None => {
-                        let ep = node.endpoint_mut();
+                        let ep = node.get_mut().endpoint_mut();
                         let (claim, info, comm) = if let Some((c, i)) = ep.tmprobe(None, 0, !0) {
                             (c, i, COMM_TAG)
                         } else if let Some((c, i)) = ep.mprobe(None) {
@@ -1478,7 +1534,7 @@ impl Endpoint {
         tag: Option<u64>,
         data: &[u8],
     ) -> Result<()> {
-        let ep = self.node.endpoint_mut();
+        let ep = self.node.get_mut().endpoint_mut();
         let r = match tag {
             Some(t) => ep.tsend(pid, t, data.to_vec(), SendOpts::default()),
             None => ep.send(pid, data.to_vec(), SendOpts::default()),
@@ -1526,6 +1582,7 @@ impl Endpoint {
         // The protocol endpoint receives into `buf` itself (no copy at completion).
         let r = self
             .node
+            .get_mut()
             .endpoint_mut()
             .trecv_into(src, tag.tag, !tag.mask, buf);
         self.req(r, None)
@@ -1538,7 +1595,7 @@ impl Endpoint {
         if self.fast.is_some() {
             return self.fast_post(None, src, RecvBuf::Into(buf));
         }
-        let r = self.node.endpoint_mut().recv_into(src, buf);
+        let r = self.node.get_mut().endpoint_mut().recv_into(src, buf);
         self.req(r, None)
     }
 
@@ -1550,7 +1607,7 @@ impl Endpoint {
         match msg.claim {
             MsgClaim::Fast(h) => self.fast_mrecv(h, RecvBuf::Into(buf)),
             MsgClaim::Rdm(c) => {
-                let r = match self.node.endpoint_mut().mrecv_into(c, buf) {
+                let r = match self.node.get_mut().endpoint_mut().mrecv_into(c, buf) {
                     Ok(op) => op,
                     Err(CallError::UnknownOp) => return Err(Error::StaleMessage),
                     Err(e) => return Err(Error::call(e, None, None)),

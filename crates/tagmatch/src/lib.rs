@@ -112,6 +112,8 @@ mod fast;
 #[cfg(feature = "async")]
 mod future;
 mod inproc;
+mod proto;
+mod slot;
 mod stats;
 
 pub use address::Address;
@@ -123,6 +125,7 @@ pub use endpoint::{
 pub use error::{Error, Result};
 #[cfg(feature = "async")]
 pub use future::CompletionFuture;
+pub use slot::{RecvInfo, RecvSlot};
 pub use stats::{Counters, DeviceStats, OffloadStats, Stats};
 pub use tagmatch_rdm::{
     AtomicArgs, AtomicOp, Datatype, Features, MatchCounters, OpError, OpKind, Protocol, RemoteAddr,

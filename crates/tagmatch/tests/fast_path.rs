@@ -1128,3 +1128,255 @@ fn progress_timeout_does_not_sleep_on_its_own_protocol_work() {
         a.wait_with(s, &mut [&mut b]).unwrap();
     }
 }
+
+/// Starts an operation on an endpoint.
+type StartOp = Box<dyn Fn(&mut Endpoint) -> Request>;
+
+/// Progresses `x` and `others` until `r` completes; how many rounds it took.
+fn rounds_to_complete(x: &mut Endpoint, r: Request, others: &mut [&mut Endpoint]) -> usize {
+    for n in 1..=2_000 {
+        x.progress().unwrap();
+        for o in others.iter_mut() {
+            o.progress().unwrap();
+        }
+        if let Some(c) = x.take_completion(r) {
+            c.into_result().unwrap();
+            return n;
+        }
+    }
+    panic!("request {r:?} did not complete in 2,000 rounds");
+}
+
+/// An endpoint whose messages all take the fast path polls its device only once in 256
+/// progress calls while its protocol side is quiet, and finds out whether it is quiet
+/// from a mark that every call into the protocol endpoint sets. Protocol work started
+/// between fast-path messages, through every family of calls (tagged and untagged
+/// sends, injects and region sends to a peer without the fast path, a receive of its
+/// message, RMA writes and reads, atomics, registration), must be progressed at once, not
+/// up to 255 calls later: each is started at several points of the 256-call cycle (after
+/// 0 to 300 fast-path round trips) and must complete within a few rounds. A call that
+/// missed the mark would leave its packets unsent until the next periodic poll.
+#[test]
+fn protocol_work_between_fast_path_messages_is_progressed_at_once() {
+    let f = MemFabric::new();
+    let mut a = ep(&f, true);
+    let mut b = ep(&f, true);
+    let mut c = ep(&f, false);
+    let (pb, pc) = (
+        a.insert_peer(&b.address()).unwrap(),
+        a.insert_peer(&c.address()).unwrap(),
+    );
+    let pa_b = b.insert_peer(&a.address()).unwrap();
+    let pa_c = c.insert_peer(&a.address()).unwrap();
+    let rb = b.register(vec![0u8; 64]).unwrap();
+    let key = rb.remote_key();
+    for (k, skew) in [0usize, 1, 37, 128, 255, 300].into_iter().enumerate() {
+        // Fast-path round trips a -> b -> a: a's device polls are being skipped.
+        for i in 0..skew {
+            let r = a.trecv(pb, TagMatch::exact(1), 8).unwrap();
+            b.tinject(pa_b, 1, &[i as u8; 8]).unwrap();
+            let rr = b.trecv(pa_b, TagMatch::exact(2), 8).unwrap();
+            a.tinject(pb, 2, &[i as u8; 8]).unwrap();
+            done(&mut a, r, &mut [&mut b]);
+            done(&mut b, rr, &mut [&mut a]);
+        }
+        let seed = k as u8;
+        let mut ops: Vec<(&str, StartOp)> = vec![
+            (
+                "tsend",
+                Box::new(move |a| a.tsend(pc, 7, pattern(8, seed)).unwrap()),
+            ),
+            (
+                "send",
+                Box::new(move |a| a.send(pc, pattern(8, seed)).unwrap()),
+            ),
+            (
+                "write",
+                Box::new(move |a| a.write(pb, pattern(8, seed), key.at(8)).unwrap()),
+            ),
+            ("read", Box::new(move |a| a.read(pb, 8, key.at(8)).unwrap())),
+            (
+                "fetch_atomic",
+                Box::new(move |a| {
+                    let args = tagmatch::AtomicArgs {
+                        datatype: tagmatch::Datatype::U64,
+                        op: tagmatch::AtomicOp::Sum,
+                        operand: vec![1, 0, 0, 0, 0, 0, 0, 0],
+                        compare: None,
+                    };
+                    a.fetch_atomic(pb, args, key.at(0)).unwrap()
+                }),
+            ),
+        ];
+        for (name, op) in ops.drain(..) {
+            // Between two fast-path messages, as an application would.
+            let r0 = a.trecv(pb, TagMatch::exact(3), 8).unwrap();
+            b.tinject(pa_b, 3, &[seed; 8]).unwrap();
+            done(&mut a, r0, &mut [&mut b]);
+            let r = op(&mut a);
+            let n = rounds_to_complete(&mut a, r, &mut [&mut b, &mut c]);
+            assert!(n <= 16, "{name} after {skew} round trips took {n} rounds");
+        }
+        // The peer's messages: tinject and inject to it, a receive of its answer.
+        let rc = c.trecv(pa_c, TagMatch::exact(8), 8).unwrap();
+        a.tinject(pc, 8, &[seed; 8]).unwrap();
+        let n = rounds_to_complete(&mut c, rc, &mut [&mut a, &mut b]);
+        assert!(n <= 16, "tinject after {skew} round trips took {n} rounds");
+        let rc = c.recv(pa_c, 8).unwrap();
+        a.inject(pc, &[seed; 8]).unwrap();
+        let n = rounds_to_complete(&mut c, rc, &mut [&mut a, &mut b]);
+        assert!(n <= 16, "inject after {skew} round trips took {n} rounds");
+        let ra = a.trecv(pc, TagMatch::exact(9), 8).unwrap();
+        let s = c.tsend(pa_c, 9, pattern(8, seed)).unwrap();
+        let n = rounds_to_complete(&mut a, ra, &mut [&mut b, &mut c]);
+        assert!(
+            n <= 16,
+            "receive from the peer after {skew} round trips took {n} rounds"
+        );
+        done(&mut c, s, &mut [&mut a, &mut b])
+            .into_result()
+            .unwrap();
+        // A region sent to the peer.
+        let mr = a.register(pattern(32, seed)).unwrap();
+        let rc = c.trecv(pa_c, TagMatch::exact(10), 32).unwrap();
+        let s = a.tsend_region(pc, 10, &mr, 0..32).unwrap();
+        let n = rounds_to_complete(&mut a, s, &mut [&mut b, &mut c]);
+        assert!(
+            n <= 16,
+            "tsend_region after {skew} round trips took {n} rounds"
+        );
+        assert_eq!(
+            done(&mut c, rc, &mut [&mut a, &mut b]).data,
+            pattern(32, seed)
+        );
+        a.deregister(mr).unwrap();
+    }
+    // The region saw every fetch-and-add (6 of them) and the last write.
+    assert_eq!(b.region(&rb).unwrap()[0], 6);
+    assert_eq!(b.region(&rb).unwrap()[8..16], pattern(8, 5)[..]);
+}
+
+/// What a slot's receive came to, comparable across endpoints: the outcome (the peer as
+/// an index) and the slot's bytes.
+type SlotSeen = (Result<(u64, u64, u32, Option<u64>), OpError>, Vec<u8>);
+
+/// Waits for `slot` on `b`, progressing `others`.
+fn slot_wait(
+    b: &mut Endpoint,
+    slot: &tagmatch::RecvSlot,
+    others: &mut [&mut Endpoint],
+) -> SlotSeen {
+    for _ in 0..2_000_000 {
+        if let Some(r) = b.slot_done(slot) {
+            let r = match r {
+                Ok(i) => Ok((i.len, i.tag, i.source.index(), i.cq_data)),
+                Err(Error::Failed { error, .. }) => Err(error),
+                Err(e) => panic!("slot: {e}"),
+            };
+            return (r, b.slot_data(slot).unwrap().to_vec());
+        }
+        b.progress().unwrap();
+        for o in others.iter_mut() {
+            o.progress().unwrap();
+        }
+    }
+    panic!("slot did not complete");
+}
+
+/// Receive slots: a receive posted before and after its message, tagged and untagged,
+/// with CQ data, a sent (heap) and an injected (inline) message, a truncated one, a
+/// cancelled receive, the slot reused throughout. `recv_fast`/`send_fast`: whether each
+/// side has the fast path (both: completed in place; the sender without it: a
+/// protocol-path message into a fast-path slot; neither: the protocol path).
+fn slot_scenario(recv_fast: bool, send_fast: bool) -> Vec<SlotSeen> {
+    let f = MemFabric::new();
+    let mut a = ep(&f, send_fast);
+    let mut b = ep(&f, recv_fast);
+    let ab = a.insert_peer(&b.address()).unwrap();
+    let ba = b.insert_peer(&a.address()).unwrap();
+    let slot = b.recv_slot(16);
+    let mut out = Vec::new();
+    let opts = SendOptions {
+        cq_data: Some(0xc0ffee),
+        delivery_complete: false,
+    };
+    // Posted first; an injected (inline) message, then a sent one with CQ data.
+    for (k, len) in [(0u8, 8usize), (1, 16), (2, 0)] {
+        let _ = b.tpost_slot(&slot, ba, 7).unwrap();
+        a.tinject(ab, 7, &pattern(len, k)).unwrap();
+        out.push(slot_wait(&mut b, &slot, &mut [&mut a]));
+        let _ = b
+            .tpost_slot(&slot, ANY_SOURCE, TagMatch::masked(0x40, !0xf))
+            .unwrap();
+        let s = a.tsend_with(ab, 0x43, pattern(len, k + 10), opts).unwrap();
+        out.push(slot_wait(&mut b, &slot, &mut [&mut a]));
+        done(&mut a, s, &mut [&mut b]).into_result().unwrap();
+    }
+    // The message first (unexpected), then the post.
+    let s = a.tsend(ab, 9, pattern(12, 3)).unwrap();
+    for _ in 0..50 {
+        a.progress().unwrap();
+        b.progress().unwrap();
+    }
+    let _ = b.tpost_slot(&slot, ba, 9).unwrap();
+    out.push(slot_wait(&mut b, &slot, &mut [&mut a]));
+    done(&mut a, s, &mut [&mut b]).into_result().unwrap();
+    // Untagged.
+    let _ = b.post_slot(&slot, ba).unwrap();
+    a.inject(ab, &pattern(5, 4)).unwrap();
+    out.push(slot_wait(&mut b, &slot, &mut [&mut a]));
+    // Truncated: the slot keeps the first 16 bytes.
+    let _ = b.tpost_slot(&slot, ba, 11).unwrap();
+    let s = a.tsend(ab, 11, pattern(40, 5)).unwrap();
+    out.push(slot_wait(&mut b, &slot, &mut [&mut a]));
+    let _ = done(&mut a, s, &mut [&mut b]);
+    // Posted twice: refused; cancelled: the slot is free again.
+    let r = b.tpost_slot(&slot, ba, 12).unwrap();
+    assert!(matches!(
+        b.tpost_slot(&slot, ba, 12),
+        Err(Error::SlotPosted)
+    ));
+    b.cancel(r).unwrap();
+    let (status, _) = slot_wait(&mut b, &slot, &mut [&mut a]);
+    out.push((status, Vec::new()));
+    let _ = b.tpost_slot(&slot, ba, 12).unwrap();
+    a.tinject(ab, 12, &pattern(3, 6)).unwrap();
+    out.push(slot_wait(&mut b, &slot, &mut [&mut a]));
+    // A slot of another endpoint.
+    let other = a.recv_slot(4);
+    assert!(matches!(
+        b.tpost_slot(&other, ba, 1),
+        Err(Error::UnknownSlot)
+    ));
+    assert!(matches!(b.slot_done(&other), Some(Err(Error::UnknownSlot))));
+    assert!(b.slot_done(&slot).is_none(), "nothing posted");
+    // Nothing reached the completion queue.
+    assert!(b.poll_completion().is_none());
+    out
+}
+
+#[test]
+fn receive_slots_complete_as_on_the_protocol_path() {
+    let proto = slot_scenario(false, false);
+    let expect_first: SlotSeen = (Ok((8, 7, 0, None)), pattern(8, 0));
+    assert_eq!(proto[0], expect_first);
+    assert_eq!(proto[1], (Ok((8, 0x43, 0, Some(0xc0ffee))), pattern(8, 10)));
+    assert_eq!(
+        proto[8],
+        (
+            Err(OpError::Truncated {
+                msg_len: 40,
+                buf_len: 16
+            }),
+            pattern(16, 5)
+        )
+    );
+    assert_eq!(proto[9], (Err(OpError::Canceled), Vec::new()));
+    assert_eq!(proto[10], (Ok((3, 12, 0, None)), pattern(3, 6)));
+    assert_eq!(slot_scenario(true, true), proto, "fast path, in place");
+    assert_eq!(
+        slot_scenario(true, false),
+        proto,
+        "protocol message, fast receiver"
+    );
+}
