@@ -421,10 +421,10 @@ pub struct Engine<R, M> {
     /// One intrusive hash index per key kind (`K_*`): the head of each FIFO, except the
     /// (comm, src) and (comm, tag) lists of small keys.
     ix: [Index; 5],
+    c: Counters,
     /// The heads of the (comm, src) (`[0]`) and (comm, tag) (`[1]`) lists whose source
     /// rank or tag is below `DENSE_KEYS`, posted or unexpected (see `dense`).
     dense: [Dense; 2],
-    c: Counters,
     cfg: Config,
     /// Masks of the posted general-mask receives, by slab index.
     masks: FastMap<u32, u64>,

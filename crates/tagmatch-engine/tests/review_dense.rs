@@ -373,43 +373,162 @@ fn random_walks_over_the_dense_limits_agree_with_the_model() {
 /// and unexpected, and a purge of that communicator followed by its reuse.
 #[test]
 fn arrays_grown_to_the_full_key_range_keep_the_last_key_and_hash_the_next() {
-    for comm in [4095u32, 4096, u32::MAX] {
-        for eager in [false, true] {
+    for (comm, eager) in [(4095u32, false), (4096, true), (u32::MAX, false)] {
+        let mut p = Pair::new(eager);
+        // Lists past the arrays' end while they are small: hashed.
+        for x in [65_535u32, 65_534, 40_000, 70_000] {
+            p.arrive(Envelope::new(comm, x, u64::from(x)));
+        }
+        p.probe(RecvSpec::new(comm, Some(65_535), None));
+        p.probe(RecvSpec::new(comm, None, Some(65_535)));
+        p.post(RecvSpec::new(comm, Some(65_533), None));
+        p.post(RecvSpec::new(comm, None, Some(65_533)));
+        // 16,400 small keys (posted ANY_TAG receives on sources and messages on
+        // tags): both arrays grow to 2^16 slots and take over the hashed lists.
+        for x in 0..16_400u32 {
+            p.post(RecvSpec::new(comm, Some(x), None));
+            p.arrive(Envelope::new(comm, 1 << 20, u64::from(x)));
+        }
+        for x in [65_535u32, 65_534, 65_533, 40_000, 70_000, 65_536] {
+            p.arrive(Envelope::new(comm, x, u64::from(x)));
+            p.post(RecvSpec::new(comm, Some(x), None));
+            p.post(RecvSpec::new(comm, None, Some(u64::from(x))));
+            p.first_posted(Envelope::new(comm, x, 1));
+            p.check_depths("boundary keys");
+        }
+        p.purge_peer(65_535);
+        p.purge_comm(comm);
+        p.check_depths("purge");
+        // The communicator id reused.
+        for x in [0u32, 65_535, 65_536] {
+            p.post(RecvSpec::new(comm, None, Some(u64::from(x))));
+            p.arrive(Envelope::new(comm, x, 7));
+            p.arrive(Envelope::new(comm, 3, u64::from(x)));
+            p.post(RecvSpec::new(comm, Some(x), None));
+            p.probe(RecvSpec::new(comm, Some(3), None));
+        }
+        p.purge_comm(comm);
+        p.check_depths("reuse");
+    }
+}
+
+/// Communicators come and go (fresh ids past the directory, as when communicators are
+/// created and freed): one ANY_TAG receive each, matched at once. Nothing stays queued,
+/// so the engine's memory must not grow with the number of communicators seen (the
+/// hash indexes it replaced held only live lists).
+#[test]
+fn memory_does_not_grow_with_communicators_that_held_lists_once() {
+    for eager in [false, true] {
+        let mut e: Engine<u32, u32> = Engine::new(Config::default().eager_wildcard_lists(eager));
+        let mut after_warmup = 0;
+        for i in 0..40_000u32 {
+            let comm = 5000 + i;
+            let r = e.post(RecvSpec::new(comm, Some(3), None), i).unwrap();
+            assert!(matches!(r, Posted::Pending(_)));
+            let a = e.arrive(Envelope::new(comm, 3, 9), 0, i).unwrap();
+            assert!(matches!(a, Arrived::Matched(m) if m.recv == i));
+            if i == 2000 {
+                after_warmup = e.heap_bytes();
+            }
+        }
+        let end = e.heap_bytes();
+        assert!(
+            end <= 2 * after_warmup,
+            "eager {eager}: {after_warmup} B after 2,000 communicators, {end} B after 40,000"
+        );
+    }
+}
+
+/// Communicators of the directory (small ids) used one after another, each with 16,400
+/// ANY_SOURCE receives at once (its array grows to 2^16 slots), all cancelled before the
+/// next: at most one communicator holds lists at a time, so the memory must stay within
+/// a few such arrays, not one per communicator.
+#[test]
+fn memory_follows_the_lists_held_not_every_communicators_past_peak() {
+    let mut e: Engine<u32, u32> = Engine::default();
+    let mut first = 0;
+    for comm in 0..24u32 {
+        for t in 0..16_400u64 {
+            let r = e.post(RecvSpec::new(comm, None, Some(t)), 0).unwrap();
+            assert!(matches!(r, Posted::Pending(_)));
+        }
+        assert_eq!(e.cancel_where(|_, _| true, |_, _| {}), 16_400);
+        if comm == 1 {
+            first = e.heap_bytes();
+        }
+    }
+    let end = e.heap_bytes();
+    assert!(
+        end <= first + first / 2,
+        "{first} B after 2 communicators' peaks, {end} B after 24"
+    );
+}
+
+/// A communicator whose arrays hold no list while some of its lists are hashed (keys
+/// past the arrays' ends): other communicators' arrays then pass the sweep threshold,
+/// its arrays are freed, allocated again and grown over the hashed keys, whose lists
+/// must then move into them; posted and unexpected, lazy and eager, against the model.
+#[test]
+fn a_freed_array_grown_again_takes_over_the_hashed_lists_of_its_communicator() {
+    for eager in [false, true] {
+        for comm in [7u32, 4096] {
             let mut p = Pair::new(eager);
-            // Lists past the arrays' end while they are small: hashed.
-            for x in [65_535u32, 65_534, 40_000, 70_000] {
-                p.arrive(Envelope::new(comm, x, u64::from(x)));
+            p.post(RecvSpec::new(comm, Some(0), None)); // rid 1
+            p.post(RecvSpec::new(comm, Some(5000), None)); // rid 2, hashed
+            p.post(RecvSpec::new(comm, Some(5000), None)); // rid 3, hashed
+            p.post(RecvSpec::new(comm, None, Some(0))); // rid 4
+            p.arrive(Envelope::new(comm, 70_000, 5000));
+            p.arrive(Envelope::new(comm, 70_000, 5000));
+            p.probe(RecvSpec::new(comm, None, Some(5000)));
+            for rid in [1, 4] {
+                let i = p.handles.iter().position(|&(r, _)| r == rid).unwrap();
+                p.cancel(i);
             }
-            p.probe(RecvSpec::new(comm, Some(65_535), None));
-            p.probe(RecvSpec::new(comm, None, Some(65_535)));
-            p.post(RecvSpec::new(comm, Some(65_533), None));
-            p.post(RecvSpec::new(comm, None, Some(65_533)));
-            // 16,400 small keys (posted ANY_TAG receives on sources and messages on
-            // tags): both arrays grow to 2^16 slots and take over the hashed lists.
-            for x in 0..16_400u32 {
+            // 600 communicators with a list each (64 slots): 38,400 slots, past the
+            // sweep threshold, all matched again.
+            for c in 10_000..10_600u32 {
+                p.post(RecvSpec::new(c, Some(1), None));
+                p.post(RecvSpec::new(c, None, Some(1)));
+                p.arrive(Envelope::new(c, 1, 1));
+                p.arrive(Envelope::new(c, 1, 1));
+                if c > 10_100 {
+                    p.first_posted(Envelope::new(4097 + c % 2, 3, 3));
+                }
+                if c == 10_100 {
+                    // Arrays that keep a list through the sweeps, numbered after freed
+                    // ones (renumbered by the sweeps).
+                    for d in [4097, 4098, u32::MAX] {
+                        p.post(RecvSpec::new(d, Some(3), None));
+                        p.post(RecvSpec::new(d, None, Some(3)));
+                    }
+                }
+            }
+            for d in [4097, 4098, u32::MAX] {
+                p.first_posted(Envelope::new(d, 3, 3));
+                assert!(matches!(p.arrive(Envelope::new(d, 3, 3)), Out::Match(..)));
+                assert!(matches!(p.arrive(Envelope::new(d, 3, 3)), Out::Match(..)));
+            }
+            // The communicator's arrays again, 2,100 lists each (up to 8,192 slots),
+            // then keys in 4096..8192 grow them over 5000.
+            for x in 0..2100u32 {
                 p.post(RecvSpec::new(comm, Some(x), None));
-                p.arrive(Envelope::new(comm, 1 << 20, u64::from(x)));
+                p.arrive(Envelope::new(comm, 70_001, 100 + u64::from(x)));
             }
-            for x in [65_535u32, 65_534, 65_533, 40_000, 70_000, 65_536] {
-                p.arrive(Envelope::new(comm, x, u64::from(x)));
-                p.post(RecvSpec::new(comm, Some(x), None));
-                p.post(RecvSpec::new(comm, None, Some(u64::from(x))));
-                p.first_posted(Envelope::new(comm, x, 1));
-                p.check_depths("boundary keys");
-            }
-            p.purge_peer(65_535);
+            p.post(RecvSpec::new(comm, Some(6000), None));
+            p.arrive(Envelope::new(comm, 70_001, 6000));
+            assert!(matches!(
+                p.arrive(Envelope::new(comm, 5000, 1)),
+                Out::Match(2, _)
+            ));
+            p.first_posted(Envelope::new(comm, 5000, 1));
+            p.probe(RecvSpec::new(comm, None, Some(5000)));
+            assert!(matches!(
+                p.post(RecvSpec::new(comm, None, Some(5000))),
+                Out::Match(_, 5)
+            ));
+            p.check_depths("regrown");
             p.purge_comm(comm);
-            p.check_depths("purge");
-            // The communicator id reused.
-            for x in [0u32, 65_535, 65_536] {
-                p.post(RecvSpec::new(comm, None, Some(u64::from(x))));
-                p.arrive(Envelope::new(comm, x, 7));
-                p.arrive(Envelope::new(comm, 3, u64::from(x)));
-                p.post(RecvSpec::new(comm, Some(x), None));
-                p.probe(RecvSpec::new(comm, Some(3), None));
-            }
-            p.purge_comm(comm);
-            p.check_depths("reuse");
+            p.check_depths("purged");
         }
     }
 }
