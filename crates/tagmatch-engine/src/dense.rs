@@ -16,7 +16,12 @@
 //! larger goes to the hash index. So an array takes at most 16 bytes per list it held
 //! when it last grew, plus 256 (4-8 bytes per list for dense ranks or tags), whatever
 //! the keys: tags used as growing sequence numbers, or a few large ranks, stay in the
-//! hash index. Arrays do not shrink (like the hash indexes). The array covering a key
+//! hash index. An array does not shrink while it holds lists, but the arrays that hold
+//! none are freed when the arrays' slots have doubled since the last such sweep (see
+//! [`Dense::sweep`]): so the arrays' total stays within twice what the arrays holding
+//! lists took at the last sweep (plus `SWEEP_MIN` slots), not one array per
+//! communicator ever seen (communicator ids that come and go, each past peak of a
+//! communicator used in turn). The array covering a key
 //! (`key < len`) is the one place that key's list head can be: when an array grows, the
 //! engine moves the lists of the newly covered keys out of the hash index (see
 //! `Engine::dense_grow`). Each array counts its lists (kept exact through [`Slot`]), so
@@ -43,6 +48,9 @@ pub(crate) const EMPTY: u32 = u32::MAX;
 
 /// Smallest array length.
 const MIN_LEN: usize = 64;
+
+/// Total slots of the arrays below which empty arrays are not swept (64 KiB).
+const SWEEP_MIN: usize = 1 << 14;
 
 /// The flag of the number of a far communicator's array (in `Dense::far`); in a
 /// position, shifted by `KEY_BITS` (below `DPOS`).
@@ -104,6 +112,13 @@ pub(crate) struct Dense {
     /// The number in `far` of the array of each other communicator.
     sparse: FastMap<u32, u32>,
     far: Vec<Arr>,
+    /// The communicator of each array of `far`.
+    far_comm: Vec<u32>,
+    /// Slots of all the arrays.
+    slots: usize,
+    /// The total of slots past which the next allocation or growth first frees the
+    /// arrays that hold no list ([`Dense::sweep`]).
+    sweep_at: usize,
 }
 
 impl Dense {
@@ -199,9 +214,16 @@ impl Dense {
     #[inline(never)]
     pub(crate) fn grow(&mut self, comm: u32, x: u64) -> Option<(usize, core::ops::Range<u64>)> {
         let want = (x as usize + 1).next_power_of_two().max(MIN_LEN);
-        let live = self.array(comm).map_or(0, |(_, a)| a.live);
+        let (live, len) = self
+            .array(comm)
+            .map_or((0, 0), |(_, a)| (a.live, a.heads.len()));
         if x >= DENSE_KEYS || want > 4 * live + MIN_LEN {
             return None;
+        }
+        // `x` is not covered (`x >= len`), so `want > len`.
+        if self.slots + (want - len) > self.sweep_at {
+            self.sweep();
+            self.sweep_at = (2 * (self.slots + want)).max(SWEEP_MIN);
         }
         let t = match self.array(comm) {
             Some((t, _)) => t,
@@ -214,14 +236,49 @@ impl Dense {
             None => {
                 let t = self.far.len();
                 self.far.push(Arr::default());
+                self.far_comm.push(comm);
                 self.sparse.insert(comm, t as u32);
                 FAR | t
             }
         };
         let a = &mut self.numbered_mut(t).heads;
-        let old = a.len() as u64;
+        let old = a.len();
         a.resize(want, EMPTY);
-        Some((pos(t, x), old..want as u64))
+        self.slots += want - old;
+        Some((pos(t, x), old as u64..want as u64))
+    }
+
+    /// Frees the arrays that hold no list (a directory entry is emptied, a far array
+    /// dropped and the others renumbered): their keys are then not covered, which is
+    /// right since no list of theirs exists in either place. Positions given before are
+    /// invalid after it (it runs only inside [`Dense::grow`], which gives a new one).
+    /// O(arrays), amortised over the slots allocated since the last sweep.
+    #[cold]
+    #[inline(never)]
+    fn sweep(&mut self) {
+        for a in &mut self.near {
+            if a.live == 0 && a.heads.capacity() != 0 {
+                self.slots -= a.heads.len();
+                a.heads = Vec::new();
+            }
+        }
+        let mut sparse = FastMap::default();
+        let mut j = 0;
+        for i in 0..self.far.len() {
+            if self.far[i].live == 0 {
+                self.slots -= self.far[i].heads.len();
+                continue;
+            }
+            self.far.swap(i, j);
+            self.far_comm.swap(i, j);
+            sparse.insert(self.far_comm[j], j as u32);
+            j += 1;
+        }
+        self.far.truncate(j);
+        self.far_comm.truncate(j);
+        self.far.shrink_to(2 * j);
+        self.far_comm.shrink_to(2 * j);
+        self.sparse = sparse;
     }
 
     /// The value at a position given by [`Dense::covers`] or [`Dense::grow`] (`EMPTY`
@@ -262,6 +319,7 @@ impl Dense {
     pub(crate) fn heap_bytes(&self) -> usize {
         let v = core::mem::size_of::<Arr>();
         (self.near.capacity() + self.far.capacity()) * v
+            + self.far_comm.capacity() * 4
             + map_heap_bytes(&self.sparse)
             + self
                 .near

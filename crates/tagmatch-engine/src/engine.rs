@@ -421,10 +421,10 @@ pub struct Engine<R, M> {
     /// One intrusive hash index per key kind (`K_*`): the head of each FIFO, except the
     /// (comm, src) and (comm, tag) lists of small keys.
     ix: [Index; 5],
+    c: Counters,
     /// The heads of the (comm, src) (`[0]`) and (comm, tag) (`[1]`) lists whose source
     /// rank or tag is below `DENSE_KEYS`, posted or unexpected (see `dense`).
     dense: [Dense; 2],
-    c: Counters,
     cfg: Config,
     /// Masks of the posted general-mask receives, by slab index.
     masks: FastMap<u32, u64>,
@@ -2507,6 +2507,138 @@ mod tests {
             }
         }
         assert!(deepest > 300 && built_deep > 1000, "{deepest} {built_deep}");
+    }
+
+    /// Review of the dense list heads: every (comm, src) / (comm, tag) list head is in
+    /// exactly one place (a key an array covers has no entry in the hash index), and
+    /// each array's count of lists is exact (`Dense::len` checks it against the slots).
+    fn check_dense_heads(e: &Engine<u32, u32>) {
+        for k in [K_SRC, K_TAG] {
+            let _ = e.dense[dn(k)].len();
+            let (p, u) = (&e.posted, &e.unexp);
+            for v in e.ix[k].values() {
+                let key = key_of(p, u, v);
+                assert_eq!(
+                    e.dense_covers(k, &key),
+                    None,
+                    "kind {k}: {key:?} hashed although an array covers it"
+                );
+            }
+        }
+    }
+
+    /// Random operations of every kind on keys around the dense arrays' limits (ranks
+    /// and tags 2^16 − 1 / 2^16 / `u32::MAX`, communicators 4095 / 4096 / `u32::MAX`)
+    /// with bursts of distinct small keys (growth, lists moved out of the hash index),
+    /// lazy and eager: after each step every head is in one place and the counts of the
+    /// arrays' lists are exact; at the end, with nothing queued or posted, the arrays
+    /// hold no list.
+    #[test]
+    fn dense_heads_stay_in_one_place_with_exact_counts_at_the_limits() {
+        const COMMS: [u32; 5] = [0, 4095, 4096, 4097, u32::MAX];
+        const KEYS: [u32; 12] = [
+            0,
+            63,
+            64,
+            255,
+            256,
+            4095,
+            16_384,
+            65_534,
+            65_535,
+            65_536,
+            70_000,
+            u32::MAX,
+        ];
+        for eager in [false, true] {
+            let mut e: Engine<u32, u32> =
+                Engine::new(Config::default().eager_wildcard_lists(eager));
+            let mut handles: Vec<RecvHandle> = Vec::new();
+            let mut claims: Vec<MsgHandle> = Vec::new();
+            let mut x: u64 = 0x2545_F491_4F6C_DD1D ^ u64::from(eager);
+            let mut rnd = move |n: u64| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x % n
+            };
+            for id in 0..6_000u32 {
+                let comm = COMMS[rnd(5) as usize];
+                let mut key = || match rnd(3) {
+                    0 => KEYS[rnd(12) as usize],
+                    1 => rnd(400) as u32,
+                    _ => rnd(1 << 16) as u32,
+                };
+                let (src, tag) = (key(), u64::from(key()));
+                let spec = match rnd(6) {
+                    0 => RecvSpec::exact(comm, src, tag),
+                    1 | 2 => RecvSpec::new(comm, Some(src), None),
+                    3 | 4 => RecvSpec::new(comm, None, Some(tag)),
+                    _ => RecvSpec::new(comm, None, None),
+                };
+                match rnd(100) {
+                    0..=34 => {
+                        e.arrive(Envelope::new(comm, src, tag), 0, id).unwrap();
+                    }
+                    35..=59 => {
+                        if let Ok(Posted::Pending(h)) = e.post(spec, id) {
+                            handles.push(h);
+                        }
+                    }
+                    60..=64 => {
+                        let _ = e.probe(&spec);
+                    }
+                    65..=69 => claims.extend(e.mprobe(&spec).map(|c| c.handle)),
+                    70..=72 if !claims.is_empty() => {
+                        let h = claims.swap_remove(rnd(claims.len() as u64) as usize);
+                        e.mrecv(h).unwrap();
+                    }
+                    73..=84 if !handles.is_empty() => {
+                        let h = handles.swap_remove(rnd(handles.len() as u64) as usize);
+                        let _ = e.cancel(h);
+                    }
+                    85 => {
+                        e.purge_comm(comm, |_| {});
+                    }
+                    86 => {
+                        e.purge_peer(src, |_| {});
+                    }
+                    87 => {
+                        e.cancel_where(|s, _| s.comm == comm, |_, _| {});
+                    }
+                    88..=90 => {
+                        let n = rnd(if id % 50 == 0 { 17_000 } else { 500 }) as u32;
+                        let start = rnd(1 << 16) as u32;
+                        let posts = rnd(2) == 0;
+                        for i in 0..n {
+                            let y = (start + i) & 0xffff;
+                            if posts {
+                                let s = RecvSpec::new(comm, None, Some(u64::from(y)));
+                                if let Ok(Posted::Pending(h)) = e.post(s, id) {
+                                    handles.push(h);
+                                }
+                            } else {
+                                e.arrive(Envelope::new(comm, y, u64::from(y)), 0, id)
+                                    .unwrap();
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+                if id % 5 == 0 {
+                    check_dense_heads(&e);
+                }
+            }
+            for c in COMMS {
+                e.purge_comm(c, |_| {});
+            }
+            for h in claims {
+                e.mrecv(h).unwrap();
+            }
+            check_dense_heads(&e);
+            assert_eq!(e.dense[0].len() + e.dense[1].len(), 0);
+            assert_eq!(e.counters().posted_depth + e.counters().unexpected_depth, 0);
+        }
     }
 
     /// The (comm, src) and (comm, tag) heads of small keys are in the dense arrays, of
