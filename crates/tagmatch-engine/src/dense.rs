@@ -33,6 +33,13 @@
 
 use crate::hash::{map_heap_bytes, FastMap};
 
+// Positions (`DPOS`, `FAR`) use the upper bits of a `usize`: the crate needs 64-bit
+// pointers (every RDMA and MPI target this serves has them); say so rather than misbuild.
+#[cfg(not(target_pointer_width = "64"))]
+compile_error!(
+    "tagmatch-engine needs a 64-bit target: dense-array positions use usize bits 40 and 62"
+);
+
 /// Keys below this are kept in the arrays.
 pub(crate) const DENSE_KEYS: u64 = 1 << KEY_BITS;
 const KEY_BITS: u32 = 16;
