@@ -450,10 +450,25 @@ impl RxLane {
     #[inline(always)]
     pub(crate) fn pop(&mut self) -> Option<Popped> {
         if self.head == self.tail_seen {
-            self.tail_seen = self.lane.tail.0.load(Ordering::Acquire);
-            if self.head == self.tail_seen {
-                return None;
-            }
+            self.look();
+        }
+        self.pop_seen()
+    }
+
+    /// Loads the sender's `tail`: the messages published so far are what
+    /// [`RxLane::pop_seen`] takes.
+    #[inline(always)]
+    pub(crate) fn look(&mut self) {
+        self.tail_seen = self.lane.tail.0.load(Ordering::Acquire);
+    }
+
+    /// The next message published as of the last [`RxLane::look`] (a drain looks once
+    /// and takes that batch: the last message of a batch costs no second load of the
+    /// sender's `tail`; later ones wait for the next drain).
+    #[inline(always)]
+    pub(crate) fn pop_seen(&mut self) -> Option<Popped> {
+        if self.head == self.tail_seen {
+            return None;
         }
         let s = &self.lane.slots[self.head & (SLOTS - 1)];
         let tag = s.w[0].load(Ordering::Relaxed);
