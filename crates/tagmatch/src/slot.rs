@@ -243,9 +243,11 @@ impl Endpoint {
         if slot.ep != self.id {
             return Err(Error::UnknownSlot);
         }
-        self.slots
-            .get_mut(slot.idx as usize)
-            .ok_or(Error::UnknownSlot)
+        // Not `ok_or`: its error is built (and dropped, a call) on every look.
+        match self.slots.get_mut(slot.idx as usize) {
+            Some(s) => Ok(s),
+            None => Err(Error::UnknownSlot),
+        }
     }
 
     #[inline(always)]
