@@ -748,6 +748,62 @@ mod tests {
         }
     }
 
+    /// A drain's batch is what the sender had published at its look: `pop_seen` takes
+    /// exactly those, in order; what is published later waits for the next look (and
+    /// `pop` looks by itself); freeing the batch's slots lets waiting messages in.
+    #[test]
+    fn a_look_bounds_the_batch_and_the_next_look_sees_the_rest() {
+        let hub = Hub::default();
+        let (a, b) = two_addrs();
+        let ia = hub.register(a, Arc::default());
+        let ib = hub.register(b, Arc::default());
+        let mut tx = hub.connect(a, &ia, &b).unwrap();
+        let mut lanes = Vec::new();
+        assert!(ib.take_new_lanes(&mut lanes));
+        let mut rx = rx_lane(lanes[0].clone(), 0);
+        assert!(rx.pop_seen().is_none(), "nothing looked at yet");
+        for i in 0..3u64 {
+            tx.send(i, F_TAGGED, 0, 0, Bytes::Borrowed(&[i as u8; 8]));
+        }
+        assert!(
+            rx.pop_seen().is_none(),
+            "published after the (initial) look"
+        );
+        rx.look();
+        tx.send(3, F_TAGGED, 0, 0, Bytes::Borrowed(&[3; 8]));
+        let batch: Vec<u64> = std::iter::from_fn(|| rx.pop_seen())
+            .map(|r| r.tag)
+            .collect();
+        assert_eq!(batch, [0, 1, 2], "the batch ends at the look");
+        rx.look();
+        assert_eq!(rx.pop_seen().map(|r| r.tag), Some(3));
+        assert!(rx.pop_seen().is_none());
+        tx.send(4, F_TAGGED, 0, 0, Bytes::Borrowed(&[4; 8]));
+        assert_eq!(
+            rx.pop().map(|r| r.tag),
+            Some(4),
+            "pop looks when its batch is empty"
+        );
+        rx.publish();
+        tx.flush();
+        // A full ring: the rest waits at the sender until a drained batch is published.
+        for i in 5..(5 + SLOTS as u64 + 2) {
+            tx.send(i, F_TAGGED, 0, 0, Bytes::Borrowed(&[0; 8]));
+        }
+        assert_eq!(tx.waiting(), 2);
+        rx.look();
+        let n = std::iter::from_fn(|| rx.pop_seen()).count();
+        assert_eq!(n, SLOTS);
+        rx.publish();
+        tx.flush();
+        assert_eq!(tx.waiting(), 0);
+        rx.look();
+        let rest: Vec<u64> = std::iter::from_fn(|| rx.pop_seen())
+            .map(|r| r.tag)
+            .collect();
+        assert_eq!(rest, [5 + SLOTS as u64, 6 + SLOTS as u64]);
+    }
+
     #[test]
     fn lane_keeps_order_across_inline_big_and_waiting() {
         let hub = Hub::default();
