@@ -884,6 +884,7 @@ impl Client {
     /// takes the message and answers); the client's progress then takes the answer in
     /// the same round (client first, every round trip paid a pass of each side that
     /// found nothing).
+    #[inline(always)]
     fn pump(&mut self, spinning: bool) -> Result<(), tagmatch::Error> {
         match &mut self.local {
             Some(s) => {
