@@ -374,6 +374,26 @@ impl TxLane {
         self.write(r.tag, flags, r.len, r.cq_data, r.op, &r.inline);
     }
 
+    /// Writes one message of at most [`INLINE`] bytes into the ring if nothing waits for
+    /// ring space and the ring has room (an injected send's case); `false`: nothing was
+    /// done ([`TxLane::send`] queues it).
+    #[inline(always)]
+    pub(crate) fn send_inline_now(
+        &mut self,
+        tag: u64,
+        flags: u64,
+        op: u64,
+        data: &[u8],
+    ) -> bool {
+        if data.len() > INLINE || !self.waiting.is_empty() || !self.has_room() {
+            return false;
+        }
+        let words = pack_inline(data);
+        self.write(tag, flags, data.len(), 0, op, &words);
+        self.dest_bell.ring();
+        true
+    }
+
     /// Queues one message, in order behind any that wait for ring space.
     #[inline(always)]
     pub(crate) fn send(&mut self, tag: u64, flags: u64, cq: u64, op: u64, data: Bytes<'_>) {

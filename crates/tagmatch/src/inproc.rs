@@ -1547,8 +1547,9 @@ impl Endpoint {
 
     /// An injected send on an open lane: [`Endpoint::fast_send`]'s work for that case
     /// with one look at the route (`is_fast` then `fast_send` looked twice). `false`:
-    /// nothing was done (no fast-path route yet, its receiver gone, or too many messages
-    /// waiting for ring space), the general path decides.
+    /// nothing was done (no fast-path route yet, its receiver gone, more than a slot's
+    /// inline bytes, or messages waiting for ring space or a full ring), the general path
+    /// decides.
     #[inline(always)]
     fn fast_inject(&mut self, pid: PeerId, tag: Option<u64>, data: &[u8]) -> bool {
         let Some(f) = self.fast.as_deref_mut() else {
@@ -1557,16 +1558,17 @@ impl Endpoint {
         let Some(Route::Fast(tx)) = f.routes.get_mut(pid.0 as usize) else {
             return false;
         };
-        if tx.waiting() >= MAX_LANE_WAITING || tx.closed() {
+        if tx.closed() {
             return false;
         }
         let op = f.next_op;
-        f.next_op += 1;
         let flags = if tag.is_some() { F_TAGGED } else { 0 };
-        tx.send(tag.unwrap_or(0), flags, 0, op, Bytes::Borrowed(data));
-        if tx.waiting() > 0 {
-            f.any_waiting = true;
+        // Straight into the ring only: a message that would wait for ring space (or is
+        // larger than a slot's inline room) takes `fast_send`, which queues it.
+        if !tx.send_inline_now(tag.unwrap_or(0), flags, op, data) {
+            return false;
         }
+        f.next_op += 1;
         self.counters.submitted += 1;
         self.counters.fast_sends += 1;
         self.counters.injected += 1;
