@@ -378,13 +378,7 @@ impl TxLane {
     /// ring space and the ring has room (an injected send's case); `false`: nothing was
     /// done ([`TxLane::send`] queues it).
     #[inline(always)]
-    pub(crate) fn send_inline_now(
-        &mut self,
-        tag: u64,
-        flags: u64,
-        op: u64,
-        data: &[u8],
-    ) -> bool {
+    pub(crate) fn send_inline_now(&mut self, tag: u64, flags: u64, op: u64, data: &[u8]) -> bool {
         if data.len() > INLINE || !self.waiting.is_empty() || !self.has_room() {
             return false;
         }
