@@ -884,6 +884,7 @@ impl Client {
     /// takes the message and answers); the client's progress then takes the answer in
     /// the same round (client first, every round trip paid a pass of each side that
     /// found nothing).
+    #[inline(always)]
     fn pump(&mut self, spinning: bool) -> Result<(), tagmatch::Error> {
         match &mut self.local {
             Some(s) => {
@@ -929,18 +930,21 @@ impl Client {
     }
 
     /// Progresses until `slot`'s receive completes (the in-process client: it drives
-    /// the server, never blocks, and looks at the clock only for the 30 s limit).
+    /// the server, never blocks, and looks at the clock only for the 30 s limit). It
+    /// progresses before its first look at the slot: the wait follows the client's own
+    /// send, so the reply cannot be there yet unless a progress brings it (a slot that
+    /// completed earlier is still seen, one progress later).
     #[inline(always)]
     fn wait_slot(&mut self, slot: &RecvSlot, r: Request) -> Result<(), tagmatch::Error> {
         let mut start = None;
         let mut n = 0u32;
         loop {
-            if let Some(done) = self.ep.slot_done(slot) {
-                return done.map(|_| ());
-            }
             let spinning = self.local.is_some()
                 || start.get_or_insert_with(Instant::now).elapsed() < self.spin;
             self.pump(spinning)?;
+            if let Some(done) = self.ep.slot_done(slot) {
+                return done.map(|_| ());
+            }
             n = n.wrapping_add(1);
             if n % 4096 == 0
                 && start.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(30)

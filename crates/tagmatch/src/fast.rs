@@ -374,6 +374,20 @@ impl TxLane {
         self.write(r.tag, flags, r.len, r.cq_data, r.op, &r.inline);
     }
 
+    /// Writes one message of at most [`INLINE`] bytes into the ring if nothing waits for
+    /// ring space and the ring has room (an injected send's case); `false`: nothing was
+    /// done ([`TxLane::send`] queues it).
+    #[inline(always)]
+    pub(crate) fn send_inline_now(&mut self, tag: u64, flags: u64, op: u64, data: &[u8]) -> bool {
+        if data.len() > INLINE || !self.waiting.is_empty() || !self.has_room() {
+            return false;
+        }
+        let words = pack_inline(data);
+        self.write(tag, flags, data.len(), 0, op, &words);
+        self.dest_bell.ring();
+        true
+    }
+
     /// Queues one message, in order behind any that wait for ring space.
     #[inline(always)]
     pub(crate) fn send(&mut self, tag: u64, flags: u64, cq: u64, op: u64, data: Bytes<'_>) {
@@ -450,10 +464,25 @@ impl RxLane {
     #[inline(always)]
     pub(crate) fn pop(&mut self) -> Option<Popped> {
         if self.head == self.tail_seen {
-            self.tail_seen = self.lane.tail.0.load(Ordering::Acquire);
-            if self.head == self.tail_seen {
-                return None;
-            }
+            self.look();
+        }
+        self.pop_seen()
+    }
+
+    /// Loads the sender's `tail`: the messages published so far are what
+    /// [`RxLane::pop_seen`] takes.
+    #[inline(always)]
+    pub(crate) fn look(&mut self) {
+        self.tail_seen = self.lane.tail.0.load(Ordering::Acquire);
+    }
+
+    /// The next message published as of the last [`RxLane::look`] (a drain looks once
+    /// and takes that batch: the last message of a batch costs no second load of the
+    /// sender's `tail`; later ones wait for the next drain).
+    #[inline(always)]
+    pub(crate) fn pop_seen(&mut self) -> Option<Popped> {
+        if self.head == self.tail_seen {
+            return None;
         }
         let s = &self.lane.slots[self.head & (SLOTS - 1)];
         let tag = s.w[0].load(Ordering::Relaxed);
@@ -731,6 +760,62 @@ mod tests {
             copy_inline(&words, n, &mut out);
             assert_eq!(out, data, "length {n}");
         }
+    }
+
+    /// A drain's batch is what the sender had published at its look: `pop_seen` takes
+    /// exactly those, in order; what is published later waits for the next look (and
+    /// `pop` looks by itself); freeing the batch's slots lets waiting messages in.
+    #[test]
+    fn a_look_bounds_the_batch_and_the_next_look_sees_the_rest() {
+        let hub = Hub::default();
+        let (a, b) = two_addrs();
+        let ia = hub.register(a, Arc::default());
+        let ib = hub.register(b, Arc::default());
+        let mut tx = hub.connect(a, &ia, &b).unwrap();
+        let mut lanes = Vec::new();
+        assert!(ib.take_new_lanes(&mut lanes));
+        let mut rx = rx_lane(lanes[0].clone(), 0);
+        assert!(rx.pop_seen().is_none(), "nothing looked at yet");
+        for i in 0..3u64 {
+            tx.send(i, F_TAGGED, 0, 0, Bytes::Borrowed(&[i as u8; 8]));
+        }
+        assert!(
+            rx.pop_seen().is_none(),
+            "published after the (initial) look"
+        );
+        rx.look();
+        tx.send(3, F_TAGGED, 0, 0, Bytes::Borrowed(&[3; 8]));
+        let batch: Vec<u64> = std::iter::from_fn(|| rx.pop_seen())
+            .map(|r| r.tag)
+            .collect();
+        assert_eq!(batch, [0, 1, 2], "the batch ends at the look");
+        rx.look();
+        assert_eq!(rx.pop_seen().map(|r| r.tag), Some(3));
+        assert!(rx.pop_seen().is_none());
+        tx.send(4, F_TAGGED, 0, 0, Bytes::Borrowed(&[4; 8]));
+        assert_eq!(
+            rx.pop().map(|r| r.tag),
+            Some(4),
+            "pop looks when its batch is empty"
+        );
+        rx.publish();
+        tx.flush();
+        // A full ring: the rest waits at the sender until a drained batch is published.
+        for i in 5..(5 + SLOTS as u64 + 2) {
+            tx.send(i, F_TAGGED, 0, 0, Bytes::Borrowed(&[0; 8]));
+        }
+        assert_eq!(tx.waiting(), 2);
+        rx.look();
+        let n = std::iter::from_fn(|| rx.pop_seen()).count();
+        assert_eq!(n, SLOTS);
+        rx.publish();
+        tx.flush();
+        assert_eq!(tx.waiting(), 0);
+        rx.look();
+        let rest: Vec<u64> = std::iter::from_fn(|| rx.pop_seen())
+            .map(|r| r.tag)
+            .collect();
+        assert_eq!(rest, [5 + SLOTS as u64, 6 + SLOTS as u64]);
     }
 
     #[test]

@@ -148,7 +148,48 @@ pub(crate) struct Matcher {
     /// The later held receives, in posting order.
     held_rest: Fifo<RecvCtx>,
     held_spec: RecvSpec,
+    /// `held_spec` as masks: what an arrival's search of the held receives compares.
+    held_key: HeldKey,
     held_c: HeldCounts,
+}
+
+/// A [`RecvSpec`] as two masked compares, one of the communicator and source (packed in a
+/// word) and one of the tag: `matches` is [`RecvSpec::matches`] without its branches per
+/// selector kind (a held receive's every arrival is searched with it).
+#[derive(Debug, Clone, Copy)]
+struct HeldKey {
+    cs_want: u64,
+    cs_mask: u64,
+    tag_want: u64,
+    tag_mask: u64,
+}
+
+impl HeldKey {
+    fn of(spec: &RecvSpec) -> HeldKey {
+        let (src_want, src_mask) = match spec.src {
+            Source::Any => (0, 0),
+            Source::Rank(s) => (u64::from(s), 0xffff_ffff),
+        };
+        let (tag_want, tag_mask) = match spec.tag {
+            TagSel::Any => (0, 0),
+            TagSel::Exact(t) => (t, u64::MAX),
+            TagSel::Masked { want, mask } => (want & mask, mask),
+        };
+        HeldKey {
+            cs_want: u64::from(spec.comm) << 32 | src_want,
+            cs_mask: 0xffff_ffff_0000_0000 | src_mask,
+            tag_want,
+            tag_mask,
+        }
+    }
+
+    /// Whether the spec accepts `env` (the spec's rule: communicator equal, source equal
+    /// unless any, `env.tag & mask == want & mask`).
+    #[inline(always)]
+    fn matches(&self, env: &Envelope) -> bool {
+        let cs = u64::from(env.comm) << 32 | u64::from(env.src);
+        ((cs ^ self.cs_want) & self.cs_mask) | ((env.tag ^ self.tag_want) & self.tag_mask) == 0
+    }
 }
 
 impl Matcher {
@@ -158,6 +199,7 @@ impl Matcher {
             held: None,
             held_rest: Fifo::new(),
             held_spec: RecvSpec::new(COMM_MSG, None, None),
+            held_key: HeldKey::of(&RecvSpec::new(COMM_MSG, None, None)),
             held_c: HeldCounts::default(),
         }
     }
@@ -175,7 +217,10 @@ impl Matcher {
             if self.held.is_none() {
                 if c.unexpected_depth == 0 && max > 0 {
                     self.held_c.misses += 1;
-                    self.held_spec = spec;
+                    if spec != self.held_spec {
+                        self.held_key = HeldKey::of(&spec);
+                        self.held_spec = spec;
+                    }
                     self.held = Some(ctx);
                     return Ok(None);
                 }
@@ -219,7 +264,7 @@ impl Matcher {
     fn take_held(&mut self, env: &Envelope) -> Option<RecvCtx> {
         self.held.as_ref()?;
         self.held_c.attempts += 1;
-        if !self.held_spec.matches(env) {
+        if !self.held_key.matches(env) {
             return None;
         }
         self.held_c.hits += 1;
@@ -777,8 +822,12 @@ fn drain_lanes(f: &mut Fast, node: &mut ProtoNode, out: &mut Out<'_>, reap: bool
             }
         }
         let mut taken = false;
+        // One look at the sender's `tail` per drain: what it had published by then.
+        if !reap {
+            rx.look();
+        }
         // While a sender is gone, also what waited at it when it went.
-        while let Some(raw) = if reap { rx.pop_any() } else { rx.pop() } {
+        while let Some(raw) = if reap { rx.pop_any() } else { rx.pop_seen() } {
             taken = true;
             let comm = if raw.flags & F_TAGGED != 0 {
                 COMM_TAG
@@ -1498,8 +1547,9 @@ impl Endpoint {
 
     /// An injected send on an open lane: [`Endpoint::fast_send`]'s work for that case
     /// with one look at the route (`is_fast` then `fast_send` looked twice). `false`:
-    /// nothing was done (no fast-path route yet, its receiver gone, or too many messages
-    /// waiting for ring space), the general path decides.
+    /// nothing was done (no fast-path route yet, its receiver gone, more than a slot's
+    /// inline bytes, or messages waiting for ring space or a full ring), the general path
+    /// decides.
     #[inline(always)]
     fn fast_inject(&mut self, pid: PeerId, tag: Option<u64>, data: &[u8]) -> bool {
         let Some(f) = self.fast.as_deref_mut() else {
@@ -1508,16 +1558,17 @@ impl Endpoint {
         let Some(Route::Fast(tx)) = f.routes.get_mut(pid.0 as usize) else {
             return false;
         };
-        if tx.waiting() >= MAX_LANE_WAITING || tx.closed() {
+        if tx.closed() {
             return false;
         }
         let op = f.next_op;
-        f.next_op += 1;
         let flags = if tag.is_some() { F_TAGGED } else { 0 };
-        tx.send(tag.unwrap_or(0), flags, 0, op, Bytes::Borrowed(data));
-        if tx.waiting() > 0 {
-            f.any_waiting = true;
+        // Straight into the ring only: a message that would wait for ring space (or is
+        // larger than a slot's inline room) takes `fast_send`, which queues it.
+        if !tx.send_inline_now(tag.unwrap_or(0), flags, op, data) {
+            return false;
         }
+        f.next_op += 1;
         self.counters.submitted += 1;
         self.counters.fast_sends += 1;
         self.counters.injected += 1;
@@ -1626,8 +1677,67 @@ impl Endpoint {
 
 #[cfg(test)]
 mod tests {
-    use super::Fifo;
+    use super::{Fifo, HeldKey};
     use std::collections::VecDeque;
+    use tagmatch_engine::{Envelope, RecvSpec, Source, TagSel};
+
+    /// The held receives' masked compare accepts exactly what the spec's own rule
+    /// accepts: every selector kind (any, one source; any, exact, masked tag, the masks
+    /// normalised as the fast path posts them) against envelopes that differ in the
+    /// communicator, the source, and tag bits inside and outside the mask, at the
+    /// extreme values.
+    #[test]
+    fn held_key_matches_as_the_spec() {
+        let comms = [0u32, 1, 2, u32::MAX];
+        let srcs = [0u32, 1, 7, u32::MAX];
+        let tags = [0u64, 1, 7, 0xff, 0x100, 0xdead_beef, 1 << 63, u64::MAX];
+        let masks = [0u64, 1, 0xff, 0xffff_0000, 1 << 63, u64::MAX - 1, u64::MAX];
+        let mut specs = Vec::new();
+        for &comm in &comms {
+            for src in [
+                Source::Any,
+                Source::Rank(0),
+                Source::Rank(7),
+                Source::Rank(u32::MAX),
+            ] {
+                specs.push(RecvSpec {
+                    comm,
+                    src,
+                    tag: TagSel::Any,
+                });
+                for &t in &tags {
+                    specs.push(RecvSpec {
+                        comm,
+                        src,
+                        tag: TagSel::Exact(t),
+                    });
+                    for &m in &masks {
+                        specs.push(RecvSpec::masked(comm, src, t, m).normalized());
+                    }
+                }
+            }
+        }
+        let (mut yes, mut no) = (0u64, 0u64);
+        for spec in &specs {
+            let key = HeldKey::of(spec);
+            for &comm in &comms {
+                for &src in &srcs {
+                    for &tag in &tags {
+                        let env = Envelope::new(comm, src, tag);
+                        let want = spec.matches(&env);
+                        assert_eq!(key.matches(&env), want, "{spec:?} {env:?}");
+                        if want {
+                            yes += 1;
+                        } else {
+                            no += 1;
+                        }
+                    }
+                }
+            }
+        }
+        // Both answers occur often (the cases are not all one way).
+        assert!(yes > 5_000 && no > 5_000, "{yes} {no}");
+    }
 
     /// The held-receive queue behaves as a `VecDeque` through pushes, pops, growth across
     /// the wrap-around and removals from the middle.

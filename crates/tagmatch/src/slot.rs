@@ -167,8 +167,13 @@ impl Endpoint {
         tag: Option<TagMatch>,
     ) -> Result<Request> {
         let src = self.src(source)?;
-        let i = self.slot_index(slot)?;
-        let s = &mut self.slots[i];
+        let i = slot.idx as usize;
+        if slot.ep != self.id {
+            return Err(Error::UnknownSlot);
+        }
+        let Some(s) = self.slots.get_mut(i) else {
+            return Err(Error::UnknownSlot);
+        };
         if !matches!(s.state, SlotState::Idle) {
             return Err(Error::SlotPosted);
         }
@@ -207,11 +212,12 @@ impl Endpoint {
     /// After a slot's post: posted (unless already completed), or back to idle.
     #[inline(always)]
     fn posted(&mut self, i: usize, r: Result<Request>) -> Result<Request> {
-        let s = &mut self.slots[i];
         match r {
             Ok(req) => {
-                if matches!(s.state, SlotState::Posting) {
-                    s.state = SlotState::Posted;
+                if let Some(s) = self.slots.get_mut(i) {
+                    if matches!(s.state, SlotState::Posting) {
+                        s.state = SlotState::Posted;
+                    }
                 }
                 Ok(req)
             }
@@ -231,6 +237,19 @@ impl Endpoint {
         e
     }
 
+    /// `slot`'s state, if it is one of this endpoint's (one bounds check).
+    #[inline(always)]
+    fn slot_mut(&mut self, slot: &RecvSlot) -> Result<&mut Slot> {
+        if slot.ep != self.id {
+            return Err(Error::UnknownSlot);
+        }
+        // Not `ok_or`: its error is built (and dropped, a call) on every look.
+        match self.slots.get_mut(slot.idx as usize) {
+            Some(s) => Ok(s),
+            None => Err(Error::UnknownSlot),
+        }
+    }
+
     #[inline(always)]
     fn slot_index(&self, slot: &RecvSlot) -> Result<usize> {
         let i = slot.idx as usize;
@@ -247,45 +266,46 @@ impl Endpoint {
     /// again. A slot of another endpoint is `Some(Err(Error::UnknownSlot))`.
     #[inline(always)]
     pub fn slot_done(&mut self, slot: &RecvSlot) -> Option<Result<RecvInfo>> {
-        let i = match self.slot_index(slot) {
-            Ok(i) => i,
+        let ep = self.id;
+        let s = match self.slot_mut(slot) {
+            Ok(s) => s,
             Err(e) => return Some(Err(e)),
         };
-        let ep = self.id;
-        let s = &mut self.slots[i];
-        match s.state {
-            SlotState::Done {
-                op,
+        // Tested variant by variant, the done one first (a `match` decoded the state's
+        // niche-packed tag in full before its first comparison).
+        if let SlotState::Done {
+            op,
+            len,
+            tag,
+            src,
+            cq,
+        } = s.state
+        {
+            s.state = SlotState::Idle;
+            let info = RecvInfo {
                 len,
                 tag,
-                src,
-                cq,
-            } => {
-                s.state = SlotState::Idle;
-                let info = RecvInfo {
-                    len,
-                    tag,
-                    source: Peer {
-                        id: PeerId(src),
-                        ep,
-                    },
-                    cq_data: cq,
-                };
-                if len > s.cap as u64 {
-                    return Some(Err(truncated(ep, op, len, s.cap)));
-                }
-                Some(Ok(info))
+                source: Peer {
+                    id: PeerId(src),
+                    ep,
+                },
+                cq_data: cq,
+            };
+            if len > s.cap as u64 {
+                return Some(Err(truncated(ep, op, len, s.cap)));
             }
-            SlotState::Failed { op, error } => {
-                s.state = SlotState::Idle;
-                Some(Err(Error::Failed {
-                    request: Request { op: OpId(op), ep },
-                    kind: tagmatch_rdm::OpKind::Recv,
-                    error,
-                }))
-            }
-            SlotState::Posted | SlotState::Idle | SlotState::Posting => None,
+            return Some(Ok(info));
         }
+        if let SlotState::Failed { op, error } = s.state {
+            s.state = SlotState::Idle;
+            return Some(Err(Error::Failed {
+                request: Request { op: OpId(op), ep },
+                kind: tagmatch_rdm::OpKind::Recv,
+                error,
+            }));
+        }
+        // Posted, idle, being posted.
+        None
     }
 
     /// A slot's receive completed through the protocol endpoint, or was cancelled: its
