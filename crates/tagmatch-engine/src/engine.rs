@@ -1225,7 +1225,7 @@ impl<R, M> Engine<R, M> {
         let spec = spec.normalized();
         let c = spec.comm;
         match (spec.src, spec.tag) {
-            (Source::Rank(s), TagSel::Exact(t)) => self.post_keyed::<K_EXACT>(c, s, t, recv),
+            (Source::Rank(s), TagSel::Exact(t)) => self.post_exact(c, s, t, recv),
             (Source::Rank(s), TagSel::Any) => self.post_wild::<K_SRC>(c, s, 0, recv),
             (Source::Any, TagSel::Exact(t)) => self.post_wild::<K_TAG>(c, 0, t, recv),
             (Source::Any, TagSel::Any) => self.post_keyed::<K_COMM>(c, 0, 0, recv),
@@ -1360,8 +1360,8 @@ impl<R, M> Engine<R, M> {
         Ok(Posted::Pending(RecvHandle { idx, gen }))
     }
 
-    /// [`Engine::post`] of a receive with an O(1) kind `k` (exact, ANY_TAG, ANY_SOURCE,
-    /// ANY_SOURCE+ANY_TAG) and projected key (`comm`, `src`, `tag`), passed as scalars
+    /// [`Engine::post`] of a receive with an O(1) kind `k` (exact while a wildcard list
+    /// is kept, ANY_TAG, ANY_SOURCE, ANY_SOURCE+ANY_TAG) and projected key (`comm`, `src`, `tag`), passed as scalars
     /// (in registers, not through memory): one probe of index `k` finds the earliest
     /// unexpected message (and unlinks it there) or the place to queue the receive.
     fn post_keyed<const K: usize>(
@@ -1379,64 +1379,28 @@ impl<R, M> Engine<R, M> {
         self.c.match_attempts += 1;
         let h = hash_key(k, &key);
         let (p, u) = (&self.posted, &self.unexp);
-        let pos = self.ix[k].find_value_or_reserve(
+        let pos = self.ix[k].find_value(
             h,
             #[inline(always)]
             |v| proj(k, &key_of(p, u, v)) == key,
-            rehasher(p, u, k),
         );
         let (pos, found) = match pos {
             Ok((pos, idx)) if idx & POSTED == 0 => (pos, idx),
-            _ if self.posted.len() >= self.cfg.max_posted => {
-                self.c.misses += 1;
-                return Err(PostRejected { recv });
-            }
-            pos => {
-                self.c.misses += 1;
-                let seq = self.next_seq;
-                self.next_seq += 1;
-                let src_any = k == K_TAG || k == K_COMM;
-                let (idx, gen) = self
-                    .posted
-                    .insert(|g| PNode::new(seq, k, src_any, key, g, recv));
-                match pos {
-                    Ok((_, head)) => {
-                        list::push_back(&mut self.posted, k, Some(head & !POSTED), idx)
-                    }
-                    Err(pos) => {
-                        self.ix[k].insert_at(pos, h, idx | POSTED);
-                        list::push_back(&mut self.posted, k, None, idx);
-                    }
-                }
-                self.n_kind[k] += 1;
-                return Ok(Posted::Pending(RecvHandle { idx, gen }));
-            }
+            pos => return self.queue_keyed::<K>(key, h, pos.map(|(_, head)| head), recv),
         };
         self.c.hits += 1;
-        // An exact key is the whole envelope.
-        let (env, len, msg) = if K == K_EXACT && self.built == 0 {
-            // No wildcard list kept: the (comm, src, tag) list and the arrival order.
-            // Out of the slab first, reading only the two link pairs in use and the
-            // fields of the result (one slab access); the unlinking touches only the
-            // neighbours.
-            let n = self.unexp.take(found);
-            let (lk, la) = (n.links.get(K_EXACT), n.links.get(K_COMM));
-            self.unlink_head_at(k, pos, found, lk);
-            self.unlink_arrival(la);
-            (key, n.len, n.msg)
-        } else {
-            // Unlinked while still in the slab, from one copy of its links; only the
-            // fields of the result are moved out of the slab at the end.
-            let n = self.unexp.at(found);
-            let (env, links) = (if K == K_EXACT { key } else { n.env }, n.links);
-            self.unlink_head_at(k, pos, found, links.get(K));
-            if K != K_EXACT {
-                self.unlink_detached_from::<K_EXACT>(found, &env, links.get(K_EXACT));
-            }
-            self.unlink_rest_detached::<K>(found, &env, &links);
-            let UNode { len, msg, .. } = self.unexp.take(found);
-            (env, len, msg)
-        };
+        // Unlinked while still in the slab, from one copy of its links; only the fields
+        // of the result are moved out of the slab at the end (an exact key is the whole
+        // envelope). Exact receives come here only while a wildcard list is kept (see
+        // `post_exact`).
+        let n = self.unexp.at(found);
+        let (env, links) = (if K == K_EXACT { key } else { n.env }, n.links);
+        self.unlink_head_at(k, pos, found, links.get(K));
+        if K != K_EXACT {
+            self.unlink_detached_from::<K_EXACT>(found, &env, links.get(K_EXACT));
+        }
+        self.unlink_rest_detached::<K>(found, &env, &links);
+        let UNode { len, msg, .. } = self.unexp.take(found);
         self.c.bytes_held -= self.take_held_bytes(found, len);
         Ok(Posted::Matched(Match {
             recv,
@@ -1444,6 +1408,99 @@ impl<R, M> Engine<R, M> {
             env,
             len: len as usize,
         }))
+    }
+
+    /// [`Engine::post`] of an exact receive (`comm`, `src`, `tag`). Inlined into the
+    /// caller, so the common case pays no call: while no wildcard list of unexpected
+    /// messages is kept, a message that matches is on two lists only, its (comm, src,
+    /// tag) list (of which it is the head: the earliest arrived of its key) and the
+    /// arrival order, and is taken here with one probe of the exact index and one slab
+    /// access. Otherwise (a wildcard list kept, a message stored with held bytes other
+    /// than its length, or no message of this key queued) the
+    /// out-of-line paths do the rest: [`Engine::post_keyed`], or
+    /// [`Engine::queue_keyed`] with this probe's answer (the index is not probed twice).
+    #[inline(always)]
+    fn post_exact(
+        &mut self,
+        comm: u32,
+        src: u32,
+        tag: u64,
+        recv: R,
+    ) -> Result<Posted<R, M>, PostRejected<R>> {
+        if self.built != 0 || !self.held.is_empty() {
+            return self.post_keyed::<K_EXACT>(comm, src, tag, recv);
+        }
+        // MPI 4.0 §3.5 / matching-notes §1.0: the earliest-arrived matching message is
+        // the head of the (comm, src, tag) list, the value of its key's bucket.
+        let key = Envelope::new(comm, src, tag);
+        self.c.match_attempts += 1;
+        let h = hash_key(K_EXACT, &key);
+        let (p, u) = (&self.posted, &self.unexp);
+        let pos = self.ix[K_EXACT].find_value(
+            h,
+            #[inline(always)]
+            |v| key_of(p, u, v) == key,
+        );
+        let (pos, found) = match pos {
+            Ok((pos, idx)) if idx & POSTED == 0 => (pos, idx),
+            pos => return self.queue_keyed::<K_EXACT>(key, h, pos.map(|(_, head)| head), recv),
+        };
+        self.c.hits += 1;
+        // Out of the slab first, reading only the two link pairs in use and the fields
+        // of the result (one slab access); the unlinking touches only the neighbours.
+        let n = self.unexp.take(found);
+        let (lk, la) = (n.links.get(K_EXACT), n.links.get(K_COMM));
+        self.unlink_head_at(K_EXACT, pos, found, lk);
+        self.unlink_arrival(la);
+        // No message is stored with held bytes other than its length (`held` is empty).
+        self.c.bytes_held -= n.len as usize;
+        Ok(Posted::Matched(Match {
+            recv,
+            msg: n.msg,
+            env: key,
+            len: n.len as usize,
+        }))
+    }
+
+    /// The rest of [`Engine::post_keyed`] / [`Engine::post_exact`] when no message
+    /// matched: queues the receive with projected key `key` (hash `h`) of kind `K` as
+    /// the probe of index `K` ([`Index::find_value`]) answered: `Ok(head)`, behind the
+    /// posted receives of the list whose head is `head`, or `Err(pos)`, starting a list
+    /// in the empty bucket `pos` (after growing the index if it is full). Refused when
+    /// [`Config::max_posted`] receives are queued.
+    #[inline(never)]
+    fn queue_keyed<const K: usize>(
+        &mut self,
+        key: Envelope,
+        h: u64,
+        pos: Result<u32, usize>,
+        recv: R,
+    ) -> Result<Posted<R, M>, PostRejected<R>> {
+        self.c.misses += 1;
+        if self.posted.len() >= self.cfg.max_posted {
+            return Err(PostRejected { recv });
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let src_any = K == K_TAG || K == K_COMM;
+        // The index may grow before the receive is in the slab: its entries are all
+        // stored nodes.
+        let pos = pos.map_err(|pos| {
+            let (p, u) = (&self.posted, &self.unexp);
+            self.ix[K].reserve_at(h, pos, rehasher(p, u, K))
+        });
+        let (idx, gen) = self
+            .posted
+            .insert(|g| PNode::new(seq, K, src_any, key, g, recv));
+        match pos {
+            Ok(head) => list::push_back(&mut self.posted, K, Some(head & !POSTED), idx),
+            Err(pos) => {
+                self.ix[K].insert_at(pos, h, idx | POSTED);
+                list::push_back(&mut self.posted, K, None, idx);
+            }
+        }
+        self.n_kind[K] += 1;
+        Ok(Posted::Pending(RecvHandle { idx, gen }))
     }
 
     /// Unlinks message `idx`, the head of its list `k` (link `l`) whose bucket in index
