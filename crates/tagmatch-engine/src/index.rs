@@ -183,18 +183,34 @@ impl Index {
         rehash: impl FnMut(u32) -> u64,
     ) -> Result<(usize, u32), usize> {
         match self.find_value(hash, eq) {
-            Err(_) if (self.len + 1) * 4 > self.slots.len() * 3 => {
-                self.reserve_one(rehash);
-                // The key is absent: its place is the first empty bucket from its home.
-                let mask = self.mask();
-                let mut i = Self::home(hash, mask);
-                while self.slots[i] != EMPTY {
-                    i = (i + 1) & mask;
-                }
-                Err(i)
-            }
+            Err(pos) => Err(self.reserve_at(hash, pos, rehash)),
             r => r,
         }
+    }
+
+    /// The bucket where an absent key with `hash` goes, given the empty bucket `pos`
+    /// that [`Index::find_value`] answered: `pos`, unless one more entry would exceed
+    /// the load limit; then the table grows first and the answer is the first empty
+    /// bucket from the key's home in the grown table. Callers that probe with
+    /// [`Index::find_value`] on their hot path call this only when inserting.
+    #[inline(always)]
+    pub(crate) fn reserve_at(
+        &mut self,
+        hash: u64,
+        pos: usize,
+        rehash: impl FnMut(u32) -> u64,
+    ) -> usize {
+        if (self.len + 1) * 4 <= self.slots.len() * 3 {
+            return pos;
+        }
+        self.reserve_one(rehash);
+        // The key is absent: its place is the first empty bucket from its home.
+        let mask = self.mask();
+        let mut i = Self::home(hash, mask);
+        while self.slots[i] != EMPTY {
+            i = (i + 1) & mask;
+        }
+        i
     }
 
     /// The entry whose key satisfies `eq`.

@@ -41,9 +41,11 @@
 //! How: every unexpected message sits on up to four FIFOs at once — keyed (comm, src, tag),
 //! (comm, src), (comm, tag) and (comm) — so the earliest match for each receive kind is a
 //! list head. The three wildcard kinds are built on first use: until a receive, probe or
-//! purge needs one, a message is linked only into its (comm, src, tag) list and one
-//! arrival-order list (an exact-only workload pays for two lists, not four); the first
-//! that needs a kind builds its lists from the arrival order, O(queued messages) once,
+//! purge needs one, a message is linked only into its (comm, src, tag) list and appended
+//! to an arrival log, an array whose entries of messages since taken are left dead and
+//! dropped once the log is half dead (an exact-only workload pays for one list, not
+//! four); the first that needs a kind builds its lists from the arrival order (the log's
+//! live entries), O(queued messages) once,
 //! after which arrivals are linked into it too, until the queue is empty again (the
 //! (comm) build also builds the other two kinds when the (comm) index is much larger
 //! than the queue, so that no later build visits a large index). Each

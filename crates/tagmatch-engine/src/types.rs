@@ -474,7 +474,8 @@ impl Config {
 }
 
 /// Counters (like MPICH PVARs / UCX stats): depths are current values, the rest are
-/// totals since creation.
+/// totals since creation. (The fields every match updates come last: the engine keeps
+/// them in the cache line of its exact index.)
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
     /// Posted receives waiting.
@@ -485,13 +486,6 @@ pub struct Counters {
     pub claimed_depth: usize,
     /// Messages held in reorder buffers.
     pub reorder_depth: usize,
-    /// Payload bytes held (unexpected + claimed + reorder buffer): each message's held
-    /// bytes as given to `Engine::deliver_held` / `Engine::arrive_held`, else its length.
-    pub bytes_held: usize,
-    /// Candidate entries inspected by searches (queue heads looked at, entries scanned).
-    pub match_attempts: u64,
-    /// Searches (post, arrival, probe, mprobe) that found a partner.
-    pub hits: u64,
     /// Searches that found none.
     pub misses: u64,
     /// Receives cancelled (single, bulk or purge).
@@ -500,4 +494,11 @@ pub struct Counters {
     pub rejected_backpressure: u64,
     /// Arrivals rejected for window overflow, staleness or duplication.
     pub rejected_sequence: u64,
+    /// Payload bytes held (unexpected + claimed + reorder buffer): each message's held
+    /// bytes as given to `Engine::deliver_held` / `Engine::arrive_held`, else its length.
+    pub bytes_held: usize,
+    /// Candidate entries inspected by searches (queue heads looked at, entries scanned).
+    pub match_attempts: u64,
+    /// Searches (post, arrival, probe, mprobe) that found a partner.
+    pub hits: u64,
 }
