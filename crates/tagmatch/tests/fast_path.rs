@@ -9,9 +9,8 @@ use tagmatch::{
     ANY_SOURCE, ANY_TAG,
 };
 
-fn ep(f: &MemFabric, fast: bool) -> Endpoint {
-    Endpoint::builder().mem(f).fast_path(fast).build().unwrap()
-}
+mod common;
+use common::{done, ep};
 
 /// What a completion says, without the request number (fast-path numbers differ) and the
 /// subprotocol (the fast path has none): the peer as an index.
@@ -36,20 +35,6 @@ fn seen(c: Completion) -> Seen {
         len: c.len,
         tag: c.tag,
     }
-}
-
-/// Waits for `r` on `x`, progressing the others; a failed operation's completion is kept.
-fn done(x: &mut Endpoint, r: Request, others: &mut [&mut Endpoint]) -> Completion {
-    for _ in 0..2_000_000 {
-        if let Some(c) = x.take_completion(r) {
-            return c;
-        }
-        x.progress().unwrap();
-        for o in others.iter_mut() {
-            o.progress().unwrap();
-        }
-    }
-    panic!("request {r:?} did not complete");
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {

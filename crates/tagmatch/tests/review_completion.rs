@@ -5,26 +5,11 @@
 //! that grow, wrap and lose receives in the middle match as the protocol path does.
 
 use tagmatch::{
-    Completion, Endpoint, Error, MemFabric, OpError, OpKind, Request, SendOptions, ANY_SOURCE,
-    ANY_TAG,
+    Completion, Error, MemFabric, OpError, OpKind, Request, SendOptions, ANY_SOURCE, ANY_TAG,
 };
 
-fn ep(f: &MemFabric, fast: bool) -> Endpoint {
-    Endpoint::builder().mem(f).fast_path(fast).build().unwrap()
-}
-
-fn done(x: &mut Endpoint, r: Request, others: &mut [&mut Endpoint]) -> Completion {
-    for _ in 0..2_000_000 {
-        if let Some(c) = x.take_completion(r) {
-            return c;
-        }
-        x.progress().unwrap();
-        for o in others.iter_mut() {
-            o.progress().unwrap();
-        }
-    }
-    panic!("request {r:?} did not complete");
-}
+mod common;
+use common::{done, ep};
 
 /// Everything a caller can observe of a completion, through the accessors.
 #[allow(clippy::type_complexity)]

@@ -5,9 +5,28 @@
 use std::time::Duration;
 
 use tagmatch::{
-    Endpoint, Error, MemFabric, OpError, OpKind, Protocol, SendOptions, TagMatch, ANY_SOURCE,
-    ANY_TAG,
+    Completion, Endpoint, Error, MemFabric, OpError, OpKind, Protocol, Request, SendOptions,
+    TagMatch, ANY_SOURCE, ANY_TAG,
 };
+
+/// An endpoint on `f`, with the in-process fast path on or off.
+pub fn ep(f: &MemFabric, fast: bool) -> Endpoint {
+    Endpoint::builder().mem(f).fast_path(fast).build().unwrap()
+}
+
+/// Waits for `r` on `x`, progressing the others; a failed operation's completion is kept.
+pub fn done(x: &mut Endpoint, r: Request, others: &mut [&mut Endpoint]) -> Completion {
+    for _ in 0..2_000_000 {
+        if let Some(c) = x.take_completion(r) {
+            return c;
+        }
+        x.progress().unwrap();
+        for o in others.iter_mut() {
+            o.progress().unwrap();
+        }
+    }
+    panic!("request {r:?} did not complete");
+}
 
 /// Every operation between `a` and `b`, driven by this thread.
 pub fn exercise(mut a: Endpoint, mut b: Endpoint) {
