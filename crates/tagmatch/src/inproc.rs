@@ -118,7 +118,9 @@ enum Route {
 /// Searches made against [`Matcher::held`], counted as the engine counts its own.
 #[derive(Debug, Default)]
 struct HeldCounts {
-    attempts: u64,
+    /// Searches of the held receives that found them not accepting (their attempts are
+    /// these and `hits`: one count per arrival fewer on the hit path).
+    passed: u64,
     hits: u64,
     misses: u64,
     cancelled: u64,
@@ -263,8 +265,8 @@ impl Matcher {
     #[inline(always)]
     fn take_held(&mut self, env: &Envelope) -> Option<RecvCtx> {
         self.held.as_ref()?;
-        self.held_c.attempts += 1;
         if !self.held_key.matches(env) {
+            self.held_c.passed += 1;
             return None;
         }
         self.held_c.hits += 1;
@@ -330,7 +332,7 @@ impl Matcher {
     fn counters(&self) -> tagmatch_engine::Counters {
         let mut c = self.engine.counters();
         c.posted_depth += usize::from(self.held.is_some()) + self.held_rest.len();
-        c.match_attempts += self.held_c.attempts;
+        c.match_attempts += self.held_c.hits + self.held_c.passed;
         c.hits += self.held_c.hits;
         c.misses += self.held_c.misses;
         c.cancelled += self.held_c.cancelled;

@@ -180,10 +180,15 @@ impl Endpoint {
         if self.fast.is_none() {
             return self.post_slot_proto(i, src, tag);
         }
-        s.state = SlotState::Posting;
+        // Posted before the post: a message the post meets at once (through the
+        // engine's post; a receive held aside never meets one there) completes the slot
+        // in place, over this state; no second look at the slot after the post.
+        s.state = SlotState::Posted;
         let len = s.cap;
-        let r = self.fast_post(tag, src, RecvBuf::Slot { idx: i as u32, len });
-        self.posted(i, r)
+        match self.fast_post(tag, src, RecvBuf::Slot { idx: i as u32, len }) {
+            Ok(req) => Ok(req),
+            Err(e) => Err(self.post_failed(i, e)),
+        }
     }
 
     /// [`Endpoint::tpost_slot`] without the fast path: a receive into the slot's buffer,

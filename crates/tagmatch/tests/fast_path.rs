@@ -1365,3 +1365,45 @@ fn receive_slots_complete_as_on_the_protocol_path() {
         "protocol message, fast receiver"
     );
 }
+
+/// On the fast path a slot's post that meets a message already waiting (unexpected)
+/// completes the slot at the post, before any progress: `slot_done` answers at once, and
+/// the slot counts as posted until then (a second post is refused, the message is not
+/// lost). A post that waits (held aside, or behind a receive in the engine) completes
+/// at the message's drain.
+#[test]
+fn a_slot_post_that_meets_a_waiting_message_completes_at_once() {
+    let f = MemFabric::new();
+    let mut a = ep(&f, true);
+    let mut b = ep(&f, true);
+    let ab = a.insert_peer(&b.address()).unwrap();
+    let ba = b.insert_peer(&a.address()).unwrap();
+    for t in 1..=3u64 {
+        a.tinject(ab, t, &pattern(8, t as u8)).unwrap();
+    }
+    for _ in 0..4 {
+        b.progress().unwrap();
+    }
+    let slot = b.recv_slot(8);
+    let early = b.recv_slot(8);
+    for t in [2u64, 1, 3] {
+        let _ = b.tpost_slot(&slot, ba, t).unwrap();
+        // Completed by the post itself: still not postable until looked at.
+        assert!(matches!(b.tpost_slot(&slot, ba, t), Err(Error::SlotPosted)));
+        let info = b.slot_done(&slot).expect("completed at the post").unwrap();
+        assert_eq!((info.tag, info.len, info.source.index()), (t, 8, 0));
+        assert_eq!(b.slot_data(&slot).unwrap(), &pattern(8, t as u8)[..]);
+    }
+    // Nothing waits now: the posts wait, the earliest posted takes the first message.
+    let _ = b.tpost_slot(&early, ba, ANY_TAG).unwrap();
+    let _ = b.tpost_slot(&slot, ba, 7).unwrap();
+    assert!(b.slot_done(&early).is_none() && b.slot_done(&slot).is_none());
+    assert!(matches!(b.tpost_slot(&slot, ba, 7), Err(Error::SlotPosted)));
+    a.tinject(ab, 7, &pattern(8, 70)).unwrap();
+    a.tinject(ab, 7, &pattern(8, 71)).unwrap();
+    let first = slot_wait(&mut b, &early, &mut [&mut a]);
+    assert_eq!(first, (Ok((8, 7, 0, None)), pattern(8, 70)));
+    let second = slot_wait(&mut b, &slot, &mut [&mut a]);
+    assert_eq!(second, (Ok((8, 7, 0, None)), pattern(8, 71)));
+    assert!(b.poll_completion().is_none());
+}
