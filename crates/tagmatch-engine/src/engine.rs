@@ -4,7 +4,7 @@ use crate::dense::{Dense, DENSE_KEYS, DPOS, EMPTY};
 use crate::hash::{map_heap_bytes, FastMap};
 use crate::index::{Index, Saturated};
 use crate::list::{self, Link, Linked, Packed4, Unlinked, Wide};
-use crate::slab::{GenSlab, Generational};
+use crate::slab::{GenSlab, Generational, GROWTH_DIVISOR};
 use crate::types::*;
 use core::num::NonZeroU32;
 
@@ -924,6 +924,11 @@ impl<R, M> Engine<R, M> {
             let queued = self.unexp.len() - self.c.claimed_depth;
             if queued <= self.arrivals.len() / 2 {
                 self.log_compact();
+            } else if (self.arrivals.len() + 1).saturating_sub(queued)
+                <= self.arrivals.len() / GROWTH_DIVISOR
+            {
+                // `queued` counts `idx`, not in the log yet: the rest are the dead ones.
+                self.log_grow_little();
             }
         }
         let pos = self.arrivals.len();
@@ -931,6 +936,18 @@ impl<R, M> Engine<R, M> {
         // Positions fit the stash word: the log holds fewer than 4 * MAX_ENTRIES < 2^32
         // entries.
         self.unexp.at_mut(idx).links.stash(K_COMM, pos as u32);
+    }
+
+    /// Grows a full arrival log that is nearly all live (at most 1/64 of its entries
+    /// dead: a queue still filling) by 1/64 instead of doubling it, as the slabs grow
+    /// ([`GenSlab`]): a queue of N messages has a log of about N entries, not up to 2N.
+    /// A log with more dead entries doubles (`Vec::push`), so that compactions stay at
+    /// most one per half a log of appends.
+    #[cold]
+    #[inline(never)]
+    fn log_grow_little(&mut self) {
+        let n = self.arrivals.len();
+        self.arrivals.reserve_exact((n / GROWTH_DIVISOR).max(1));
     }
 
     /// Drops the dead entries of the arrival log (see [`Engine::log_push`]).

@@ -30,6 +30,9 @@
 use crate::list::MAX_REF;
 
 const EMPTY: u32 = u32::MAX;
+/// Buckets of the smallest table: two, so that one key costs 8 bytes, not 64 (a queue of
+/// one message or receive stays within 64 bytes of engine memory per entry).
+const MIN_BUCKETS: usize = 2;
 /// Bits of the caller's value (reference and side flag).
 const VAL: u32 = (1 << 24) - 1;
 const FP_SHIFT: u32 = 24;
@@ -261,13 +264,15 @@ impl Index {
     #[inline]
     pub(crate) fn reserve_one(&mut self, rehash: impl FnMut(u32) -> u64) {
         if (self.len + 1) * 4 > self.slots.len() * 3 {
-            self.grow((self.slots.len() * 2).max(16), rehash);
+            self.grow((self.slots.len() * 2).max(MIN_BUCKETS), rehash);
         }
     }
 
     /// Pre-sizes for `n` entries.
     pub(crate) fn reserve(&mut self, n: usize, rehash: impl FnMut(u32) -> u64) {
-        let want = (n.saturating_mul(4) / 3 + 1).next_power_of_two().max(16);
+        let want = (n.saturating_mul(4) / 3 + 1)
+            .next_power_of_two()
+            .max(MIN_BUCKETS);
         if want > self.slots.len() {
             self.grow(want, rehash);
         }
