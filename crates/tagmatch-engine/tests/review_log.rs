@@ -795,6 +795,8 @@ enum Take {
     Oldest,
     Newest,
     Random,
+    /// A random one, by an exact mprobe then its mrecv.
+    Claim,
 }
 
 /// Which unexpected lists a steady run keeps besides the (comm, src, tag) ones.
@@ -849,18 +851,24 @@ fn steady(depth: usize, steps: u64, take: Take, lists: Lists) {
         let i = match take {
             Take::Oldest => 0,
             Take::Newest => q.len() - 1,
-            Take::Random => r.below(q.len() as u64) as usize,
+            Take::Random | Take::Claim => r.below(q.len() as u64) as usize,
         };
         let (t, mid) = q.remove(i).unwrap();
-        match e.post(RecvSpec::exact(3, 5, t), 0) {
-            Ok(Posted::Matched(x)) if x.msg == mid => {}
-            other => panic!(
-                "{take:?}/{lists:?} step {step}: receive of {mid} got {:?}",
-                other.map(|p| match p {
-                    Posted::Matched(x) => Some(x.msg),
-                    Posted::Pending(_) => None,
-                })
-            ),
+        if let Take::Claim = take {
+            let c = e.mprobe(&RecvSpec::exact(3, 5, t));
+            let got = c.map(|c| e.mrecv(c.handle).map(|m| m.msg));
+            assert_eq!(got, Some(Ok(mid)), "{lists:?} step {step}: claim");
+        } else {
+            match e.post(RecvSpec::exact(3, 5, t), 0) {
+                Ok(Posted::Matched(x)) if x.msg == mid => {}
+                other => panic!(
+                    "{take:?}/{lists:?} step {step}: receive of {mid} got {:?}",
+                    other.map(|p| match p {
+                        Posted::Matched(x) => Some(x.msg),
+                        Posted::Pending(_) => None,
+                    })
+                ),
+            }
         }
         if step == warm_at {
             warm = e.heap_bytes();
@@ -890,11 +898,12 @@ fn a_million_steps_at_depth_1000_keep_the_heap_bounded() {
     for take in [Take::Oldest, Take::Newest, Take::Random] {
         steady(1000, 1_000_000, take, Lists::Log);
     }
+    steady(1000, 300_000, Take::Claim, Lists::Log);
 }
 
 #[test]
 fn steady_depth_with_wildcard_lists_kept_keeps_the_heap_bounded() {
-    for take in [Take::Oldest, Take::Newest, Take::Random] {
+    for take in [Take::Oldest, Take::Newest, Take::Random, Take::Claim] {
         for lists in [Lists::SrcAndLog, Lists::Comm, Lists::Eager] {
             steady(300, 200_000, take, lists);
         }
