@@ -938,3 +938,51 @@ fn after_a_burst_a_small_steady_queue_neither_grows_nor_loses_order() {
     }
     w.check("end");
 }
+
+/// `Engine::reserve(posted, unexpected)`: "exact matching up to that depth allocates
+/// nothing". The arrival log is an array that grows with the queue, so it is part of
+/// what is reserved: after the reservation, queues of up to `unexpected` messages with
+/// distinct keys, taken by exact receives anywhere (dead entries, compactions) and
+/// refilled, leave the heap as it was.
+#[test]
+fn reserve_covers_the_arrival_log() {
+    for depth in [1usize, 3, 4, 5, 100, 1000, 1025] {
+        for posted in [0, depth] {
+            let mut e: Engine<u32, u32> = Engine::new(Config::default());
+            e.reserve(posted, depth);
+            let before = e.heap_bytes();
+            let mut r = Rng::new(depth as u64);
+            let mut q: Vec<u64> = Vec::new();
+            let mut next = 0u64;
+            for round in 0..4 {
+                while q.len() < depth {
+                    e.arrive(Envelope::new(0, 1, next), 1, 0).unwrap();
+                    q.push(next);
+                    next += 1;
+                }
+                // Take all but a few (the last round: all), anywhere.
+                let keep = if round == 3 { 0 } else { r.below(3) as usize };
+                while q.len() > keep.min(depth - 1) {
+                    let t = q.swap_remove(r.below(q.len() as u64) as usize);
+                    assert!(matches!(
+                        e.post(RecvSpec::exact(0, 1, t), 0),
+                        Ok(Posted::Matched(_))
+                    ));
+                }
+                assert_eq!(
+                    e.heap_bytes(),
+                    before,
+                    "depth {depth}, {posted} posted reserved, round {round}: the heap grew"
+                );
+            }
+            // And as many exact receives posted before their messages come.
+            for i in 0..posted as u64 {
+                let _ = e.post(RecvSpec::exact(1, 2, i), 0);
+            }
+            for i in 0..posted as u64 {
+                e.arrive(Envelope::new(1, 2, i), 1, 0).unwrap();
+            }
+            assert_eq!(e.heap_bytes(), before, "depth {depth}: posted receives");
+        }
+    }
+}
