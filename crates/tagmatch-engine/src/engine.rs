@@ -489,11 +489,11 @@ impl<R, M> Engine<R, M> {
     }
 
     /// Pre-allocates room for `posted` receives and `unexpected` messages with distinct
-    /// keys (the slabs and the (comm, src, tag) index), so that exact matching up to
-    /// that depth allocates nothing. The wildcard lists' heads are not pre-allocated: the
-    /// per-communicator arrays of the ANY_TAG / ANY_SOURCE lists are allocated by the
-    /// first such list of each communicator and grow with the lists it holds, and the
-    /// (comm) index with the communicators. The counts are capped at
+    /// keys (the slabs, the (comm, src, tag) index and the arrival log), so that exact
+    /// matching up to that depth allocates nothing. The wildcard lists' heads are not
+    /// pre-allocated: the per-communicator arrays of the ANY_TAG / ANY_SOURCE lists are
+    /// allocated by the first such list of each communicator and grow with the lists it
+    /// holds, and the (comm) index with the communicators. The counts are capped at
     /// [`Config::max_posted`] and [`Config::max_messages`].
     pub fn reserve(&mut self, posted: usize, unexpected: usize) {
         let posted = posted.min(self.cfg.max_posted);
@@ -505,6 +505,13 @@ impl<R, M> Engine<R, M> {
         // allocated per communicator when first used (see `dense`): their hash indexes
         // stay empty unless keys are large.
         self.ix[K_EXACT].reserve(posted.max(unexpected), rehasher(p, u, K_EXACT));
+        // The arrival log (see `Engine::log_push`) grows only when, full, more than half
+        // of it is queued: twice the queue's depth never grows.
+        if !self.cfg.eager_wildcard_lists {
+            let want = 2 * unexpected;
+            self.arrivals
+                .reserve(want.saturating_sub(self.arrivals.len()));
+        }
     }
 
     // ------------------------------------------------------------------ index maps
