@@ -923,8 +923,9 @@ impl<R, M> Engine<R, M> {
     /// Appends queued message `idx` to the arrival log. When the log is full and at
     /// most half of it is live, its dead entries are dropped first (in place, keeping
     /// the order, with the live messages' positions rewritten) instead of growing it:
-    /// O(entries) once per at least half as many appends, so amortised O(1), and the
-    /// log stays within twice the queue (four times just after a doubling).
+    /// O(entries) once per at least half as many appends, so amortised O(1). The log's
+    /// length stays within twice the queue; its capacity never shrinks (below 4 × the
+    /// deepest queue seen, in entries of 4 bytes, also after the log is cleared).
     #[inline]
     fn log_push(&mut self, idx: u32) {
         if self.arrivals.len() == self.arrivals.capacity() {

@@ -45,7 +45,8 @@
 //! to an arrival log, an array whose entries of messages since taken are left dead and
 //! dropped once the log is half dead (an exact-only workload pays for one list, not
 //! four); the first that needs a kind builds its lists from the arrival order (the log's
-//! live entries), O(queued messages) once,
+//! live entries), once, in O(log entries) — the queued messages plus dead entries not yet
+//! dropped, fewer than twice the queue, their cost spread over the appends that made them —
 //! after which arrivals are linked into it too, until the queue is empty again (the
 //! (comm) build also builds the other two kinds when the (comm) index is much larger
 //! than the queue, so that no later build visits a large index). Each
