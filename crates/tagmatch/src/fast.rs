@@ -36,7 +36,7 @@ use tagmatch_wire::efa::RawAddr;
 
 /// Payload bytes carried in the ring slot itself (larger payloads move as a `Vec`).
 pub(crate) const INLINE: usize = 32;
-const INLINE_WORDS: usize = INLINE / 8;
+pub(crate) const INLINE_WORDS: usize = INLINE / 8;
 /// Slots per lane (a power of two): 32 KiB per pair.
 const SLOTS: usize = 512;
 
@@ -137,7 +137,7 @@ pub(crate) fn copy_inline(words: &[u64; INLINE_WORDS], n: usize, out: &mut [u8])
 /// such, only a last partial one goes through a byte copy. Word by word with the four
 /// iterations unrolled (a loop over the whole chunks became a `memcpy` call).
 #[inline(always)]
-fn pack_inline(data: &[u8]) -> [u64; INLINE_WORDS] {
+pub(crate) fn pack_inline(data: &[u8]) -> [u64; INLINE_WORDS] {
     let word = |i: usize| -> u64 {
         let lo = i * 8;
         if let Some(Ok(b)) = data.get(lo..lo + 8).map(<[u8; 8]>::try_from) {

@@ -113,6 +113,12 @@ enum Route {
     Fast(TxLane),
     /// Was `Fast`, and the receiver has been dropped: its lane is released, sends fail.
     Gone,
+    /// The peer is this endpoint itself: a send is delivered inside the call (matched
+    /// against this endpoint's receives at once, as UCX's `self` transport does), no
+    /// lane. `src`: the peer this endpoint knows itself as (a message's source).
+    Loop {
+        src: u32,
+    },
 }
 
 /// Searches made against [`Matcher::held`], counted as the engine counts its own.
@@ -475,7 +481,9 @@ pub(crate) struct Fast {
     /// caller's buffer).
     proto_recvs: HashMap<u64, (u64, RecvBuf)>,
     proto_stalled: VecDeque<Stalled>,
-    /// Delivery-complete sends waiting for the receiver: op -> (len, tag).
+    /// Sends to this endpoint itself refused by the budget, in send order: while any
+    /// waits here, later ones queue behind it (non-overtaking); progress retries them.
+    loop_q: VecDeque<Stalled>,
     /// Delivery-complete sends waiting for the receiver's ack: length, tag, and the route
     /// (peer index) they went on, to fail them if that receiver is dropped.
     dc_pending: HashMap<u64, (u64, u64, usize)>,
@@ -514,6 +522,7 @@ impl Fast {
             next_op: FAST_BIT | 1,
             proto_recvs: HashMap::default(),
             proto_stalled: VecDeque::new(),
+            loop_q: VecDeque::new(),
             dc_pending: HashMap::default(),
             acks: Vec::new(),
             dev_skip: 0,
@@ -886,7 +895,7 @@ impl Endpoint {
             return false;
         };
         match f.routes.get(pid.0 as usize) {
-            Some(Route::Fast(_) | Route::Gone) => true,
+            Some(Route::Fast(_) | Route::Gone | Route::Loop { .. }) => true,
             Some(Route::Proto) => false,
             Some(Route::Unknown) | None => self.decide_route(pid),
         }
@@ -905,6 +914,9 @@ impl Endpoint {
         }
         if let Route::Unknown = f.routes[i] {
             f.routes[i] = match self.node.endpoint().peer_addr(pid) {
+                Some(a) if a == f.addr => Route::Loop {
+                    src: self.node.get_mut().endpoint_mut().add_peer(a).0,
+                },
                 Some(a) => f
                     .hub
                     .connect(f.addr, &f.inbox, &a)
@@ -912,7 +924,10 @@ impl Endpoint {
                 None => Route::Proto,
             };
         }
-        matches!(f.routes[i], Route::Fast(_) | Route::Gone)
+        matches!(
+            f.routes[i],
+            Route::Fast(_) | Route::Gone | Route::Loop { .. }
+        )
     }
 
     /// A send on the fast path (`is_fast(pid)` holds). Inlined: at an injected send's
@@ -934,6 +949,9 @@ impl Endpoint {
         let tx = match f.routes.get_mut(pid.0 as usize) {
             Some(Route::Fast(tx)) => Some(tx),
             Some(Route::Gone) => None,
+            Some(&mut Route::Loop { src }) => {
+                return self.loop_send(src, op, tag, data, opts, inject);
+            }
             _ => return Err(Error::call(CallError::UnknownPeer, None, None)),
         };
         if tx
@@ -1007,6 +1025,120 @@ impl Endpoint {
                 ep,
             }
             .send_done(op, len, tag);
+        }
+        Ok(Request { op: OpId(op), ep })
+    }
+
+    /// A send from this endpoint to itself ([`Route::Loop`]): delivered inside the call,
+    /// as a lane message is when progress takes it (a held receive first, else the
+    /// engine: the earliest posted receive that matches, or the unexpected queue), unless
+    /// an earlier self-send still waits for the budget: then it queues behind that one.
+    /// A delivery-complete send completes once delivered (matched or held unexpected).
+    #[inline(always)]
+    fn loop_send(
+        &mut self,
+        src: u32,
+        op: u64,
+        tag: Option<u64>,
+        data: Bytes<'_>,
+        opts: SendOpts,
+        inject: bool,
+    ) -> Result<Request> {
+        let ep = self.id;
+        let Endpoint {
+            node,
+            ready,
+            slots,
+            counters,
+            fast,
+            ..
+        } = self;
+        let Some(f) = fast.as_deref_mut() else {
+            return Err(Error::call(CallError::UnknownPeer, None, None));
+        };
+        if f.loop_q.len() >= MAX_LANE_WAITING {
+            // Nothing takes these (budget full, no receives posted): as on a lane.
+            counters.call_errors += 1;
+            return Err(Error::TooManyOps);
+        }
+        let len = data.len();
+        let (comm, tagv) = match tag {
+            Some(t) => (COMM_TAG, t),
+            None => (COMM_MSG, 0),
+        };
+        let dc = opts.delivery_complete && !inject;
+        let msg = FastMsg {
+            payload: if len <= fast::INLINE {
+                Payload::Inline {
+                    words: fast::pack_inline(match &data {
+                        Bytes::Borrowed(b) => b,
+                        Bytes::Owned(v) => v,
+                    }),
+                }
+            } else {
+                Payload::Heap(match data {
+                    Bytes::Borrowed(b) => b.to_vec(),
+                    Bytes::Owned(v) => v,
+                })
+            },
+            cq_data: opts.cq_data,
+        };
+        counters.submitted += 1;
+        counters.fast_sends += 1;
+        let env = Envelope::new(comm, src, tagv);
+        let mut out = Out {
+            ready,
+            slots,
+            counters,
+            ep,
+        };
+        let delivered = if !f.loop_q.is_empty() {
+            f.loop_q.push_back(Stalled {
+                env,
+                len,
+                held: len,
+                msg,
+                dc: dc.then_some(op),
+            });
+            false
+        } else if let Some(recv) = f.engine.take_held(&env) {
+            finish(node, &mut f.proto_recvs, &mut out, recv, env, len, msg);
+            true
+        } else {
+            match f.engine.arrive_engine(env, len, len, msg) {
+                Ok(Arrived::Matched(m)) => {
+                    finish(
+                        node,
+                        &mut f.proto_recvs,
+                        &mut out,
+                        m.recv,
+                        m.env,
+                        m.len,
+                        m.msg,
+                    );
+                    true
+                }
+                Ok(Arrived::Unexpected(_)) => true,
+                Err(r) => {
+                    out.counters.fast_backpressure += 1;
+                    f.loop_q.push_back(Stalled {
+                        env: r.env,
+                        len: r.len,
+                        held: len,
+                        msg: r.msg,
+                        dc: dc.then_some(op),
+                    });
+                    false
+                }
+            }
+        };
+        let len = len as u64;
+        if inject {
+            out.counters.injected += 1;
+        } else if dc && !delivered {
+            f.dc_pending.insert(op, (len, tagv, usize::MAX));
+        } else {
+            out.send_done(op, len, tagv);
         }
         Ok(Request { op: OpId(op), ep })
     }
@@ -1323,6 +1455,7 @@ impl Endpoint {
             || f.any_waiting
             || f.reap
             || !f.proto_stalled.is_empty()
+            || !f.loop_q.is_empty()
             || (node.busy() && node.endpoint().in_flight().2 > 0)
         {
             return self.fast_progress_all();
@@ -1478,6 +1611,39 @@ impl Endpoint {
                         });
                         break 'claims;
                     }
+                }
+            }
+        }
+        // Self-sends refused by the budget, in order, before any later one is delivered.
+        while let Some(s) = f.loop_q.pop_front() {
+            match f.engine.arrive_held(s.env, s.len, s.held, s.msg) {
+                Ok(a) => {
+                    if let Some(op) = s.dc {
+                        if let Some((len, tag, _)) = f.dc_pending.remove(&op) {
+                            out.send_done(op, len, tag);
+                        }
+                    }
+                    if let Arrived::Matched(m) = a {
+                        finish(
+                            node,
+                            &mut f.proto_recvs,
+                            &mut out,
+                            m.recv,
+                            m.env,
+                            m.len,
+                            m.msg,
+                        );
+                    }
+                }
+                Err(r) => {
+                    f.loop_q.push_front(Stalled {
+                        env: r.env,
+                        len: r.len,
+                        held: s.held,
+                        msg: r.msg,
+                        dc: s.dc,
+                    });
+                    break;
                 }
             }
         }
