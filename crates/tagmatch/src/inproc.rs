@@ -1723,8 +1723,18 @@ impl Endpoint {
         let Some(f) = self.fast.as_deref_mut() else {
             return false;
         };
-        let Some(Route::Fast(tx)) = f.routes.get_mut(pid.0 as usize) else {
-            return false;
+        let tx = match f.routes.get_mut(pid.0 as usize) {
+            Some(Route::Fast(tx)) => tx,
+            Some(&mut Route::Loop { src }) if f.loop_q.is_empty() => {
+                // To itself, nothing queued before it (so it cannot be refused): delivered
+                // here, one look at the route.
+                let op = f.op();
+                let opts = SendOpts::default();
+                return self
+                    .loop_send(src, op, tag, Bytes::Borrowed(data), opts, true)
+                    .is_ok();
+            }
+            _ => return false,
         };
         if tx.closed() {
             return false;
