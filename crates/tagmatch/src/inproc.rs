@@ -115,10 +115,9 @@ enum Route {
     Gone,
     /// The peer is this endpoint itself: a send is delivered inside the call (matched
     /// against this endpoint's receives at once, as UCX's `self` transport does), no
-    /// lane. `src`: the peer this endpoint knows itself as (a message's source).
-    Loop {
-        src: u32,
-    },
+    /// lane. (A unit variant: the enum keeps its layout, `Fast` is matched as before;
+    /// the source a self-send carries is `Fast::loop_src`.)
+    Loop,
 }
 
 /// Searches made against [`Matcher::held`], counted as the engine counts its own.
@@ -484,6 +483,9 @@ pub(crate) struct Fast {
     /// Sends to this endpoint itself refused by the budget, in send order: while any
     /// waits here, later ones queue behind it (non-overtaking); progress retries them.
     loop_q: VecDeque<Stalled>,
+    /// The peer this endpoint knows itself as (the source of its self-sends), once a
+    /// route is [`Route::Loop`].
+    loop_src: u32,
     /// Delivery-complete sends waiting for the receiver's ack: length, tag, and the route
     /// (peer index) they went on, to fail them if that receiver is dropped.
     dc_pending: HashMap<u64, (u64, u64, usize)>,
@@ -523,6 +525,7 @@ impl Fast {
             proto_recvs: HashMap::default(),
             proto_stalled: VecDeque::new(),
             loop_q: VecDeque::new(),
+            loop_src: 0,
             dc_pending: HashMap::default(),
             acks: Vec::new(),
             dev_skip: 0,
@@ -895,7 +898,7 @@ impl Endpoint {
             return false;
         };
         match f.routes.get(pid.0 as usize) {
-            Some(Route::Fast(_) | Route::Gone | Route::Loop { .. }) => true,
+            Some(Route::Fast(_) | Route::Gone | Route::Loop) => true,
             Some(Route::Proto) => false,
             Some(Route::Unknown) | None => self.decide_route(pid),
         }
@@ -914,9 +917,10 @@ impl Endpoint {
         }
         if let Route::Unknown = f.routes[i] {
             f.routes[i] = match self.node.endpoint().peer_addr(pid) {
-                Some(a) if a == f.addr => Route::Loop {
-                    src: self.node.get_mut().endpoint_mut().add_peer(a).0,
-                },
+                Some(a) if a == f.addr => {
+                    f.loop_src = self.node.get_mut().endpoint_mut().add_peer(a).0;
+                    Route::Loop
+                }
                 Some(a) => f
                     .hub
                     .connect(f.addr, &f.inbox, &a)
@@ -924,10 +928,7 @@ impl Endpoint {
                 None => Route::Proto,
             };
         }
-        matches!(
-            f.routes[i],
-            Route::Fast(_) | Route::Gone | Route::Loop { .. }
-        )
+        matches!(f.routes[i], Route::Fast(_) | Route::Gone | Route::Loop)
     }
 
     /// A send on the fast path (`is_fast(pid)` holds). Inlined: at an injected send's
@@ -949,8 +950,9 @@ impl Endpoint {
         let tx = match f.routes.get_mut(pid.0 as usize) {
             Some(Route::Fast(tx)) => Some(tx),
             Some(Route::Gone) => None,
-            Some(&mut Route::Loop { src }) => {
-                return self.loop_send(src, op, tag, data, opts, inject);
+            Some(Route::Loop) => {
+                let src = f.loop_src;
+                return self.loop_send_outlined(src, op, tag, data, opts, inject);
             }
             _ => return Err(Error::call(CallError::UnknownPeer, None, None)),
         };
@@ -1027,6 +1029,21 @@ impl Endpoint {
             .send_done(op, len, tag);
         }
         Ok(Request { op: OpId(op), ep })
+    }
+
+    /// [`Endpoint::loop_send`] out of line: the general send path (every send that is
+    /// not a self-inject with nothing queued) stays as small as before.
+    #[inline(never)]
+    fn loop_send_outlined(
+        &mut self,
+        src: u32,
+        op: u64,
+        tag: Option<u64>,
+        data: Bytes<'_>,
+        opts: SendOpts,
+        inject: bool,
+    ) -> Result<Request> {
+        self.loop_send(src, op, tag, data, opts, inject)
     }
 
     /// A send from this endpoint to itself ([`Route::Loop`]): delivered inside the call,
@@ -1128,6 +1145,8 @@ impl Endpoint {
                         msg: r.msg,
                         dc: dc.then_some(op),
                     });
+                    // The lean progress pass gives way to the general one, which retries.
+                    f.inbox.raise_loop();
                     false
                 }
             }
@@ -1455,7 +1474,6 @@ impl Endpoint {
             || f.any_waiting
             || f.reap
             || !f.proto_stalled.is_empty()
-            || !f.loop_q.is_empty()
             || (node.busy() && node.endpoint().in_flight().2 > 0)
         {
             return self.fast_progress_all();
@@ -1614,7 +1632,11 @@ impl Endpoint {
                 }
             }
         }
-        // Self-sends refused by the budget, in order, before any later one is delivered.
+        // Self-sends refused by the budget, in order, before any later one is delivered
+        // (their note taken first, raised again below if any still waits).
+        if events {
+            f.inbox.take_loop();
+        }
         while let Some(s) = f.loop_q.pop_front() {
             match f.engine.arrive_held(s.env, s.len, s.held, s.msg) {
                 Ok(a) => {
@@ -1643,6 +1665,7 @@ impl Endpoint {
                         msg: r.msg,
                         dc: s.dc,
                     });
+                    f.inbox.raise_loop();
                     break;
                 }
             }
@@ -1723,18 +1746,8 @@ impl Endpoint {
         let Some(f) = self.fast.as_deref_mut() else {
             return false;
         };
-        let tx = match f.routes.get_mut(pid.0 as usize) {
-            Some(Route::Fast(tx)) => tx,
-            Some(&mut Route::Loop { src }) if f.loop_q.is_empty() => {
-                // To itself, nothing queued before it (so it cannot be refused): delivered
-                // here, one look at the route.
-                let op = f.op();
-                let opts = SendOpts::default();
-                return self
-                    .loop_send(src, op, tag, Bytes::Borrowed(data), opts, true)
-                    .is_ok();
-            }
-            _ => return false,
+        let Some(Route::Fast(tx)) = f.routes.get_mut(pid.0 as usize) else {
+            return self.loop_inject(pid, tag, data);
         };
         if tx.closed() {
             return false;
@@ -1751,6 +1764,30 @@ impl Endpoint {
         self.counters.fast_sends += 1;
         self.counters.injected += 1;
         true
+    }
+
+    /// [`Endpoint::fast_inject`] for a route other than an open lane: an injected send to
+    /// this endpoint itself with no self-send queued before it (so it cannot be refused)
+    /// is delivered here, with one look at the route; `false` otherwise (the general path
+    /// decides). Out of line: an inject on a lane (`fast_inject`'s case) stays as it was.
+    #[inline(never)]
+    fn loop_inject(&mut self, pid: PeerId, tag: Option<u64>, data: &[u8]) -> bool {
+        let Some(f) = self.fast.as_deref_mut() else {
+            return false;
+        };
+        if !matches!(f.routes.get(pid.0 as usize), Some(Route::Loop)) || !f.loop_q.is_empty() {
+            return false;
+        }
+        let (src, op) = (f.loop_src, f.op());
+        self.loop_send(
+            src,
+            op,
+            tag,
+            Bytes::Borrowed(data),
+            SendOpts::default(),
+            true,
+        )
+        .is_ok()
     }
 
     /// [`Endpoint::inject_inner`] over the protocol path (out of line: the fast path's
