@@ -4,7 +4,9 @@
 //!   (`--forever`: any number, one after the other);
 //! - `tagmatch perf client ADDR --test T --size N[,N…] [--iters K] [--window W] [--json]
 //!   [--plot FILE.svg]`; `--transport mem` runs both sides in this process (one thread,
-//!   like UCX's `self` transport with `ucx_perftest -l`); `--transport verbs [--device
+//!   two endpoints: client and server); `--transport self` runs both roles on ONE
+//!   endpoint that sends to itself (like-for-like with `ucx_perftest -l` over UCX's
+//!   `self` transport, one worker; tag tests only); `--transport verbs [--device
 //!   NAME]` (with the `verbs` feature, also for `server`) runs over an RDMA device, both
 //!   sides in this process when no address is given.
 //!
@@ -155,9 +157,12 @@ pub struct ClientArgs {
     /// The server's address (`udp://IP:PORT/CONNID`, as `perf server` prints it); not with
     /// `--transport mem`.
     pub addr: Option<String>,
-    /// `udp` (to a server), `mem` (both sides in this process) or `verbs` (to a server,
-    /// or without an address both sides in this process, on one RDMA device; needs the
-    /// `verbs` feature).
+    /// `udp` (to a server), `mem` (both sides in this process: two endpoints, client and
+    /// server, through the in-process fast path), `self` (one endpoint that sends to
+    /// itself, both roles on it: like-for-like with `ucx_perftest -l` over UCX's `self`
+    /// transport, one worker; tag tests only) or `verbs` (to a server, or without an
+    /// address both sides in this process, on one RDMA device; needs the `verbs`
+    /// feature).
     #[arg(long, default_value = "udp")]
     pub transport: String,
     /// `--transport verbs`: the RDMA device (e.g. `mlx5_0`, `rxe0`; default: the first).
@@ -876,6 +881,9 @@ struct Client {
     spin: Duration,
     /// Receive slots by size (the in-process latency test's).
     slots: Vec<(usize, std::rc::Rc<RecvSlot>)>,
+    /// `--transport self`: one endpoint plays both roles, sending to itself (`server`
+    /// is its own address), as `ucx_perftest -l` over UCX's `self` transport.
+    looped: bool,
 }
 
 impl Client {
@@ -940,6 +948,7 @@ impl Client {
         let mut n = 0u32;
         loop {
             let spinning = self.local.is_some()
+                || self.looped
                 || start.get_or_insert_with(Instant::now).elapsed() < self.spin;
             self.pump(spinning)?;
             if let Some(done) = self.ep.slot_done(slot) {
@@ -975,6 +984,7 @@ impl Client {
                 return Ok(c);
             }
             let spinning = self.local.is_some()
+                || self.looped
                 || start.get_or_insert_with(Instant::now).elapsed() < self.spin;
             self.pump(spinning)?;
             n = n.wrapping_add(1);
@@ -1053,6 +1063,85 @@ impl Client {
         }))
     }
 
+    /// [`Client::run`] for `--transport self`: one endpoint, sending to itself (no
+    /// server, no control messages), as `ucx_perftest -l` runs on one worker whose
+    /// endpoint points at itself over UCX's `self` transport. `tag_lat`, per iteration:
+    /// post a receive into the slot, inject the message to itself, see the slot complete
+    /// (a self-send is delivered inside the send call; progress only if it is not), one
+    /// lap per iteration as [`Client::run`] keeps it. `tag_bw`/`tag_msgrate`: a ring of
+    /// `window` slots; per message: see the slot's previous receive complete, repost it,
+    /// inject the message.
+    fn run_looped(
+        &mut self,
+        test: Test,
+        size: usize,
+        iters: u64,
+        window: u64,
+        progress: &mut Progress,
+    ) -> Result<(Vec<u64>, Duration), tagmatch::Error> {
+        let me = self.server;
+        let msg = vec![0xa5u8; size];
+        let mut rtts = Vec::new();
+        let laps = LapClock::new();
+        let start = Instant::now();
+        match test {
+            Test::TagLat => {
+                rtts.reserve(iters as usize);
+                let slot = self.slot(size);
+                let mut t0 = laps.ticks();
+                for i in 0..iters {
+                    let r = self.ep.tpost_slot(&slot, me, DATA)?;
+                    self.ep.tinject(me, DATA, &msg)?;
+                    match self.ep.slot_done(&slot) {
+                        Some(done) => done.map(|_| ())?,
+                        None => self.wait_slot(&slot, r)?,
+                    }
+                    let t1 = laps.ticks();
+                    rtts.push(t1.saturating_sub(t0));
+                    t0 = t1;
+                    progress.tick(i + 1, iters);
+                }
+            }
+            Test::TagBw | Test::TagMsgrate => {
+                let w = window.max(1) as usize;
+                let mut ring: Vec<(RecvSlot, Option<Request>)> =
+                    (0..w).map(|_| (self.ep.recv_slot(size), None)).collect();
+                for i in 0..iters {
+                    let (slot, posted) = &mut ring[i as usize % w];
+                    if let Some(r) = posted.take() {
+                        match self.ep.slot_done(slot) {
+                            Some(done) => done.map(|_| ())?,
+                            None => self.wait_slot(slot, r)?,
+                        }
+                    }
+                    *posted = Some(self.ep.tpost_slot(slot, me, DATA)?);
+                    self.ep.tinject(me, DATA, &msg)?;
+                    progress.tick(i + 1, iters);
+                }
+                for (slot, posted) in &mut ring {
+                    if let Some(r) = posted.take() {
+                        match self.ep.slot_done(slot) {
+                            Some(done) => done.map(|_| ())?,
+                            None => self.wait_slot(slot, r)?,
+                        }
+                    }
+                }
+            }
+            Test::PutBw | Test::GetBw => {
+                return Err(tagmatch::Error::Io {
+                    context: "perf --transport self",
+                    source: std::io::Error::other(
+                        "--transport self runs tag_lat, tag_bw and tag_msgrate",
+                    ),
+                });
+            }
+        }
+        let elapsed = start.elapsed();
+        laps.to_nanos(&mut rtts);
+        progress.clear();
+        Ok((rtts, elapsed))
+    }
+
     /// One run; returns per-iteration round trips (latency test) and the elapsed time.
     fn run(
         &mut self,
@@ -1067,6 +1156,9 @@ impl Client {
         } else {
             SPIN_BW
         };
+        if self.looped {
+            return self.run_looped(test, size, iters, window, progress);
+        }
         let key = self.ctrl(test.code(), size, iters, window)?;
         let mut rtts = Vec::new();
         // Created (and, the first time in the process, calibrated) before the run's clock
@@ -1315,8 +1407,11 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
         }
         t => t.map(Duration::from_secs_f64),
     };
-    if a.no_fast_path && a.transport != "mem" {
-        return Err(Error::new(ctx, "--no-fast-path goes with --transport mem"));
+    if a.no_fast_path && !matches!(a.transport.as_str(), "mem" | "self") {
+        return Err(Error::new(
+            ctx,
+            "--no-fast-path goes with --transport mem or self",
+        ));
     }
     if a.window == 0 {
         return Err(Error::new(ctx, "--window: must be at least 1"));
@@ -1359,6 +1454,7 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
                     reuse: true,
                     spin: SPIN_BW,
                     slots: Vec::new(),
+                    looped: false,
                 },
             )
         }
@@ -1390,6 +1486,7 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
                     reuse: false,
                     spin: SPIN_BW,
                     slots: Vec::new(),
+                    looped: false,
                 },
             )
         }
@@ -1421,13 +1518,48 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
                     reuse: false,
                     spin: SPIN_BW,
                     slots: Vec::new(),
+                    looped: false,
+                },
+            )
+        }
+        "self" => {
+            if let Some(addr) = &a.addr {
+                return Err(Error::new(ctx, format!("--transport self runs on one endpoint in this process: drop the address {addr:?}")));
+            }
+            if matches!(a.test, Test::PutBw | Test::GetBw) {
+                return Err(Error::new(
+                    ctx,
+                    format!(
+                        "--transport self runs tag_lat, tag_bw and tag_msgrate, not {}",
+                        a.test.name()
+                    ),
+                ));
+            }
+            let fabric = MemFabric::new();
+            let mut ep = Endpoint::builder()
+                .mem(&fabric)
+                .fast_path(!a.no_fast_path)
+                .build()
+                .map_err(fe(ctx))?;
+            let me = ep.insert_peer(&ep.address()).map_err(fe(ctx))?;
+            (
+                "self",
+                Client {
+                    ep,
+                    server: me,
+                    local: None,
+                    sends: VecDeque::new(),
+                    reuse: true,
+                    spin: SPIN_BW,
+                    slots: Vec::new(),
+                    looped: true,
                 },
             )
         }
         other => {
             return Err(Error::new(
                 ctx,
-                format!("--transport {other:?}: expected udp, mem or verbs"),
+                format!("--transport {other:?}: expected udp, mem, self or verbs"),
             ))
         }
     };
@@ -1504,7 +1636,9 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
     // Tell the server we are done, whatever happened (it does not answer QUIT).
     let mut quit = vec![0u8; CTRL_LEN];
     quit[0] = QUIT;
-    if let Ok(s) = client.ep.tsend(client.server, CTRL, quit) {
+    if client.looped {
+        // No server.
+    } else if let Ok(s) = client.ep.tsend(client.server, CTRL, quit) {
         client.sends.push_back(s);
         let _ = client.reap_sends(0);
         let _ = client.ep.flush(Duration::from_secs(2));
@@ -1780,6 +1914,39 @@ mod tests {
         }
     }
 
+    /// `--transport self`: one endpoint sending to itself runs every tag test (its fast
+    /// path and, with `--no-fast-path`, the protocol over the in-memory device), sizes
+    /// inline and not; RMA tests and an address are refused with a message.
+    #[test]
+    fn every_tag_test_on_one_endpoint_sending_to_itself() {
+        for t in [Test::TagLat, Test::TagBw, Test::TagMsgrate] {
+            for no_fast_path in [false, true] {
+                let mut a = args(t, "8,20k");
+                a.transport = "self".into();
+                a.window = 4;
+                a.no_fast_path = no_fast_path;
+                let rows = measure(&a).unwrap();
+                assert_eq!(rows.len(), 2, "{t:?}");
+                assert!(rows.iter().all(|r| r.transport == "self"));
+                assert!(
+                    rows.iter().all(|r| r.bw_mbs > 0.0 && r.msgrate_mmsgs > 0.0),
+                    "{t:?}"
+                );
+                assert_eq!(rows[0].lat_p50_us.is_some(), t == Test::TagLat);
+                assert_eq!(table(&rows).lines().count(), 3);
+            }
+        }
+        let mut a = args(Test::PutBw, "8");
+        a.transport = "self".into();
+        let e = measure(&a).unwrap_err().to_string();
+        assert!(e.contains("--transport self runs tag_lat"), "{e}");
+        let mut a = args(Test::TagLat, "8");
+        a.transport = "self".into();
+        a.addr = Some("udp://127.0.0.1:1/0".into());
+        let e = measure(&a).unwrap_err().to_string();
+        assert!(e.contains("drop the address"), "{e}");
+    }
+
     /// A client that vanishes in the middle of a run (its endpoint dropped after three
     /// of 100 messages) is taken for gone once the server heard nothing of it for the
     /// limit; the abandoned run's receives are cancelled, and the next client is served
@@ -1848,6 +2015,7 @@ mod tests {
             reuse: true,
             spin: SPIN_BW,
             slots: Vec::new(),
+            looped: false,
         };
         let mut quiet = Progress::quiet();
         let (rtts, _) = next.run(Test::TagLat, 8, 50, 1, &mut quiet).unwrap();

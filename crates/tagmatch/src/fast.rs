@@ -36,7 +36,7 @@ use tagmatch_wire::efa::RawAddr;
 
 /// Payload bytes carried in the ring slot itself (larger payloads move as a `Vec`).
 pub(crate) const INLINE: usize = 32;
-const INLINE_WORDS: usize = INLINE / 8;
+pub(crate) const INLINE_WORDS: usize = INLINE / 8;
 /// Slots per lane (a power of two): 32 KiB per pair.
 const SLOTS: usize = 512;
 
@@ -137,7 +137,7 @@ pub(crate) fn copy_inline(words: &[u64; INLINE_WORDS], n: usize, out: &mut [u8])
 /// such, only a last partial one goes through a byte copy. Word by word with the four
 /// iterations unrolled (a loop over the whole chunks became a `memcpy` call).
 #[inline(always)]
-fn pack_inline(data: &[u8]) -> [u64; INLINE_WORDS] {
+pub(crate) fn pack_inline(data: &[u8]) -> [u64; INLINE_WORDS] {
     let word = |i: usize| -> u64 {
         let lo = i * 8;
         if let Some(Ok(b)) = data.get(lo..lo + 8).map(<[u8; 8]>::try_from) {
@@ -584,6 +584,10 @@ const EV_ACKS: u32 = 2;
 const EV_SENDERS_GONE: u32 = 4;
 /// [`Inbox::events`]: a receiver of one of this endpoint's lanes was dropped.
 const EV_PEERS_CLOSED: u32 = 8;
+/// [`Inbox::events`]: a send of the endpoint to itself waits for the budget (raised and
+/// taken by the endpoint itself: the lean progress pass then gives way to the general
+/// one, which retries it, at no cost to a pass with nothing waiting).
+const EV_LOOP: u32 = 16;
 
 #[derive(Debug, Default)]
 struct Fresh {
@@ -637,6 +641,19 @@ impl Inbox {
     #[inline]
     pub(crate) fn take_senders_gone(&self) -> bool {
         self.take(EV_SENDERS_GONE)
+    }
+
+    /// Notes that a send of the endpoint to itself waits for the budget.
+    #[inline]
+    pub(crate) fn raise_loop(&self) {
+        self.raise(EV_LOOP);
+    }
+
+    /// Clears [`Inbox::raise_loop`]'s note (the caller retries what waits, and raises it
+    /// again if anything still does).
+    #[inline]
+    pub(crate) fn take_loop(&self) -> bool {
+        self.take(EV_LOOP)
     }
 
     /// Whether a receiver of one of this endpoint's lanes went since the last call.

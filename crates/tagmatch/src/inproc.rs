@@ -113,6 +113,11 @@ enum Route {
     Fast(TxLane),
     /// Was `Fast`, and the receiver has been dropped: its lane is released, sends fail.
     Gone,
+    /// The peer is this endpoint itself: a send is delivered inside the call (matched
+    /// against this endpoint's receives at once, as UCX's `self` transport does), no
+    /// lane. (A unit variant: the enum keeps its layout, `Fast` is matched as before;
+    /// the source a self-send carries is `Fast::loop_src`.)
+    Loop,
 }
 
 /// Searches made against [`Matcher::held`], counted as the engine counts its own.
@@ -475,7 +480,12 @@ pub(crate) struct Fast {
     /// caller's buffer).
     proto_recvs: HashMap<u64, (u64, RecvBuf)>,
     proto_stalled: VecDeque<Stalled>,
-    /// Delivery-complete sends waiting for the receiver: op -> (len, tag).
+    /// Sends to this endpoint itself refused by the budget, in send order: while any
+    /// waits here, later ones queue behind it (non-overtaking); progress retries them.
+    loop_q: VecDeque<Stalled>,
+    /// The peer this endpoint knows itself as (the source of its self-sends), once a
+    /// route is [`Route::Loop`].
+    loop_src: u32,
     /// Delivery-complete sends waiting for the receiver's ack: length, tag, and the route
     /// (peer index) they went on, to fail them if that receiver is dropped.
     dc_pending: HashMap<u64, (u64, u64, usize)>,
@@ -514,6 +524,8 @@ impl Fast {
             next_op: FAST_BIT | 1,
             proto_recvs: HashMap::default(),
             proto_stalled: VecDeque::new(),
+            loop_q: VecDeque::new(),
+            loop_src: 0,
             dc_pending: HashMap::default(),
             acks: Vec::new(),
             dev_skip: 0,
@@ -886,7 +898,7 @@ impl Endpoint {
             return false;
         };
         match f.routes.get(pid.0 as usize) {
-            Some(Route::Fast(_) | Route::Gone) => true,
+            Some(Route::Fast(_) | Route::Gone | Route::Loop) => true,
             Some(Route::Proto) => false,
             Some(Route::Unknown) | None => self.decide_route(pid),
         }
@@ -905,6 +917,10 @@ impl Endpoint {
         }
         if let Route::Unknown = f.routes[i] {
             f.routes[i] = match self.node.endpoint().peer_addr(pid) {
+                Some(a) if a == f.addr => {
+                    f.loop_src = self.node.get_mut().endpoint_mut().add_peer(a).0;
+                    Route::Loop
+                }
                 Some(a) => f
                     .hub
                     .connect(f.addr, &f.inbox, &a)
@@ -912,7 +928,7 @@ impl Endpoint {
                 None => Route::Proto,
             };
         }
-        matches!(f.routes[i], Route::Fast(_) | Route::Gone)
+        matches!(f.routes[i], Route::Fast(_) | Route::Gone | Route::Loop)
     }
 
     /// A send on the fast path (`is_fast(pid)` holds). Inlined: at an injected send's
@@ -934,6 +950,10 @@ impl Endpoint {
         let tx = match f.routes.get_mut(pid.0 as usize) {
             Some(Route::Fast(tx)) => Some(tx),
             Some(Route::Gone) => None,
+            Some(Route::Loop) => {
+                let src = f.loop_src;
+                return self.loop_send_outlined(src, op, tag, data, opts, inject);
+            }
             _ => return Err(Error::call(CallError::UnknownPeer, None, None)),
         };
         if tx
@@ -1007,6 +1027,137 @@ impl Endpoint {
                 ep,
             }
             .send_done(op, len, tag);
+        }
+        Ok(Request { op: OpId(op), ep })
+    }
+
+    /// [`Endpoint::loop_send`] out of line: the general send path (every send that is
+    /// not a self-inject with nothing queued) stays as small as before.
+    #[inline(never)]
+    fn loop_send_outlined(
+        &mut self,
+        src: u32,
+        op: u64,
+        tag: Option<u64>,
+        data: Bytes<'_>,
+        opts: SendOpts,
+        inject: bool,
+    ) -> Result<Request> {
+        self.loop_send(src, op, tag, data, opts, inject)
+    }
+
+    /// A send from this endpoint to itself ([`Route::Loop`]): delivered inside the call,
+    /// as a lane message is when progress takes it (a held receive first, else the
+    /// engine: the earliest posted receive that matches, or the unexpected queue), unless
+    /// an earlier self-send still waits for the budget: then it queues behind that one.
+    /// A delivery-complete send completes once delivered (matched or held unexpected).
+    #[inline(always)]
+    fn loop_send(
+        &mut self,
+        src: u32,
+        op: u64,
+        tag: Option<u64>,
+        data: Bytes<'_>,
+        opts: SendOpts,
+        inject: bool,
+    ) -> Result<Request> {
+        let ep = self.id;
+        let Endpoint {
+            node,
+            ready,
+            slots,
+            counters,
+            fast,
+            ..
+        } = self;
+        let Some(f) = fast.as_deref_mut() else {
+            return Err(Error::call(CallError::UnknownPeer, None, None));
+        };
+        if f.loop_q.len() >= MAX_LANE_WAITING {
+            // Nothing takes these (budget full, no receives posted): as on a lane.
+            counters.call_errors += 1;
+            return Err(Error::TooManyOps);
+        }
+        let len = data.len();
+        let (comm, tagv) = match tag {
+            Some(t) => (COMM_TAG, t),
+            None => (COMM_MSG, 0),
+        };
+        let dc = opts.delivery_complete && !inject;
+        let msg = FastMsg {
+            payload: if len <= fast::INLINE {
+                Payload::Inline {
+                    words: fast::pack_inline(match &data {
+                        Bytes::Borrowed(b) => b,
+                        Bytes::Owned(v) => v,
+                    }),
+                }
+            } else {
+                Payload::Heap(match data {
+                    Bytes::Borrowed(b) => b.to_vec(),
+                    Bytes::Owned(v) => v,
+                })
+            },
+            cq_data: opts.cq_data,
+        };
+        counters.submitted += 1;
+        counters.fast_sends += 1;
+        let env = Envelope::new(comm, src, tagv);
+        let mut out = Out {
+            ready,
+            slots,
+            counters,
+            ep,
+        };
+        let delivered = if !f.loop_q.is_empty() {
+            f.loop_q.push_back(Stalled {
+                env,
+                len,
+                held: len,
+                msg,
+                dc: dc.then_some(op),
+            });
+            false
+        } else if let Some(recv) = f.engine.take_held(&env) {
+            finish(node, &mut f.proto_recvs, &mut out, recv, env, len, msg);
+            true
+        } else {
+            match f.engine.arrive_engine(env, len, len, msg) {
+                Ok(Arrived::Matched(m)) => {
+                    finish(
+                        node,
+                        &mut f.proto_recvs,
+                        &mut out,
+                        m.recv,
+                        m.env,
+                        m.len,
+                        m.msg,
+                    );
+                    true
+                }
+                Ok(Arrived::Unexpected(_)) => true,
+                Err(r) => {
+                    out.counters.fast_backpressure += 1;
+                    f.loop_q.push_back(Stalled {
+                        env: r.env,
+                        len: r.len,
+                        held: len,
+                        msg: r.msg,
+                        dc: dc.then_some(op),
+                    });
+                    // The lean progress pass gives way to the general one, which retries.
+                    f.inbox.raise_loop();
+                    false
+                }
+            }
+        };
+        let len = len as u64;
+        if inject {
+            out.counters.injected += 1;
+        } else if dc && !delivered {
+            f.dc_pending.insert(op, (len, tagv, usize::MAX));
+        } else {
+            out.send_done(op, len, tagv);
         }
         Ok(Request { op: OpId(op), ep })
     }
@@ -1481,6 +1632,44 @@ impl Endpoint {
                 }
             }
         }
+        // Self-sends refused by the budget, in order, before any later one is delivered
+        // (their note taken first, raised again below if any still waits).
+        if events {
+            f.inbox.take_loop();
+        }
+        while let Some(s) = f.loop_q.pop_front() {
+            match f.engine.arrive_held(s.env, s.len, s.held, s.msg) {
+                Ok(a) => {
+                    if let Some(op) = s.dc {
+                        if let Some((len, tag, _)) = f.dc_pending.remove(&op) {
+                            out.send_done(op, len, tag);
+                        }
+                    }
+                    if let Arrived::Matched(m) = a {
+                        finish(
+                            node,
+                            &mut f.proto_recvs,
+                            &mut out,
+                            m.recv,
+                            m.env,
+                            m.len,
+                            m.msg,
+                        );
+                    }
+                }
+                Err(r) => {
+                    f.loop_q.push_front(Stalled {
+                        env: r.env,
+                        len: r.len,
+                        held: s.held,
+                        msg: r.msg,
+                        dc: s.dc,
+                    });
+                    f.inbox.raise_loop();
+                    break;
+                }
+            }
+        }
         drain_lanes(f, node, &mut out, reap);
         if reap {
             // Lanes whose sender is gone and whose every message reached the engine are
@@ -1558,7 +1747,7 @@ impl Endpoint {
             return false;
         };
         let Some(Route::Fast(tx)) = f.routes.get_mut(pid.0 as usize) else {
-            return false;
+            return self.loop_inject(pid, tag, data);
         };
         if tx.closed() {
             return false;
@@ -1575,6 +1764,30 @@ impl Endpoint {
         self.counters.fast_sends += 1;
         self.counters.injected += 1;
         true
+    }
+
+    /// [`Endpoint::fast_inject`] for a route other than an open lane: an injected send to
+    /// this endpoint itself with no self-send queued before it (so it cannot be refused)
+    /// is delivered here, with one look at the route; `false` otherwise (the general path
+    /// decides). Out of line: an inject on a lane (`fast_inject`'s case) stays as it was.
+    #[inline(never)]
+    fn loop_inject(&mut self, pid: PeerId, tag: Option<u64>, data: &[u8]) -> bool {
+        let Some(f) = self.fast.as_deref_mut() else {
+            return false;
+        };
+        if !matches!(f.routes.get(pid.0 as usize), Some(Route::Loop)) || !f.loop_q.is_empty() {
+            return false;
+        }
+        let (src, op) = (f.loop_src, f.op());
+        self.loop_send(
+            src,
+            op,
+            tag,
+            Bytes::Borrowed(data),
+            SendOpts::default(),
+            true,
+        )
+        .is_ok()
     }
 
     /// [`Endpoint::inject_inner`] over the protocol path (out of line: the fast path's

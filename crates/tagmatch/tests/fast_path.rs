@@ -1407,3 +1407,119 @@ fn a_slot_post_that_meets_a_waiting_message_completes_at_once() {
     assert_eq!(second, (Ok((8, 7, 0, None)), pattern(8, 71)));
     assert!(b.poll_completion().is_none());
 }
+
+/// One endpoint sending to itself (its own address as a peer): receives posted before
+/// and after, wildcards and masks, CQ data, delivery complete, inject, truncation, cancel
+/// and a receive slot. On the fast path a self-send is delivered inside the send call.
+fn self_scenario(fast: bool) -> (Vec<Seen>, Vec<SlotSeen>) {
+    let f = MemFabric::new();
+    let mut a = ep(&f, fast);
+    let me = a.insert_peer(&a.address()).unwrap();
+    let mut recvs = Vec::new();
+    let mut sends = Vec::new();
+    let opts = SendOptions {
+        cq_data: Some(0xc0ffee),
+        delivery_complete: true,
+    };
+    // Posted first: exact, wildcard, masked.
+    recvs.push(a.trecv(me, 1u64, 64).unwrap());
+    recvs.push(a.trecv(ANY_SOURCE, ANY_TAG, 100_000).unwrap());
+    recvs.push(
+        a.trecv(ANY_SOURCE, TagMatch::masked(0x5500, 0xff00), 64)
+            .unwrap(),
+    );
+    for (tag, len) in [(1u64, 8usize), (7, 5000), (0x5542, 33)] {
+        sends.push(
+            a.tsend_with(me, tag, pattern(len, tag as u8), opts)
+                .unwrap(),
+        );
+    }
+    // Unexpected, then received in another order; one truncated, one injected.
+    sends.push(a.tsend(me, 20, pattern(40, 2)).unwrap());
+    a.tinject(me, 21, &pattern(8, 3)).unwrap();
+    sends.push(a.tsend_with(me, 22, pattern(70_000, 4), opts).unwrap());
+    recvs.push(a.trecv(me, 22u64, 100_000).unwrap());
+    recvs.push(a.trecv(ANY_SOURCE, ANY_TAG, 16).unwrap()); // 20, truncated
+    recvs.push(a.trecv(me, TagMatch::ignoring(20, 3), 64).unwrap()); // 21
+    let x = a.trecv(ANY_SOURCE, 999u64, 8).unwrap();
+    a.cancel(x).unwrap();
+    recvs.push(x);
+    let mut out = Vec::new();
+    for r in recvs {
+        out.push(seen(done(&mut a, r, &mut [])));
+    }
+    for s in sends {
+        out.push(seen(done(&mut a, s, &mut [])));
+    }
+    assert!(a.poll_completion().is_none(), "injected sends are silent");
+    // A receive slot: posted first, then the message first.
+    let slot = a.recv_slot(16);
+    let mut slots = Vec::new();
+    let _ = a.tpost_slot(&slot, me, 7).unwrap();
+    a.tinject(me, 7, &pattern(8, 9)).unwrap();
+    slots.push(slot_wait(&mut a, &slot, &mut []));
+    let s = a.tsend_with(me, 8, pattern(40, 8), opts).unwrap();
+    let _ = a.tpost_slot(&slot, ANY_SOURCE, ANY_TAG).unwrap();
+    slots.push(slot_wait(&mut a, &slot, &mut []));
+    out.push(seen(done(&mut a, s, &mut [])));
+    assert_eq!(a.stats().unexpected, 0);
+    (out, slots)
+}
+
+#[test]
+fn self_sends_complete_as_on_the_protocol_path() {
+    let (fast, fast_slots) = self_scenario(true);
+    let (proto, proto_slots) = self_scenario(false);
+    assert_eq!(fast, proto);
+    assert_eq!(fast_slots, proto_slots);
+    assert_eq!(fast[0].data, pattern(8, 1));
+    assert_eq!(fast[0].cq_data, Some(0xc0ffee));
+    assert_eq!(fast[4].tag, 20);
+    assert!(matches!(
+        fast[4].status,
+        Err(OpError::Truncated {
+            msg_len: 40,
+            buf_len: 16
+        })
+    ));
+    assert_eq!(fast[6].status, Err(OpError::Canceled));
+    assert!(matches!(
+        fast_slots[1].0,
+        Err(OpError::Truncated { msg_len: 40, .. })
+    ));
+}
+
+/// A self-send refused by a full budget waits, and later self-sends queue behind it: they
+/// arrive in send order once receives are posted.
+#[test]
+fn self_sends_under_backpressure_keep_order() {
+    let f = MemFabric::new();
+    let mut a = Endpoint::builder()
+        .mem(&f)
+        .memory_budget(1 << 20, 2)
+        .build()
+        .unwrap();
+    let me = a.insert_peer(&a.address()).unwrap();
+    let dc = SendOptions {
+        cq_data: None,
+        delivery_complete: true,
+    };
+    let sends: Vec<_> = (0..6u64)
+        .map(|t| a.tsend_with(me, t, vec![t as u8; 8], dc).unwrap())
+        .collect();
+    for _ in 0..10 {
+        a.progress().unwrap();
+    }
+    assert!(
+        a.stats().facade.fast_backpressure > 0,
+        "the budget refused some"
+    );
+    for t in 0..6u64 {
+        let r = a.trecv(me, ANY_TAG, 8).unwrap();
+        let c = done(&mut a, r, &mut []);
+        assert_eq!(c.tag, t, "in send order");
+    }
+    for s in sends {
+        assert_eq!(done(&mut a, s, &mut []).status(), Ok(()));
+    }
+}
