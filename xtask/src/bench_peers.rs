@@ -4,8 +4,9 @@
 //!
 //! | row | tagmatch | peer |
 //! |---|---|---|
-//! | in-process 8 B latency | `perf client --transport mem --test tag_lat` | `UCX_TLS=self ucx_perftest -l -t tag_lat` |
-//! | in-process 8 B message rate | `--test tag_msgrate` | `UCX_TLS=self ucx_perftest -l -t tag_bw -s 8` |
+//! | in-process 8 B latency, one endpoint sending to itself (like-for-like with UCX self: one worker) | `perf client --transport self --test tag_lat` | `UCX_TLS=self ucx_perftest -l -t tag_lat` |
+//! | in-process 8 B message rate, one endpoint | `--transport self --test tag_msgrate` | `UCX_TLS=self ucx_perftest -l -t tag_bw -s 8` |
+//! | the same two rows between two endpoints (the cross-thread fast path) | `--transport mem` | the same UCX self figures |
 //! | loopback 8 B latency | UDP `perf server` + `perf client --test tag_lat` | `UCX_TLS=tcp ucx_perftest`, `fi_pingpong -p "tcp;ofi_rxm" -e rdm -m tagged` |
 //! | loopback 1 MiB bandwidth | `--test tag_bw --size 1m` | `UCX_TLS=tcp ucx_perftest -t tag_bw` |
 //! | loopback 1 MiB ping-pong bandwidth | `--test tag_lat --size 1m` | `fi_pingpong -S 1048576` |
@@ -185,14 +186,21 @@ fn field(json: &str, name: &str) -> Result<f64> {
         .map_err(|_| format!("{name} in {json}"))?)
 }
 
-fn tagmatch_mem(bin: &Path, test: &str, size: &str, iters: &str) -> Result<String> {
+/// `tagmatch perf client --transport <transport>` (`self`: one endpoint; `mem`: two).
+fn tagmatch_inproc(
+    bin: &Path,
+    transport: &str,
+    test: &str,
+    size: &str,
+    iters: &str,
+) -> Result<String> {
     output(
         &bin.to_string_lossy(),
         &[
             "perf",
             "client",
             "--transport",
-            "mem",
+            transport,
             "--test",
             test,
             "--size",
@@ -243,8 +251,10 @@ pub fn run(root: &Path) -> Result<()> {
     const UCX_MB: f64 = 1.048_576; // UCX's MB/s are 2^20 B/s
 
     println!("bench-peers: in-process …");
-    let t_lat = tagmatch_mem(&bin, "tag_lat", "8", "100000")?;
-    let t_rate = tagmatch_mem(&bin, "tag_msgrate", "8", "200000")?;
+    let s_lat = tagmatch_inproc(&bin, "self", "tag_lat", "8", "1000000")?;
+    let s_rate = tagmatch_inproc(&bin, "self", "tag_msgrate", "8", "1000000")?;
+    let t_lat = tagmatch_inproc(&bin, "mem", "tag_lat", "8", "100000")?;
+    let t_rate = tagmatch_inproc(&bin, "mem", "tag_msgrate", "8", "200000")?;
     let u_lat = ucx_self("tag_lat", "8", "1000000");
     let u_rate = ucx_self("tag_bw", "8", "1000000");
 
@@ -260,14 +270,28 @@ pub fn run(root: &Path) -> Result<()> {
     let ok = |r: &Result<Vec<f64>>, i: usize| r.as_ref().ok().and_then(|v| v.get(i).copied());
     let figures = vec![
         Figure {
-            what: "in-process tagged 8 B latency, p50 one-way",
+            what: "in-process tagged 8 B latency, p50 one-way, one endpoint (`--transport self`)",
+            unit: "µs",
+            higher_is_better: false,
+            tagmatch: field(&s_lat, "lat_p50_us")?,
+            peers: vec![("UCX self", ok(&u_lat, 1))],
+        },
+        Figure {
+            what: "in-process tagged 8 B message rate, one endpoint (`--transport self`)",
+            unit: "Mmsg/s",
+            higher_is_better: true,
+            tagmatch: field(&s_rate, "msgrate_mmsgs")?,
+            peers: vec![("UCX self", ok(&u_rate, 7).map(|v| v / 1e6))],
+        },
+        Figure {
+            what: "in-process tagged 8 B latency, p50 one-way, two endpoints (`--transport mem`)",
             unit: "µs",
             higher_is_better: false,
             tagmatch: field(&t_lat, "lat_p50_us")?,
             peers: vec![("UCX self", ok(&u_lat, 1))],
         },
         Figure {
-            what: "in-process tagged 8 B message rate",
+            what: "in-process tagged 8 B message rate, two endpoints (`--transport mem`)",
             unit: "Mmsg/s",
             higher_is_better: true,
             tagmatch: field(&t_rate, "msgrate_mmsgs")?,
