@@ -1779,6 +1779,57 @@ impl Endpoint {
             return false;
         }
         let (src, op) = (f.loop_src, f.op());
+        if data.len() <= fast::INLINE {
+            // The common case, kept small (fewer registers saved on the way in): a
+            // receive held aside takes the message (as `loop_send` would first try).
+            let (comm, tagv) = match tag {
+                Some(t) => (COMM_TAG, t),
+                None => (COMM_MSG, 0),
+            };
+            let env = Envelope::new(comm, src, tagv);
+            if let Some(recv) = f.engine.take_held(&env) {
+                let ep = self.id;
+                let Endpoint {
+                    node,
+                    ready,
+                    slots,
+                    counters,
+                    ..
+                } = self;
+                counters.submitted += 1;
+                counters.fast_sends += 1;
+                counters.injected += 1;
+                let msg = FastMsg {
+                    payload: Payload::Inline {
+                        words: fast::pack_inline(data),
+                    },
+                    cq_data: SendOpts::default().cq_data,
+                };
+                let mut out = Out {
+                    ready,
+                    slots,
+                    counters,
+                    ep,
+                };
+                finish(
+                    node,
+                    &mut f.proto_recvs,
+                    &mut out,
+                    recv,
+                    env,
+                    data.len(),
+                    msg,
+                );
+                return true;
+            }
+        }
+        self.loop_inject_rest(src, op, tag, data)
+    }
+
+    /// [`Endpoint::loop_inject`] when no held receive takes the message (or it is larger
+    /// than a slot's inline bytes): the general self-send.
+    #[inline(never)]
+    fn loop_inject_rest(&mut self, src: u32, op: u64, tag: Option<u64>, data: &[u8]) -> bool {
         self.loop_send(
             src,
             op,

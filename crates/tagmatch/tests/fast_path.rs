@@ -1452,6 +1452,22 @@ fn self_scenario(fast: bool) -> (Vec<Seen>, Vec<SlotSeen>) {
         out.push(seen(done(&mut a, s, &mut [])));
     }
     assert!(a.poll_completion().is_none(), "injected sends are silent");
+    // Injects into receives posted before them (held aside on the fast path, nothing
+    // waiting): tagged, untagged, one the held receive does not match (unexpected until
+    // its receive), one longer than a slot's inline bytes.
+    let mut later = vec![a.trecv(me, 30u64, 64).unwrap()];
+    a.tinject(me, 30, &pattern(12, 5)).unwrap();
+    later.push(a.recv(me, 64).unwrap());
+    a.inject(me, &pattern(5, 6)).unwrap();
+    let miss = a.trecv(me, 31u64, 64).unwrap();
+    a.tinject(me, 32, &pattern(3, 7)).unwrap();
+    later.push(a.trecv(me, 32u64, 64).unwrap());
+    a.tinject(me, 31, &pattern(40, 8)).unwrap();
+    later.push(miss);
+    for r in later {
+        out.push(seen(done(&mut a, r, &mut [])));
+    }
+    assert!(a.poll_completion().is_none(), "injected sends are silent");
     // A receive slot: posted first, then the message first.
     let slot = a.recv_slot(16);
     let mut slots = Vec::new();
