@@ -19,26 +19,8 @@ mod model;
 
 use std::collections::HashMap;
 
-use model::{Model, Msg, Out};
+use model::{Model, Msg, Out, Rng};
 use tagmatch_engine::*;
-
-/// xorshift64*: a fixed, dependency-free stream per seed (the cases are reproducible).
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 struct Walk {
     e: Engine<u32, u32>,

@@ -9,7 +9,7 @@
 
 mod model;
 
-use model::{Model, Msg, Out};
+use model::{Model, Msg, Out, Rng};
 use tagmatch_engine::*;
 
 /// Communicators: directory ids (0, 1, the last one) and hashed ids (the first past the
@@ -60,22 +60,6 @@ const TAGS: [u64; 19] = [
     u64::MAX - 1,
     u64::MAX,
 ];
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // xorshift64*
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 /// Engine and model side by side.
 struct Pair {
@@ -242,27 +226,27 @@ fn purged(p: Purged<u32, u32>) -> Out {
 }
 
 fn draw_src(r: &mut Rng) -> u32 {
-    match r.below(10) {
-        0..=4 => SRCS[r.below(SRCS.len())],
-        5..=7 => r.below(300) as u32,
-        _ => r.below(1 << 16) as u32,
+    match r.below_usize(10) {
+        0..=4 => SRCS[r.below_usize(SRCS.len())],
+        5..=7 => r.below_usize(300) as u32,
+        _ => r.below_usize(1 << 16) as u32,
     }
 }
 
 fn draw_tag(r: &mut Rng) -> u64 {
-    match r.below(10) {
-        0..=4 => TAGS[r.below(TAGS.len())],
-        5..=7 => r.below(300) as u64,
-        _ => r.below(1 << 16) as u64,
+    match r.below_usize(10) {
+        0..=4 => TAGS[r.below_usize(TAGS.len())],
+        5..=7 => r.below_usize(300) as u64,
+        _ => r.below_usize(1 << 16) as u64,
     }
 }
 
 fn draw_env(r: &mut Rng) -> Envelope {
-    Envelope::new(COMMS[r.below(COMMS.len())], draw_src(r), draw_tag(r))
+    Envelope::new(COMMS[r.below_usize(COMMS.len())], draw_src(r), draw_tag(r))
 }
 
 fn draw_spec(r: &mut Rng, m: &Envelope) -> RecvSpec {
-    match r.below(9) {
+    match r.below_usize(9) {
         0 | 1 => RecvSpec::exact(m.comm, m.src, m.tag),
         2 | 3 => RecvSpec::new(m.comm, Some(m.src), None),
         4 | 5 => RecvSpec::new(m.comm, None, Some(m.tag)),
@@ -275,12 +259,12 @@ fn draw_spec(r: &mut Rng, m: &Envelope) -> RecvSpec {
 /// A burst of `n` lists with distinct small keys on `comm`: unexpected messages, or
 /// posted ANY_TAG / ANY_SOURCE receives, from key `start` on (or spread at random).
 fn burst(p: &mut Pair, r: &mut Rng, comm: u32, n: usize) {
-    let start = r.below(1 << 15) as u32 * (r.below(2) as u32);
-    let spread = r.below(3) == 0;
-    let what = r.below(4);
+    let start = r.below_usize(1 << 15) as u32 * (r.below_usize(2) as u32);
+    let spread = r.below_usize(3) == 0;
+    let what = r.below_usize(4);
     for i in 0..n as u32 {
         let x = if spread {
-            r.below(1 << 16) as u32
+            r.below_usize(1 << 16) as u32
         } else {
             (start + i) & 0xffff
         };
@@ -303,7 +287,7 @@ fn walk(seed: u64, eager: bool, steps: usize, big: usize) {
     let mut r = Rng(seed | 1);
     for step in 0..steps {
         let m = draw_env(&mut r);
-        match r.below(100) {
+        match r.below_usize(100) {
             0..=29 => {
                 p.arrive(m);
             }
@@ -319,8 +303,8 @@ fn walk(seed: u64, eager: bool, steps: usize, big: usize) {
                 let s = draw_spec(&mut r, &m);
                 p.mprobe(s);
             }
-            66..=68 if !p.claims.is_empty() => p.mrecv(r.below(1 << 20)),
-            69..=78 if !p.handles.is_empty() => p.cancel(r.below(1 << 20)),
+            66..=68 if !p.claims.is_empty() => p.mrecv(r.below_usize(1 << 20)),
+            69..=78 if !p.handles.is_empty() => p.cancel(r.below_usize(1 << 20)),
             79..=81 => p.first_posted(m),
             82 => {
                 let comm = m.comm;
@@ -330,7 +314,7 @@ fn walk(seed: u64, eager: bool, steps: usize, big: usize) {
             83 => p.purge_peer(m.src),
             84..=85 => p.purge_comm(m.comm),
             86..=88 => {
-                let n = r.below(600);
+                let n = r.below_usize(600);
                 burst(&mut p, &mut r, m.comm, n);
             }
             89 => p.drain_any(m.comm),

@@ -35,28 +35,12 @@ mod model;
 
 use std::collections::{HashMap, VecDeque};
 
-use model::{Model, Msg, Out};
+use model::{Model, Msg, Out, Rng};
 use tagmatch_engine::*;
 
-/// xorshift64* (reproducible per seed, no dependency).
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0xD134_2543_DE82_EF95) ^ 0x5851_F42D_4C95_7F2D | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
+/// This file's stream for `seed` (its own mixing of the seed into [`Rng`]'s state).
+fn rng(seed: u64) -> Rng {
+    Rng(seed.wrapping_mul(0xD134_2543_DE82_EF95) ^ 0x5851_F42D_4C95_7F2D | 1)
 }
 
 /// Sources `0..ARRIVE_SRCS` (and [`BIG_SRC`]) use `arrive`; `SEQ_BASE..SEQ_BASE +
@@ -595,7 +579,7 @@ fn wild_step(w: &mut Walk, r: &mut Rng) {
 }
 
 fn run(seed: u64, cfg: Config, odd_held: bool, steps: usize) {
-    let mut r = Rng::new(seed);
+    let mut r = rng(seed);
     let mut w = Walk::new(cfg, odd_held);
     if seed % 2 == 1 {
         // A wide (comm) index (ANY_SOURCE+ANY_TAG receives on many communicators no
@@ -736,7 +720,7 @@ fn the_arrival_that_compacts_reuses_the_slot_of_the_first_entry() {
 fn claims_survive_builds_forgets_and_log_restarts() {
     for eager in [false, true] {
         let mut w = Walk::new(Config::default().eager_wildcard_lists(eager), false);
-        let mut r = Rng::new(7 + u64::from(eager));
+        let mut r = rng(7 + u64::from(eager));
         for round in 0..200u64 {
             for i in 0..20 {
                 w.arrive(Envelope::new(0, (i % 3) as u32, i % 5), 1, 1);
@@ -819,7 +803,7 @@ enum Lists {
 fn steady(depth: usize, steps: u64, take: Take, lists: Lists) {
     let cfg = Config::default().eager_wildcard_lists(matches!(lists, Lists::Eager));
     let mut e: Engine<u32, u32> = Engine::new(cfg);
-    let mut r = Rng::new(depth as u64 ^ steps);
+    let mut r = rng(depth as u64 ^ steps);
     // (tag, mid) of the queued messages, in arrival order.
     let mut q: VecDeque<(u64, u32)> = VecDeque::new();
     let tag_of = |i: u64| (1 << 33) + i;
@@ -916,7 +900,7 @@ fn steady_depth_with_wildcard_lists_kept_keeps_the_heap_bounded() {
 #[test]
 fn after_a_burst_a_small_steady_queue_neither_grows_nor_loses_order() {
     let mut w = Walk::new(Config::default(), false);
-    let mut r = Rng::new(99);
+    let mut r = rng(99);
     for i in 0..5000u64 {
         w.arrive(Envelope::new(1, (i % 7) as u32, i), 1, 1);
     }
@@ -951,7 +935,7 @@ fn reserve_covers_the_arrival_log() {
             let mut e: Engine<u32, u32> = Engine::new(Config::default());
             e.reserve(posted, depth);
             let before = e.heap_bytes();
-            let mut r = Rng::new(depth as u64);
+            let mut r = rng(depth as u64);
             let mut q: Vec<u64> = Vec::new();
             let mut next = 0u64;
             for round in 0..4 {

@@ -11,6 +11,36 @@
 use std::collections::BTreeMap;
 use tagmatch_engine::{Envelope, Pressure, RecvSpec, RejectReason, Source};
 
+/// xorshift64*: a fixed, dependency-free stream per state, so that the seeded random
+/// walks of the test files are reproducible.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// A stream from `seed` (mixed; the state is never zero).
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    pub fn below_usize(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
 /// What one operation produced, in a form both the model and the engine can give.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Out {
