@@ -653,6 +653,8 @@ impl FromStr for Kind {
 #[derive(Debug)]
 pub struct BaselinePrepared<B> {
     b: B,
+    /// Set-up operations (for [`BaselinePrepared::again`]).
+    setup: Vec<Op>,
     ops: Vec<Op>,
     matches: usize,
     /// Heap bytes at the end of set-up.
@@ -668,7 +670,7 @@ impl<B: Matcher + Default> BaselinePrepared<B> {
     pub fn new(w: Workload, p: &Params) -> Self {
         let Plan { setup, timed } = Plan::new(w, p);
         let mut b = B::default();
-        for op in setup {
+        for &op in &setup {
             apply(&mut b, op);
         }
         let (posted, unexpected) = b.depths();
@@ -677,9 +679,27 @@ impl<B: Matcher + Default> BaselinePrepared<B> {
             setup_posted: posted,
             setup_unexpected: unexpected,
             b,
+            setup,
             ops: timed,
             matches: 0,
         }
+    }
+}
+
+impl<B: Matcher> BaselinePrepared<B> {
+    /// Runs the set-up phase again on the same baseline once the timed phase has left it
+    /// with no posted receive and no unexpected message (the counterpart of
+    /// [`crate::workload::Prepared::again`]); `false` (nothing done) otherwise. The match
+    /// count restarts at 0.
+    pub fn again(&mut self) -> bool {
+        if self.b.depths() != (0, 0) {
+            return false;
+        }
+        for &op in &self.setup {
+            apply(&mut self.b, op);
+        }
+        self.matches = 0;
+        true
     }
 }
 
@@ -750,6 +770,18 @@ mod tests {
                     let mut b = BaselinePrepared::<B>::new(w, &p);
                     assert_eq!(b.run_range(0, b.ops()), want, "{kind} {w} n={n} f={f}");
                     assert_eq!(b.baseline().depths(), (0, 0), "{kind} {w} n={n} f={f}");
+                    // The set-up again on the same state, then the same matches.
+                    assert!(b.again(), "{kind} {w} n={n} f={f}");
+                    assert_eq!(
+                        b.baseline().depths(),
+                        (b.setup_posted, b.setup_unexpected),
+                        "{kind} {w} n={n} f={f}"
+                    );
+                    assert!(
+                        !b.again(),
+                        "{kind} {w} n={n} f={f}: refused while not empty"
+                    );
+                    assert_eq!(b.run_range(0, b.ops()), want, "{kind} {w} n={n} f={f}");
                 }
             }
         }

@@ -165,6 +165,8 @@ enum Timed {
 pub struct Prepared {
     engine: Engine<u32, u32>,
     ops: Vec<Timed>,
+    /// The workload's operations (for [`Prepared::again`]).
+    plan: Plan,
     /// Engine heap bytes at the end of set-up.
     pub setup_heap_bytes: usize,
     /// Posted receives at the end of set-up.
@@ -334,10 +336,25 @@ impl Prepared {
                 .max_bytes(usize::MAX)
                 .eager_wildcard_lists(p.eager_wildcard_lists),
         );
+        let ops = Self::set_up(&mut e, &plan);
+        let c = e.counters();
+        Prepared {
+            setup_heap_bytes: e.heap_bytes(),
+            setup_posted: c.posted_depth,
+            setup_unexpected: c.unexpected_depth,
+            engine: e,
+            ops,
+            plan,
+            matches: 0,
+        }
+    }
+
+    /// Runs `plan`'s set-up on `e`; the timed operations with their receive handles.
+    fn set_up(e: &mut Engine<u32, u32>, plan: &Plan) -> Vec<Timed> {
         // Pending receives by receive id, for the cancels.
         let mut handles: Vec<Option<RecvHandle>> = Vec::new();
-        for op in plan.setup {
-            match op {
+        for op in &plan.setup {
+            match *op {
                 Op::Post(spec, rid) => {
                     if let Ok(Posted::Pending(h)) = e.post(spec, rid) {
                         let i = rid as usize;
@@ -357,10 +374,9 @@ impl Prepared {
                 }
             }
         }
-        let ops = plan
-            .timed
-            .into_iter()
-            .filter_map(|op| match op {
+        plan.timed
+            .iter()
+            .filter_map(|op| match *op {
                 Op::Post(spec, rid) => Some(Timed::Post(spec, rid)),
                 Op::Arrive(env, mid) => Some(Timed::Arrive(env, mid)),
                 Op::Cancel(rid) => handles
@@ -368,16 +384,24 @@ impl Prepared {
                     .and_then(Option::take)
                     .map(Timed::Cancel),
             })
-            .collect();
-        let c = e.counters();
-        Prepared {
-            setup_heap_bytes: e.heap_bytes(),
-            setup_posted: c.posted_depth,
-            setup_unexpected: c.unexpected_depth,
-            engine: e,
-            ops,
-            matches: 0,
+            .collect()
+    }
+
+    /// Runs the set-up phase again on the same engine, once the whole timed phase has run
+    /// and left the engine with no posted receive and no unexpected message (every
+    /// workload's timed phase does): the engine then starts the next timed phase as warm
+    /// as its own set-up leaves it, as a single engine in an application is. Returns
+    /// `false` (and does nothing) if the timed phase has not run completely or left
+    /// entries behind. The match count restarts at 0.
+    pub fn again(&mut self) -> bool {
+        let c = self.engine.counters();
+        if self.matches != self.expected_matches() || c.posted_depth != 0 || c.unexpected_depth != 0
+        {
+            return false;
         }
+        self.ops = Self::set_up(&mut self.engine, &self.plan);
+        self.matches = 0;
+        true
     }
 
     /// Number of timed operations (matches, plus cancels for `cancel-mix`).
@@ -501,5 +525,36 @@ mod tests {
         }
         assert_eq!(b.run_range(0, 0), total);
         assert_eq!(a.engine().counters(), b.engine().counters());
+    }
+
+    #[test]
+    fn again_reruns_the_set_up_on_the_same_engine() {
+        for w in Workload::ALL {
+            for n in [1, 3, 63] {
+                let p = Params::new(n);
+                let mut prep = Prepared::new(w, &p);
+                let want = prep.expected_matches();
+                assert!(!prep.again(), "{w} n={n}: refused before the timed phase");
+                prep.run_range(0, prep.ops() / 2);
+                if prep.ops() > 1 {
+                    assert!(!prep.again(), "{w} n={n}: refused after part of it");
+                }
+                assert_eq!(
+                    prep.run_range(prep.ops() / 2, prep.ops()),
+                    want,
+                    "{w} n={n}"
+                );
+                for round in 0..3 {
+                    assert!(prep.again(), "{w} n={n} round {round}");
+                    let c = prep.engine().counters();
+                    assert_eq!(
+                        (c.posted_depth, c.unexpected_depth),
+                        (prep.setup_posted, prep.setup_unexpected),
+                        "{w} n={n}: the set-up's state again"
+                    );
+                    assert_eq!(prep.run(), want, "{w} n={n} round {round}");
+                }
+            }
+        }
     }
 }
