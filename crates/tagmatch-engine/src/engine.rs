@@ -580,7 +580,8 @@ impl<R, M> Engine<R, M> {
     #[cold]
     #[inline(never)]
     fn dense_grow(&mut self, k: usize, comm: u32, x: u64) -> Option<usize> {
-        let (pos, keys) = self.dense[dn(k)].grow(comm, x)?;
+        let entries = self.posted.len() + self.unexp.len();
+        let (pos, keys) = self.dense[dn(k)].grow(comm, x, entries)?;
         if self.ix[k].len() > 0 {
             for y in keys {
                 let e = match k {
@@ -2815,7 +2816,11 @@ mod tests {
         let r = e.post(RecvSpec::new(7, Some(630), None), 50).unwrap();
         assert!(matches!(r, Posted::Pending(_)));
         assert_eq!(e.ix[K_SRC].len(), 2);
-        // 250 small-key lists of each kind: the arrays may now grow to 1024 slots.
+        // 250 small-key lists of each kind: the arrays may now grow to 1024 slots (4 KiB
+        // each, once 4 KiB / 8 B = 512 entries are queued: 300 exact receives elsewhere).
+        for t in 0..300u64 {
+            e.post(RecvSpec::exact(8, 0, t), 0).unwrap();
+        }
         for i in 0..250u32 {
             e.arrive(Envelope::new(7, i, u64::from(i)), 0, 100 + i)
                 .unwrap();
