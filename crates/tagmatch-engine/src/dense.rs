@@ -263,18 +263,14 @@ impl Dense {
         }
         // `x` is not covered (`x >= len`), so `want > len`.
         let budget = BYTES_PER_ENTRY * entries;
-        let (bytes, mut widen) = self.cost(comm, len, want);
-        if bytes > budget {
-            return None;
-        }
+        let mut widen = self.cost(comm, len, want, budget)?;
         // A new array is given the most slots the growth rule allows (`SLACK`) that the
         // entries pay for: a queue that fills gets one allocation, not one per doubling.
         while len == 0 && 2 * want <= SLACK {
-            let (b, w) = self.cost(comm, len, 2 * want);
-            if b > budget {
-                break;
+            match self.cost(comm, len, 2 * want, budget) {
+                Some(w) => (want, widen) = (2 * want, w),
+                None => break,
             }
-            (want, widen) = (2 * want, w);
         }
         let slots = self.slots + (want - len);
         let near = (comm as usize + 1).next_power_of_two();
@@ -302,23 +298,26 @@ impl Dense {
         Some((pos(t, x), old as u64..want as u64))
     }
 
-    /// Heap bytes of the arrays and their directory once the array of `comm` (of `len`
-    /// slots) has `want`, and whether the directory then widens to file `comm`: it does
-    /// if it then takes at most as much as the arrays (or `DIR_MIN` entries); else a new
-    /// array is filed past it.
-    fn cost(&self, comm: u32, len: usize, want: usize) -> (usize, bool) {
+    /// Whether the arrays and their directory take at most `budget` bytes once the
+    /// array of `comm` (of `len` slots) has `want`: `None` if not, else whether the
+    /// directory is then widened to file `comm` (it is if it then takes at most as much
+    /// as the arrays, or `DIR_MIN` entries, and the budget pays for it; else a new array
+    /// is filed past it).
+    fn cost(&self, comm: u32, len: usize, want: usize, budget: usize) -> Option<bool> {
         let slots = self.slots + (want - len);
         let near = (comm as usize + 1).next_power_of_two();
         let widen = comm < DIR_COMMS && near > self.near.len() && near <= (slots / 8).max(DIR_MIN);
-        let fixed = if widen {
-            (near + self.far.capacity()) * ARR + self.far_bytes()
-        } else if len == 0 && (comm as usize) >= self.near.len() {
+        let fixed = self.near.capacity() * ARR + self.far_bytes();
+        if widen && 4 * slots + fixed + (near - self.near.len()) * ARR <= budget {
+            return Some(true);
+        }
+        let fixed = if len == 0 && (comm as usize) >= self.near.len() {
             // One more far array: its entry, its communicator and the map's growth.
-            self.near.capacity() * ARR + 2 * self.far_bytes() + ARR + 4 + 64
+            fixed + self.far_bytes() + ARR + 4 + 64
         } else {
-            self.near.capacity() * ARR + self.far_bytes()
+            fixed
         };
-        (4 * slots + fixed, widen)
+        (4 * slots + fixed <= budget).then_some(false)
     }
 
     /// Bytes of the far arrays' entries, communicators and map (not their slots).
