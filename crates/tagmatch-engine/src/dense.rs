@@ -12,10 +12,10 @@
 //!
 //! A communicator's array is allocated when one of its lists would be stored here and
 //! the arrays can pay for it, and grows (doubling, at least 16 slots) to cover larger
-//! keys, under two rules. (1) At most 4 slots per list it holds at that time, plus 64: a
-//! key past the array's end that would make it larger goes to the hash index. So an
-//! array takes at most 16 bytes per list it held when it last grew, plus 256 (4-8 bytes
-//! per list for dense ranks or tags), whatever the keys: tags used as growing sequence
+//! keys, under two rules. (1) At most 4 slots per list it holds at that time or its kind's
+//! hash index holds (those lists may be the keys past its end, left there while rule (2)
+//! refused a growth: they count toward the next one), plus 64: a key past the array's end
+//! that would make it larger goes to the hash index. So tags used as growing sequence
 //! numbers, or a few large ranks, stay in the hash index. (2) The arrays of a kind and
 //! their directory take at most `BYTES_PER_ENTRY` (8) bytes per queued entry (posted
 //! receive or stored message) once allocated or grown: until then the lists stay in the
@@ -243,7 +243,8 @@ impl Dense {
 
     /// Allocates or grows the array of `comm` to cover key `x` (not covered yet) if the
     /// growth rule allows it with `entries` posted receives and stored messages queued
-    /// (see the module documentation): the slot's position and the range of keys newly
+    /// and `hashed` lists in the hash index of the same kind (see the module
+    /// documentation): the slot's position and the range of keys newly
     /// covered, else `None`. Positions given before are invalid after an allocation
     /// (arrays may be refiled, see [`Dense::refile`]).
     #[cold]
@@ -253,12 +254,13 @@ impl Dense {
         comm: u32,
         x: u64,
         entries: usize,
+        hashed: usize,
     ) -> Option<(usize, core::ops::Range<u64>)> {
         let mut want = (x as usize + 1).next_power_of_two().max(MIN_LEN);
         let (live, len) = self
             .array(comm)
             .map_or((0, 0), |(_, a)| (a.live, a.heads.len()));
-        if x >= DENSE_KEYS || want > 4 * live + SLACK {
+        if x >= DENSE_KEYS || want > 4 * (live + hashed) + SLACK {
             return None;
         }
         // `x` is not covered (`x >= len`), so `want > len`.
@@ -447,7 +449,7 @@ mod tests {
     fn put_with(d: &mut Dense, comm: u32, x: u64, v: u32, entries: usize) -> bool {
         let p = match d.covers(comm, x) {
             Some(p) => p,
-            None => match d.grow(comm, x, entries) {
+            None => match d.grow(comm, x, entries, 0) {
                 Some((p, r)) => {
                     assert!(r.contains(&x));
                     p
@@ -489,7 +491,7 @@ mod tests {
             assert_eq!(get(&d, c, x), Some(j as u32), "{c} {x}");
         }
         assert_eq!(get(&d, 0, 100), Some(100));
-        assert_eq!(d.grow(5, DENSE_KEYS, MANY), None);
+        assert_eq!(d.grow(5, DENSE_KEYS, MANY, 0), None);
         // A push to a list keeps its head; emptied slots are forgotten.
         let n = d.len();
         assert_eq!(d.push(0, 100, 99), Some(100));
@@ -519,7 +521,7 @@ mod tests {
         }
         assert_eq!(d.len(), DENSE_KEYS as usize);
         assert!(d.heap_bytes() < 4 * DENSE_KEYS as usize + 1024);
-        assert_eq!(d.grow(3, DENSE_KEYS, MANY), None);
+        assert_eq!(d.grow(3, DENSE_KEYS, MANY, 0), None);
     }
 
     /// An array is allocated or grown only when the arrays and their directory then take
