@@ -10,23 +10,33 @@
 //! of hashing and probing a shared hash index whose removals shift its clusters (see
 //! `index`). Keys from `DENSE_KEYS` on always stay in the hash index.
 //!
-//! A communicator's array is allocated the first time one of its lists is stored here and
-//! grows (doubling, at least 64 slots) to cover larger keys, but only to at most 4 slots
-//! per list it holds at that time, plus 64: a key past the array's end that would make it
-//! larger goes to the hash index. So an array takes at most 16 bytes per list it held
-//! when it last grew, plus 256 (4-8 bytes per list for dense ranks or tags), whatever
-//! the keys: tags used as growing sequence numbers, or a few large ranks, stay in the
-//! hash index. An array does not shrink while it holds lists, but the arrays that hold
-//! none are freed when the arrays' slots have doubled since the last such sweep (see
-//! [`Dense::sweep`]): so the arrays' total stays within twice what the arrays holding
-//! lists took at the last sweep (plus `SWEEP_MIN` slots), not one array per
-//! communicator ever seen (communicator ids that come and go, each past peak of a
-//! communicator used in turn). The array covering a key
-//! (`key < len`) is the one place that key's list head can be: when an array grows, the
-//! engine moves the lists of the newly covered keys out of the hash index (see
-//! `Engine::dense_grow`). Each array counts its lists (kept exact through [`Slot`]), so
-//! refusing a growth costs no scan. A communicator below `DIR_COMMS` (MPI context ids are
-//! small) finds its array at its id in a directory; the others through a hash map.
+//! A communicator's array is allocated when one of its lists would be stored here and
+//! the arrays can pay for it, and grows (doubling, at least 16 slots) to cover larger
+//! keys, under two rules. (1) At most 4 slots per list it holds at that time or its kind's
+//! hash index holds (those lists may be the keys past its end, left there while rule (2)
+//! refused a growth: they count toward the next one), plus 64: a key past the array's end
+//! that would make it larger goes to the hash index. So tags used as growing sequence
+//! numbers, or a few large ranks, stay in the hash index. (2) The arrays of a kind and
+//! their directory take at most `BYTES_PER_ENTRY` (8) bytes per queued entry (posted
+//! receive or stored message) once allocated or grown: until then the lists stay in the
+//! hash index (a few wildcard lists at a small depth cost their buckets, not a 64-slot
+//! array and a directory; issue #3's 64 bytes per entry hold from depth 1), and the first
+//! growth that the entries pay for takes them over. An array does not shrink while it
+//! holds lists, but the arrays that hold none are freed when the arrays' slots have
+//! doubled since the last such sweep (see [`Dense::refile`]): so the arrays' total stays
+//! within twice what the arrays holding lists took at the last sweep (plus `SWEEP_MIN`
+//! slots), not one array per communicator ever seen (communicator ids that come and go,
+//! each past peak of a communicator used in turn). The array covering a key
+//! (`key < len`) is the one place that key's list head can be: when an array is
+//! allocated or grows, the engine moves the lists of the newly covered keys out of the
+//! hash index (see `Engine::dense_grow`). Each array counts its lists (kept exact through
+//! [`Slot`]), so refusing a growth costs no scan. A communicator below the directory's
+//! length finds its array at its id in the directory (MPI context ids are small); the
+//! others through a hash map. The directory covers communicator ids below a power of two
+//! and grows (to at most `DIR_COMMS` entries, 32 bytes each) only when the arrays then
+//! have at least 8 slots per entry (or to `DIR_MIN` entries), so that it takes at most as
+//! much as the arrays did when it last grew; when it grows it takes over the arrays of
+//! the communicators it now covers.
 //!
 //! A position (`pos`) names one slot across the arrays: `DPOS | table << 16 | key`; the
 //! `DPOS` bit tells it from a bucket number of the hash index.
@@ -44,8 +54,12 @@ compile_error!(
 pub(crate) const DENSE_KEYS: u64 = 1 << KEY_BITS;
 const KEY_BITS: u32 = 16;
 
-/// Communicator ids below this index the directory of arrays (32 bytes each).
+/// Communicator ids below this may index the directory of arrays (32 bytes an entry).
 const DIR_COMMS: u32 = 1 << 12;
+
+/// Smallest directory worth its entries: communicators below it may always be filed in
+/// the directory (128 bytes at most).
+const DIR_MIN: usize = 4;
 
 /// The flag of a position in the arrays (never set in a hash bucket number).
 pub(crate) const DPOS: usize = 1 << 62;
@@ -54,7 +68,15 @@ pub(crate) const DPOS: usize = 1 << 62;
 pub(crate) const EMPTY: u32 = u32::MAX;
 
 /// Smallest array length.
-const MIN_LEN: usize = 64;
+const MIN_LEN: usize = 16;
+
+/// Slots an array may have beyond 4 per list it holds (see the growth rule).
+const SLACK: usize = 64;
+
+/// Heap bytes the arrays and their directory may take per queued entry (posted
+/// receive or stored message) when one is allocated or grows: what keeps a few
+/// wildcard lists at a small depth from costing more than their entries.
+const BYTES_PER_ENTRY: usize = 8;
 
 /// Total slots of the arrays below which empty arrays are not swept (64 KiB).
 const SWEEP_MIN: usize = 1 << 14;
@@ -62,6 +84,9 @@ const SWEEP_MIN: usize = 1 << 14;
 /// The flag of the number of a far communicator's array (in `Dense::far`); in a
 /// position, shifted by `KEY_BITS` (below `DPOS`).
 const FAR: usize = 1 << 40;
+
+/// Bytes of an array's entry (in the directory or `far`).
+const ARR: usize = core::mem::size_of::<Arr>();
 
 /// One communicator's array of list heads.
 #[derive(Debug, Default)]
@@ -133,14 +158,14 @@ impl Dense {
     /// number in `far`).
     #[inline(always)]
     fn array(&self, comm: u32) -> Option<(usize, &Arr)> {
-        if comm < DIR_COMMS {
-            self.near.get(comm as usize).map(|a| (comm as usize, a))
-        } else {
-            self.far_array(comm)
+        match self.near.get(comm as usize) {
+            Some(a) => Some((comm as usize, a)),
+            None if self.far.is_empty() => None,
+            None => self.far_array(comm),
         }
     }
 
-    /// [`Dense::array`] of a communicator id from `DIR_COMMS` on (out of line: the
+    /// [`Dense::array`] of a communicator id past the directory (out of line: the
     /// directory's lookups stay small where they are inlined).
     #[inline(never)]
     fn far_array(&self, comm: u32) -> Option<(usize, &Arr)> {
@@ -151,8 +176,10 @@ impl Dense {
     /// The array of communicator `comm`, mutably.
     #[inline(always)]
     fn array_mut(&mut self, comm: u32) -> Option<&mut Arr> {
-        if comm < DIR_COMMS {
-            self.near.get_mut(comm as usize)
+        if (comm as usize) < self.near.len() {
+            Some(&mut self.near[comm as usize])
+        } else if self.far.is_empty() {
+            None
         } else {
             self.far_array_mut(comm)
         }
@@ -215,31 +242,49 @@ impl Dense {
     }
 
     /// Allocates or grows the array of `comm` to cover key `x` (not covered yet) if the
-    /// growth rule allows it (see the module documentation): the slot's position and the
-    /// range of keys newly covered, else `None`.
+    /// growth rule allows it with `entries` posted receives and stored messages queued
+    /// and `hashed` lists in the hash index of the same kind (see the module
+    /// documentation): the slot's position and the range of keys newly
+    /// covered, else `None`. Positions given before are invalid after an allocation
+    /// (arrays may be refiled, see [`Dense::refile`]).
     #[cold]
     #[inline(never)]
-    pub(crate) fn grow(&mut self, comm: u32, x: u64) -> Option<(usize, core::ops::Range<u64>)> {
-        let want = (x as usize + 1).next_power_of_two().max(MIN_LEN);
+    pub(crate) fn grow(
+        &mut self,
+        comm: u32,
+        x: u64,
+        entries: usize,
+        hashed: usize,
+    ) -> Option<(usize, core::ops::Range<u64>)> {
+        let mut want = (x as usize + 1).next_power_of_two().max(MIN_LEN);
         let (live, len) = self
             .array(comm)
             .map_or((0, 0), |(_, a)| (a.live, a.heads.len()));
-        if x >= DENSE_KEYS || want > 4 * live + MIN_LEN {
+        if x >= DENSE_KEYS || want > 4 * (live + hashed) + SLACK {
             return None;
         }
         // `x` is not covered (`x >= len`), so `want > len`.
-        if self.slots + (want - len) > self.sweep_at {
-            self.sweep();
+        let budget = BYTES_PER_ENTRY * entries;
+        let mut widen = self.cost(comm, len, want, budget)?;
+        // A new array is given the most slots the growth rule allows (`SLACK`) that the
+        // entries pay for: a queue that fills gets one allocation, not one per doubling.
+        while len == 0 && 2 * want <= SLACK {
+            match self.cost(comm, len, 2 * want, budget) {
+                Some(w) => (want, widen) = (2 * want, w),
+                None => break,
+            }
+        }
+        let slots = self.slots + (want - len);
+        let near = (comm as usize + 1).next_power_of_two();
+        if slots > self.sweep_at {
+            self.refile(self.near.len(), true);
             self.sweep_at = (2 * (self.slots + want)).max(SWEEP_MIN);
+        }
+        if widen {
+            self.refile(near, false);
         }
         let t = match self.array(comm) {
             Some((t, _)) => t,
-            None if comm < DIR_COMMS => {
-                let c = comm as usize;
-                self.near
-                    .resize_with((c + 1).next_power_of_two(), Arr::default);
-                c
-            }
             None => {
                 let t = self.far.len();
                 self.far.push(Arr::default());
@@ -255,30 +300,71 @@ impl Dense {
         Some((pos(t, x), old as u64..want as u64))
     }
 
-    /// Frees the arrays that hold no list (a directory entry is emptied, a far array
-    /// dropped and the others renumbered): their keys are then not covered, which is
-    /// right since no list of theirs exists in either place. Positions given before are
+    /// Whether the arrays and their directory take at most `budget` bytes once the
+    /// array of `comm` (of `len` slots) has `want`: `None` if not, else whether the
+    /// directory is then widened to file `comm` (it is if it then takes at most as much
+    /// as the arrays, or `DIR_MIN` entries, and the budget pays for it; else a new array
+    /// is filed past it).
+    fn cost(&self, comm: u32, len: usize, want: usize, budget: usize) -> Option<bool> {
+        let slots = self.slots + (want - len);
+        let near = (comm as usize + 1).next_power_of_two();
+        let widen = comm < DIR_COMMS && near > self.near.len() && near <= (slots / 8).max(DIR_MIN);
+        let fixed = self.near.capacity() * ARR + self.far_bytes();
+        if widen && 4 * slots + fixed + (near - self.near.len()) * ARR <= budget {
+            return Some(true);
+        }
+        let fixed = if len == 0 && (comm as usize) >= self.near.len() {
+            // One more far array: its entry, its communicator and the map's growth.
+            fixed + self.far_bytes() + ARR + 4 + 64
+        } else {
+            fixed
+        };
+        (4 * slots + fixed <= budget).then_some(false)
+    }
+
+    /// Bytes of the far arrays' entries, communicators and map (not their slots).
+    fn far_bytes(&self) -> usize {
+        self.far.capacity() * ARR + self.far_comm.capacity() * 4 + map_heap_bytes(&self.sparse)
+    }
+
+    /// Files the arrays anew: the directory widened to `near` entries (exactly), taking
+    /// over the far arrays of the communicators below it; with `sweep`, the arrays that
+    /// hold no list are freed (a directory entry is emptied, a far array dropped):
+    /// their keys are then not covered, which is right since no list of theirs exists
+    /// in either place. The far arrays are renumbered, so positions given before are
     /// invalid after it (it runs only inside [`Dense::grow`], which gives a new one).
-    /// O(arrays), amortised over the slots allocated since the last sweep.
+    /// O(arrays), amortised over the slots allocated since the last sweep or the
+    /// directory's doubling.
     #[cold]
     #[inline(never)]
-    fn sweep(&mut self) {
-        for a in &mut self.near {
-            if a.live == 0 && a.heads.capacity() != 0 {
-                self.slots -= a.heads.len();
-                a.heads = Vec::new();
+    fn refile(&mut self, near: usize, sweep: bool) {
+        if near > self.near.len() {
+            self.near.reserve_exact(near - self.near.len());
+            self.near.resize_with(near, Arr::default);
+        }
+        if sweep {
+            for a in &mut self.near {
+                if a.live == 0 && a.heads.capacity() != 0 {
+                    self.slots -= a.heads.len();
+                    a.heads = Vec::new();
+                }
             }
         }
         let mut sparse = FastMap::default();
         let mut j = 0;
         for i in 0..self.far.len() {
-            if self.far[i].live == 0 {
+            let c = self.far_comm[i];
+            if sweep && self.far[i].live == 0 {
                 self.slots -= self.far[i].heads.len();
+                continue;
+            }
+            if (c as usize) < self.near.len() {
+                self.near[c as usize] = core::mem::take(&mut self.far[i]);
                 continue;
             }
             self.far.swap(i, j);
             self.far_comm.swap(i, j);
-            sparse.insert(self.far_comm[j], j as u32);
+            sparse.insert(c, j as u32);
             j += 1;
         }
         self.far.truncate(j);
@@ -324,10 +410,8 @@ impl Dense {
     }
 
     pub(crate) fn heap_bytes(&self) -> usize {
-        let v = core::mem::size_of::<Arr>();
-        (self.near.capacity() + self.far.capacity()) * v
-            + self.far_comm.capacity() * 4
-            + map_heap_bytes(&self.sparse)
+        self.near.capacity() * ARR
+            + self.far_bytes()
             + self
                 .near
                 .iter()
@@ -353,11 +437,19 @@ fn split(pos: usize) -> (usize, usize) {
 mod tests {
     use super::*;
 
+    /// Queued entries enough for any growth the other rules allow.
+    const MANY: usize = 1 << 30;
+
     /// The value at `(comm, x)`, stored through `covers`, else `grow`.
     fn put(d: &mut Dense, comm: u32, x: u64, v: u32) -> bool {
+        put_with(d, comm, x, v, MANY)
+    }
+
+    /// [`put`] with `entries` queued.
+    fn put_with(d: &mut Dense, comm: u32, x: u64, v: u32, entries: usize) -> bool {
         let p = match d.covers(comm, x) {
             Some(p) => p,
-            None => match d.grow(comm, x) {
+            None => match d.grow(comm, x, entries, 0) {
                 Some((p, r)) => {
                     assert!(r.contains(&x));
                     p
@@ -399,7 +491,7 @@ mod tests {
             assert_eq!(get(&d, c, x), Some(j as u32), "{c} {x}");
         }
         assert_eq!(get(&d, 0, 100), Some(100));
-        assert_eq!(d.grow(5, DENSE_KEYS), None);
+        assert_eq!(d.grow(5, DENSE_KEYS, MANY, 0), None);
         // A push to a list keeps its head; emptied slots are forgotten.
         let n = d.len();
         assert_eq!(d.push(0, 100, 99), Some(100));
@@ -429,6 +521,58 @@ mod tests {
         }
         assert_eq!(d.len(), DENSE_KEYS as usize);
         assert!(d.heap_bytes() < 4 * DENSE_KEYS as usize + 1024);
-        assert_eq!(d.grow(3, DENSE_KEYS), None);
+        assert_eq!(d.grow(3, DENSE_KEYS, MANY, 0), None);
+    }
+
+    /// An array is allocated or grown only when the arrays and their directory then take
+    /// at most `BYTES_PER_ENTRY` bytes per queued entry: a single list at depth 1 stays
+    /// in the hash index; the first array is as small as its key allows.
+    #[test]
+    fn arrays_wait_for_the_entries_that_pay_for_them() {
+        let mut d = Dense::default();
+        // 16 slots (64 bytes) and one directory entry (32 bytes): 12 entries.
+        assert!(!put_with(&mut d, 0, 3, 1, 11));
+        assert_eq!(d.heap_bytes(), 0);
+        assert!(put_with(&mut d, 0, 3, 1, 12));
+        assert_eq!(d.heap_bytes(), 4 * MIN_LEN + ARR);
+        assert!(d.covers(0, 15).is_some() && d.covers(0, 16).is_none());
+        // Growing to 64 slots: 256 + 32 bytes, 36 entries.
+        assert!(!put_with(&mut d, 0, 40, 2, 35));
+        assert!(put_with(&mut d, 0, 40, 2, 36));
+        assert_eq!(d.heap_bytes(), 4 * 64 + ARR);
+        assert_eq!((get(&d, 0, 3), get(&d, 0, 40)), (Some(1), Some(2)));
+        assert_eq!(d.len(), 2);
+    }
+
+    /// The directory takes at most as much as the arrays (or `DIR_MIN` entries): a
+    /// communicator past it gets a far array, taken into the directory once the arrays
+    /// have grown enough to pay for the directory's entries, with its lists.
+    #[test]
+    fn the_directory_grows_with_the_arrays_and_takes_over_far_arrays() {
+        let mut d = Dense::default();
+        assert!(put(&mut d, 3, 0, 30));
+        assert_eq!(d.near.len(), DIR_MIN);
+        // Communicator 100 would need 128 entries (4 KiB) for 16 slots: filed far.
+        assert!(put(&mut d, 100, 1, 100));
+        assert_eq!((d.near.len(), d.far.len()), (DIR_MIN, 1));
+        assert_eq!(get(&d, 100, 1), Some(100));
+        // Grown to 1024 slots (with 4 · 240 + 64 = 1024), communicator 100's array pays
+        // for the 128 entries and moves into the directory, its lists with it.
+        for x in 2..=240 {
+            assert!(put(&mut d, 100, x, 100 + x as u32));
+        }
+        assert!(put(&mut d, 100, 1000, 7));
+        assert_eq!((d.near.len(), d.far.len()), (128, 0));
+        assert!(d.sparse.is_empty());
+        for x in 1..=240 {
+            assert_eq!(get(&d, 100, x), Some(100 + x as u32 * u32::from(x > 1)));
+        }
+        assert_eq!(get(&d, 100, 1000), Some(7));
+        assert_eq!(get(&d, 3, 0), Some(30));
+        assert!(d.heap_bytes() <= 2 * 4 * d.slots + 4 * 4 * MIN_LEN);
+        // Communicators past `DIR_COMMS` stay far.
+        assert!(put(&mut d, DIR_COMMS, 0, 9));
+        assert_eq!((d.far.len(), get(&d, DIR_COMMS, 0)), (1, Some(9)));
+        assert_eq!(d.len(), 240 + 3);
     }
 }

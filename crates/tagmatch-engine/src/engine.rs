@@ -580,7 +580,9 @@ impl<R, M> Engine<R, M> {
     #[cold]
     #[inline(never)]
     fn dense_grow(&mut self, k: usize, comm: u32, x: u64) -> Option<usize> {
-        let (pos, keys) = self.dense[dn(k)].grow(comm, x)?;
+        let entries = self.posted.len() + self.unexp.len();
+        let hashed = self.ix[k].len();
+        let (pos, keys) = self.dense[dn(k)].grow(comm, x, entries, hashed)?;
         if self.ix[k].len() > 0 {
             for y in keys {
                 let e = match k {
@@ -2815,7 +2817,11 @@ mod tests {
         let r = e.post(RecvSpec::new(7, Some(630), None), 50).unwrap();
         assert!(matches!(r, Posted::Pending(_)));
         assert_eq!(e.ix[K_SRC].len(), 2);
-        // 250 small-key lists of each kind: the arrays may now grow to 1024 slots.
+        // 250 small-key lists of each kind: the arrays may now grow to 1024 slots (4 KiB
+        // each, once 4 KiB / 8 B = 512 entries are queued: 300 exact receives elsewhere).
+        for t in 0..300u64 {
+            e.post(RecvSpec::exact(8, 0, t), 0).unwrap();
+        }
         for i in 0..250u32 {
             e.arrive(Envelope::new(7, i, u64::from(i)), 0, 100 + i)
                 .unwrap();
@@ -2848,6 +2854,36 @@ mod tests {
         let r = e.post(RecvSpec::new(7, Some(1 << 16), None), 0);
         assert!(matches!(r, Ok(Posted::Matched(x)) if x.msg == 97));
         assert_eq!((e.ix[K_SRC].len(), e.ix[K_TAG].len()), (0, 0));
+    }
+
+    /// An array whose growth the queued entries did not pay for leaves the keys past it
+    /// in the hash index; those lists count toward its next growth (4 slots per list of
+    /// the array or the hash index), so once the entries pay, the array grows over them
+    /// and takes them over (ANY_SOURCE receives at every other tag: one list per 2 keys,
+    /// 8 bytes of array per receive, more than the budget of 8 B per entry and kind
+    /// with the directory, until ballast is queued).
+    #[test]
+    fn a_growth_the_entries_refused_resumes_over_the_hashed_lists_once_they_pay() {
+        let mut e: Engine<u32, u32> = Engine::default();
+        for t in (0..1024u64).step_by(2) {
+            e.post(RecvSpec::new(0, None, Some(t)), t as u32).unwrap();
+        }
+        let hashed = e.ix[K_TAG].len();
+        assert!(hashed > 100, "{hashed} lists hashed");
+        assert_eq!(e.dense[1].len() + hashed, 512);
+        for t in 0..600u64 {
+            e.post(RecvSpec::exact(9, 0, t), 0).unwrap();
+        }
+        e.post(RecvSpec::new(0, None, Some(1024)), 1024).unwrap();
+        assert_eq!(e.ix[K_TAG].len(), 0);
+        assert_eq!(e.dense[1].len(), 513);
+        for t in (0..=1024u64).step_by(2) {
+            let m = e.arrive(Envelope::new(0, 5, t), 0, 0).unwrap();
+            assert!(
+                matches!(m, Arrived::Matched(x) if x.recv == t as u32),
+                "tag {t}"
+            );
+        }
     }
 
     /// The key hash spreads the tags of every (comm, src), including the one whose

@@ -12,9 +12,16 @@ const AWKWARD: [usize; 14] = [
     1, 2, 3, 5, 100, 513, 1000, 3000, 5000, 12_289, 16_385, 33_000, 50_000, 65_536,
 ];
 
-fn check(w: Workload, depth: usize) {
-    let p = Prepared::new(w, &Params::new(depth));
-    let sides = [p.bytes_per_posted(), p.bytes_per_unexpected()];
+/// Every depth to this one is checked (where the fixed costs weigh most).
+const SMALL: usize = 160;
+
+/// `wildcard-mix`'s wildcard fractions checked: the default (0.1), half, all.
+const FRACTIONS: [f64; 3] = [0.1, 0.5, 1.0];
+
+fn check(w: Workload, p: &Params) {
+    let depth = p.depth;
+    let prep = Prepared::new(w, p);
+    let sides = [prep.bytes_per_posted(), prep.bytes_per_unexpected()];
     assert!(
         sides.iter().any(Option::is_some),
         "{}: no entries",
@@ -23,22 +30,70 @@ fn check(w: Workload, depth: usize) {
     for b in sides.into_iter().flatten() {
         assert!(
             b <= 64.0,
-            "{} at depth {depth}: {b:.2} B per entry",
-            w.name()
+            "{} (wildcard fraction {}) at depth {depth}: {b:.2} B per entry",
+            w.name(),
+            p.wildcard_fraction
         );
     }
+}
+
+/// The parameters checked for `w` at `depth`: the defaults, and for `wildcard-mix` each
+/// of `FRACTIONS`.
+fn params(w: Workload, depth: usize) -> Vec<Params> {
+    let fractions: &[f64] = if w == Workload::WildcardMix {
+        &FRACTIONS
+    } else {
+        &[0.1]
+    };
+    fractions
+        .iter()
+        .map(|&f| Params {
+            wildcard_fraction: f,
+            ..Params::new(depth)
+        })
+        .collect()
 }
 
 #[test]
 fn at_most_64_bytes_per_entry_at_awkward_depths() {
     for w in Workload::ALL {
         for &n in &AWKWARD {
-            // wildcard-mix keeps per-communicator wildcard list heads and masks, a fixed
-            // cost that only amortises below 64 B per receive from depth 64 on.
-            if w == Workload::WildcardMix && n < 64 {
-                continue;
+            for p in params(w, n) {
+                check(w, &p);
             }
-            check(w, n);
+        }
+    }
+}
+
+/// The fixed costs (the first slab slots, index tables, and for `wildcard-mix` the
+/// arrays of wildcard list heads and their directory) weigh most at small depths: every
+/// depth from 1 to `SMALL`, every workload.
+#[test]
+fn at_most_64_bytes_per_entry_at_every_small_depth() {
+    for w in Workload::ALL {
+        for n in 1..=SMALL {
+            for p in params(w, n) {
+                check(w, &p);
+            }
+        }
+    }
+}
+
+/// Depths around the doublings of the containers between `SMALL` and 2^16: 2^k ± 1 and
+/// 3/4 · 2^k + 1 (an index's doubling), and where the wildcard lists' arrays grow.
+#[test]
+fn at_most_64_bytes_per_entry_around_every_doubling() {
+    let mut depths = Vec::new();
+    for k in 8..=16 {
+        let p = 1usize << k;
+        depths.extend([p - 1, p, p + 1, 3 * p / 4 + 1]);
+    }
+    depths.retain(|&n| n > SMALL && n <= 1 << 16);
+    for w in Workload::ALL {
+        for &n in &depths {
+            for p in params(w, n) {
+                check(w, &p);
+            }
         }
     }
 }

@@ -516,3 +516,97 @@ fn a_freed_array_grown_again_takes_over_the_hashed_lists_of_its_communicator() {
         }
     }
 }
+
+/// Random walks at small depths, around the queued entries at which the arrays are
+/// allocated and grown (they must pay for them: 8 bytes per entry and kind): the
+/// communicators of the directory's first entries, one it covers only once the arrays
+/// are large (100) and one past it (4096); source ranks and tags below 200 (most below
+/// 20, so that lists hold several entries); exact receives on another communicator as
+/// ballast, posted in batches and cancelled all at once, moving the depth across the
+/// thresholds. So (comm, src) and (comm, tag) lists — posted ANY_TAG / ANY_SOURCE
+/// receives and unexpected messages — are hashed while the entries do not pay for an
+/// array and are taken over, non-empty, by the array that the entries first pay for (or
+/// by a directory that widens: once, a burst of 512 ANY_SOURCE receives on
+/// communicator 0 grows its array to 1024 slots); lazy and eager, every step against the
+/// model.
+#[test]
+fn lists_move_into_the_arrays_that_the_entries_first_pay_for() {
+    const SMALL_COMMS: [u32; 4] = [0, 3, 100, 4096];
+    const BALLAST: u32 = 9;
+    for seed in 1..=8u64 {
+        for eager in [false, true] {
+            let mut p = Pair::new(eager);
+            let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+            let mut ballast_tag = 0u64;
+            for step in 0..2500 {
+                if step == 1250 {
+                    // ANY_SOURCE receives on communicator 0 at every other tag below
+                    // 1024, with ballast: its (comm, tag) array grows to 1024 slots; then
+                    // communicator 100's far array grows, and the directory widens to
+                    // 128 entries, taking it over with its lists.
+                    for _ in 0..800 {
+                        ballast_tag += 1;
+                        p.post(RecvSpec::exact(BALLAST, 0, ballast_tag));
+                    }
+                    for t in 0..4 {
+                        p.post(RecvSpec::new(100, None, Some(t)));
+                        p.post(RecvSpec::new(100, None, Some(t)));
+                    }
+                    for t in (0..1024).step_by(2) {
+                        p.post(RecvSpec::new(0, None, Some(t)));
+                    }
+                    for t in (4..=20).chain([100]) {
+                        p.post(RecvSpec::new(100, None, Some(t)));
+                    }
+                }
+                let comm = SMALL_COMMS[r.below_usize(SMALL_COMMS.len())];
+                let key = |r: &mut Rng| {
+                    let n = if r.chance(70) { 20 } else { 200 };
+                    r.below_usize(n)
+                };
+                let env = Envelope::new(comm, key(&mut r) as u32, key(&mut r) as u64);
+                match r.below_usize(100) {
+                    0..=24 => {
+                        p.arrive(env);
+                    }
+                    25..=34 => {
+                        p.post(RecvSpec::new(comm, Some(env.src), None));
+                    }
+                    35..=44 => {
+                        p.post(RecvSpec::new(comm, None, Some(env.tag)));
+                    }
+                    45..=49 => {
+                        p.post(RecvSpec::exact(comm, env.src, env.tag));
+                    }
+                    50..=52 => p.probe(RecvSpec::new(comm, Some(env.src), None)),
+                    53..=55 => p.probe(RecvSpec::new(comm, None, Some(env.tag))),
+                    56..=58 => p.first_posted(env),
+                    59..=61 => {
+                        let s = draw_spec(&mut r, &env);
+                        p.mprobe(s);
+                    }
+                    62..=63 if !p.claims.is_empty() => p.mrecv(r.below_usize(1 << 20)),
+                    64..=73 if !p.handles.is_empty() => p.cancel(r.below_usize(1 << 20)),
+                    74..=88 => {
+                        for _ in 0..1 + r.below_usize(12) {
+                            ballast_tag += 1;
+                            p.post(RecvSpec::exact(BALLAST, 0, ballast_tag));
+                        }
+                    }
+                    89..=92 => p.cancel_where(|s| s.comm == BALLAST),
+                    93 => p.purge_comm(comm),
+                    94 => p.drain_any(comm),
+                    _ => {}
+                }
+                p.check_depths("step");
+            }
+            for c in SMALL_COMMS.into_iter().chain([BALLAST]) {
+                p.purge_comm(c);
+            }
+            while let Some((mid, h)) = p.claims.pop() {
+                assert_eq!(p.e.mrecv(h).ok().map(|x| x.msg), p.m.mrecv(mid));
+            }
+            p.check_depths("end");
+        }
+    }
+}
