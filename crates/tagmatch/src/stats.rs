@@ -248,8 +248,8 @@ impl fmt::Display for Stats {
             DeviceStats::Mem(d) => write!(f, "device mem: {d:?}"),
             DeviceStats::Udp(u) => write!(
                 f,
-                "device udp: frames sent {} received {} retransmits {} fast_retransmits {} duplicates {} bad_frames {} wrong_connid {} beyond_window {} send_again {} not-ready held {} not-ready unacknowledged {} not-ready notices sent {} received {}",
-                u.frames_sent, u.frames_received, u.retransmits, u.fast_retransmits,
+                "device udp: frames sent {} received {} pure acks sent {} retransmits {} fast_retransmits {} duplicates {} bad_frames {} wrong_connid {} beyond_window {} send_again {} not-ready held {} not-ready unacknowledged {} not-ready notices sent {} received {}",
+                u.frames_sent, u.frames_received, u.acks_sent, u.retransmits, u.fast_retransmits,
                 u.duplicates, u.bad_frames, u.wrong_connid, u.beyond_window, u.send_again,
                 u.rnr_held, u.rnr_dropped, u.rnr_sent, u.rnr_received
             ),

@@ -158,6 +158,14 @@ pub const RNR_REPORT_MAX: usize = 256;
 /// second full segment at once, QUIC every second ack-eliciting packet): a stream is
 /// acknowledged as it arrives, only a lone frame waits for a reply to carry its ACK.
 pub const ACK_EVERY: u32 = 2;
+/// Frames whose body is at least this long (software-RDMA datagrams on loopback, up to
+/// [`LOOPBACK_RDMA_DATAGRAM`]; a path-MTU frame is shorter) are acknowledged by bytes
+/// rather than by [`ACK_EVERY`]: a pure ACK goes at the end of the `progress` that
+/// received the quarter of the send window's bytes (see `UdpDevice::ack_bytes`), else
+/// after [`UdpConfig::ack_delay`] or on the next data frame. Two 65,000-byte datagrams
+/// per ACK had the receiver of a 1 MiB stream send 6.5 pure ACKs per MiB, a `sendmsg`
+/// through the loopback path each, and the sender take them in.
+pub const ACK_BULK_FRAME: usize = 16 << 10;
 
 /// How many bodies of acknowledged frames a device keeps to receive packets into (see
 /// `UdpDevice::spare`).
@@ -521,25 +529,45 @@ enum Arrival {
 ///
 /// A received frame is acknowledged by the next frame sent on the connection (every
 /// header carries `ack` and `sack`), or by a pure ACK: at the end of the `progress` that
-/// received it if it was [`Arrival::Urgent`] or the [`ACK_EVERY`]-th unacknowledged one,
-/// else once [`UdpConfig::ack_delay`] has passed since the first unacknowledged arrival.
+/// received it if it was [`Arrival::Urgent`], the [`ACK_EVERY`]-th unacknowledged short one
+/// or brought the unacknowledged bulk bytes to a quarter window ([`ACK_BULK_FRAME`]), else
+/// once [`UdpConfig::ack_delay`] has passed since the first unacknowledged arrival.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct AckState {
     /// Frames received since the last frame sent to the peer.
     pending: u32,
     /// When a pure ACK is due if no data frame carries it first.
     due: Option<Instant>,
+    /// Of `pending`, frames shorter than [`ACK_BULK_FRAME`].
+    small: u32,
+    /// Body bytes of the pending frames of [`ACK_BULK_FRAME`] bytes or more.
+    bulk: usize,
 }
 
 impl AckState {
-    /// Notes a received frame at `now`.
-    fn on_frame(&mut self, arrival: Arrival, now: Instant, delay: Duration) {
+    /// Notes a received frame at `now` whose body is `len` bytes long; a pure ACK is due
+    /// at once when it is urgent, the [`ACK_EVERY`]-th short frame or brings the bulk
+    /// frames' bytes to `bulk_bytes` ([`ACK_BULK_FRAME`]).
+    fn on_frame(
+        &mut self,
+        arrival: Arrival,
+        now: Instant,
+        delay: Duration,
+        len: usize,
+        bulk_bytes: usize,
+    ) {
         self.pending = self.pending.saturating_add(1);
-        let due = if arrival == Arrival::Urgent || self.pending >= ACK_EVERY {
-            now
+        if len >= ACK_BULK_FRAME {
+            self.bulk = self.bulk.saturating_add(len);
         } else {
-            now + delay
-        };
+            self.small = self.small.saturating_add(1);
+        }
+        let due =
+            if arrival == Arrival::Urgent || self.small >= ACK_EVERY || self.bulk >= bulk_bytes {
+                now
+            } else {
+                now + delay
+            };
         self.due = Some(self.due.map_or(due, |d| d.min(due)));
     }
 
@@ -638,6 +666,10 @@ pub struct UdpDevice {
     /// (the peer's is assumed alike), so a window of large datagrams does not overflow it,
     /// and at most [`MAX_INFLIGHT_BYTES`].
     max_inflight_bytes: usize,
+    /// Bytes of received bulk frames ([`ACK_BULK_FRAME`]) after which a pure ACK goes at
+    /// once: a quarter of `max_inflight_bytes` (the peer's window, assumed alike), so a
+    /// streaming sender gets about four ACKs per window and never waits for one.
+    ack_bytes: usize,
     /// When the socket was last read or waited on (see `timers`).
     last_read: Option<Instant>,
     /// The last batched receive got at most one datagram: `progress` tries `recvfrom`
@@ -744,6 +776,7 @@ impl UdpDevice {
             events: VecDeque::new(),
             again: Vec::new(),
             max_inflight_bytes,
+            ack_bytes: (max_inflight_bytes / 4).max(1),
             last_read: None,
             rx_narrow: false,
             rx_probe: false,
@@ -1245,12 +1278,12 @@ impl UdpDevice {
         let delay = self.cfg.ack_delay;
         if seq <= c.cum || (!c.ooo.is_empty() && c.ooo.contains(&seq)) {
             // The peer sent it again: our ACK was lost or late; it goes at once.
-            c.ack.on_frame(Arrival::Urgent, now, delay);
+            c.ack.on_frame(Arrival::Urgent, now, delay, 0, 0);
             self.stats.duplicates += 1;
             return;
         }
         if seq - c.cum > RECV_WINDOW {
-            c.ack.on_frame(Arrival::Urgent, now, delay);
+            c.ack.on_frame(Arrival::Urgent, now, delay, 0, 0);
             self.stats.beyond_window += 1;
             return;
         }
@@ -1285,7 +1318,8 @@ impl UdpDevice {
         } else {
             Arrival::Urgent
         };
-        c.ack.on_frame(arrival, now, delay);
+        let len = body.len() + placed.map_or(0, |p| p.2 as usize);
+        c.ack.on_frame(arrival, now, delay, len, self.ack_bytes);
         if seq == c.cum + 1 {
             c.cum = seq;
             while let Some(n) = c.cum.checked_add(1) {
@@ -2288,23 +2322,44 @@ mod tests {
     fn ack_state_rules() {
         let t0 = Instant::now();
         let d = 200 * US;
+        let bulk = 512 << 10;
         let mut a = AckState::default();
         assert!(!a.needed() && !a.ready(t0 + d * 1000));
-        a.on_frame(Arrival::InOrder, t0, d);
+        a.on_frame(Arrival::InOrder, t0, d, 8, bulk);
         assert!(a.needed());
         assert_eq!(a.due, Some(t0 + d));
         assert!(!a.ready(t0 + d - US) && a.ready(t0 + d));
         // The ACK_EVERY-th frame makes it due at once, earlier than the first's delay.
-        a.on_frame(Arrival::InOrder, t0 + 10 * US, d);
+        a.on_frame(Arrival::InOrder, t0 + 10 * US, d, 8, bulk);
         assert_eq!((a.pending, a.due), (2, Some(t0 + 10 * US)));
         a.sent();
         assert_eq!(a, AckState::default());
-        a.on_frame(Arrival::Urgent, t0, d);
+        a.on_frame(Arrival::Urgent, t0, d, 8, bulk);
         assert!(a.ready(t0));
         // A zero delay acknowledges every frame at the end of its progress.
         let mut z = AckState::default();
-        z.on_frame(Arrival::InOrder, t0, Duration::ZERO);
+        z.on_frame(Arrival::InOrder, t0, Duration::ZERO, 8, bulk);
         assert!(z.ready(t0));
+        // Bulk frames count by bytes: eight 65,000-byte frames (520,000 bytes, under
+        // 512 KiB) wait for the delay, the ninth (585,000 bytes) makes the ACK due at once.
+        let mut b = AckState::default();
+        for i in 0..8 {
+            b.on_frame(Arrival::InOrder, t0 + i * US, d, 65_000, bulk);
+            assert_eq!(b.due, Some(t0 + d), "frame {i}");
+        }
+        b.on_frame(Arrival::InOrder, t0 + 8 * US, d, 65_000, bulk);
+        assert_eq!((b.pending, b.due), (9, Some(t0 + 8 * US)));
+        // A frame just under the bulk size counts as a short frame.
+        let mut m = AckState::default();
+        m.on_frame(Arrival::InOrder, t0, d, 65_000, bulk);
+        m.on_frame(Arrival::InOrder, t0, d, ACK_BULK_FRAME - 1, bulk);
+        assert_eq!(m.due, Some(t0 + d));
+        m.on_frame(Arrival::InOrder, t0, d, 100, bulk);
+        assert_eq!(m.due, Some(t0));
+        // Out of order, a bulk frame is acknowledged at once all the same.
+        let mut o = AckState::default();
+        o.on_frame(Arrival::Urgent, t0, d, 65_000, bulk);
+        assert!(o.ready(t0));
     }
 
     /// A request answered within the delay: the answer carries the ACK, no pure ACK is
