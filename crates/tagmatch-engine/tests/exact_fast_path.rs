@@ -17,129 +17,42 @@
 
 mod model;
 
-use std::collections::HashMap;
-
-use model::{Model, Msg, Out, Rng};
+use model::walk::{each_seed, Bytes, Opts, Walk};
+use model::{Model, Rng};
 use tagmatch_engine::*;
 
-struct Walk {
-    e: Engine<u32, u32>,
-    m: Model,
-    next: u32,
-    /// Held bytes of every stored message, by message id (the engine's `bytes_held`
-    /// must be their sum).
-    held: HashMap<u32, usize>,
-    log: Vec<String>,
-}
-
-impl Walk {
-    fn new() -> Self {
-        Walk {
-            e: Engine::new(Config::default()),
-            m: Model::new(1, usize::MAX, usize::MAX, usize::MAX, 0),
-            next: 0,
-            held: HashMap::new(),
-            log: Vec::new(),
-        }
-    }
-
-    fn id(&mut self) -> u32 {
-        self.next += 1;
-        self.next
-    }
-
-    fn fail(&self, what: String) -> ! {
-        let tail = self.log.len().saturating_sub(30);
-        panic!("{what}\nlast steps:\n{}", self.log[tail..].join("\n"));
-    }
-
-    fn check(&self, what: &str) {
-        let c = self.e.counters();
-        let bytes: usize = self.held.values().sum();
-        if c.bytes_held != bytes
-            || c.unexpected_depth != self.m.unexp.len()
-            || c.posted_depth != self.m.posted.len()
-        {
-            self.fail(format!(
-                "after {what}: engine bytes/unexpected/posted {}/{}/{}, walk {}/{}/{}",
-                c.bytes_held,
-                c.unexpected_depth,
-                c.posted_depth,
-                bytes,
-                self.m.unexp.len(),
-                self.m.posted.len()
-            ));
-        }
-    }
-
-    /// A message of `len` bytes of which `held` count while it is stored.
-    fn arrive(&mut self, env: Envelope, len: usize, held: usize) {
-        let mid = self.id();
-        self.log
-            .push(format!("arrive {env:?} len {len} held {held} mid {mid}"));
-        let got = match self.e.arrive_held(env, len, held, mid) {
-            Ok(Arrived::Matched(x)) => {
-                if x.len != len || x.env != env {
-                    self.fail(format!(
-                        "arrive {env:?}: match reports {:?} / {}",
-                        x.env, x.len
-                    ));
-                }
-                Out::Match(x.recv, x.msg)
-            }
-            Ok(Arrived::Unexpected(_)) => Out::Unexpected(mid),
-            Err(r) => Out::Rejected(r.reason, r.msg),
-        };
-        let want = self.m.arrive(Msg { env, len, mid }, true);
-        if got != want {
-            self.fail(format!("arrive {env:?}: engine {got:?}, model {want:?}"));
-        }
-        if let Out::Unexpected(_) = got {
-            self.held.insert(mid, held);
-        }
-        self.check("arrive");
-    }
-
-    fn post(&mut self, spec: RecvSpec) {
-        let rid = self.id();
-        self.log.push(format!("post {spec:?} rid {rid}"));
-        let got = match self.e.post(spec, rid) {
-            Ok(Posted::Matched(x)) => {
-                if !spec.matches(&x.env) {
-                    self.fail(format!("post {spec:?}: matched a message of {:?}", x.env));
-                }
-                Out::Match(x.recv, x.msg)
-            }
-            Ok(Posted::Pending(_)) => Out::Pending(rid),
-            Err(r) => Out::PostRejected(r.recv),
-        };
-        let want = self.m.post(spec, rid);
-        if got != want {
-            self.fail(format!("post {spec:?}: engine {got:?}, model {want:?}"));
-        }
-        if let Out::Match(_, mid) = got {
-            self.held.remove(&mid);
-        }
-        self.check("post");
-    }
+/// An engine of the default configuration beside a model without budgets: the held
+/// bytes the engine counts are checked against the walk's own sum after every step.
+fn walk() -> Walk {
+    let opts = Opts {
+        bytes: Bytes::Walk,
+        pressure: false,
+        held_api: true,
+        ..Opts::FULL
+    };
+    Walk::with_model(
+        Config::default(),
+        Model::new(1, usize::MAX, usize::MAX, usize::MAX, 0),
+        opts,
+    )
 }
 
 fn run(seed: u64, steps: usize) {
     let mut r = Rng::new(seed);
-    let mut w = Walk::new();
+    let mut w = walk();
     for _ in 0..steps {
         let (c, s, t) = (r.below(2) as u32, r.below(3) as u32, r.below(4));
         match r.below(16) {
             0..=4 => {
                 let len = 1 + r.below(64) as usize;
-                w.arrive(Envelope::new(c, s, t), len, len);
+                w.arrive_held(Envelope::new(c, s, t), len, len);
             }
             5 => {
                 // Held bytes other than the length: the exact receives of any key take
                 // the general path until this message is gone.
                 let len = 1 + r.below(64) as usize;
                 let held = r.below(8) as usize;
-                w.arrive(Envelope::new(c, s, t), len, held);
+                w.arrive_held(Envelope::new(c, s, t), len, held);
             }
             6..=9 => {
                 // A key with queued messages, when there is one (its earliest).
@@ -147,7 +60,9 @@ fn run(seed: u64, steps: usize) {
                 let env = pick.unwrap_or(Envelope::new(c, s, t));
                 w.post(RecvSpec::exact(env.comm, env.src, env.tag));
             }
-            10 | 11 => w.post(RecvSpec::exact(c, s, t)),
+            10 | 11 => {
+                w.post(RecvSpec::exact(c, s, t));
+            }
             12 => {
                 // Many distinct keys in a row, none queued: the exact index grows on
                 // the queueing path; then some of them are sent.
@@ -158,7 +73,7 @@ fn run(seed: u64, steps: usize) {
                 }
                 for i in 0..n {
                     if r.below(2) == 0 {
-                        w.arrive(Envelope::new(c, s, base + i), 1, 1);
+                        w.arrive_held(Envelope::new(c, s, base + i), 1, 1);
                     }
                 }
             }
@@ -181,7 +96,7 @@ fn run(seed: u64, steps: usize) {
                 // Satisfy pending receives, so that their lists do not only grow.
                 if let Some((spec, _)) = w.m.posted.first().cloned() {
                     if let (Source::Rank(s), TagSel::Exact(t)) = (spec.src, spec.tag) {
-                        w.arrive(Envelope::new(spec.comm, s, t), 2, 2);
+                        w.arrive_held(Envelope::new(spec.comm, s, t), 2, 2);
                     }
                 }
             }
@@ -196,16 +111,7 @@ fn run(seed: u64, steps: usize) {
 
 #[test]
 fn exact_receives_on_and_off_the_inlined_path_match_the_model() {
-    for seed in 0..200 {
-        let res = std::panic::catch_unwind(|| run(seed, 600));
-        if let Err(e) = res {
-            let msg = e
-                .downcast_ref::<String>()
-                .cloned()
-                .unwrap_or_else(|| "panic".into());
-            panic!("seed {seed}: {msg}");
-        }
-    }
+    each_seed("inlined path", 0..200, |seed| run(seed, 600));
 }
 
 /// The inlined take, then a receive that queues behind earlier ones of its key (the
@@ -213,17 +119,17 @@ fn exact_receives_on_and_off_the_inlined_path_match_the_model() {
 /// exact receives to the general path and back.
 #[test]
 fn exact_receive_queues_behind_its_key_and_held_bytes_switch_paths() {
-    let mut w = Walk::new();
+    let mut w = walk();
     let e = Envelope::new(0, 1, 5);
-    w.arrive(e, 8, 8);
+    w.arrive_held(e, 8, 8);
     w.post(RecvSpec::exact(0, 1, 5)); // inlined take
     w.post(RecvSpec::exact(0, 1, 5)); // new list of receives
     w.post(RecvSpec::exact(0, 1, 5)); // behind the first
-    w.arrive(e, 3, 3);
-    w.arrive(e, 4, 4);
-    w.arrive(e, 5, 5); // stored
-    w.arrive(Envelope::new(0, 1, 6), 100, 7); // held != len: general path from here
-    w.arrive(e, 6, 6);
+    w.arrive_held(e, 3, 3);
+    w.arrive_held(e, 4, 4);
+    w.arrive_held(e, 5, 5); // stored
+    w.arrive_held(Envelope::new(0, 1, 6), 100, 7); // held != len: general path from here
+    w.arrive_held(e, 6, 6);
     w.post(RecvSpec::exact(0, 1, 5));
     w.post(RecvSpec::exact(0, 1, 6)); // the held message leaves; its 7 bytes with it
     w.post(RecvSpec::exact(0, 1, 5)); // inlined again
@@ -245,10 +151,10 @@ fn arrival_log_compactions_keep_the_arrival_order_and_bounded_memory() {
         ("ANY_SOURCE", RecvSpec::new(0, None, Some(7))),
         ("ANY_SOURCE+ANY_TAG", RecvSpec::new(0, None, None)),
     ] {
-        let mut w = Walk::new();
+        let mut w = walk();
         // Old messages that every wildcard kind matches, at the log's start.
         for _ in 0..3 {
-            w.arrive(Envelope::new(0, 1, 7), 1, 1);
+            w.arrive_held(Envelope::new(0, 1, 7), 1, 1);
         }
         let mut warm = 0;
         for round in 0..3000u64 {
@@ -256,11 +162,11 @@ fn arrival_log_compactions_keep_the_arrival_order_and_bounded_memory() {
             // 200 rounds one in 8 rounds keeps one more message queued, which every
             // wildcard kind matches, in the middle of the log.
             let t = 100 + (round % 50);
-            w.arrive(Envelope::new(0, 1, t), 1, 1);
+            w.arrive_held(Envelope::new(0, 1, t), 1, 1);
             if round < 200 && round % 8 == 0 {
-                w.arrive(Envelope::new(0, 1, 7), 1, 1);
+                w.arrive_held(Envelope::new(0, 1, 7), 1, 1);
             } else {
-                w.arrive(Envelope::new(0, 2, 9), 1, 1);
+                w.arrive_held(Envelope::new(0, 2, 9), 1, 1);
                 w.post(RecvSpec::exact(0, 2, 9));
             }
             w.post(RecvSpec::exact(0, 1, t));

@@ -14,7 +14,8 @@
 
 mod model;
 
-use model::{Model, Msg, Out};
+use model::walk::{Opts, Walk};
+use model::{Model, Out};
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 use tagmatch_engine::*;
 
@@ -35,200 +36,29 @@ fn spec_kind(kind: u8, m: &Envelope) -> RecvSpec {
     }
 }
 
-/// Engine and model side by side; every operation is run on both and compared.
-struct Pair {
-    e: Engine<u32, u32>,
-    m: Model,
-    next: u32,
-    /// Pending receives (rid, handle).
-    handles: Vec<(u32, RecvHandle)>,
-    /// Claimed messages (mid, handle).
-    claims: Vec<(u32, MsgHandle)>,
+/// Engine and model side by side; every operation is run on both and compared, and
+/// depths, bytes and pressure after each. Receives matched stay in `handles` (a cancel
+/// through one must be refused by both).
+fn pair() -> Walk {
+    with(4, usize::MAX, 1 << 20, 1 << 20)
 }
 
-impl Pair {
-    fn new() -> Self {
-        Pair::with(4, usize::MAX, 1 << 20, 1 << 20)
-    }
-
-    fn with(window: u32, max_bytes: usize, max_messages: usize, max_posted: usize) -> Self {
-        let cfg = Config::default()
-            .reorder_window(window)
-            .max_bytes(max_bytes)
-            .max_messages(max_messages)
-            .max_posted(max_posted)
-            .initial_seq(0);
-        Pair {
-            e: Engine::new(cfg),
-            m: Model::new(window, max_bytes, max_messages, max_posted, 0),
-            next: 0,
-            handles: Vec::new(),
-            claims: Vec::new(),
-        }
-    }
-
-    fn id(&mut self) -> u32 {
-        self.next += 1;
-        self.next
-    }
-
-    /// Compares the depths, bytes and pressure of engine and model.
-    fn check_depths(&self, what: &str) {
-        let c = self.e.counters();
-        assert_eq!(
-            (
-                c.posted_depth,
-                c.unexpected_depth,
-                c.claimed_depth,
-                c.reorder_depth,
-                c.bytes_held
-            ),
-            (
-                self.m.posted.len(),
-                self.m.unexp.len(),
-                self.m.claimed.len(),
-                self.m.held_count(),
-                self.m.bytes()
-            ),
-            "depths after {what}"
-        );
-        assert_eq!(
-            self.e.pressure(),
-            self.m.pressure(),
-            "pressure after {what}"
-        );
-    }
-
-    fn arrive(&mut self, e: Envelope, len: usize) -> Out {
-        let mid = self.id();
-        let got = match self.e.arrive(e, len, mid) {
-            Ok(Arrived::Matched(x)) => Out::Match(x.recv, x.msg),
-            Ok(Arrived::Unexpected(_)) => Out::Unexpected(mid),
-            Err(r) => Out::Rejected(r.reason, r.msg),
-        };
-        let want = self.m.arrive(Msg { env: e, len, mid }, true);
-        assert_eq!(got, want, "arrive {e:?}");
-        self.check_depths("arrive");
-        got
-    }
-
-    fn post(&mut self, spec: RecvSpec) -> Out {
-        let rid = self.id();
-        let got = match self.e.post(spec, rid) {
-            Ok(Posted::Matched(x)) => Out::Match(x.recv, x.msg),
-            Ok(Posted::Pending(h)) => {
-                self.handles.push((rid, h));
-                Out::Pending(rid)
-            }
-            Err(r) => Out::PostRejected(r.recv),
-        };
-        let want = self.m.post(spec, rid);
-        assert_eq!(got, want, "post {spec:?}");
-        self.check_depths("post");
-        got
-    }
-
-    fn probe(&mut self, spec: RecvSpec) -> Option<u32> {
-        let got = self.e.probe(&spec).map(|p| *p.msg);
-        assert_eq!(got, self.m.probe(&spec), "probe {spec:?}");
-        got
-    }
-
-    fn mprobe(&mut self, spec: RecvSpec) -> Option<u32> {
-        let c = self.e.mprobe(&spec);
-        let got = c.map(|c| *self.e.claimed(c.handle).unwrap());
-        if let (Some(c), Some(mid)) = (c, got) {
-            self.claims.push((mid, c.handle));
-        }
-        assert_eq!(got, self.m.mprobe(&spec), "mprobe {spec:?}");
-        self.check_depths("mprobe");
-        got
-    }
-
-    fn mrecv(&mut self, i: usize) {
-        let (mid, h) = self.claims.remove(i % self.claims.len());
-        let got = self.e.mrecv(h).ok().map(|x| x.msg);
-        assert_eq!(got, self.m.mrecv(mid), "mrecv of {mid}");
-        assert_eq!(got, Some(mid));
-        self.check_depths("mrecv");
-    }
-
-    fn cancel(&mut self, i: usize) {
-        let (rid, h) = self.handles.remove(i % self.handles.len());
-        let got = self.e.cancel(h).ok();
-        assert_eq!(got, self.m.cancel(rid), "cancel of {rid}");
-        self.check_depths("cancel");
-    }
-
-    fn purge_peer(&mut self, src: u32) -> Vec<Out> {
-        let mut got = Vec::new();
-        let mut want = Vec::new();
-        self.e.purge_peer(src, |p| got.push(purged(p)));
-        self.m.purge_peer(src, &mut want);
-        // Receives come first in posting order, then messages in arrival order per
-        // communicator: compare as sets (the model lists messages in global order).
-        got.sort();
-        want.sort();
-        assert_eq!(got, want, "purge_peer {src}");
-        self.check_depths("purge_peer");
-        got
-    }
-
-    fn purge_comm(&mut self, comm: u32) -> Vec<Out> {
-        let mut got = Vec::new();
-        let mut want = Vec::new();
-        self.e.purge_comm(comm, |p| got.push(purged(p)));
-        self.m.purge_comm(comm, &mut want);
-        // Unexpected messages of one communicator come in arrival order in both.
-        assert_eq!(
-            got.iter()
-                .filter(|o| matches!(o, Out::PurgedMsg(_)))
-                .collect::<Vec<_>>(),
-            want.iter()
-                .filter(|o| matches!(o, Out::PurgedMsg(_)))
-                .collect::<Vec<_>>(),
-            "purge_comm {comm}: messages in arrival order"
-        );
-        got.sort();
-        want.sort();
-        assert_eq!(got, want, "purge_comm {comm}");
-        self.check_depths("purge_comm");
-        got
-    }
-
-    /// Receives every queued message with exact receives in arrival order (no wildcard
-    /// kind is needed, so none is built by the drain).
-    fn drain_exact(&mut self) {
-        while let Some(m) = self.m.unexp.first().cloned() {
-            let got = self.post(spec_kind(0, &m.env));
-            assert_eq!(got, Out::Match(self.next, m.mid));
-        }
-    }
-
-    /// Receives every queued message with ANY_SOURCE+ANY_TAG receives, communicator by
-    /// communicator; the receive left pending at the end of each is cancelled.
-    fn drain_any(&mut self, comms: u32) {
-        for c in 0..comms {
-            loop {
-                match self.post(RecvSpec::new(c, None, None)) {
-                    Out::Match(..) => {}
-                    Out::Pending(_) => break,
-                    other => panic!("drain of comm {c}: {other:?}"),
-                }
-            }
-            let i = self.handles.len() - 1;
-            self.cancel(i);
-        }
-        assert!(self.m.unexp.is_empty());
-    }
-}
-
-fn purged(p: Purged<u32, u32>) -> Out {
-    match p {
-        Purged::Recv(_, r) => Out::PurgedRecv(r),
-        Purged::Unexpected(m) => Out::PurgedMsg(m.msg),
-        Purged::Held(m) => Out::PurgedHeld(m.msg),
-    }
+fn with(window: u32, max_bytes: usize, max_messages: usize, max_posted: usize) -> Walk {
+    let cfg = Config::default()
+        .reorder_window(window)
+        .max_bytes(max_bytes)
+        .max_messages(max_messages)
+        .max_posted(max_posted)
+        .initial_seq(0);
+    let m = Model::new(window, max_bytes, max_messages, max_posted, 0);
+    Walk::with_model(
+        cfg,
+        m,
+        Opts {
+            retire: false,
+            ..Opts::FULL
+        },
+    )
 }
 
 /// A spread of envelopes over three communicators, four sources and three tags, in an
@@ -255,7 +85,7 @@ fn every_build_order_after_an_exact_only_phase_keeps_arrival_order() {
         [3, 2, 1],
     ];
     for order in orders {
-        let mut p = Pair::new();
+        let mut p = pair();
         for i in 0..60 {
             p.arrive(spread(i), 1);
         }
@@ -283,7 +113,7 @@ fn every_build_order_after_an_exact_only_phase_keeps_arrival_order() {
             }
         }
         p.drain_exact();
-        p.check_depths("drain");
+        p.check("drain");
     }
 }
 
@@ -297,7 +127,7 @@ fn exact_receives_at_either_end_of_the_arrival_order_keep_it_for_the_builds() {
     // the message named; the wildcard kinds still group them by comm and source.
     let uniq = |i: u32| env(i % 3, i % 4, 100 + u64::from(i));
     for k in 1..4 {
-        let mut p = Pair::new();
+        let mut p = pair();
         for i in 0..40 {
             p.arrive(uniq(i), 1);
         }
@@ -331,7 +161,7 @@ fn exact_receives_at_either_end_of_the_arrival_order_keep_it_for_the_builds() {
         for i in 0..next {
             p.post(spec_kind(k, &uniq(i)));
         }
-        p.check_depths("wildcard drain");
+        p.check("wildcard drain");
         assert!(p.m.unexp.is_empty(), "one receive per message ever queued");
         while !p.handles.is_empty() {
             p.cancel(0);
@@ -344,7 +174,7 @@ fn exact_receives_at_either_end_of_the_arrival_order_keep_it_for_the_builds() {
         while let Some(m) = p.m.unexp.last().cloned() {
             p.post(spec_kind(0, &m.env));
         }
-        p.check_depths("tail drain");
+        p.check("tail drain");
         // And used again after being emptied.
         for i in 0..10 {
             p.arrive(uniq(next + i), 1);
@@ -359,7 +189,7 @@ fn exact_receives_at_either_end_of_the_arrival_order_keep_it_for_the_builds() {
 /// fires when the only *queued* message is stored (the claimed ones still in the slab).
 #[test]
 fn claims_held_across_resets_stay_invisible() {
-    let mut p = Pair::new();
+    let mut p = pair();
     for round in 0..4u32 {
         for i in 0..20 {
             p.arrive(spread(i + round), 8);
@@ -392,7 +222,7 @@ fn claims_held_across_resets_stay_invisible() {
             }
         }
     }
-    p.check_depths("end");
+    p.check("end");
 }
 
 /// A reset while a kind's index still holds *posted* receives: the ANY_TAG receive of
@@ -403,7 +233,7 @@ fn claims_held_across_resets_stay_invisible() {
 /// message matches a queued receive).
 #[test]
 fn posted_wildcards_coexist_with_unbuilt_lists_of_their_kind() {
-    let mut p = Pair::new();
+    let mut p = pair();
     for round in 0..3u32 {
         let a = p.post(RecvSpec::new(0, Some(1), None));
         let b = p.post(RecvSpec::new(0, None, Some(2)));
@@ -442,7 +272,7 @@ fn posted_wildcards_coexist_with_unbuilt_lists_of_their_kind() {
 #[test]
 fn masked_receives_build_the_kind_they_scan() {
     for first_any in [false, true] {
-        let mut p = Pair::new();
+        let mut p = pair();
         for i in 0..40 {
             p.arrive(env(i % 2, i % 3, u64::from(i % 8)), 1);
         }
@@ -482,7 +312,7 @@ fn purges_in_every_build_state() {
     let states: [&[u8]; 8] = [&[], &[1], &[2], &[3], &[1, 3], &[3, 2], &[2, 1], &[1, 2, 3]];
     for (si, built) in states.iter().enumerate() {
         for purge_comm in [false, true] {
-            let mut p = Pair::new();
+            let mut p = pair();
             for i in 0..45 {
                 p.arrive(spread(i), 2);
             }
@@ -513,8 +343,9 @@ fn purges_in_every_build_state() {
             p.purge_peer(spread(3).src);
             p.purge_comm(spread(4).comm);
             p.post(spec_kind(3, &spread(5)));
+            assert!(!p.claims.is_empty(), "the claim made before the purge");
             p.mrecv(0);
-            p.check_depths("end");
+            p.check("end");
         }
     }
 }
@@ -526,7 +357,7 @@ fn purges_in_every_build_state() {
 #[test]
 fn reorder_releases_into_every_build_state() {
     for build_before in [false, true] {
-        let mut p = Pair::with(8, usize::MAX, 1 << 20, 1 << 20);
+        let mut p = with(8, usize::MAX, 1 << 20, 1 << 20);
         // Build every kind, then drain (built, empty: the next store resets).
         p.arrive(env(0, 9, 0), 1);
         for k in 1..4 {
@@ -534,57 +365,19 @@ fn reorder_releases_into_every_build_state() {
         }
         p.drain_exact();
         // Source 1 sends seq 0..6, delivered 6, 5, …, 1 (held), then 0 releases all.
-        let mut events = 0;
-        for s in (1..7u32).rev() {
-            let mid = p.id();
-            let e = env(s % 2, 1, u64::from(s % 3));
-            let r = p.e.deliver(e, s, 1, mid, |_| events += 1);
-            assert_eq!(r.ok(), Some(0));
-            let mut want = Vec::new();
-            p.m.deliver(
-                Msg {
-                    env: e,
-                    len: 1,
-                    mid,
-                },
-                s,
-                &mut want,
-            );
-            assert_eq!(want, vec![Out::Held(mid)]);
+        for s in 0..7u32 {
+            p.send(env(s % 2, 1, u64::from(s % 3)), 1, 1);
+        }
+        for _ in 1..7 {
+            let last = p.in_flight[&1].len() - 1;
+            assert_eq!(p.deliver(1, last), Some(Ok(0)));
         }
         if build_before {
             p.arrive(env(1, 2, 2), 1);
             p.probe(RecvSpec::new(1, Some(2), None));
         }
-        let mid = p.id();
-        let mut got = Vec::new();
-        let e0 = env(0, 1, 0);
-        let n =
-            p.e.deliver(e0, 0, 1, mid, |a| {
-                got.push(match a {
-                    Arrived::Matched(x) => Out::Match(x.recv, x.msg),
-                    Arrived::Unexpected(_) => Out::Unexpected(u32::MAX),
-                })
-            })
-            .unwrap();
-        assert_eq!(n, 7);
-        let mut want = Vec::new();
-        p.m.deliver(
-            Msg {
-                env: e0,
-                len: 1,
-                mid,
-            },
-            0,
-            &mut want,
-        );
-        for w in want.iter_mut() {
-            if let Out::Unexpected(_) = w {
-                *w = Out::Unexpected(u32::MAX);
-            }
-        }
-        assert_eq!(got, want);
-        p.check_depths("release");
+        assert_eq!(p.deliver(1, 0), Some(Ok(7)));
+        p.check("release");
         for k in [3, 2, 1, 0] {
             for s in 0..7 {
                 p.probe(spec_kind(k, &env(s % 2, 1, u64::from(s % 3))));
@@ -600,7 +393,7 @@ fn reorder_releases_into_every_build_state() {
 #[test]
 fn backpressure_refusals_in_every_build_state() {
     for k in 0..4u8 {
-        let mut p = Pair::with(4, 40, 6, 1 << 20);
+        let mut p = with(4, 40, 6, 1 << 20);
         // Fill to the message budget (6) with an exact-only phase; the 7th is refused.
         for i in 0..6 {
             p.arrive(spread(i), 4);
@@ -649,7 +442,7 @@ fn backpressure_refusals_in_every_build_state() {
 #[test]
 fn builds_over_thousands_of_keys_and_communicators() {
     for first in 1..4u8 {
-        let mut p = Pair::new();
+        let mut p = pair();
         let key = |i: u32| env(i % 97, (i / 97) % 31, u64::from(i % 13));
         for i in 0..3000 {
             p.arrive(key(i), 0);
@@ -680,7 +473,7 @@ fn builds_over_thousands_of_keys_and_communicators() {
 /// order: every kind, purge and later arrival still agrees with the model.
 #[test]
 fn comm_build_after_a_burst_over_many_communicators() {
-    let mut p = Pair::new();
+    let mut p = pair();
     for c in 0..400 {
         p.arrive(env(c, c % 5, 0), 1);
     }
@@ -751,7 +544,7 @@ fn build_and_reset_cycles_do_not_grow_the_heap() {
 /// later arrivals match exactly as in the model.
 #[test]
 fn cancel_by_handle_of_every_kind_keeps_the_indexes_consistent() {
-    let mut p = Pair::new();
+    let mut p = pair();
     let specs = |i: u32| match i % 6 {
         0 => RecvSpec::exact(0, i % 3, u64::from(i % 4)),
         1 => RecvSpec::new(0, Some(i % 3), None),
@@ -821,7 +614,7 @@ const DENSE_COMMS: [u32; 3] = [0, 5000, u32::MAX];
 #[test]
 fn dense_and_hashed_list_heads_agree_with_the_model() {
     for eager in [false, true] {
-        let mut p = Pair::new();
+        let mut p = pair();
         if eager {
             p.e = Engine::new(
                 Config::default()
@@ -881,8 +674,8 @@ fn dense_and_hashed_list_heads_agree_with_the_model() {
             }
         }
         p.drain_exact();
-        while let Some((mid, h)) = p.claims.pop() {
-            assert_eq!(p.e.mrecv(h).ok().map(|x| x.msg), p.m.mrecv(mid));
+        while !p.claims.is_empty() {
+            p.mrecv(p.claims.len() - 1);
         }
     }
 }
@@ -892,7 +685,7 @@ fn dense_and_hashed_list_heads_agree_with_the_model() {
 /// with its order intact, and cancels and purges find it there.
 #[test]
 fn lists_move_from_the_hash_index_into_a_growing_array_in_order() {
-    let mut p = Pair::new();
+    let mut p = pair();
     // Unexpected (comm 0, src 200) and (comm 0, tag 300) lists while the arrays hold
     // nothing: the ANY_TAG / ANY_SOURCE probes build both kinds, in the hash index.
     for i in 0..6u32 {
@@ -1127,10 +920,8 @@ fn run(case: &Case) -> Result<Reached, String> {
     } else {
         (usize::MAX, 1 << 20, 1 << 20)
     };
-    let mut p = Pair::with(case.window, max_bytes, max_messages, max_posted);
+    let mut p = with(case.window, max_bytes, max_messages, max_posted);
     let mut r = Reached::default();
-    let mut send_seq = [0u32; SEQ_SRCS as usize];
-    let mut in_flight: Vec<Vec<(u32, Msg)>> = vec![Vec::new(); SEQ_SRCS as usize];
     // Wildcard operations since the queue was last empty (with a message stored since).
     let mut wild_epoch = false;
     for (step, op) in case.ops.iter().enumerate() {
@@ -1138,9 +929,8 @@ fn run(case: &Case) -> Result<Reached, String> {
         let wild_before = wild_epoch;
         let claims_before = !p.m.claimed.is_empty();
         let posted_wild = p.m.posted.iter().any(|(s, _)| is_wild(s));
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            apply(&mut p, op, &mut send_seq, &mut in_flight, &mut r)
-        }));
+        let result =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| apply(&mut p, op, &mut r)));
         if let Err(e) = result {
             let msg = e
                 .downcast_ref::<String>()
@@ -1184,70 +974,19 @@ fn run(case: &Case) -> Result<Reached, String> {
     Ok(r)
 }
 
-fn apply(
-    p: &mut Pair,
-    op: &Op,
-    send_seq: &mut [u32],
-    in_flight: &mut [Vec<(u32, Msg)>],
-    r: &mut Reached,
-) {
+fn apply(p: &mut Walk, op: &Op, r: &mut Reached) {
     match op {
         Op::Arrive(e, len) => {
             if let Out::Rejected(RejectReason::Backpressure, _) = p.arrive(*e, *len) {
                 r.backpressure += 1;
             }
         }
-        Op::Send(e, len) => {
-            let s = e.src as usize;
-            let mid = p.id();
-            in_flight[s].push((
-                send_seq[s],
-                Msg {
-                    env: *e,
-                    len: *len,
-                    mid,
-                },
-            ));
-            send_seq[s] = send_seq[s].wrapping_add(1);
-        }
-        Op::Deliver { src, pick } => {
-            let s = *src as usize;
-            if in_flight[s].is_empty() {
-                return;
-            }
-            let i = pick % in_flight[s].len();
-            let (seq, msg) = in_flight[s][i].clone();
-            let mut got = Vec::new();
-            let res = p.e.deliver(msg.env, seq, msg.len, msg.mid, |a| {
-                got.push(match a {
-                    Arrived::Matched(x) => Out::Match(x.recv, x.msg),
-                    Arrived::Unexpected(_) => Out::Unexpected(u32::MAX),
-                })
-            });
-            match res {
-                Ok(0) => got.push(Out::Held(msg.mid)),
-                Ok(n) if n >= 2 => r.multi_release += 1,
-                Ok(_) => {}
-                Err(x) => {
-                    if x.reason == RejectReason::Backpressure {
-                        r.backpressure += 1;
-                    }
-                    got.push(Out::Rejected(x.reason, x.msg))
-                }
-            }
-            let mut want = Vec::new();
-            p.m.deliver(msg.clone(), seq, &mut want);
-            for w in want.iter_mut() {
-                if let Out::Unexpected(_) = w {
-                    *w = Out::Unexpected(u32::MAX);
-                }
-            }
-            assert_eq!(got, want, "deliver seq {seq} of {msg:?}");
-            p.check_depths("deliver");
-            if !matches!(got.last(), Some(Out::Rejected(..))) {
-                in_flight[s].remove(i);
-            }
-        }
+        Op::Send(e, len) => p.send(*e, *len, *len),
+        Op::Deliver { src, pick } => match p.deliver(*src, *pick) {
+            Some(Ok(n)) if n >= 2 => r.multi_release += 1,
+            Some(Err(RejectReason::Backpressure)) => r.backpressure += 1,
+            _ => {}
+        },
         Op::Post(spec) => {
             p.post(*spec);
         }
@@ -1268,12 +1007,8 @@ fn apply(
             }
         }
         Op::PurgePeer(src) => {
+            // The peer reconnects: its sender restarts at the initial sequence.
             p.purge_peer(*src);
-            if *src < SEQ_SRCS {
-                // The peer reconnects: its sender restarts at the initial sequence.
-                send_seq[*src as usize] = 0;
-                in_flight[*src as usize].clear();
-            }
         }
         Op::PurgeComm(c) => {
             p.purge_comm(*c);

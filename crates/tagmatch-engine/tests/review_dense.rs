@@ -9,7 +9,8 @@
 
 mod model;
 
-use model::{Model, Msg, Out, Rng};
+use model::walk::{Bytes, Opts, Walk};
+use model::{Model, Out, Rng};
 use tagmatch_engine::*;
 
 /// Communicators: directory ids (0, 1, the last one) and hashed ids (the first past the
@@ -61,168 +62,25 @@ const TAGS: [u64; 19] = [
     u64::MAX,
 ];
 
-/// Engine and model side by side.
-struct Pair {
-    e: Engine<u32, u32>,
-    m: Model,
-    next: u32,
-    handles: Vec<(u32, RecvHandle)>,
-    claims: Vec<(u32, MsgHandle)>,
-}
-
-impl Pair {
-    fn new(eager: bool) -> Self {
-        let cfg = Config::default()
-            .reorder_window(4)
-            .max_messages(1 << 22)
-            .max_posted(1 << 22)
-            .initial_seq(0)
-            .eager_wildcard_lists(eager);
-        Pair {
-            e: Engine::new(cfg),
-            m: Model::new(4, usize::MAX, 1 << 22, 1 << 22, 0),
-            next: 0,
-            handles: Vec::new(),
-            claims: Vec::new(),
-        }
-    }
-
-    fn id(&mut self) -> u32 {
-        self.next += 1;
-        self.next
-    }
-
-    fn check_depths(&self, what: &str) {
-        let c = self.e.counters();
-        assert_eq!(
-            (c.posted_depth, c.unexpected_depth, c.claimed_depth),
-            (
-                self.m.posted.len(),
-                self.m.unexp.len(),
-                self.m.claimed.len()
-            ),
-            "depths after {what}"
-        );
-    }
-
-    fn arrive(&mut self, env: Envelope) -> Out {
-        let mid = self.id();
-        let got = match self.e.arrive(env, 1, mid) {
-            Ok(Arrived::Matched(x)) => Out::Match(x.recv, x.msg),
-            Ok(Arrived::Unexpected(_)) => Out::Unexpected(mid),
-            Err(r) => Out::Rejected(r.reason, r.msg),
-        };
-        let want = self.m.arrive(Msg { env, len: 1, mid }, true);
-        assert_eq!(got, want, "arrive {env:?}");
-        got
-    }
-
-    fn post(&mut self, spec: RecvSpec) -> Out {
-        let rid = self.id();
-        let got = match self.e.post(spec, rid) {
-            Ok(Posted::Matched(x)) => {
-                assert!(spec.matches(&x.env), "{spec:?} matched {:?}", x.env);
-                Out::Match(x.recv, x.msg)
-            }
-            Ok(Posted::Pending(h)) => {
-                self.handles.push((rid, h));
-                Out::Pending(rid)
-            }
-            Err(r) => Out::PostRejected(r.recv),
-        };
-        let want = self.m.post(spec, rid);
-        assert_eq!(got, want, "post {spec:?}");
-        got
-    }
-
-    fn probe(&mut self, spec: RecvSpec) {
-        let got = self.e.probe(&spec).map(|p| *p.msg);
-        assert_eq!(got, self.m.probe(&spec), "probe {spec:?}");
-    }
-
-    fn mprobe(&mut self, spec: RecvSpec) {
-        let c = self.e.mprobe(&spec);
-        let got = c.map(|c| *self.e.claimed(c.handle).unwrap());
-        if let (Some(c), Some(mid)) = (c, got) {
-            self.claims.push((mid, c.handle));
-        }
-        assert_eq!(got, self.m.mprobe(&spec), "mprobe {spec:?}");
-    }
-
-    fn mrecv(&mut self, i: usize) {
-        let (mid, h) = self.claims.swap_remove(i % self.claims.len());
-        let got = self.e.mrecv(h).ok().map(|x| x.msg);
-        assert_eq!(got, self.m.mrecv(mid), "mrecv of {mid}");
-    }
-
-    fn cancel(&mut self, i: usize) {
-        let (rid, h) = self.handles.swap_remove(i % self.handles.len());
-        let got = self.e.cancel(h).ok();
-        assert_eq!(got, self.m.cancel(rid), "cancel of {rid}");
-    }
-
-    fn first_posted(&mut self, env: Envelope) {
-        let got = self.e.first_posted_match(&env).map(|i| {
-            let r = *self.e.recv_context(i.handle).unwrap();
-            assert!(i.spec.matches(&env));
-            r
-        });
-        assert_eq!(got, self.m.first_posted(&env), "first_posted_match {env:?}");
-    }
-
-    /// Cancels the receives whose spec satisfies `pred`, in posting order in both.
-    fn cancel_where(&mut self, pred: impl Fn(&RecvSpec) -> bool) {
-        let mut got = Vec::new();
-        let mut want = Vec::new();
-        self.e
-            .cancel_where(|s, _| pred(s), |_, r| got.push(Out::PurgedRecv(r)));
-        self.m.cancel_where(&pred, &mut want);
-        assert_eq!(got, want, "cancel_where");
-    }
-
-    fn purge_peer(&mut self, src: u32) {
-        let mut got = Vec::new();
-        let mut want = Vec::new();
-        self.e.purge_peer(src, |p| got.push(purged(p)));
-        self.m.purge_peer(src, &mut want);
-        got.sort();
-        want.sort();
-        assert_eq!(got, want, "purge_peer {src}");
-    }
-
-    fn purge_comm(&mut self, comm: u32) {
-        let mut got = Vec::new();
-        let mut want = Vec::new();
-        self.e.purge_comm(comm, |p| got.push(purged(p)));
-        self.m.purge_comm(comm, &mut want);
-        // One communicator's messages come in arrival order in both.
-        let msgs = |v: &[Out]| -> Vec<Out> {
-            v.iter()
-                .filter(|o| matches!(o, Out::PurgedMsg(_)))
-                .cloned()
-                .collect()
-        };
-        assert_eq!(msgs(&got), msgs(&want), "purge_comm {comm}: arrival order");
-        got.sort();
-        want.sort();
-        assert_eq!(got, want, "purge_comm {comm}");
-    }
-
-    /// Every queued message of `comm` taken by ANY_SOURCE+ANY_TAG receives (the last,
-    /// pending one cancelled), in arrival order.
-    fn drain_any(&mut self, comm: u32) {
-        while let Out::Match(..) = self.post(RecvSpec::new(comm, None, None)) {}
-        let i = self.handles.len() - 1;
-        self.cancel(i);
-    }
-}
-
-fn purged(p: Purged<u32, u32>) -> Out {
-    match p {
-        Purged::Recv(_, r) => Out::PurgedRecv(r),
-        Purged::Unexpected(m) => Out::PurgedMsg(m.msg),
-        Purged::Held(m) => Out::PurgedHeld(m.msg),
-    }
+/// Engine and model side by side; the depths are checked after every step of a walk
+/// (by the caller), receives matched stay in `handles` (a cancel through one must be
+/// refused by both).
+fn pair(eager: bool) -> Walk {
+    let cfg = Config::default()
+        .reorder_window(4)
+        .max_messages(1 << 22)
+        .max_posted(1 << 22)
+        .initial_seq(0)
+        .eager_wildcard_lists(eager);
+    let opts = Opts {
+        bytes: Bytes::Unchecked,
+        pressure: false,
+        check_each: false,
+        held_api: false,
+        retire: false,
+        swap_remove: true,
+    };
+    Walk::with_model(cfg, Model::new(4, usize::MAX, 1 << 22, 1 << 22, 0), opts)
 }
 
 fn draw_src(r: &mut Rng) -> u32 {
@@ -258,7 +116,7 @@ fn draw_spec(r: &mut Rng, m: &Envelope) -> RecvSpec {
 
 /// A burst of `n` lists with distinct small keys on `comm`: unexpected messages, or
 /// posted ANY_TAG / ANY_SOURCE receives, from key `start` on (or spread at random).
-fn burst(p: &mut Pair, r: &mut Rng, comm: u32, n: usize) {
+fn burst(p: &mut Walk, r: &mut Rng, comm: u32, n: usize) {
     let start = r.below_usize(1 << 15) as u32 * (r.below_usize(2) as u32);
     let spread = r.below_usize(3) == 0;
     let what = r.below_usize(4);
@@ -270,7 +128,7 @@ fn burst(p: &mut Pair, r: &mut Rng, comm: u32, n: usize) {
         };
         match what {
             0 | 1 => {
-                p.arrive(Envelope::new(comm, x, u64::from(x)));
+                p.arrive(Envelope::new(comm, x, u64::from(x)), 1);
             }
             2 => {
                 p.post(RecvSpec::new(comm, Some(x), None));
@@ -283,13 +141,13 @@ fn burst(p: &mut Pair, r: &mut Rng, comm: u32, n: usize) {
 }
 
 fn walk(seed: u64, eager: bool, steps: usize, big: usize) {
-    let mut p = Pair::new(eager);
+    let mut p = pair(eager);
     let mut r = Rng(seed | 1);
     for step in 0..steps {
         let m = draw_env(&mut r);
         match r.below_usize(100) {
             0..=29 => {
-                p.arrive(m);
+                p.arrive(m, 1);
             }
             30..=54 => {
                 let s = draw_spec(&mut r, &m);
@@ -309,15 +167,21 @@ fn walk(seed: u64, eager: bool, steps: usize, big: usize) {
             82 => {
                 let comm = m.comm;
                 let src = m.src;
-                p.cancel_where(move |s| s.comm == comm || s.src == Source::Rank(src));
+                p.cancel_where("comm or source", move |s| {
+                    s.comm == comm || s.src == Source::Rank(src)
+                });
             }
-            83 => p.purge_peer(m.src),
-            84..=85 => p.purge_comm(m.comm),
+            83 => {
+                p.purge_peer(m.src);
+            }
+            84..=85 => {
+                p.purge_comm(m.comm);
+            }
             86..=88 => {
                 let n = r.below_usize(600);
                 burst(&mut p, &mut r, m.comm, n);
             }
-            89 => p.drain_any(m.comm),
+            89 => p.drain_any_comm(m.comm),
             90 if step % 16 == 0 => {
                 // Probes that build the wildcard kinds (lazy) before a big burst.
                 p.probe(RecvSpec::new(m.comm, Some(m.src), None));
@@ -326,16 +190,16 @@ fn walk(seed: u64, eager: bool, steps: usize, big: usize) {
             }
             _ => {}
         }
-        p.check_depths("step");
+        p.check("step");
     }
     // Everything left pairs up with the model.
     for c in COMMS {
         p.purge_comm(c);
     }
-    while let Some((mid, h)) = p.claims.pop() {
-        assert_eq!(p.e.mrecv(h).ok().map(|x| x.msg), p.m.mrecv(mid));
+    while !p.claims.is_empty() {
+        p.mrecv(p.claims.len() - 1);
     }
-    p.check_depths("end");
+    p.check("end");
     assert_eq!(
         p.e.counters().posted_depth + p.e.counters().unexpected_depth,
         0
@@ -358,10 +222,10 @@ fn random_walks_over_the_dense_limits_agree_with_the_model() {
 #[test]
 fn arrays_grown_to_the_full_key_range_keep_the_last_key_and_hash_the_next() {
     for (comm, eager) in [(4095u32, false), (4096, true), (u32::MAX, false)] {
-        let mut p = Pair::new(eager);
+        let mut p = pair(eager);
         // Lists past the arrays' end while they are small: hashed.
         for x in [65_535u32, 65_534, 40_000, 70_000] {
-            p.arrive(Envelope::new(comm, x, u64::from(x)));
+            p.arrive(Envelope::new(comm, x, u64::from(x)), 1);
         }
         p.probe(RecvSpec::new(comm, Some(65_535), None));
         p.probe(RecvSpec::new(comm, None, Some(65_535)));
@@ -371,28 +235,28 @@ fn arrays_grown_to_the_full_key_range_keep_the_last_key_and_hash_the_next() {
         // tags): both arrays grow to 2^16 slots and take over the hashed lists.
         for x in 0..16_400u32 {
             p.post(RecvSpec::new(comm, Some(x), None));
-            p.arrive(Envelope::new(comm, 1 << 20, u64::from(x)));
+            p.arrive(Envelope::new(comm, 1 << 20, u64::from(x)), 1);
         }
         for x in [65_535u32, 65_534, 65_533, 40_000, 70_000, 65_536] {
-            p.arrive(Envelope::new(comm, x, u64::from(x)));
+            p.arrive(Envelope::new(comm, x, u64::from(x)), 1);
             p.post(RecvSpec::new(comm, Some(x), None));
             p.post(RecvSpec::new(comm, None, Some(u64::from(x))));
             p.first_posted(Envelope::new(comm, x, 1));
-            p.check_depths("boundary keys");
+            p.check("boundary keys");
         }
         p.purge_peer(65_535);
         p.purge_comm(comm);
-        p.check_depths("purge");
+        p.check("purge");
         // The communicator id reused.
         for x in [0u32, 65_535, 65_536] {
             p.post(RecvSpec::new(comm, None, Some(u64::from(x))));
-            p.arrive(Envelope::new(comm, x, 7));
-            p.arrive(Envelope::new(comm, 3, u64::from(x)));
+            p.arrive(Envelope::new(comm, x, 7), 1);
+            p.arrive(Envelope::new(comm, 3, u64::from(x)), 1);
             p.post(RecvSpec::new(comm, Some(x), None));
             p.probe(RecvSpec::new(comm, Some(3), None));
         }
         p.purge_comm(comm);
-        p.check_depths("reuse");
+        p.check("reuse");
     }
 }
 
@@ -456,13 +320,13 @@ fn memory_follows_the_lists_held_not_every_communicators_past_peak() {
 fn a_freed_array_grown_again_takes_over_the_hashed_lists_of_its_communicator() {
     for eager in [false, true] {
         for comm in [7u32, 4096] {
-            let mut p = Pair::new(eager);
+            let mut p = pair(eager);
             p.post(RecvSpec::new(comm, Some(0), None)); // rid 1
             p.post(RecvSpec::new(comm, Some(5000), None)); // rid 2, hashed
             p.post(RecvSpec::new(comm, Some(5000), None)); // rid 3, hashed
             p.post(RecvSpec::new(comm, None, Some(0))); // rid 4
-            p.arrive(Envelope::new(comm, 70_000, 5000));
-            p.arrive(Envelope::new(comm, 70_000, 5000));
+            p.arrive(Envelope::new(comm, 70_000, 5000), 1);
+            p.arrive(Envelope::new(comm, 70_000, 5000), 1);
             p.probe(RecvSpec::new(comm, None, Some(5000)));
             for rid in [1, 4] {
                 let i = p.handles.iter().position(|&(r, _)| r == rid).unwrap();
@@ -473,8 +337,8 @@ fn a_freed_array_grown_again_takes_over_the_hashed_lists_of_its_communicator() {
             for c in 10_000..10_600u32 {
                 p.post(RecvSpec::new(c, Some(1), None));
                 p.post(RecvSpec::new(c, None, Some(1)));
-                p.arrive(Envelope::new(c, 1, 1));
-                p.arrive(Envelope::new(c, 1, 1));
+                p.arrive(Envelope::new(c, 1, 1), 1);
+                p.arrive(Envelope::new(c, 1, 1), 1);
                 if c > 10_100 {
                     p.first_posted(Envelope::new(4097 + c % 2, 3, 3));
                 }
@@ -489,19 +353,25 @@ fn a_freed_array_grown_again_takes_over_the_hashed_lists_of_its_communicator() {
             }
             for d in [4097, 4098, u32::MAX] {
                 p.first_posted(Envelope::new(d, 3, 3));
-                assert!(matches!(p.arrive(Envelope::new(d, 3, 3)), Out::Match(..)));
-                assert!(matches!(p.arrive(Envelope::new(d, 3, 3)), Out::Match(..)));
+                assert!(matches!(
+                    p.arrive(Envelope::new(d, 3, 3), 1),
+                    Out::Match(..)
+                ));
+                assert!(matches!(
+                    p.arrive(Envelope::new(d, 3, 3), 1),
+                    Out::Match(..)
+                ));
             }
             // The communicator's arrays again, 2,100 lists each (up to 8,192 slots),
             // then keys in 4096..8192 grow them over 5000.
             for x in 0..2100u32 {
                 p.post(RecvSpec::new(comm, Some(x), None));
-                p.arrive(Envelope::new(comm, 70_001, 100 + u64::from(x)));
+                p.arrive(Envelope::new(comm, 70_001, 100 + u64::from(x)), 1);
             }
             p.post(RecvSpec::new(comm, Some(6000), None));
-            p.arrive(Envelope::new(comm, 70_001, 6000));
+            p.arrive(Envelope::new(comm, 70_001, 6000), 1);
             assert!(matches!(
-                p.arrive(Envelope::new(comm, 5000, 1)),
+                p.arrive(Envelope::new(comm, 5000, 1), 1),
                 Out::Match(2, _)
             ));
             p.first_posted(Envelope::new(comm, 5000, 1));
@@ -510,9 +380,9 @@ fn a_freed_array_grown_again_takes_over_the_hashed_lists_of_its_communicator() {
                 p.post(RecvSpec::new(comm, None, Some(5000))),
                 Out::Match(_, 5)
             ));
-            p.check_depths("regrown");
+            p.check("regrown");
             p.purge_comm(comm);
-            p.check_depths("purged");
+            p.check("purged");
         }
     }
 }
@@ -535,7 +405,7 @@ fn lists_move_into_the_arrays_that_the_entries_first_pay_for() {
     const BALLAST: u32 = 9;
     for seed in 1..=8u64 {
         for eager in [false, true] {
-            let mut p = Pair::new(eager);
+            let mut p = pair(eager);
             let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
             let mut ballast_tag = 0u64;
             for step in 0..2500 {
@@ -567,7 +437,7 @@ fn lists_move_into_the_arrays_that_the_entries_first_pay_for() {
                 let env = Envelope::new(comm, key(&mut r) as u32, key(&mut r) as u64);
                 match r.below_usize(100) {
                     0..=24 => {
-                        p.arrive(env);
+                        p.arrive(env, 1);
                     }
                     25..=34 => {
                         p.post(RecvSpec::new(comm, Some(env.src), None));
@@ -578,8 +448,12 @@ fn lists_move_into_the_arrays_that_the_entries_first_pay_for() {
                     45..=49 => {
                         p.post(RecvSpec::exact(comm, env.src, env.tag));
                     }
-                    50..=52 => p.probe(RecvSpec::new(comm, Some(env.src), None)),
-                    53..=55 => p.probe(RecvSpec::new(comm, None, Some(env.tag))),
+                    50..=52 => {
+                        p.probe(RecvSpec::new(comm, Some(env.src), None));
+                    }
+                    53..=55 => {
+                        p.probe(RecvSpec::new(comm, None, Some(env.tag)));
+                    }
                     56..=58 => p.first_posted(env),
                     59..=61 => {
                         let s = draw_spec(&mut r, &env);
@@ -593,12 +467,14 @@ fn lists_move_into_the_arrays_that_the_entries_first_pay_for() {
                             p.post(RecvSpec::exact(BALLAST, 0, ballast_tag));
                         }
                     }
-                    89..=92 => p.cancel_where(|s| s.comm == BALLAST),
-                    93 => p.purge_comm(comm),
-                    94 => p.drain_any(comm),
+                    89..=92 => p.cancel_where("ballast", |s| s.comm == BALLAST),
+                    93 => {
+                        p.purge_comm(comm);
+                    }
+                    94 => p.drain_any_comm(comm),
                     _ => {}
                 }
-                p.check_depths("step");
+                p.check("step");
             }
             for c in SMALL_COMMS.into_iter().chain([BALLAST]) {
                 p.purge_comm(c);
@@ -606,7 +482,7 @@ fn lists_move_into_the_arrays_that_the_entries_first_pay_for() {
             while let Some((mid, h)) = p.claims.pop() {
                 assert_eq!(p.e.mrecv(h).ok().map(|x| x.msg), p.m.mrecv(mid));
             }
-            p.check_depths("end");
+            p.check("end");
         }
     }
 }

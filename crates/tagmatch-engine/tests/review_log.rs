@@ -33,9 +33,10 @@
 
 mod model;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
-use model::{Model, Msg, Out, Rng};
+use model::walk::{each_seed, Bytes, Opts, Walk};
+use model::Rng;
 use tagmatch_engine::*;
 
 /// This file's stream for `seed` (its own mixing of the seed into [`Rng`]'s state).
@@ -54,382 +55,32 @@ const BIG_SRC: u32 = 1 << 20;
 const BIG_TAG: u64 = 1 << 40;
 const COMMS: u32 = 3;
 
-struct Walk {
-    e: Engine<u32, u32>,
-    m: Model,
-    /// Whether messages may have held bytes other than their length (then the budgets
-    /// are unlimited: the model counts lengths) and bytes are checked against `held`.
-    odd_held: bool,
-    claims_count: bool,
-    /// Held bytes of every message the engine counts (queued, claimed when claims
-    /// count, in a reorder buffer), by message id.
-    held: HashMap<u32, usize>,
-    next: u32,
-    handles: Vec<(u32, RecvHandle)>,
-    claims: Vec<(u32, MsgHandle)>,
-    send_seq: Vec<u32>,
-    /// Sent, not yet delivered: (seq, message, held bytes), per sequenced source.
-    in_flight: Vec<Vec<(u32, Msg, usize)>>,
-    log: Vec<String>,
+fn walk(cfg: Config, odd_held: bool) -> Walk {
+    let opts = Opts {
+        // Messages with held bytes other than their length: the budgets are unlimited
+        // (the model counts lengths) and bytes are checked against the walk's own sum.
+        bytes: if odd_held { Bytes::Walk } else { Bytes::Model },
+        pressure: !odd_held,
+        held_api: true,
+        ..Opts::FULL
+    };
+    Walk::new(cfg, opts)
 }
 
-impl Walk {
-    fn new(cfg: Config, odd_held: bool) -> Self {
-        Walk {
-            e: Engine::new(cfg),
-            m: Model::new(
-                cfg.reorder_window,
-                cfg.max_bytes,
-                cfg.max_messages,
-                cfg.max_posted,
-                cfg.initial_seq,
-            ),
-            odd_held,
-            claims_count: cfg.claims_count,
-            held: HashMap::new(),
-            next: 0,
-            handles: Vec::new(),
-            claims: Vec::new(),
-            send_seq: vec![cfg.initial_seq; SEQ_SRCS as usize],
-            in_flight: vec![Vec::new(); SEQ_SRCS as usize],
-            log: Vec::new(),
-        }
-    }
-
-    fn id(&mut self) -> u32 {
-        self.next += 1;
-        self.next
-    }
-
-    fn fail(&self, what: String) -> ! {
-        let tail = self.log.len().saturating_sub(40);
-        panic!("{what}\nlast operations:\n{}", self.log[tail..].join("\n"));
-    }
-
-    fn check(&self, what: &str) {
-        let c = self.e.counters();
-        let bytes = if self.odd_held {
-            self.held.values().sum()
-        } else {
-            self.m.bytes()
-        };
-        let got = (
-            c.posted_depth,
-            c.unexpected_depth,
-            c.claimed_depth,
-            c.reorder_depth,
-            c.bytes_held,
-        );
-        let want = (
-            self.m.posted.len(),
-            self.m.unexp.len(),
-            self.m.claimed.len(),
-            self.m.held_count(),
-            bytes,
-        );
-        if got != want {
-            self.fail(format!(
-                "after {what}: engine posted/unexpected/claimed/reorder/bytes {got:?}, \
-                 model {want:?}"
-            ));
-        }
-        if !self.odd_held && self.e.pressure() != self.m.pressure() {
-            self.fail(format!(
-                "after {what}: pressure {:?}, model {:?}",
-                self.e.pressure(),
-                self.m.pressure()
-            ));
-        }
-    }
-
-    fn retire_recv(&mut self, rid: u32) {
-        self.handles.retain(|&(r, _)| r != rid);
-    }
-
-    fn held_of(&self, r: &mut Rng, len: usize) -> usize {
-        if self.odd_held && r.chance(15) {
-            r.below(2 * len as u64 + 2) as usize
-        } else {
-            len
-        }
-    }
-
-    fn arrive(&mut self, env: Envelope, len: usize, held: usize) {
-        let mid = self.id();
-        self.log
-            .push(format!("arrive {env:?} len {len} held {held} mid {mid}"));
-        let got = match self.e.arrive_held(env, len, held, mid) {
-            Ok(Arrived::Matched(x)) => {
-                if x.env != env || x.len != len {
-                    self.fail(format!("arrive {env:?}: match says {:?}/{}", x.env, x.len));
-                }
-                Out::Match(x.recv, x.msg)
-            }
-            Ok(Arrived::Unexpected(_)) => Out::Unexpected(mid),
-            Err(r) => Out::Rejected(r.reason, r.msg),
-        };
-        let want = self.m.arrive(Msg { env, len, mid }, true);
-        if got != want {
-            self.fail(format!("arrive {env:?}: engine {got:?}, model {want:?}"));
-        }
-        match got {
-            Out::Match(rid, _) => self.retire_recv(rid),
-            Out::Unexpected(_) => {
-                self.held.insert(mid, held);
-            }
-            _ => {}
-        }
-        self.check("arrive");
-    }
-
-    fn send(&mut self, r: &mut Rng, comm: u32, tag: u64) {
-        let s = r.below(u64::from(SEQ_SRCS)) as usize;
-        let len = 1 + r.below(16) as usize;
-        let held = self.held_of(r, len);
-        let mid = self.id();
-        let env = Envelope::new(comm, SEQ_BASE + s as u32, tag);
-        self.in_flight[s].push((self.send_seq[s], Msg { env, len, mid }, held));
-        self.send_seq[s] = self.send_seq[s].wrapping_add(1);
-    }
-
-    fn deliver(&mut self, s: usize, pick: usize) {
-        if self.in_flight[s].is_empty() {
-            return;
-        }
-        let i = pick % self.in_flight[s].len();
-        let (seq, msg, held) = self.in_flight[s][i].clone();
-        self.log
-            .push(format!("deliver seq {seq} {msg:?} held {held}"));
-        let mut got = Vec::new();
-        let mut matched = Vec::new();
-        let res = self
-            .e
-            .deliver_held(msg.env, seq, msg.len, held, msg.mid, |o| match o {
-                Ordered::Arrived(Arrived::Matched(x)) => {
-                    matched.push((x.recv, x.msg));
-                    got.push(Out::Match(x.recv, x.msg));
-                }
-                Ordered::Arrived(Arrived::Unexpected(_)) => got.push(Out::Unexpected(0)),
-                Ordered::Control { .. } => got.push(Out::SetSeq(false)),
-            });
-        match res {
-            Ok(0) => got.push(Out::Held(msg.mid)),
-            Ok(_) => {}
-            Err(x) => got.push(Out::Rejected(x.reason, x.msg)),
-        }
-        let mut want = Vec::new();
-        self.m.deliver(msg.clone(), seq, &mut want);
-        for w in want.iter_mut() {
-            if let Out::Unexpected(_) = w {
-                *w = Out::Unexpected(0);
-            }
-        }
-        if got != want {
-            self.fail(format!(
-                "deliver seq {seq} of {msg:?}: engine {got:?}, model {want:?}"
-            ));
-        }
-        if !matches!(got.last(), Some(Out::Rejected(..))) {
-            self.in_flight[s].remove(i);
-            self.held.insert(msg.mid, held);
-        }
-        for (rid, mid) in matched {
-            self.retire_recv(rid);
-            self.held.remove(&mid);
-        }
-        self.check("deliver");
-    }
-
-    fn post(&mut self, spec: RecvSpec) {
-        let rid = self.id();
-        self.log.push(format!("post {spec:?} rid {rid}"));
-        let got = match self.e.post(spec, rid) {
-            Ok(Posted::Matched(x)) => {
-                if !spec.matches(&x.env) {
-                    self.fail(format!("post {spec:?}: matched {:?}", x.env));
-                }
-                Out::Match(x.recv, x.msg)
-            }
-            Ok(Posted::Pending(h)) => {
-                self.handles.push((rid, h));
-                Out::Pending(rid)
-            }
-            Err(r) => Out::PostRejected(r.recv),
-        };
-        let want = self.m.post(spec, rid);
-        if got != want {
-            self.fail(format!("post {spec:?}: engine {got:?}, model {want:?}"));
-        }
-        if let Out::Match(_, mid) = got {
-            self.held.remove(&mid);
-        }
-        self.check("post");
-    }
-
-    fn probe(&mut self, spec: RecvSpec) {
-        self.log.push(format!("probe {spec:?}"));
-        let got = self.e.probe(&spec).map(|p| *p.msg);
-        let want = self.m.probe(&spec);
-        if got != want {
-            self.fail(format!("probe {spec:?}: engine {got:?}, model {want:?}"));
-        }
-        self.check("probe");
-    }
-
-    fn mprobe(&mut self, spec: RecvSpec) {
-        self.log.push(format!("mprobe {spec:?}"));
-        let c = self.e.mprobe(&spec);
-        let got = c.map(|c| *self.e.claimed(c.handle).expect("a fresh claim"));
-        if let (Some(c), Some(mid)) = (c, got) {
-            self.claims.push((mid, c.handle));
-            if !self.claims_count {
-                self.held.remove(&mid);
-            }
-        }
-        let want = self.m.mprobe(&spec);
-        if got != want {
-            self.fail(format!("mprobe {spec:?}: engine {got:?}, model {want:?}"));
-        }
-        self.check("mprobe");
-    }
-
-    fn mrecv(&mut self, i: usize) {
-        if self.claims.is_empty() {
-            return;
-        }
-        let (mid, h) = self.claims.remove(i % self.claims.len());
-        self.log.push(format!("mrecv {mid}"));
-        let got = self.e.mrecv(h).ok().map(|x| x.msg);
-        if got != Some(mid) || self.m.mrecv(mid) != Some(mid) {
-            self.fail(format!("mrecv of {mid}: engine {got:?}"));
-        }
-        self.held.remove(&mid);
-        self.check("mrecv");
-    }
-
-    fn cancel(&mut self, i: usize) {
-        if self.handles.is_empty() {
-            return;
-        }
-        let (rid, h) = self.handles.remove(i % self.handles.len());
-        self.log.push(format!("cancel {rid}"));
-        let got = self.e.cancel(h).ok();
-        if got != Some(rid) || self.m.cancel(rid) != Some(rid) {
-            self.fail(format!("cancel of {rid}: engine {got:?}"));
-        }
-        self.check("cancel");
-    }
-
-    /// Checks a purge's output: the same receives and held messages, and the same
-    /// queued messages in arrival order (per communicator, given `comm_of` their
-    /// communicators, or all of them when `comm_of` is empty).
-    fn purged(&mut self, what: &str, got: Vec<Out>, want: Vec<Out>, comm_of: &HashMap<u32, u32>) {
-        let msgs = |v: &Vec<Out>, c: Option<u32>| -> Vec<Out> {
-            v.iter()
-                .filter(|o| match o {
-                    Out::PurgedMsg(m) => c.is_none_or(|c| comm_of.get(m) == Some(&c)),
-                    _ => false,
-                })
-                .cloned()
-                .collect()
-        };
-        let mut in_order = msgs(&got, None) == msgs(&want, None);
-        if !comm_of.is_empty() {
-            in_order = (0..COMMS).all(|c| msgs(&got, Some(c)) == msgs(&want, Some(c)));
-        }
-        let (mut g, mut w) = (got.clone(), want.clone());
-        g.sort();
-        w.sort();
-        if !in_order || g != w {
-            self.fail(format!("{what}: engine {got:?}, model {want:?}"));
-        }
-        for o in got {
-            match o {
-                Out::PurgedRecv(r) => self.retire_recv(r),
-                Out::PurgedMsg(m) | Out::PurgedHeld(m) => {
-                    self.held.remove(&m);
-                }
-                _ => {}
-            }
-        }
-        self.check(what);
-    }
-
-    fn purge_peer(&mut self, src: u32) {
-        self.log.push(format!("purge_peer {src}"));
-        // Per communicator in arrival order (the engine visits one communicator after
-        // another).
-        let comm_of: HashMap<u32, u32> = self.m.unexp.iter().map(|m| (m.mid, m.env.comm)).collect();
-        let mut got = Vec::new();
-        self.e.purge_peer(src, |p| got.push(out_of(p)));
-        let mut want = Vec::new();
-        self.m.purge_peer(src, &mut want);
-        if (SEQ_BASE..SEQ_BASE + SEQ_SRCS).contains(&src) {
-            let s = (src - SEQ_BASE) as usize;
-            self.send_seq[s] = self.m.initial_seq;
-            self.in_flight[s].clear();
-        }
-        self.purged(&format!("purge_peer {src}"), got, want, &comm_of);
-    }
-
-    fn purge_comm(&mut self, comm: u32) {
-        self.log.push(format!("purge_comm {comm}"));
-        let mut got = Vec::new();
-        self.e.purge_comm(comm, |p| got.push(out_of(p)));
-        let mut want = Vec::new();
-        self.m.purge_comm(comm, &mut want);
-        self.purged(&format!("purge_comm {comm}"), got, want, &HashMap::new());
-    }
-
-    fn cancel_where_comm(&mut self, comm: u32) {
-        self.log.push(format!("cancel_where comm {comm}"));
-        let mut got = Vec::new();
-        self.e
-            .cancel_where(|s, _| s.comm == comm, |_, r| got.push(Out::PurgedRecv(r)));
-        let mut want = Vec::new();
-        self.m.cancel_where(|s| s.comm == comm, &mut want);
-        if got != want {
-            self.fail(format!(
-                "cancel_where comm {comm}: engine {got:?}, model {want:?}"
-            ));
-        }
-        for o in got {
-            if let Out::PurgedRecv(r) = o {
-                self.retire_recv(r);
-            }
-        }
-        self.check("cancel_where");
-    }
-
-    /// An exact receive of the key of the queued message at `i` of the arrival order
-    /// (taking the earliest of that key).
-    fn take_at(&mut self, i: usize) {
-        if let Some(m) = self.m.unexp.get(i).cloned() {
-            self.post(RecvSpec::exact(m.env.comm, m.env.src, m.env.tag));
-        }
-    }
-
-    /// Every queued message is found, in arrival order, by probes of every kind.
-    fn witness(&mut self, r: &mut Rng) {
-        if self.m.unexp.is_empty() {
-            return;
-        }
-        let m = self.m.unexp[r.below(self.m.unexp.len() as u64) as usize].clone();
-        let (c, s, t) = (m.env.comm, m.env.src, m.env.tag);
-        self.probe(RecvSpec::new(c, None, None));
-        self.probe(RecvSpec::new(c, Some(s), None));
-        self.probe(RecvSpec::new(c, None, Some(t)));
-        self.probe(RecvSpec::exact(c, s, t));
-        self.probe(RecvSpec::masked(c, Source::Any, t, 1));
+fn held_of(w: &Walk, r: &mut Rng, len: usize) -> usize {
+    if w.opts.bytes == Bytes::Walk && r.chance(15) {
+        r.below(2 * len as u64 + 2) as usize
+    } else {
+        len
     }
 }
 
-fn out_of(p: Purged<u32, u32>) -> Out {
-    match p {
-        Purged::Recv(_, r) => Out::PurgedRecv(r),
-        Purged::Unexpected(m) => Out::PurgedMsg(m.msg),
-        Purged::Held(m) => Out::PurgedHeld(m.msg),
-    }
+/// A sequenced source `SEQ_BASE..SEQ_BASE + SEQ_SRCS` sends a message.
+fn send(w: &mut Walk, r: &mut Rng, comm: u32, tag: u64) {
+    let s = r.below(u64::from(SEQ_SRCS)) as u32;
+    let len = 1 + r.below(16) as usize;
+    let held = held_of(w, r, len);
+    w.send(Envelope::new(comm, SEQ_BASE + s, tag), len, held);
 }
 
 fn key(r: &mut Rng) -> (u32, u32, u64) {
@@ -465,17 +116,17 @@ fn exact_step(w: &mut Walk, r: &mut Rng) {
         0..=6 => {
             let (c, s, t) = key(r);
             let len = 1 + r.below(16) as usize;
-            let held = w.held_of(r, len);
-            w.arrive(Envelope::new(c, s, t), len, held);
+            let held = held_of(w, r, len);
+            w.arrive_held(Envelope::new(c, s, t), len, held);
         }
         7 => {
             let (c, _, t) = key(r);
-            w.send(r, c, t);
+            send(w, r, c, t);
         }
         8 | 9 => {
-            let s = r.below(u64::from(SEQ_SRCS)) as usize;
+            let s = r.below(u64::from(SEQ_SRCS)) as u32;
             let pick = r.below(4) as usize;
-            w.deliver(s, pick);
+            w.deliver(SEQ_BASE + s, pick);
         }
         10..=13 => {
             // Anywhere in the arrival order.
@@ -508,8 +159,8 @@ fn exact_step(w: &mut Walk, r: &mut Rng) {
             for _ in 0..n {
                 let (c, s, t) = key(r);
                 let len = 1 + r.below(4) as usize;
-                let held = w.held_of(r, len);
-                w.arrive(Envelope::new(c, s, t), len, held);
+                let held = held_of(w, r, len);
+                w.arrive_held(Envelope::new(c, s, t), len, held);
             }
             let takes = n * (5 + r.below(5)) / 10;
             for _ in 0..takes {
@@ -517,7 +168,7 @@ fn exact_step(w: &mut Walk, r: &mut Rng) {
                 w.take_at(r.below(n) as usize);
                 if r.chance(30) {
                     let (c, s, t) = key(r);
-                    w.arrive(Envelope::new(c, s, t), 1, 1);
+                    w.arrive_held(Envelope::new(c, s, t), 1, 1);
                 }
             }
         }
@@ -528,7 +179,7 @@ fn exact_step(w: &mut Walk, r: &mut Rng) {
                     w.take_at(i);
                 }
                 let (c, s, t) = key(r);
-                w.arrive(Envelope::new(c, s, t), 2, 2);
+                w.arrive_held(Envelope::new(c, s, t), 2, 2);
             }
         }
     }
@@ -563,7 +214,7 @@ fn wild_step(w: &mut Walk, r: &mut Rng) {
         }
         7 => {
             let c = r.below(u64::from(COMMS)) as u32;
-            w.cancel_where_comm(c);
+            w.cancel_where(&format!("comm {c}"), |s| s.comm == c);
         }
         8 => {
             // Drain by exact receives in a random order: the lists are forgotten and
@@ -580,7 +231,7 @@ fn wild_step(w: &mut Walk, r: &mut Rng) {
 
 fn run(seed: u64, cfg: Config, odd_held: bool, steps: usize) {
     let mut r = rng(seed);
-    let mut w = Walk::new(cfg, odd_held);
+    let mut w = walk(cfg, odd_held);
     if seed % 2 == 1 {
         // A wide (comm) index (ANY_SOURCE+ANY_TAG receives on many communicators no
         // message is sent on): a build of the (comm) lists first builds the other two
@@ -643,23 +294,6 @@ fn configs() -> Vec<(&'static str, Config, bool)> {
     ]
 }
 
-fn each_seed(
-    name: &str,
-    seeds: core::ops::Range<u64>,
-    f: impl Fn(u64) + std::panic::RefUnwindSafe,
-) {
-    for seed in seeds {
-        if let Err(e) = std::panic::catch_unwind(|| f(seed)) {
-            let msg = e
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "panic".into());
-            panic!("{name}, seed {seed}: {msg}");
-        }
-    }
-}
-
 #[test]
 fn deep_queues_taken_anywhere_match_the_model_in_every_config() {
     for (name, cfg, odd_held) in configs() {
@@ -682,11 +316,11 @@ fn the_arrival_that_compacts_reuses_the_slot_of_the_first_entry() {
                 RecvSpec::new(0, None, Some(7)),
                 RecvSpec::masked(0, Source::Any, 7, 1),
             ] {
-                let mut w = Walk::new(Config::default(), false);
+                let mut w = walk(Config::default(), false);
                 // `cap` messages (positions and slots 0..cap): the log is full (its
                 // capacity doubles from 4).
                 for i in 0..cap {
-                    w.arrive(Envelope::new(0, 1, 7 + 100 * (i as u64)), 1, 1);
+                    w.arrive_held(Envelope::new(0, 1, 7 + 100 * (i as u64)), 1, 1);
                 }
                 // Keep the last `keep`, take the others from the end down to position
                 // 0, whose slot is then the first reused.
@@ -695,8 +329,8 @@ fn the_arrival_that_compacts_reuses_the_slot_of_the_first_entry() {
                 }
                 // The first arrival compacts the log and reuses slot 0.
                 for j in 0..3 {
-                    w.arrive(Envelope::new(0, 1, 7), 1, 1);
-                    w.arrive(Envelope::new(0, 2, 7 + j), 1, 1);
+                    w.arrive_held(Envelope::new(0, 1, 7), 1, 1);
+                    w.arrive_held(Envelope::new(0, 2, 7 + j), 1, 1);
                 }
                 while !w.m.unexp.is_empty() {
                     w.post(spec);
@@ -719,11 +353,11 @@ fn the_arrival_that_compacts_reuses_the_slot_of_the_first_entry() {
 #[test]
 fn claims_survive_builds_forgets_and_log_restarts() {
     for eager in [false, true] {
-        let mut w = Walk::new(Config::default().eager_wildcard_lists(eager), false);
+        let mut w = walk(Config::default().eager_wildcard_lists(eager), false);
         let mut r = rng(7 + u64::from(eager));
         for round in 0..200u64 {
             for i in 0..20 {
-                w.arrive(Envelope::new(0, (i % 3) as u32, i % 5), 1, 1);
+                w.arrive_held(Envelope::new(0, (i % 3) as u32, i % 5), 1, 1);
             }
             // Claim two, anywhere.
             for _ in 0..2 {
@@ -744,10 +378,10 @@ fn claims_survive_builds_forgets_and_log_restarts() {
                 0 => w.probe(RecvSpec::new(0, None, None)),
                 1 => w.probe(RecvSpec::new(0, Some(1), None)),
                 2 => w.probe(RecvSpec::new(0, None, Some(3))),
-                _ => {}
-            }
+                _ => None,
+            };
             for i in 0..5 {
-                w.arrive(Envelope::new(0, 1, 3 + i), 1, 1);
+                w.arrive_held(Envelope::new(0, 1, 3 + i), 1, 1);
             }
             w.witness(&mut r);
             // Drain (forget), sometimes.
@@ -899,10 +533,10 @@ fn steady_depth_with_wildcard_lists_kept_keeps_the_heap_bounded() {
 /// after it (walking a log full of dead entries) still sees the queue in order.
 #[test]
 fn after_a_burst_a_small_steady_queue_neither_grows_nor_loses_order() {
-    let mut w = Walk::new(Config::default(), false);
+    let mut w = walk(Config::default(), false);
     let mut r = rng(99);
     for i in 0..5000u64 {
-        w.arrive(Envelope::new(1, (i % 7) as u32, i), 1, 1);
+        w.arrive_held(Envelope::new(1, (i % 7) as u32, i), 1, 1);
     }
     // Down to 3 queued, taken anywhere.
     while w.m.unexp.len() > 3 {
@@ -911,7 +545,7 @@ fn after_a_burst_a_small_steady_queue_neither_grows_nor_loses_order() {
     }
     let warm = w.e.heap_bytes();
     for i in 0..20_000u64 {
-        w.arrive(Envelope::new(1, 2, 10_000 + i), 1, 1);
+        w.arrive_held(Envelope::new(1, 2, 10_000 + i), 1, 1);
         let n = w.m.unexp.len() as u64;
         w.take_at(r.below(n) as usize);
     }

@@ -11,6 +11,8 @@
 use std::collections::BTreeMap;
 use tagmatch_engine::{Envelope, Pressure, RecvSpec, RejectReason, Source};
 
+pub mod walk;
+
 /// xorshift64*: a fixed, dependency-free stream per state, so that the seeded random
 /// walks of the test files are reproducible.
 pub struct Rng(pub u64);
