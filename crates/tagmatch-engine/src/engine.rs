@@ -547,17 +547,6 @@ impl<R, M> Engine<R, M> {
         self.dense[dn(k)].covers(e.comm, x)
     }
 
-    /// [`Engine::dense_covers`], else the slot of an array grown to cover the key if the
-    /// growth rule allows it (see `dense`).
-    #[inline(always)]
-    fn dense_slot(&mut self, k: usize, e: &Envelope) -> Option<usize> {
-        let x = dense_key(k, e)?;
-        match self.dense[dn(k)].covers(e.comm, x) {
-            Some(pos) => Some(pos),
-            None => self.dense_grow(k, e.comm, x),
-        }
-    }
-
     /// Appends value `v` to the list of the key of `e` in list kind `k` if an array
     /// covers the key (grown if the growth rule allows it): the slot's value before
     /// (`EMPTY`: a new list, whose head is now `v`); `None` when the list is in the hash
@@ -1216,12 +1205,40 @@ impl<R, M> Engine<R, M> {
         }
     }
 
-    /// [`Engine::link_log_into`] for kind `K`.
+    /// [`Engine::link_log_into`] for kind `K`. Each live entry's node is reached once:
+    /// a key whose list head an array covers (see `dense`) is pushed there, a message
+    /// starting its list linked through the node already in hand; other keys go
+    /// through [`Engine::dense_push`] (growing an array) or the hash index. Out of line:
+    /// the loop keeps its values in registers.
+    #[inline(never)]
     fn link_log_into_k<const K: usize>(&mut self) {
         let log = core::mem::take(&mut self.arrivals);
         for (pos, &idx) in log.iter().enumerate() {
-            if !self.log_live(pos, idx) {
+            // As `log_live`, keeping the node.
+            let Some(n) = self.unexp.get_mut(idx) else {
                 continue;
+            };
+            if n.is_claimed() || n.links.stashed(K_COMM) as usize != pos {
+                continue;
+            }
+            // The fields the dense arrays need, read one by one (the node stays put).
+            let comm = n.env.comm;
+            let x = if K == K_SRC {
+                u64::from(n.env.src)
+            } else {
+                n.env.tag
+            };
+            if K != K_COMM && x < DENSE_KEYS {
+                if let Some(mut slot) = self.dense[dn(K)].slot_mut(comm, x) {
+                    match slot.get() {
+                        EMPTY => {
+                            slot.set(idx);
+                            list::start(n, K, idx);
+                        }
+                        h => list::push_back(&mut self.unexp, K, Some(h), idx),
+                    }
+                    continue;
+                }
             }
             let env = self.unexp.at(idx).env;
             match self.dense_push(K, &env, idx) {
@@ -1378,9 +1395,11 @@ impl<R, M> Engine<R, M> {
     }
 
     /// [`Engine::post`] of an ANY_TAG (`K` = `K_SRC`) or ANY_SOURCE (`K` = `K_TAG`)
-    /// receive with projected key (`comm`, `src`, `tag`): when its source rank or tag is small, its list's
-    /// head is one slot of a dense array (see `dense`), read, emptied or set in place;
-    /// otherwise as [`Engine::post_keyed`].
+    /// receive with projected key (`comm`, `src`, `tag`): when its source rank or tag is
+    /// small and an array covers it, its list's head is one slot of a dense array (see
+    /// `dense`), read, emptied or set in place, found once (no slot position is encoded
+    /// and decoded on the taking path); a key past its array's end goes through
+    /// [`Engine::post_wild_uncovered`]; otherwise as [`Engine::post_keyed`].
     fn post_wild<const K: usize>(
         &mut self,
         comm: u32,
@@ -1389,28 +1408,29 @@ impl<R, M> Engine<R, M> {
         recv: R,
     ) -> Result<Posted<R, M>, PostRejected<R>> {
         self.build_unexp(K);
-        let key = Envelope::new(comm, src, tag);
-        let Some(pos) = self.dense_slot(K, &key) else {
+        let x = if K == K_SRC { u64::from(src) } else { tag };
+        if x >= DENSE_KEYS {
             return self.post_keyed::<K>(comm, src, tag, recv);
+        }
+        let Some(mut slot) = self.dense[dn(K)].slot_mut(comm, x) else {
+            return self.post_wild_uncovered::<K>(comm, src, tag, recv);
         };
         self.c.match_attempts += 1;
-        let mut slot = self.dense[dn(K)].at_mut(pos);
-        let (found, n) = match slot.get() {
-            idx if idx & POSTED == 0 => {
-                // Out of the slab first: its links are then read once, by value.
-                let n = match self.unexp.remove(idx) {
-                    Some(n) => n,
-                    None => unreachable!("engine invariant: message slot {idx} is occupied"),
-                };
-                match list::unlink_detached(&mut self.unexp, K, idx, n.links.get(K)) {
-                    Unlinked::Empty => slot.clear(),
-                    Unlinked::NewHead(h) => slot.set(h),
-                    Unlinked::Inner => {}
-                }
-                (idx, n)
-            }
-            head => return self.post_wild_pending::<K>(key, pos, head, recv),
+        let found = slot.get();
+        // `EMPTY` has the `POSTED` bit set: no list, or a list of posted receives.
+        if found & POSTED != 0 {
+            return self.post_wild_pending::<K>(Envelope::new(comm, src, tag), x, found, recv);
+        }
+        // Out of the slab first: its links are then read once, by value.
+        let n = match self.unexp.remove(found) {
+            Some(n) => n,
+            None => crate::slab::vacant(found),
         };
+        match list::unlink_detached(&mut self.unexp, K, found, n.links.get(K)) {
+            Unlinked::Empty => slot.clear(),
+            Unlinked::NewHead(h) => slot.set(h),
+            Unlinked::Inner => {}
+        }
         self.c.hits += 1;
         let env = n.env;
         self.unlink_detached_from::<K_EXACT>(found, &env, n.links.get(K_EXACT));
@@ -1424,13 +1444,35 @@ impl<R, M> Engine<R, M> {
         }))
     }
 
+    /// [`Engine::post_wild`] of a small key past the end of its communicator's array
+    /// (or of a communicator without one): the array grows to cover it if the growth
+    /// rule allows it (taking over the lists of the newly covered keys from the hash
+    /// index) and the post is done again, now covered; else the list is in the hash
+    /// index ([`Engine::post_keyed`]).
+    #[cold]
+    #[inline(never)]
+    fn post_wild_uncovered<const K: usize>(
+        &mut self,
+        comm: u32,
+        src: u32,
+        tag: u64,
+        recv: R,
+    ) -> Result<Posted<R, M>, PostRejected<R>> {
+        let x = if K == K_SRC { u64::from(src) } else { tag };
+        match self.dense_grow(K, comm, x) {
+            Some(_) => self.post_wild::<K>(comm, src, tag, recv),
+            None => self.post_keyed::<K>(comm, src, tag, recv),
+        }
+    }
+
     /// The rest of [`Engine::post_wild`] when no message matched: queues the receive
-    /// behind the posted list whose head (`head`, or `EMPTY`) is at dense slot `pos`.
+    /// behind the posted list whose head (`head`, or `EMPTY`) is at the dense slot of key
+    /// `x` (covered).
     #[inline(never)]
     fn post_wild_pending<const K: usize>(
         &mut self,
         key: Envelope,
-        pos: usize,
+        x: u64,
         head: u32,
         recv: R,
     ) -> Result<Posted<R, M>, PostRejected<R>> {
@@ -1444,7 +1486,10 @@ impl<R, M> Engine<R, M> {
             .posted
             .insert(|g| PNode::new(seq, K, K == K_TAG, key, g, recv));
         if head == EMPTY {
-            self.dense[dn(K)].at_mut(pos).set(idx | POSTED);
+            match self.dense[dn(K)].slot_mut(key.comm, x) {
+                Some(mut slot) => slot.set(idx | POSTED),
+                None => unreachable!("engine invariant: the array covers {x}"),
+            }
             list::push_back(&mut self.posted, K, None, idx);
         } else {
             list::push_back(&mut self.posted, K, Some(head & !POSTED), idx);
