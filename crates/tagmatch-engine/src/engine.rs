@@ -408,6 +408,10 @@ pub struct Engine<R, M> {
     /// Whether `held` has entries (read on the exact paths instead of `held` itself,
     /// which is in another cache line).
     held_any: bool,
+    /// The wildcard kinds (bits as `built`) a receive, probe or purge has needed since
+    /// the queue was last empty: the kinds of `built` that stay kept when the queue
+    /// empties (see [`Engine::link_unexp_rest`]).
+    wild_used: u8,
     /// While the (comm) lists are not kept: the arrival log, the slab indices of the
     /// queued messages in arrival order (from which the wildcard lists are built), with
     /// entries of messages since taken left in place. A queued message keeps its
@@ -466,6 +470,7 @@ impl<R, M> Engine<R, M> {
             masks: FastMap::default(),
             held: FastMap::default(),
             held_any: false,
+            wild_used: 0,
             n_kind: [0; 5],
             built: if cfg.eager_wildcard_lists {
                 ALL_WILD
@@ -680,6 +685,28 @@ impl<R, M> Engine<R, M> {
                 list::push_back(&mut self.unexp, k, None, idx);
             }
         }
+    }
+
+    /// Appends queued message `idx` of communicator `comm` to its list of kind `K`
+    /// (`K_SRC` or `K_TAG`, whose key is `x`) if an array covers the key: `false` (and
+    /// nothing done) when not, for [`Engine::index_push_unexp`] to do it. Inlined with
+    /// the kind a constant: an array slot and the node, no kind dispatch.
+    #[inline(always)]
+    fn dense_push_unexp<const K: usize>(&mut self, idx: u32, comm: u32, x: u64) -> bool {
+        if x >= DENSE_KEYS {
+            return false;
+        }
+        let Some(mut slot) = self.dense[dn(K)].slot_mut(comm, x) else {
+            return false;
+        };
+        match slot.get() {
+            EMPTY => {
+                slot.set(idx);
+                list::start(self.unexp.at_mut(idx), K, idx);
+            }
+            h => list::push_back(&mut self.unexp, K, Some(h), idx),
+        }
+        true
     }
 
     /// Appends posted receive `idx` (already in the slab) to its list of kind `k`.
@@ -1094,24 +1121,34 @@ impl<R, M> Engine<R, M> {
 
     /// Links a stored message (already on its (comm, src, tag) list) into the wildcard
     /// lists that are kept, and the arrival log while the (comm) lists are not.
+    ///
+    /// When the message is the only one queued (the queue was empty: every list is
+    /// empty), the kept kinds that no receive, probe or purge needed since the queue
+    /// was last empty are forgotten (built again, from the arrival order, when next
+    /// needed); the kinds that were needed stay kept, so the arrivals of a program that
+    /// keeps posting wildcard receives are linked as they come, not by a build walking
+    /// the queue at each of its wildcard receives after an empty queue (see
+    /// [`Engine::build_unexp`]).
     #[inline]
     fn link_unexp_rest(&mut self, idx: u32, env: &Envelope) {
         if self.built != 0 {
             if self.unexp.len() - self.c.claimed_depth == 1 && !self.cfg.eager_wildcard_lists {
-                // The only queued message: every list is empty, the built ones can be
-                // forgotten (built again, from the arrival order, when next needed).
-                self.built = 0;
-            } else {
-                if self.built & (1 << K_SRC) != 0 {
-                    self.index_push_unexp(K_SRC, env, idx);
-                }
-                if self.built & (1 << K_TAG) != 0 {
-                    self.index_push_unexp(K_TAG, env, idx);
-                }
-                if self.built & (1 << K_COMM) != 0 {
-                    self.index_push_unexp(K_COMM, env, idx);
-                    return;
-                }
+                self.built &= self.wild_used;
+                self.wild_used = 0;
+            }
+            if self.built & (1 << K_SRC) != 0
+                && !self.dense_push_unexp::<K_SRC>(idx, env.comm, u64::from(env.src))
+            {
+                self.index_push_unexp(K_SRC, env, idx);
+            }
+            if self.built & (1 << K_TAG) != 0
+                && !self.dense_push_unexp::<K_TAG>(idx, env.comm, env.tag)
+            {
+                self.index_push_unexp(K_TAG, env, idx);
+            }
+            if self.built & (1 << K_COMM) != 0 {
+                self.index_push_unexp(K_COMM, env, idx);
+                return;
             }
         }
         if self.unexp.len() - self.c.claimed_depth == 1 {
@@ -1130,14 +1167,28 @@ impl<R, M> Engine<R, M> {
     /// that takes the message leaves its entry dead in place, so an exact receive
     /// unlinks it from one list only). The first receive, probe or purge that needs a
     /// wildcard list kind builds that kind from the queued messages in arrival order
-    /// (the log's live entries); from then on arrivals are linked into it too, until no
-    /// message is queued. Each message is linked into each kind at most once and the
-    /// log's dead entries are dropped once per as many appends, so the build is
-    /// amortised O(1) per message.
+    /// (the log's live entries); from then on arrivals are linked into it too. Each
+    /// message is linked into each kind at most once and the log's dead entries are
+    /// dropped once per as many appends, so the build is amortised O(1) per message.
+    ///
+    /// When the queue empties, a kept kind stays kept if it was needed since the queue
+    /// was last empty (`wild_used`), else it is forgotten when the next message arrives
+    /// (see [`Engine::link_unexp_rest`]). The policy follows what MPI programs do: a
+    /// program that posts ANY_SOURCE (or ANY_TAG) receives does so in every phase
+    /// (manager/worker loops, reductions written with ANY_SOURCE, halo exchanges with
+    /// ANY_TAG), and its arrivals are then linked into that kind as they come, their
+    /// node still in cache; a program that used a wildcard once (a start-up handshake)
+    /// goes back to the exact-only cost after one period of the queue in which no
+    /// receive needed the kind (its exact receives meanwhile unlink messages from the
+    /// kept lists too). Only the kinds used are kept, not all three as
+    /// [`Config::eager_wildcard_lists`] does.
     #[inline(always)]
     fn build_unexp(&mut self, k: usize) {
-        if k != K_EXACT && self.built & (1 << k) == 0 {
-            self.build_unexp_slow(k);
+        if k != K_EXACT {
+            self.wild_used |= 1 << k;
+            if self.built & (1 << k) == 0 {
+                self.build_unexp_slow(k);
+            }
         }
     }
 
