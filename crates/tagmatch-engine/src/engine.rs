@@ -256,7 +256,8 @@ impl<R> Linked for PNode<R> {
 /// are refused as unexpected (see [`Engine::arrive`]). A claimed message is on no list;
 /// its (comm, src, tag) `next` is [`CLAIMED`] and the `prev` word of its (comm, src) pair
 /// keeps its claim id, the generation its [`MsgHandle`] is checked against (only claimed
-/// messages have handles, so queued ones need no generation word).
+/// messages have handles, so queued ones need no generation word); the `prev` word of
+/// its (comm) pair is [`NO_LOG_POS`], so that its arrival log entry is dead.
 #[derive(Debug)]
 struct UNode<M> {
     env: Envelope,
@@ -268,6 +269,10 @@ struct UNode<M> {
 /// The (comm, src, tag) `next` of a claimed message (never a slab index: those are at
 /// most `MAX_ENTRIES - 1` = `list::MAX_REF` = 2^23 − 2).
 const CLAIMED: u32 = list::MAX_REF + 1;
+
+/// The (comm) pair's `prev` word of a claimed message: never an arrival log position
+/// (the log holds fewer than 4 × `MAX_ENTRIES` < 2^32 − 1 entries).
+const NO_LOG_POS: u32 = u32::MAX;
 
 impl<M> UNode<M> {
     #[inline]
@@ -926,14 +931,14 @@ impl<R, M> Engine<R, M> {
     }
 
     /// Whether entry `pos` of the arrival log, slab index `idx`, is live: the slot holds
-    /// a queued (not claimed) message whose position stashed at its arrival is `pos`
-    /// (an entry of a message since taken is dead, whether its slot is vacant or holds a
-    /// later message, which has a later position).
+    /// a message whose position stashed at its arrival is `pos` (an entry of a message
+    /// since taken is dead, whether its slot is vacant or holds a later message, which
+    /// has a later position; a claimed message stashes [`NO_LOG_POS`] instead).
     #[inline]
     fn log_live(&self, pos: usize, idx: u32) -> bool {
         self.unexp
             .get(idx)
-            .is_some_and(|n| !n.is_claimed() && n.links.stashed(K_COMM) as usize == pos)
+            .is_some_and(|n| n.links.stashed(K_COMM) as usize == pos)
     }
 
     /// Appends queued message `idx` to the arrival log. When the log is full and at
@@ -1264,12 +1269,15 @@ impl<R, M> Engine<R, M> {
     #[inline(never)]
     fn link_log_into_k<const K: usize>(&mut self) {
         let log = core::mem::take(&mut self.arrivals);
+        // The array of the communicator of the previous message (most queues are of
+        // one or a few communicators): its slots and count, kept across messages.
+        let mut arr: Option<(u32, &mut [u32], &mut usize)> = None;
         for (pos, &idx) in log.iter().enumerate() {
             // As `log_live`, keeping the node.
             let Some(n) = self.unexp.get_mut(idx) else {
                 continue;
             };
-            if n.is_claimed() || n.links.stashed(K_COMM) as usize != pos {
+            if n.links.stashed(K_COMM) as usize != pos {
                 continue;
             }
             // The fields the dense arrays need, read one by one (the node stays put).
@@ -1280,17 +1288,28 @@ impl<R, M> Engine<R, M> {
                 n.env.tag
             };
             if K != K_COMM && x < DENSE_KEYS {
-                if let Some(mut slot) = self.dense[dn(K)].slot_mut(comm, x) {
-                    match slot.get() {
-                        EMPTY => {
-                            slot.set(idx);
-                            list::start(n, K, idx);
+                if arr.as_ref().is_none_or(|a| a.0 != comm) {
+                    arr = self.dense[dn(K)]
+                        .heads_mut(comm)
+                        .map(|(heads, live)| (comm, heads, live));
+                }
+                if let Some((_, heads, live)) = arr.as_mut() {
+                    if let Some(v) = heads.get_mut(x as usize) {
+                        match *v {
+                            EMPTY => {
+                                // A new list: the array holds one more.
+                                **live += 1;
+                                *v = idx;
+                                list::start(n, K, idx);
+                            }
+                            h => list::push_back(&mut self.unexp, K, Some(h), idx),
                         }
-                        h => list::push_back(&mut self.unexp, K, Some(h), idx),
+                        continue;
                     }
-                    continue;
                 }
             }
+            // Not covered: the push below may grow or add an array.
+            arr = None;
             let env = self.unexp.at(idx).env;
             match self.dense_push(K, &env, idx) {
                 Some(h) => list::push_back(&mut self.unexp, K, (h != EMPTY).then_some(h), idx),
@@ -2206,6 +2225,8 @@ impl<R, M> Engine<R, M> {
         let n = self.unexp.at_mut(idx);
         n.links.set_next(K_EXACT, CLAIMED);
         n.links.stash(K_SRC, gen);
+        // Its arrival log entry, if any, is dead (see `log_live`).
+        n.links.stash(K_COMM, NO_LOG_POS);
         let (env, len) = (n.env, n.len);
         self.c.claimed_depth += 1;
         if !self.cfg.claims_count {
@@ -2641,6 +2662,14 @@ mod tests {
             }
             assert!(e.ix[K_COMM].buckets() >= 2048);
             for round in 0..3u64 {
+                // A period of the queue in which no receive needs a wildcard kind: its
+                // first arrival keeps the kinds the last period used (the ANY/ANY
+                // receives' (comm) before round 0, all three after), the next period's
+                // first arrival forgets them.
+                e.arrive(Envelope::new(0, 1, 100 + round), 0, 0).unwrap();
+                assert_eq!(e.built, if round == 0 { 1 << K_COMM } else { all });
+                let r = e.post(RecvSpec::exact(0, 1, 100 + round), 0);
+                assert!(matches!(r, Ok(Posted::Matched(_))));
                 // One message: the store resets the kinds, the ANY/ANY probe builds.
                 e.arrive(Envelope::new(0, 1, round), 0, 0).unwrap();
                 assert_eq!(e.built, 0);
