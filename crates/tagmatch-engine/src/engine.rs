@@ -1136,31 +1136,41 @@ impl<R, M> Engine<R, M> {
     /// [`Engine::build_unexp`]).
     #[inline]
     fn link_unexp_rest(&mut self, idx: u32, env: &Envelope) {
-        if self.built != 0 {
-            if self.unexp.len() - self.c.claimed_depth == 1 && !self.cfg.eager_wildcard_lists {
-                self.built &= self.wild_used;
-                self.wild_used = 0;
-            }
-            if self.built & (1 << K_SRC) != 0
-                && !self.dense_push_unexp::<K_SRC>(idx, env.comm, u64::from(env.src))
-            {
-                self.index_push_unexp(K_SRC, env, idx);
-            }
-            if self.built & (1 << K_TAG) != 0
-                && !self.dense_push_unexp::<K_TAG>(idx, env.comm, env.tag)
-            {
-                self.index_push_unexp(K_TAG, env, idx);
-            }
-            if self.built & (1 << K_COMM) != 0 {
-                self.index_push_unexp(K_COMM, env, idx);
-                return;
-            }
+        if self.built != 0 && self.link_unexp_kept(idx, env) {
+            return;
         }
         if self.unexp.len() - self.c.claimed_depth == 1 {
             // The only queued message: every entry of the log is dead.
             self.arrivals.clear();
         }
         self.log_push(idx);
+    }
+
+    /// The part of [`Engine::link_unexp_rest`] while wildcard kinds are kept (out of
+    /// line: the arrivals of a program that uses no wildcard do not carry it): at the
+    /// first message after an empty queue, the kinds not needed since are forgotten;
+    /// then the message is linked into the kinds still kept. Returns whether the
+    /// (comm) lists are kept (the arrival log is then not used).
+    #[inline(never)]
+    fn link_unexp_kept(&mut self, idx: u32, env: &Envelope) -> bool {
+        if self.unexp.len() - self.c.claimed_depth == 1 && !self.cfg.eager_wildcard_lists {
+            self.built &= self.wild_used;
+            self.wild_used = 0;
+        }
+        if self.built & (1 << K_SRC) != 0
+            && !self.dense_push_unexp::<K_SRC>(idx, env.comm, u64::from(env.src))
+        {
+            self.index_push_unexp(K_SRC, env, idx);
+        }
+        if self.built & (1 << K_TAG) != 0 && !self.dense_push_unexp::<K_TAG>(idx, env.comm, env.tag)
+        {
+            self.index_push_unexp(K_TAG, env, idx);
+        }
+        if self.built & (1 << K_COMM) != 0 {
+            self.index_push_unexp(K_COMM, env, idx);
+            return true;
+        }
+        false
     }
 
     /// Makes sure the unexpected messages' lists of kind `k` are kept (the (comm, src,
