@@ -227,6 +227,15 @@ impl Dense {
         })
     }
 
+    /// The array of `comm` (its slots and its count of non-empty slots), if it has one:
+    /// for a caller that visits many keys of one communicator (see [`Slot`] for the
+    /// count's rule: a slot set from `EMPTY` counts one more).
+    #[inline(always)]
+    pub(crate) fn heads_mut(&mut self, comm: u32) -> Option<(&mut [u32], &mut usize)> {
+        let a = self.array_mut(comm)?;
+        Some((&mut a.heads, &mut a.live))
+    }
+
     /// Appends to the list of `(comm, x)` if an array covers it: the slot's value before
     /// (`EMPTY` when there was no list: the slot is then set to `v`, the new list's
     /// head); `None` when the key is not covered.

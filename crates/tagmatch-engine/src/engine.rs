@@ -256,7 +256,8 @@ impl<R> Linked for PNode<R> {
 /// are refused as unexpected (see [`Engine::arrive`]). A claimed message is on no list;
 /// its (comm, src, tag) `next` is [`CLAIMED`] and the `prev` word of its (comm, src) pair
 /// keeps its claim id, the generation its [`MsgHandle`] is checked against (only claimed
-/// messages have handles, so queued ones need no generation word).
+/// messages have handles, so queued ones need no generation word); the `prev` word of
+/// its (comm) pair is [`NO_LOG_POS`], so that its arrival log entry is dead.
 #[derive(Debug)]
 struct UNode<M> {
     env: Envelope,
@@ -268,6 +269,10 @@ struct UNode<M> {
 /// The (comm, src, tag) `next` of a claimed message (never a slab index: those are at
 /// most `MAX_ENTRIES - 1` = `list::MAX_REF` = 2^23 − 2).
 const CLAIMED: u32 = list::MAX_REF + 1;
+
+/// The (comm) pair's `prev` word of a claimed message: never an arrival log position
+/// (the log holds fewer than 4 × `MAX_ENTRIES` < 2^32 − 1 entries).
+const NO_LOG_POS: u32 = u32::MAX;
 
 impl<M> UNode<M> {
     #[inline]
@@ -408,6 +413,10 @@ pub struct Engine<R, M> {
     /// Whether `held` has entries (read on the exact paths instead of `held` itself,
     /// which is in another cache line).
     held_any: bool,
+    /// The wildcard kinds (bits as `built`) a receive, probe or purge has needed since
+    /// the queue was last empty: the kinds of `built` that stay kept when the queue
+    /// empties (see [`Engine::link_unexp_rest`]).
+    wild_used: u8,
     /// While the (comm) lists are not kept: the arrival log, the slab indices of the
     /// queued messages in arrival order (from which the wildcard lists are built), with
     /// entries of messages since taken left in place. A queued message keeps its
@@ -466,6 +475,7 @@ impl<R, M> Engine<R, M> {
             masks: FastMap::default(),
             held: FastMap::default(),
             held_any: false,
+            wild_used: 0,
             n_kind: [0; 5],
             built: if cfg.eager_wildcard_lists {
                 ALL_WILD
@@ -545,17 +555,6 @@ impl<R, M> Engine<R, M> {
     fn dense_covers(&self, k: usize, e: &Envelope) -> Option<usize> {
         let x = dense_key(k, e)?;
         self.dense[dn(k)].covers(e.comm, x)
-    }
-
-    /// [`Engine::dense_covers`], else the slot of an array grown to cover the key if the
-    /// growth rule allows it (see `dense`).
-    #[inline(always)]
-    fn dense_slot(&mut self, k: usize, e: &Envelope) -> Option<usize> {
-        let x = dense_key(k, e)?;
-        match self.dense[dn(k)].covers(e.comm, x) {
-            Some(pos) => Some(pos),
-            None => self.dense_grow(k, e.comm, x),
-        }
     }
 
     /// Appends value `v` to the list of the key of `e` in list kind `k` if an array
@@ -693,6 +692,28 @@ impl<R, M> Engine<R, M> {
                 list::push_back(&mut self.unexp, k, None, idx);
             }
         }
+    }
+
+    /// Appends queued message `idx` of communicator `comm` to its list of kind `K`
+    /// (`K_SRC` or `K_TAG`, whose key is `x`) if an array covers the key: `false` (and
+    /// nothing done) when not, for [`Engine::index_push_unexp`] to do it. Inlined with
+    /// the kind a constant: an array slot and the node, no kind dispatch.
+    #[inline(always)]
+    fn dense_push_unexp<const K: usize>(&mut self, idx: u32, comm: u32, x: u64) -> bool {
+        if x >= DENSE_KEYS {
+            return false;
+        }
+        let Some(mut slot) = self.dense[dn(K)].slot_mut(comm, x) else {
+            return false;
+        };
+        match slot.get() {
+            EMPTY => {
+                slot.set(idx);
+                list::start(self.unexp.at_mut(idx), K, idx);
+            }
+            h => list::push_back(&mut self.unexp, K, Some(h), idx),
+        }
+        true
     }
 
     /// Appends posted receive `idx` (already in the slab) to its list of kind `k`.
@@ -912,14 +933,14 @@ impl<R, M> Engine<R, M> {
     }
 
     /// Whether entry `pos` of the arrival log, slab index `idx`, is live: the slot holds
-    /// a queued (not claimed) message whose position stashed at its arrival is `pos`
-    /// (an entry of a message since taken is dead, whether its slot is vacant or holds a
-    /// later message, which has a later position).
+    /// a message whose position stashed at its arrival is `pos` (an entry of a message
+    /// since taken is dead, whether its slot is vacant or holds a later message, which
+    /// has a later position; a claimed message stashes [`NO_LOG_POS`] instead).
     #[inline]
     fn log_live(&self, pos: usize, idx: u32) -> bool {
         self.unexp
             .get(idx)
-            .is_some_and(|n| !n.is_claimed() && n.links.stashed(K_COMM) as usize == pos)
+            .is_some_and(|n| n.links.stashed(K_COMM) as usize == pos)
     }
 
     /// Appends queued message `idx` to the arrival log. When the log is full and at
@@ -1107,31 +1128,51 @@ impl<R, M> Engine<R, M> {
 
     /// Links a stored message (already on its (comm, src, tag) list) into the wildcard
     /// lists that are kept, and the arrival log while the (comm) lists are not.
+    ///
+    /// When the message is the only one queued (the queue was empty: every list is
+    /// empty), the kept kinds that no receive, probe or purge needed since the queue
+    /// was last empty are forgotten (built again, from the arrival order, when next
+    /// needed); the kinds that were needed stay kept, so the arrivals of a program that
+    /// keeps posting wildcard receives are linked as they come, not by a build walking
+    /// the queue at each of its wildcard receives after an empty queue (see
+    /// [`Engine::build_unexp`]).
     #[inline]
     fn link_unexp_rest(&mut self, idx: u32, env: &Envelope) {
-        if self.built != 0 {
-            if self.unexp.len() - self.c.claimed_depth == 1 && !self.cfg.eager_wildcard_lists {
-                // The only queued message: every list is empty, the built ones can be
-                // forgotten (built again, from the arrival order, when next needed).
-                self.built = 0;
-            } else {
-                if self.built & (1 << K_SRC) != 0 {
-                    self.index_push_unexp(K_SRC, env, idx);
-                }
-                if self.built & (1 << K_TAG) != 0 {
-                    self.index_push_unexp(K_TAG, env, idx);
-                }
-                if self.built & (1 << K_COMM) != 0 {
-                    self.index_push_unexp(K_COMM, env, idx);
-                    return;
-                }
-            }
+        if self.built != 0 && self.link_unexp_kept(idx, env) {
+            return;
         }
         if self.unexp.len() - self.c.claimed_depth == 1 {
             // The only queued message: every entry of the log is dead.
             self.arrivals.clear();
         }
         self.log_push(idx);
+    }
+
+    /// The part of [`Engine::link_unexp_rest`] while wildcard kinds are kept (out of
+    /// line: the arrivals of a program that uses no wildcard do not carry it): at the
+    /// first message after an empty queue, the kinds not needed since are forgotten;
+    /// then the message is linked into the kinds still kept. Returns whether the
+    /// (comm) lists are kept (the arrival log is then not used).
+    #[inline(never)]
+    fn link_unexp_kept(&mut self, idx: u32, env: &Envelope) -> bool {
+        if self.unexp.len() - self.c.claimed_depth == 1 && !self.cfg.eager_wildcard_lists {
+            self.built &= self.wild_used;
+            self.wild_used = 0;
+        }
+        if self.built & (1 << K_SRC) != 0
+            && !self.dense_push_unexp::<K_SRC>(idx, env.comm, u64::from(env.src))
+        {
+            self.index_push_unexp(K_SRC, env, idx);
+        }
+        if self.built & (1 << K_TAG) != 0 && !self.dense_push_unexp::<K_TAG>(idx, env.comm, env.tag)
+        {
+            self.index_push_unexp(K_TAG, env, idx);
+        }
+        if self.built & (1 << K_COMM) != 0 {
+            self.index_push_unexp(K_COMM, env, idx);
+            return true;
+        }
+        false
     }
 
     /// Makes sure the unexpected messages' lists of kind `k` are kept (the (comm, src,
@@ -1143,14 +1184,28 @@ impl<R, M> Engine<R, M> {
     /// that takes the message leaves its entry dead in place, so an exact receive
     /// unlinks it from one list only). The first receive, probe or purge that needs a
     /// wildcard list kind builds that kind from the queued messages in arrival order
-    /// (the log's live entries); from then on arrivals are linked into it too, until no
-    /// message is queued. Each message is linked into each kind at most once and the
-    /// log's dead entries are dropped once per as many appends, so the build is
-    /// amortised O(1) per message.
+    /// (the log's live entries); from then on arrivals are linked into it too. Each
+    /// message is linked into each kind at most once and the log's dead entries are
+    /// dropped once per as many appends, so the build is amortised O(1) per message.
+    ///
+    /// When the queue empties, a kept kind stays kept if it was needed since the queue
+    /// was last empty (`wild_used`), else it is forgotten when the next message arrives
+    /// (see [`Engine::link_unexp_rest`]). The policy follows what MPI programs do: a
+    /// program that posts ANY_SOURCE (or ANY_TAG) receives does so in every phase
+    /// (manager/worker loops, reductions written with ANY_SOURCE, halo exchanges with
+    /// ANY_TAG), and its arrivals are then linked into that kind as they come, their
+    /// node still in cache; a program that used a wildcard once (a start-up handshake)
+    /// goes back to the exact-only cost after one period of the queue in which no
+    /// receive needed the kind (its exact receives meanwhile unlink messages from the
+    /// kept lists too). Only the kinds used are kept, not all three as
+    /// [`Config::eager_wildcard_lists`] does.
     #[inline(always)]
     fn build_unexp(&mut self, k: usize) {
-        if k != K_EXACT && self.built & (1 << k) == 0 {
-            self.build_unexp_slow(k);
+        if k != K_EXACT {
+            self.wild_used |= 1 << k;
+            if self.built & (1 << k) == 0 {
+                self.build_unexp_slow(k);
+            }
         }
     }
 
@@ -1218,13 +1273,55 @@ impl<R, M> Engine<R, M> {
         }
     }
 
-    /// [`Engine::link_log_into`] for kind `K`.
+    /// [`Engine::link_log_into`] for kind `K`. Each live entry's node is reached once:
+    /// a key whose list head an array covers (see `dense`) is pushed there, a message
+    /// starting its list linked through the node already in hand; other keys go
+    /// through [`Engine::dense_push`] (growing an array) or the hash index. Out of line:
+    /// the loop keeps its values in registers.
+    #[inline(never)]
     fn link_log_into_k<const K: usize>(&mut self) {
         let log = core::mem::take(&mut self.arrivals);
+        // The array of the communicator of the previous message (most queues are of
+        // one or a few communicators): its slots and count, kept across messages.
+        let mut arr: Option<(u32, &mut [u32], &mut usize)> = None;
         for (pos, &idx) in log.iter().enumerate() {
-            if !self.log_live(pos, idx) {
+            // As `log_live`, keeping the node.
+            let Some(n) = self.unexp.get_mut(idx) else {
+                continue;
+            };
+            if n.links.stashed(K_COMM) as usize != pos {
                 continue;
             }
+            // The fields the dense arrays need, read one by one (the node stays put).
+            let comm = n.env.comm;
+            let x = if K == K_SRC {
+                u64::from(n.env.src)
+            } else {
+                n.env.tag
+            };
+            if K != K_COMM && x < DENSE_KEYS {
+                if arr.as_ref().is_none_or(|a| a.0 != comm) {
+                    arr = self.dense[dn(K)]
+                        .heads_mut(comm)
+                        .map(|(heads, live)| (comm, heads, live));
+                }
+                if let Some((_, heads, live)) = arr.as_mut() {
+                    if let Some(v) = heads.get_mut(x as usize) {
+                        match *v {
+                            EMPTY => {
+                                // A new list: the array holds one more.
+                                **live += 1;
+                                *v = idx;
+                                list::start(n, K, idx);
+                            }
+                            h => list::push_back(&mut self.unexp, K, Some(h), idx),
+                        }
+                        continue;
+                    }
+                }
+            }
+            // Not covered: the push below may grow or add an array.
+            arr = None;
             let env = self.unexp.at(idx).env;
             match self.dense_push(K, &env, idx) {
                 Some(h) => list::push_back(&mut self.unexp, K, (h != EMPTY).then_some(h), idx),
@@ -1380,9 +1477,11 @@ impl<R, M> Engine<R, M> {
     }
 
     /// [`Engine::post`] of an ANY_TAG (`K` = `K_SRC`) or ANY_SOURCE (`K` = `K_TAG`)
-    /// receive with projected key (`comm`, `src`, `tag`): when its source rank or tag is small, its list's
-    /// head is one slot of a dense array (see `dense`), read, emptied or set in place;
-    /// otherwise as [`Engine::post_keyed`].
+    /// receive with projected key (`comm`, `src`, `tag`): when its source rank or tag is
+    /// small and an array covers it, its list's head is one slot of a dense array (see
+    /// `dense`), read, emptied or set in place, found once (no slot position is encoded
+    /// and decoded on the taking path); a key past its array's end goes through
+    /// [`Engine::post_wild_uncovered`]; otherwise as [`Engine::post_keyed`].
     fn post_wild<const K: usize>(
         &mut self,
         comm: u32,
@@ -1391,28 +1490,29 @@ impl<R, M> Engine<R, M> {
         recv: R,
     ) -> Result<Posted<R, M>, PostRejected<R>> {
         self.build_unexp(K);
-        let key = Envelope::new(comm, src, tag);
-        let Some(pos) = self.dense_slot(K, &key) else {
+        let x = if K == K_SRC { u64::from(src) } else { tag };
+        if x >= DENSE_KEYS {
             return self.post_keyed::<K>(comm, src, tag, recv);
+        }
+        let Some(mut slot) = self.dense[dn(K)].slot_mut(comm, x) else {
+            return self.post_wild_uncovered::<K>(comm, src, tag, recv);
         };
         self.c.match_attempts += 1;
-        let mut slot = self.dense[dn(K)].at_mut(pos);
-        let (found, n) = match slot.get() {
-            idx if idx & POSTED == 0 => {
-                // Out of the slab first: its links are then read once, by value.
-                let n = match self.unexp.remove(idx) {
-                    Some(n) => n,
-                    None => unreachable!("engine invariant: message slot {idx} is occupied"),
-                };
-                match list::unlink_detached(&mut self.unexp, K, idx, n.links.get(K)) {
-                    Unlinked::Empty => slot.clear(),
-                    Unlinked::NewHead(h) => slot.set(h),
-                    Unlinked::Inner => {}
-                }
-                (idx, n)
-            }
-            head => return self.post_wild_pending::<K>(key, pos, head, recv),
+        let found = slot.get();
+        // `EMPTY` has the `POSTED` bit set: no list, or a list of posted receives.
+        if found & POSTED != 0 {
+            return self.post_wild_pending::<K>(Envelope::new(comm, src, tag), x, found, recv);
+        }
+        // Out of the slab first: its links are then read once, by value.
+        let n = match self.unexp.remove(found) {
+            Some(n) => n,
+            None => crate::slab::vacant(found),
         };
+        match list::unlink_detached(&mut self.unexp, K, found, n.links.get(K)) {
+            Unlinked::Empty => slot.clear(),
+            Unlinked::NewHead(h) => slot.set(h),
+            Unlinked::Inner => {}
+        }
         self.c.hits += 1;
         let env = n.env;
         self.unlink_detached_from::<K_EXACT>(found, &env, n.links.get(K_EXACT));
@@ -1426,13 +1526,35 @@ impl<R, M> Engine<R, M> {
         }))
     }
 
+    /// [`Engine::post_wild`] of a small key past the end of its communicator's array
+    /// (or of a communicator without one): the array grows to cover it if the growth
+    /// rule allows it (taking over the lists of the newly covered keys from the hash
+    /// index) and the post is done again, now covered; else the list is in the hash
+    /// index ([`Engine::post_keyed`]).
+    #[cold]
+    #[inline(never)]
+    fn post_wild_uncovered<const K: usize>(
+        &mut self,
+        comm: u32,
+        src: u32,
+        tag: u64,
+        recv: R,
+    ) -> Result<Posted<R, M>, PostRejected<R>> {
+        let x = if K == K_SRC { u64::from(src) } else { tag };
+        match self.dense_grow(K, comm, x) {
+            Some(_) => self.post_wild::<K>(comm, src, tag, recv),
+            None => self.post_keyed::<K>(comm, src, tag, recv),
+        }
+    }
+
     /// The rest of [`Engine::post_wild`] when no message matched: queues the receive
-    /// behind the posted list whose head (`head`, or `EMPTY`) is at dense slot `pos`.
+    /// behind the posted list whose head (`head`, or `EMPTY`) is at the dense slot of key
+    /// `x` (covered).
     #[inline(never)]
     fn post_wild_pending<const K: usize>(
         &mut self,
         key: Envelope,
-        pos: usize,
+        x: u64,
         head: u32,
         recv: R,
     ) -> Result<Posted<R, M>, PostRejected<R>> {
@@ -1446,7 +1568,10 @@ impl<R, M> Engine<R, M> {
             .posted
             .insert(|g| PNode::new(seq, K, K == K_TAG, key, g, recv));
         if head == EMPTY {
-            self.dense[dn(K)].at_mut(pos).set(idx | POSTED);
+            match self.dense[dn(K)].slot_mut(key.comm, x) {
+                Some(mut slot) => slot.set(idx | POSTED),
+                None => unreachable!("engine invariant: the array covers {x}"),
+            }
             list::push_back(&mut self.posted, K, None, idx);
         } else {
             list::push_back(&mut self.posted, K, Some(head & !POSTED), idx);
@@ -2112,6 +2237,8 @@ impl<R, M> Engine<R, M> {
         let n = self.unexp.at_mut(idx);
         n.links.set_next(K_EXACT, CLAIMED);
         n.links.stash(K_SRC, gen);
+        // Its arrival log entry, if any, is dead (see `log_live`).
+        n.links.stash(K_COMM, NO_LOG_POS);
         let (env, len) = (n.env, n.len);
         self.c.claimed_depth += 1;
         if !self.cfg.claims_count {
@@ -2547,6 +2674,14 @@ mod tests {
             }
             assert!(e.ix[K_COMM].buckets() >= 2048);
             for round in 0..3u64 {
+                // A period of the queue in which no receive needs a wildcard kind: its
+                // first arrival keeps the kinds the last period used (the ANY/ANY
+                // receives' (comm) before round 0, all three after), the next period's
+                // first arrival forgets them.
+                e.arrive(Envelope::new(0, 1, 100 + round), 0, 0).unwrap();
+                assert_eq!(e.built, if round == 0 { 1 << K_COMM } else { all });
+                let r = e.post(RecvSpec::exact(0, 1, 100 + round), 0);
+                assert!(matches!(r, Ok(Posted::Matched(_))));
                 // One message: the store resets the kinds, the ANY/ANY probe builds.
                 e.arrive(Envelope::new(0, 1, round), 0, 0).unwrap();
                 assert_eq!(e.built, 0);

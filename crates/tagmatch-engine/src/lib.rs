@@ -29,7 +29,7 @@
 //!
 //! | operation | cost |
 //! |---|---|
-//! | [`Engine::post`] exact / ANY_TAG / ANY_SOURCE / both | O(1); amortised for a wildcard kind's first use since the queue was last empty (below) |
+//! | [`Engine::post`] exact / ANY_TAG / ANY_SOURCE / both | O(1); amortised for a wildcard kind's first use since it was last forgotten (below) |
 //! | [`Engine::post`] general mask | scan of the unexpected messages of (comm, src) or (comm) |
 //! | [`Engine::arrive`], [`Engine::deliver`] | O(1), plus a scan of the communicator's general-mask receives if any are posted |
 //! | [`Engine::probe`], [`Engine::mprobe`] | as `post` |
@@ -47,9 +47,13 @@
 //! four); the first that needs a kind builds its lists from the arrival order (the log's
 //! live entries), once, in O(log entries) — the queued messages plus dead entries not yet
 //! dropped, fewer than twice the queue, their cost spread over the appends that made them —
-//! after which arrivals are linked into it too, until the queue is empty again (the
-//! (comm) build also builds the other two kinds when the (comm) index is much larger
-//! than the queue, so that no later build visits a large index). Each
+//! after which arrivals are linked into it too; when the queue empties, a kind stays
+//! kept if a receive, probe or purge needed it since the queue was last empty, and is
+//! forgotten otherwise (a program that keeps posting wildcard receives has its arrivals
+//! linked as they come; one that stopped is back to one list per message after one
+//! period of the queue). The (comm) build also builds the other two kinds when the
+//! (comm) index is much larger than the queue, so that no later build visits a large
+//! index. Each
 //! message is linked into each kind at most once, so, like an index doubling, the build
 //! is amortised O(1) per message. Each posted receive sits on the one FIFO of its kind;
 //! an arrival looks at (at most) four list heads and takes the lowest posting sequence

@@ -220,6 +220,19 @@ pub(crate) fn push_back<T: Linked>(s: &mut GenSlab<T>, k: usize, head: Option<u3
     }
 }
 
+/// Starts list `k` with node `idx` (`node`, the slab entry at `idx`) alone: what
+/// [`push_back`] does without a head, for a caller that holds the node already.
+#[inline(always)]
+pub(crate) fn start<T: Linked>(node: &mut T, k: usize, idx: u32) {
+    node.set_link(
+        k,
+        Link {
+            prev: idx | HEAD,
+            next: idx,
+        },
+    );
+}
+
 /// Removes `idx` from list `k`.
 #[inline(always)]
 pub(crate) fn unlink<T: Linked>(s: &mut GenSlab<T>, k: usize, idx: u32) -> Unlinked {

@@ -157,6 +157,15 @@ impl<T: Generational> GenSlab<T> {
         }
     }
 
+    /// The entry at `idx`, if occupied (any generation), mutably.
+    #[inline(always)]
+    pub(crate) fn get_mut(&mut self, idx: u32) -> Option<&mut T> {
+        match self.slots.get_mut(idx as usize) {
+            Some(Slot::Occupied(val)) => Some(val),
+            _ => None,
+        }
+    }
+
     pub(crate) fn get_checked(&self, idx: u32, gen: u32) -> Option<&T> {
         match self.slots.get(idx as usize) {
             Some(Slot::Occupied(val)) if val.gen().get() == gen => Some(val),
