@@ -416,6 +416,7 @@ impl Prepared {
 
     /// Runs timed operations `start..end` (clamped); returns the number of matches made
     /// so far. Ranges must be run in order, each once.
+    #[inline]
     pub fn run_range(&mut self, start: usize, end: usize) -> usize {
         let end = end.min(self.ops.len());
         let start = start.min(end);
