@@ -5,13 +5,15 @@
 //! Method: set-up is untimed. Copies of the workload are prepared in groups of at least 64
 //! timed operations (one copy once the depth gives 64 operations), and each group's timed
 //! phases are timed with one clock pair right after its set-up (clock overhead below 1 ns
-//! per operation). Workloads of fewer than 64 operations keep one group of copies (at
-//! least 32 operations, clock overhead about 1 ns per operation) that run their set-up
-//! again on the same engine before each timing (every timed phase leaves the engine
-//! empty), so each engine is as warm as its set-up leaves it, as a single engine in an
-//! application is (new copies each time were left in L2 by the set-up of the copies after
-//! them: 4.8–7.6 L1 misses per operation at depth 1, 0.2–1.1 when reused). A repetition is enough groups for at least 4096 operations; repetitions
-//! continue until the timed phases add up to at least 100 ms (and at least 5 ran);
+//! per operation: an `Instant` pair costs about 50 ns in this VM). Workloads of fewer than
+//! 64 operations keep one group of copies (at least 32 operations, clock overhead about
+//! 1.6 ns per operation) that run their set-up again on the same engine before each timing
+//! (every timed phase leaves the engine empty), so each engine is as warm as its set-up
+//! leaves it, as a single engine in an application is (new copies each time were left in
+//! L2 by the set-up of the copies after them: 4.8–7.6 L1 misses per operation at depth 1,
+//! 0.2–1.1 when reused). A repetition is enough groups for at least 4096 operations;
+//! repetitions continue until the timed phases add up to at least 100 ms (and at least 5
+//! ran);
 //! `ns_per_op` is the median repetition.
 //! `p50_ns`/`p99_ns` come from separate instrumented repetitions that time batches of 16
 //! operations and divide by 16 (one clock read per batch: the clock costs too much to
