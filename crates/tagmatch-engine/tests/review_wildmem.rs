@@ -268,7 +268,11 @@ fn walk(seed: u64, eager: bool, steps: usize) {
                 p.arrive(env);
             }
             18..=25 => {
-                let ahead = if r.chance(50) { 0 } else { r.below(WINDOW as u64) };
+                let ahead = if r.chance(50) {
+                    0
+                } else {
+                    r.below(WINDOW as u64)
+                };
                 p.deliver(env, ahead as u32);
             }
             26..=43 => {
@@ -440,7 +444,8 @@ fn one_list_does_not_buy_an_array_sized_by_other_hashed_lists() {
         // 1,100 ANY_SOURCE receives on large tags (hashed for ever) and 30,000 exact
         // receives (the arrays' budget: 240 KB).
         for t in 0..1100u64 {
-            e.post(RecvSpec::new(1, None, Some((1 << 16) + t)), 0).unwrap();
+            e.post(RecvSpec::new(1, None, Some((1 << 16) + t)), 0)
+                .unwrap();
         }
         for t in 0..30_000u64 {
             e.post(RecvSpec::exact(2, 0, t), 0).unwrap();
