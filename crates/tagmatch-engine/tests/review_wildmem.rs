@@ -522,3 +522,52 @@ fn depth_oscillating_around_the_threshold_reaches_a_steady_heap() {
         }
     }
 }
+
+/// The directory widening to its last entries (4,096) while far arrays of directory
+/// communicators (1000, 2000, 4095) and of far ones (4096, `u32::MAX`) hold non-empty
+/// lists on both sides (posted ANY_TAG / ANY_SOURCE receives, unexpected messages on
+/// built lazy lists): the widening takes the first over with their lists, renumbers
+/// the others, and every list keeps its order (against the model).
+#[test]
+fn the_directory_widening_to_4096_entries_keeps_every_far_arrays_lists() {
+    const HOLDERS: [u32; 5] = [1000, 2000, 4095, 4096, u32::MAX];
+    for eager in [false, true] {
+        let mut p = Pair::new(eager);
+        // Ballast first, so that the holders' arrays are paid for at once.
+        for t in 0..40_000u64 {
+            p.post(RecvSpec::exact(BALLAST, 0, t));
+        }
+        for &c in &HOLDERS {
+            for x in 0..20u32 {
+                p.post(RecvSpec::new(c, Some(x), None));
+                p.post(RecvSpec::new(c, None, Some(u64::from(x))));
+                p.arrive(Envelope::new(c, 100 + x % 7, 100 + u64::from(x % 5)));
+            }
+            p.probe(RecvSpec::new(c, Some(100), None));
+            p.probe(RecvSpec::new(c, None, Some(100)));
+            p.arrive(Envelope::new(c, 101, 101));
+        }
+        // Communicator 3000: 16,400 ANY_SOURCE receives on distinct tags, its (comm,
+        // tag) array grows to 2^16 slots, and the directory widens to 4,096 entries.
+        for t in 0..16_400u64 {
+            p.post(RecvSpec::new(3000, None, Some(t)));
+        }
+        for &c in &HOLDERS {
+            for x in 0..20u32 {
+                p.first_posted(Envelope::new(c, x, u64::from(x)));
+                p.arrive(Envelope::new(c, x, 99_999));
+                p.arrive(Envelope::new(c, 99_999, u64::from(x)));
+            }
+            for i in 0..8u32 {
+                p.post(RecvSpec::new(c, Some(100 + i % 7), None));
+                p.post(RecvSpec::new(c, None, Some(100 + u64::from(i % 5))));
+            }
+            p.drain_any(c);
+            p.check_depths("holder drained");
+        }
+        p.arrive(Envelope::new(3000, 5, 16_399));
+        p.purge_comm(3000);
+        p.cancel_where(|s| s.comm == BALLAST);
+        p.check_depths("end");
+    }
+}
