@@ -14,7 +14,9 @@
 //! the arrays can pay for it, and grows (doubling, at least 16 slots) to cover larger
 //! keys, under two rules. (1) At most 4 slots per list it holds at that time or its kind's
 //! hash index holds (those lists may be the keys past its end, left there while rule (2)
-//! refused a growth: they count toward the next one), plus 64: a key past the array's end
+//! refused a growth: they count toward the next one; but only up to the growths refused
+//! since the last one they allowed, so that a list cannot buy an array sized by other
+//! communicators' lists, see [`Dense::grow`]), plus 64: a key past the array's end
 //! that would make it larger goes to the hash index. So tags used as growing sequence
 //! numbers, or a few large ranks, stay in the hash index. (2) The arrays of a kind and
 //! their directory take at most `BYTES_PER_ENTRY` (8) bytes per queued entry (posted
@@ -151,6 +153,11 @@ pub(crate) struct Dense {
     /// The total of slots past which the next allocation or growth first frees the
     /// arrays that hold no list ([`Dense::sweep`]).
     sweep_at: usize,
+    /// Growths refused (pushes of small keys left in the hash index) since the last
+    /// growth that counted hashed lists (see [`Dense::grow`]): the hashed lists count
+    /// toward a growth only up to it, so that the slots a growth takes beyond 4 per
+    /// list of its array (plus `SLACK`) were paid for by as many operations.
+    deferred: usize,
 }
 
 impl Dense {
@@ -265,16 +272,37 @@ impl Dense {
         entries: usize,
         hashed: usize,
     ) -> Option<(usize, core::ops::Range<u64>)> {
+        if x >= DENSE_KEYS {
+            return None;
+        }
         let mut want = (x as usize + 1).next_power_of_two().max(MIN_LEN);
         let (live, len) = self
             .array(comm)
             .map_or((0, 0), |(_, a)| (a.live, a.heads.len()));
-        if x >= DENSE_KEYS || want > 4 * (live + hashed) + SLACK {
+        // The hashed lists count only up to the pushes refused since the last growth
+        // they allowed (`deferred`): they may be other communicators' lists or keys no
+        // array takes (>= `DENSE_KEYS`), and counted alone they let one list buy an
+        // array of up to 2^16 slots, taken over key by key in the hash index, and again
+        // after each sweep, for ever in a steady state (review_wildmem.rs,
+        // `one_list_does_not_buy_an_array_sized_by_other_hashed_lists`). So the slots a
+        // growth takes beyond 4 per list of its array (plus `SLACK`) were paid for by
+        // as many earlier operations; a communicator's own lists past its array's end
+        // (sparse keys, or left there while the budget refused) were each pushed there
+        // by such an operation, so they still count.
+        let own = 4 * live + SLACK;
+        if want > own + 4 * hashed.min(self.deferred) {
+            self.deferred = self.deferred.saturating_add(1);
             return None;
         }
         // `x` is not covered (`x >= len`), so `want > len`.
         let budget = BYTES_PER_ENTRY * entries;
-        let mut widen = self.cost(comm, len, want, budget)?;
+        let Some(mut widen) = self.cost(comm, len, want, budget) else {
+            self.deferred = self.deferred.saturating_add(1);
+            return None;
+        };
+        if want > own {
+            self.deferred = 0;
+        }
         // A new array is given the most slots the growth rule allows (`SLACK`) that the
         // entries pay for: a queue that fills gets one allocation, not one per doubling.
         while len == 0 && 2 * want <= SLACK {
@@ -551,6 +579,27 @@ mod tests {
         assert_eq!(d.heap_bytes(), 4 * 64 + ARR);
         assert_eq!((get(&d, 0, 3), get(&d, 0, 40)), (Some(1), Some(2)));
         assert_eq!(d.len(), 2);
+    }
+
+    /// Hashed lists count toward a growth only up to the growths refused since the last
+    /// one they allowed: 1,100 hashed lists (another communicator's, or keys past
+    /// `DENSE_KEYS`) do not buy a fresh communicator a 4,096-slot array for one list;
+    /// 1,008 refused pushes do, and the credit is then spent.
+    #[test]
+    fn hashed_lists_count_only_up_to_the_growths_refused_since() {
+        let mut d = Dense::default();
+        assert_eq!(d.grow(1, DENSE_KEYS, MANY, 1100), None);
+        assert_eq!(d.deferred, 0, "keys no array takes are not refusals");
+        for i in 0..1008 {
+            assert_eq!(d.grow(1, 4095, MANY, 1100), None, "push {i}");
+        }
+        assert_eq!(d.heap_bytes(), 0);
+        let (_, keys) = d.grow(1, 4095, MANY, 1100).unwrap();
+        assert_eq!(keys, 0..4096);
+        assert_eq!(d.deferred, 0);
+        // Spent: a second fresh communicator starts over.
+        assert_eq!(d.grow(2, 4095, MANY, 1100), None);
+        assert_eq!(d.deferred, 1);
     }
 
     /// The directory takes at most as much as the arrays (or `DIR_MIN` entries): a

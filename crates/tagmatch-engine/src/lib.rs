@@ -63,7 +63,8 @@
 //! (reference, distance from home, hash fingerprint) whose keys are read from the nodes,
 //! except the (comm, src) and (comm, tag) heads of source ranks and tags below 2^16: like
 //! ob1's per-peer arrays, those are slots of per-communicator arrays indexed by the rank
-//! or tag, which grow only while they (or the hash index of their kind) hold at least one
+//! or tag, which grow only while they (or the hash index of their kind, as far as
+//! growths were refused since the last one it allowed) hold at least one
 //! list per 4 slots (larger keys stay in the hash index), and are allocated or grown only when the queued entries pay
 //! for them (8 bytes per posted receive or stored message for each of the two kinds,
 //! their directory included): until then, as at a small depth, those lists' heads are in
