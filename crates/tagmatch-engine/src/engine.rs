@@ -1158,6 +1158,17 @@ impl<R, M> Engine<R, M> {
         if self.unexp.len() - self.c.claimed_depth == 1 && !self.cfg.eager_wildcard_lists {
             self.built &= self.wild_used;
             self.wild_used = 0;
+            if self.built & (1 << K_COMM) != 0 && self.comm_index_outsized(1) {
+                // As in `build_unexp_slow`: a later (comm, src) or (comm, tag) build
+                // would visit every bucket of a (comm) index much larger than the queue
+                // (kept so by a past burst or by posted ANY_SOURCE+ANY_TAG receives on
+                // many communicators), at each period that needs the kind after one
+                // that did not: O(buckets) per period, not amortised. With the (comm)
+                // lists kept, the two kinds stay kept too; the queue holds only this
+                // message (claimed ones are on no list), linked into them below, so
+                // they are complete.
+                self.built |= (1 << K_SRC) | (1 << K_TAG);
+            }
         }
         if self.built & (1 << K_SRC) != 0
             && !self.dense_push_unexp::<K_SRC>(idx, env.comm, u64::from(env.src))
@@ -1209,6 +1220,14 @@ impl<R, M> Engine<R, M> {
         }
     }
 
+    /// Whether the (comm) index is much larger than a queue of `queued` messages: a
+    /// (comm, src) or (comm, tag) build through the (comm) lists, which visits every
+    /// bucket, would then not be amortised over the queued messages.
+    #[inline]
+    fn comm_index_outsized(&self, queued: usize) -> bool {
+        self.ix[K_COMM].buckets() > 4 * (queued + 16)
+    }
+
     #[cold]
     #[inline(never)]
     fn build_unexp_slow(&mut self, k: usize) {
@@ -1220,8 +1239,7 @@ impl<R, M> Engine<R, M> {
             // holds the posted ANY_SOURCE+ANY_TAG receives, so when it is larger, the
             // other kinds are built now, from the arrival order (each message is still
             // linked into each kind at most once).
-            let queued = self.unexp.len() - self.c.claimed_depth;
-            if self.ix[K_COMM].buckets() > 4 * (queued + 16) {
+            if self.comm_index_outsized(self.unexp.len() - self.c.claimed_depth) {
                 for j in [K_SRC, K_TAG] {
                     if self.built & (1 << j) == 0 {
                         self.build_unexp_slow(j);
@@ -2676,10 +2694,11 @@ mod tests {
             for round in 0..3u64 {
                 // A period of the queue in which no receive needs a wildcard kind: its
                 // first arrival keeps the kinds the last period used (the ANY/ANY
-                // receives' (comm) before round 0, all three after), the next period's
-                // first arrival forgets them.
+                // receives' (comm) before round 0, all three after; with the (comm)
+                // index this large, the (comm) kind kept keeps the other two), the next
+                // period's first arrival forgets them.
                 e.arrive(Envelope::new(0, 1, 100 + round), 0, 0).unwrap();
-                assert_eq!(e.built, if round == 0 { 1 << K_COMM } else { all });
+                assert_eq!(e.built, all);
                 let r = e.post(RecvSpec::exact(0, 1, 100 + round), 0);
                 assert!(matches!(r, Ok(Posted::Matched(_))));
                 // One message: the store resets the kinds, the ANY/ANY probe builds.
@@ -2703,6 +2722,65 @@ mod tests {
         assert_eq!(e.built, 1 << K_COMM);
         assert!(e.probe(&RecvSpec::new(1, Some(2), None)).is_some());
         assert_eq!(e.built, (1 << K_COMM) | (1 << K_SRC));
+    }
+
+    /// The same bound with the (comm) kind kept across empty queues (review of merge
+    /// 10cc56f): a program that needs the (comm) lists in every period keeps them, and
+    /// needs the (comm, src) lists only in every other period, which were then forgotten
+    /// and rebuilt every other period by visiting every bucket of a (comm) index kept
+    /// large by posted ANY_SOURCE+ANY_TAG receives on many communicators (or a past
+    /// burst over many), with one message queued: O(buckets) per period, not amortised
+    /// (before the fix: 36.96 µs per round with 100,000 such receives, against 0.100 µs
+    /// before the merge and 0.093 µs without them, release build, load 2.5). Each
+    /// (comm, src) / (comm, tag) build here must either find the (comm) kind unbuilt or
+    /// a (comm) index in proportion to the queue.
+    #[test]
+    fn kept_comm_lists_over_a_large_comm_index_keep_the_other_kinds() {
+        let all = (1 << K_SRC) | (1 << K_TAG) | (1 << K_COMM);
+        for posted in [false, true] {
+            let mut e: Engine<u32, u32> = Engine::default();
+            for c in 1..=2000u32 {
+                if posted {
+                    let r = e.post(RecvSpec::new(c, None, None), c);
+                    assert!(matches!(r, Ok(Posted::Pending(_))));
+                } else {
+                    e.arrive(Envelope::new(c, 1, 0), 0, c).unwrap();
+                }
+            }
+            if !posted {
+                for c in 1..=2000u32 {
+                    let r = e.post(RecvSpec::new(c, None, None), 0);
+                    assert!(matches!(r, Ok(Posted::Matched(_))));
+                }
+            }
+            assert!(e.ix[K_COMM].buckets() >= 2048);
+            for round in 0..8u64 {
+                e.arrive(Envelope::new(0, 1, round), 0, 0).unwrap();
+                assert!(e.probe(&RecvSpec::new(0, None, None)).is_some());
+                for (used, spec) in [
+                    (round % 2 == 0, RecvSpec::new(0, Some(1), None)),
+                    (round % 3 == 0, RecvSpec::new(0, None, Some(round))),
+                ] {
+                    if !used {
+                        continue;
+                    }
+                    let queued = e.unexp.len() - e.c.claimed_depth;
+                    let k = Engine::<u32, u32>::unexp_kind(&spec.normalized());
+                    assert!(
+                        e.built & (1 << k) != 0
+                            || e.built & (1 << K_COMM) == 0
+                            || e.ix[K_COMM].buckets() <= 4 * (queued + 16),
+                        "posted {posted} round {round}: kind {k} built over a (comm) \
+                         index of {} buckets, {queued} queued",
+                        e.ix[K_COMM].buckets()
+                    );
+                    assert!(e.probe(&spec).is_some());
+                }
+                assert_eq!(e.built & all, e.built);
+                let r = e.post(RecvSpec::exact(0, 1, round), 0);
+                assert!(matches!(r, Ok(Posted::Matched(_))));
+            }
+        }
     }
 
     /// With the unit tests' saturation distance (3, see `index`), index removals and
