@@ -46,7 +46,8 @@ fn spec(r: &mut Rng, m: &Envelope) -> RecvSpec {
 
 /// One walk: arrivals (ordered and sequenced through the reorder buffer), receives,
 /// probes, claims, cancels and purges, the queue emptied every few operations.
-fn walk(seed: u64, steps: usize) {
+fn walk(seed: u64, steps: usize) -> usize {
+    let mut empties = 0;
     let mut r = Rng::new(seed);
     let eager = seed % 5 == 0;
     let claims_count = seed % 3 == 0;
@@ -61,6 +62,9 @@ fn walk(seed: u64, steps: usize) {
     let comms = 1 + r.below(3);
     for _ in 0..steps {
         let m = env(&mut r, comms);
+        if p.e.counters().unexpected_depth == 0 {
+            empties += 1;
+        }
         match r.below(100) {
             0..=24 => {
                 p.arrive(m, 1 + r.below_usize(3));
@@ -143,9 +147,182 @@ fn walk(seed: u64, steps: usize) {
     }
     p.stale_handles();
     p.check("end");
+    empties
 }
 
 #[test]
 fn walks_through_empty_queues_agree_with_the_model() {
-    each_seed("review_wild2 walk", 1..200, |s| walk(s, 3000));
+    let empties = std::sync::atomic::AtomicUsize::new(0);
+    each_seed("review_wild2 walk", 1..200, |s| {
+        empties.fetch_add(walk(s, 3000), std::sync::atomic::Ordering::Relaxed);
+    });
+    // Operations meeting an empty queue (the kinds' kept / forgotten transitions).
+    let n = empties.into_inner();
+    assert!(n > 50_000, "{n} operations on an empty queue");
+}
+
+/// Periods of a fixed program (the queue filled over a few communicators, taken by
+/// receives of the kinds of the period, emptied), the wildcard kinds kept, forgotten
+/// and rebuilt in turn: after a warm-up, the engine's heap stays the same size (the
+/// kept kinds' lists, the arrival log and the arrays reach their working size once).
+#[test]
+fn periods_of_kept_and_forgotten_kinds_reach_a_steady_heap() {
+    for eager in [false, true] {
+        let mut p = Walk::new(cfg(eager, true), Opts::FULL);
+        p.e.reserve(512, 512);
+        let mut r = Rng::new(7);
+        let mut sizes = Vec::new();
+        for period in 0..120u32 {
+            for i in 0..200u32 {
+                let e = Envelope::new(i % 4, r.below(40) as u32, r.below(20));
+                p.arrive(e, 1);
+            }
+            // Kinds used: a pattern of period 3 (ANY_SOURCE, ANY_TAG + ANY/ANY, none).
+            for _ in 0..30 {
+                let Some(q) = p.m.unexp.get(r.below_usize(p.m.unexp.len())).map(|q| q.env)
+                else {
+                    break;
+                };
+                let s = match period % 3 {
+                    0 => RecvSpec::new(q.comm, None, Some(q.tag)),
+                    1 if r.chance(50) => RecvSpec::new(q.comm, Some(q.src), None),
+                    1 => RecvSpec::new(q.comm, None, None),
+                    _ => RecvSpec::exact(q.comm, q.src, q.tag),
+                };
+                p.post(s);
+            }
+            if period % 3 != 2 {
+                p.mprobe(RecvSpec::new(1, None, None));
+            }
+            p.drain_exact();
+            while !p.claims.is_empty() {
+                p.mrecv(0);
+            }
+            sizes.push(p.e.heap_bytes());
+        }
+        let warm = sizes[30];
+        assert!(
+            sizes[30..].iter().all(|&s| s == warm),
+            "eager {eager}: heap after warm-up {:?}",
+            &sizes[25..]
+        );
+    }
+}
+
+/// Communicators of the directory and past it (far arrays).
+const WIDE_COMMS: [u32; 6] = [0, 1, 4095, 4096, 70_000, u32::MAX];
+
+/// Walks over many keys: bursts of distinct small keys grow the arrays (taking over
+/// hashed lists), drains to an empty queue make the kinds kept or forgotten, and the
+/// arrays holding no list are freed by later growths while kinds are kept.
+fn wide_walk(seed: u64, steps: usize) -> usize {
+    let mut empties = 0;
+    let mut r = Rng::new(seed);
+    let eager = seed % 4 == 0;
+    let mut p = Walk::new(cfg(eager, true), Opts::FULL);
+    for _ in 0..steps {
+        let comm = WIDE_COMMS[r.below_usize(WIDE_COMMS.len())];
+        let x = if r.chance(50) {
+            r.below(8) as u32
+        } else {
+            r.below(1 << 17) as u32
+        };
+        let m = Envelope::new(comm, x, u64::from(x ^ 1));
+        if p.e.counters().unexpected_depth == 0 {
+            empties += 1;
+        }
+        match r.below(40) {
+            0..=9 => {
+                p.arrive(m, 1);
+            }
+            10..=17 => {
+                let s = spec(&mut r, &m);
+                p.post(s);
+            }
+            18..=20 => {
+                let s = spec(&mut r, &m);
+                p.probe(s);
+            }
+            21..=22 => {
+                let s = spec(&mut r, &m);
+                p.mprobe(s);
+            }
+            23 => p.mrecv(r.below_usize(1 << 20)),
+            24..=26 => p.cancel(r.below_usize(1 << 20)),
+            27 => {
+                // A burst of distinct small keys on one communicator, messages or
+                // single-wildcard receives.
+                let n = r.below_usize(400);
+                let start = r.below(1 << 15) as u32;
+                let what = r.below(3);
+                for i in 0..n as u32 {
+                    let k = (start + i) & 0xffff;
+                    match what {
+                        0 => {
+                            p.arrive(Envelope::new(comm, k, u64::from(k)), 1);
+                        }
+                        1 => {
+                            p.post(RecvSpec::new(comm, Some(k), None));
+                        }
+                        _ => {
+                            p.post(RecvSpec::new(comm, None, Some(u64::from(k))));
+                        }
+                    }
+                }
+            }
+            28 => {
+                p.purge_comm(comm);
+            }
+            29 => {
+                p.purge_peer(x);
+            }
+            30..=33 => {
+                // Cancel what is posted (receives pending would take the drain's
+                // messages), then empty the queue.
+                if r.chance(70) {
+                    p.cancel_where("all", |_| true);
+                } else {
+                    let c = comm;
+                    p.cancel_where("comm", move |s| s.comm == c);
+                }
+                if p.m.posted.is_empty() {
+                    p.drain_exact();
+                }
+            }
+            34..=35 => {
+                // Empty the queue with single-wildcard receives (nothing posted).
+                p.cancel_where("all", |_| true);
+                let kind = r.below(2);
+                while let Some(q) = p.m.unexp.first().map(|q| q.env) {
+                    if !p.m.posted.is_empty() {
+                        break;
+                    }
+                    p.post(match kind {
+                        0 => RecvSpec::new(q.comm, Some(q.src), None),
+                        _ => RecvSpec::new(q.comm, None, Some(q.tag)),
+                    });
+                }
+            }
+            36..=37 => p.witness(&mut r),
+            _ => p.first_posted(m),
+        }
+    }
+    for c in WIDE_COMMS {
+        p.purge_comm(c);
+    }
+    while !p.claims.is_empty() {
+        p.mrecv(0);
+    }
+    p.stale_handles();
+    empties
+}
+
+#[test]
+fn wide_walks_through_empty_queues_agree_with_the_model() {
+    let empties = std::sync::atomic::AtomicUsize::new(0);
+    each_seed("review_wild2 wide walk", 1..40, |s| {
+        empties.fetch_add(wide_walk(s, 4000), std::sync::atomic::Ordering::Relaxed);
+    });
+    let n = empties.into_inner();
+    assert!(n > 5_000, "{n} operations on an empty queue");
 }
