@@ -2891,6 +2891,115 @@ mod tests {
         }
     }
 
+    /// Review of merge 10cc56f (kinds kept across an empty queue): every queued
+    /// message is on its list of each kind built, and while the (comm) kind is not
+    /// built, its arrival log entry is live (the lazy build's source); claimed messages
+    /// are on no list and have no live entry.
+    fn check_kept_lists(e: &Engine<u32, u32>) {
+        check_dense_heads(e);
+        for idx in e.unexp.indices() {
+            let n = e.unexp.at(idx);
+            if n.is_claimed() {
+                assert_eq!(n.links.stashed(K_COMM), NO_LOG_POS, "claimed {idx}");
+                continue;
+            }
+            for k in [K_SRC, K_TAG, K_COMM] {
+                if e.built & (1 << k) == 0 {
+                    continue;
+                }
+                let head = e.unexp_head(k, &n.env);
+                let Some(head) = head else {
+                    panic!("kind {k} built, no list for queued {idx} {:?}", n.env)
+                };
+                let mut cur = head;
+                while cur != idx {
+                    match list::next(&e.unexp, k, head, cur) {
+                        Some(nx) => cur = nx,
+                        None => panic!("kind {k} built, queued {idx} {:?} not on it", n.env),
+                    }
+                }
+            }
+            if e.built & (1 << K_COMM) == 0 {
+                let pos = n.links.stashed(K_COMM) as usize;
+                assert_eq!(e.arrivals.get(pos), Some(&idx), "log entry of {idx}");
+            }
+        }
+    }
+
+    /// Periods (the queue emptied by exact receives after a cancel of what is posted)
+    /// with wildcard receives, probes, claims and purges of changing kinds in between:
+    /// the kept kinds' lists and the arrival log stay complete (`check_kept_lists`).
+    #[test]
+    fn kept_kinds_and_the_arrival_log_stay_complete_across_periods() {
+        for eager in [false, true] {
+            let mut e: Engine<u32, u32> =
+                Engine::new(Config::default().eager_wildcard_lists(eager));
+            let mut claims: Vec<MsgHandle> = Vec::new();
+            let mut x: u64 = 0x9E37_79B9_7F4A_7C15 ^ u64::from(eager);
+            let mut rnd = move |n: u64| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x % n
+            };
+            let mut empties = 0;
+            for id in 0..20_000u32 {
+                let comm = rnd(3) as u32;
+                let big = rnd(4) == 0;
+                let src = if big { 65_536 + rnd(3) as u32 } else { rnd(5) as u32 };
+                let tag = if big { rnd(70_000) } else { rnd(4) };
+                let spec = match rnd(5) {
+                    0 => RecvSpec::exact(comm, src, tag),
+                    1 => RecvSpec::new(comm, Some(src), None),
+                    2 => RecvSpec::new(comm, None, Some(tag)),
+                    3 => RecvSpec::new(comm, None, None),
+                    _ => RecvSpec::masked(comm, Source::Any, tag & 1, 1),
+                };
+                match rnd(100) {
+                    0..=39 => {
+                        e.arrive(Envelope::new(comm, src, tag), 0, id).unwrap();
+                    }
+                    40..=54 => {
+                        let _ = e.post(spec, id);
+                    }
+                    55..=62 => {
+                        let _ = e.probe(&spec);
+                    }
+                    63..=69 => claims.extend(e.mprobe(&spec).map(|c| c.handle)),
+                    70..=74 if !claims.is_empty() => {
+                        let h = claims.swap_remove(rnd(claims.len() as u64) as usize);
+                        e.mrecv(h).unwrap();
+                    }
+                    75 => {
+                        e.purge_peer(src, |_| {});
+                    }
+                    76 => {
+                        e.purge_comm(comm, |_| {});
+                    }
+                    77..=89 => {
+                        // Empty the queue: nothing posted, exact receives.
+                        e.cancel_where(|_, _| true, |_, _| {});
+                        let queued: Vec<Envelope> = e
+                            .unexp
+                            .indices()
+                            .filter(|&i| !e.unexp.at(i).is_claimed())
+                            .map(|i| e.unexp.at(i).env)
+                            .collect();
+                        for m in queued {
+                            let r = e.post(RecvSpec::exact(m.comm, m.src, m.tag), id);
+                            assert!(matches!(r, Ok(Posted::Matched(_))));
+                        }
+                        assert_eq!(e.counters().unexpected_depth, 0);
+                        empties += 1;
+                    }
+                    _ => {}
+                }
+                check_kept_lists(&e);
+            }
+            assert!(empties > 2000, "{empties}");
+        }
+    }
+
     /// Random operations of every kind on keys around the dense arrays' limits (ranks
     /// and tags 2^16 − 1 / 2^16 / `u32::MAX`, communicators 4095 / 4096 / `u32::MAX`)
     /// with bursts of distinct small keys (growth, lists moved out of the hash index),
