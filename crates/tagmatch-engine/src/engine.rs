@@ -2946,7 +2946,11 @@ mod tests {
             for id in 0..20_000u32 {
                 let comm = rnd(3) as u32;
                 let big = rnd(4) == 0;
-                let src = if big { 65_536 + rnd(3) as u32 } else { rnd(5) as u32 };
+                let src = if big {
+                    65_536 + rnd(3) as u32
+                } else {
+                    rnd(5) as u32
+                };
                 let tag = if big { rnd(70_000) } else { rnd(4) };
                 let spec = match rnd(5) {
                     0 => RecvSpec::exact(comm, src, tag),

@@ -12,6 +12,16 @@ use model::walk::{each_seed, Bytes, Opts, Walk};
 use model::Rng;
 use tagmatch_engine::*;
 
+/// The number of seeds of a walk: `n`, or `REVIEW_WILD2_SEEDS` times it when set (for
+/// longer runs by hand).
+fn seeds(n: u64) -> u64 {
+    let k = std::env::var("REVIEW_WILD2_SEEDS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(1);
+    n * k.max(1)
+}
+
 const SRCS: [u32; 8] = [0, 1, 2, 63, 64, 65_535, 65_536, 7];
 const TAGS: [u64; 8] = [0, 1, 2, 63, 64, 65_535, 65_536, 1 << 40];
 
@@ -35,11 +45,12 @@ fn env(r: &mut Rng, comms: u64) -> Envelope {
 }
 
 fn spec(r: &mut Rng, m: &Envelope) -> RecvSpec {
-    match r.below(8) {
+    match r.below(9) {
         0 | 1 => RecvSpec::exact(m.comm, m.src, m.tag),
         2 | 3 => RecvSpec::new(m.comm, Some(m.src), None),
         4 | 5 => RecvSpec::new(m.comm, None, Some(m.tag)),
         6 => RecvSpec::new(m.comm, None, None),
+        7 => RecvSpec::masked(m.comm, Source::Rank(m.src), m.tag & 1, 1),
         _ => RecvSpec::masked(m.comm, Source::Any, m.tag & 1, 1),
     }
 }
@@ -100,7 +111,11 @@ fn walk(seed: u64, steps: usize) -> usize {
                 p.cancel_where("comm", move |s| s.comm == c);
             }
             79 => {
-                p.purge_peer(if r.chance(50) { m.src } else { 100 + (m.src & 3) });
+                p.purge_peer(if r.chance(50) {
+                    m.src
+                } else {
+                    100 + (m.src & 3)
+                });
             }
             80 => {
                 p.purge_comm(m.comm);
@@ -153,7 +168,7 @@ fn walk(seed: u64, steps: usize) -> usize {
 #[test]
 fn walks_through_empty_queues_agree_with_the_model() {
     let empties = std::sync::atomic::AtomicUsize::new(0);
-    each_seed("review_wild2 walk", 1..200, |s| {
+    each_seed("review_wild2 walk", 1..seeds(200), |s| {
         empties.fetch_add(walk(s, 3000), std::sync::atomic::Ordering::Relaxed);
     });
     // Operations meeting an empty queue (the kinds' kept / forgotten transitions).
@@ -179,8 +194,7 @@ fn periods_of_kept_and_forgotten_kinds_reach_a_steady_heap() {
             }
             // Kinds used: a pattern of period 3 (ANY_SOURCE, ANY_TAG + ANY/ANY, none).
             for _ in 0..30 {
-                let Some(q) = p.m.unexp.get(r.below_usize(p.m.unexp.len())).map(|q| q.env)
-                else {
+                let Some(q) = p.m.unexp.get(r.below_usize(p.m.unexp.len())).map(|q| q.env) else {
                     break;
                 };
                 let s = match period % 3 {
@@ -320,7 +334,7 @@ fn wide_walk(seed: u64, steps: usize) -> usize {
 #[test]
 fn wide_walks_through_empty_queues_agree_with_the_model() {
     let empties = std::sync::atomic::AtomicUsize::new(0);
-    each_seed("review_wild2 wide walk", 1..40, |s| {
+    each_seed("review_wild2 wide walk", 1..seeds(40), |s| {
         empties.fetch_add(wide_walk(s, 4000), std::sync::atomic::Ordering::Relaxed);
     });
     let n = empties.into_inner();
