@@ -1158,6 +1158,21 @@ impl<R, M> Engine<R, M> {
         if self.unexp.len() - self.c.claimed_depth == 1 && !self.cfg.eager_wildcard_lists {
             self.built &= self.wild_used;
             self.wild_used = 0;
+            let both = (1 << K_SRC) | (1 << K_TAG);
+            if self.built & (1 << K_COMM) != 0
+                && self.built & both != both
+                && self.comm_index_outsized(1)
+            {
+                // A (comm, src) or (comm, tag) build through kept (comm) lists visits
+                // every bucket of the (comm) index; when that index is much larger than
+                // the queue (kept so by a past burst or by posted ANY_SOURCE+ANY_TAG
+                // receives on many communicators), a program needing the kind in every
+                // other period would pay O(buckets) per period, not amortised. The
+                // (comm) kind is then forgotten too: built again from the arrival log
+                // when next needed, by `build_unexp_slow`, which builds the other two
+                // kinds first if the index is then still much larger than the queue.
+                self.built &= !(1 << K_COMM);
+            }
         }
         if self.built & (1 << K_SRC) != 0
             && !self.dense_push_unexp::<K_SRC>(idx, env.comm, u64::from(env.src))
@@ -1209,6 +1224,14 @@ impl<R, M> Engine<R, M> {
         }
     }
 
+    /// Whether the (comm) index is much larger than a queue of `queued` messages: a
+    /// (comm, src) or (comm, tag) build through the (comm) lists, which visits every
+    /// bucket, would then not be amortised over the queued messages.
+    #[inline]
+    fn comm_index_outsized(&self, queued: usize) -> bool {
+        self.ix[K_COMM].buckets() > 4 * (queued + 16)
+    }
+
     #[cold]
     #[inline(never)]
     fn build_unexp_slow(&mut self, k: usize) {
@@ -1220,8 +1243,7 @@ impl<R, M> Engine<R, M> {
             // holds the posted ANY_SOURCE+ANY_TAG receives, so when it is larger, the
             // other kinds are built now, from the arrival order (each message is still
             // linked into each kind at most once).
-            let queued = self.unexp.len() - self.c.claimed_depth;
-            if self.ix[K_COMM].buckets() > 4 * (queued + 16) {
+            if self.comm_index_outsized(self.unexp.len() - self.c.claimed_depth) {
                 for j in [K_SRC, K_TAG] {
                     if self.built & (1 << j) == 0 {
                         self.build_unexp_slow(j);
@@ -2676,10 +2698,11 @@ mod tests {
             for round in 0..3u64 {
                 // A period of the queue in which no receive needs a wildcard kind: its
                 // first arrival keeps the kinds the last period used (the ANY/ANY
-                // receives' (comm) before round 0, all three after), the next period's
-                // first arrival forgets them.
+                // receives' (comm) before round 0, all three after; the (comm) kind
+                // alone is not kept over a (comm) index this large: forgotten), the
+                // next period's first arrival forgets them.
                 e.arrive(Envelope::new(0, 1, 100 + round), 0, 0).unwrap();
-                assert_eq!(e.built, if round == 0 { 1 << K_COMM } else { all });
+                assert_eq!(e.built, if round == 0 { 0 } else { all });
                 let r = e.post(RecvSpec::exact(0, 1, 100 + round), 0);
                 assert!(matches!(r, Ok(Posted::Matched(_))));
                 // One message: the store resets the kinds, the ANY/ANY probe builds.
@@ -2703,6 +2726,67 @@ mod tests {
         assert_eq!(e.built, 1 << K_COMM);
         assert!(e.probe(&RecvSpec::new(1, Some(2), None)).is_some());
         assert_eq!(e.built, (1 << K_COMM) | (1 << K_SRC));
+    }
+
+    /// The same bound with the (comm) kind kept across empty queues (review of merge
+    /// 10cc56f): a program that needs the (comm) lists in every period keeps them, and
+    /// needs the (comm, src) lists only in every other period, which were then forgotten
+    /// and rebuilt every other period by visiting every bucket of a (comm) index kept
+    /// large by posted ANY_SOURCE+ANY_TAG receives on many communicators (or a past
+    /// burst over many), with one message queued: O(buckets) per period, not amortised
+    /// (before the fix: 36.96 µs per round with 100,000 such receives, against 0.100 µs
+    /// before the merge and 0.093 µs without them, release build, load 2.5). The fix:
+    /// over such an index the (comm) kind is not kept alone across an empty queue (it is
+    /// rebuilt from the arrival log, whose build then builds the other two first). Each
+    /// (comm, src) / (comm, tag) build here must either find the (comm) kind unbuilt or
+    /// a (comm) index in proportion to the queue.
+    #[test]
+    fn comm_lists_over_a_large_comm_index_are_not_kept_alone() {
+        let all = (1 << K_SRC) | (1 << K_TAG) | (1 << K_COMM);
+        for posted in [false, true] {
+            let mut e: Engine<u32, u32> = Engine::default();
+            for c in 1..=2000u32 {
+                if posted {
+                    let r = e.post(RecvSpec::new(c, None, None), c);
+                    assert!(matches!(r, Ok(Posted::Pending(_))));
+                } else {
+                    e.arrive(Envelope::new(c, 1, 0), 0, c).unwrap();
+                }
+            }
+            if !posted {
+                for c in 1..=2000u32 {
+                    let r = e.post(RecvSpec::new(c, None, None), 0);
+                    assert!(matches!(r, Ok(Posted::Matched(_))));
+                }
+            }
+            assert!(e.ix[K_COMM].buckets() >= 2048);
+            for round in 0..8u64 {
+                e.arrive(Envelope::new(0, 1, round), 0, 0).unwrap();
+                assert!(e.probe(&RecvSpec::new(0, None, None)).is_some());
+                for (used, spec) in [
+                    (round % 2 == 0, RecvSpec::new(0, Some(1), None)),
+                    (round % 3 == 0, RecvSpec::new(0, None, Some(round))),
+                ] {
+                    if !used {
+                        continue;
+                    }
+                    let queued = e.unexp.len() - e.c.claimed_depth;
+                    let k = Engine::<u32, u32>::unexp_kind(&spec.normalized());
+                    assert!(
+                        e.built & (1 << k) != 0
+                            || e.built & (1 << K_COMM) == 0
+                            || e.ix[K_COMM].buckets() <= 4 * (queued + 16),
+                        "posted {posted} round {round}: kind {k} built over a (comm) \
+                         index of {} buckets, {queued} queued",
+                        e.ix[K_COMM].buckets()
+                    );
+                    assert!(e.probe(&spec).is_some());
+                }
+                assert_eq!(e.built & all, e.built);
+                let r = e.post(RecvSpec::exact(0, 1, round), 0);
+                assert!(matches!(r, Ok(Posted::Matched(_))));
+            }
+        }
     }
 
     /// With the unit tests' saturation distance (3, see `index`), index removals and
@@ -2810,6 +2894,119 @@ mod tests {
                     "kind {k}: {key:?} hashed although an array covers it"
                 );
             }
+        }
+    }
+
+    /// Review of merge 10cc56f (kinds kept across an empty queue): every queued
+    /// message is on its list of each kind built, and while the (comm) kind is not
+    /// built, its arrival log entry is live (the lazy build's source); claimed messages
+    /// are on no list and have no live entry.
+    fn check_kept_lists(e: &Engine<u32, u32>) {
+        check_dense_heads(e);
+        for idx in e.unexp.indices() {
+            let n = e.unexp.at(idx);
+            if n.is_claimed() {
+                assert_eq!(n.links.stashed(K_COMM), NO_LOG_POS, "claimed {idx}");
+                continue;
+            }
+            for k in [K_SRC, K_TAG, K_COMM] {
+                if e.built & (1 << k) == 0 {
+                    continue;
+                }
+                let head = e.unexp_head(k, &n.env);
+                let Some(head) = head else {
+                    panic!("kind {k} built, no list for queued {idx} {:?}", n.env)
+                };
+                let mut cur = head;
+                while cur != idx {
+                    match list::next(&e.unexp, k, head, cur) {
+                        Some(nx) => cur = nx,
+                        None => panic!("kind {k} built, queued {idx} {:?} not on it", n.env),
+                    }
+                }
+            }
+            if e.built & (1 << K_COMM) == 0 {
+                let pos = n.links.stashed(K_COMM) as usize;
+                assert_eq!(e.arrivals.get(pos), Some(&idx), "log entry of {idx}");
+            }
+        }
+    }
+
+    /// Periods (the queue emptied by exact receives after a cancel of what is posted)
+    /// with wildcard receives, probes, claims and purges of changing kinds in between:
+    /// the kept kinds' lists and the arrival log stay complete (`check_kept_lists`).
+    #[test]
+    fn kept_kinds_and_the_arrival_log_stay_complete_across_periods() {
+        for eager in [false, true] {
+            let mut e: Engine<u32, u32> =
+                Engine::new(Config::default().eager_wildcard_lists(eager));
+            let mut claims: Vec<MsgHandle> = Vec::new();
+            let mut x: u64 = 0x9E37_79B9_7F4A_7C15 ^ u64::from(eager);
+            let mut rnd = move |n: u64| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x % n
+            };
+            let mut empties = 0;
+            for id in 0..20_000u32 {
+                let comm = rnd(3) as u32;
+                let big = rnd(4) == 0;
+                let src = if big {
+                    65_536 + rnd(3) as u32
+                } else {
+                    rnd(5) as u32
+                };
+                let tag = if big { rnd(70_000) } else { rnd(4) };
+                let spec = match rnd(5) {
+                    0 => RecvSpec::exact(comm, src, tag),
+                    1 => RecvSpec::new(comm, Some(src), None),
+                    2 => RecvSpec::new(comm, None, Some(tag)),
+                    3 => RecvSpec::new(comm, None, None),
+                    _ => RecvSpec::masked(comm, Source::Any, tag & 1, 1),
+                };
+                match rnd(100) {
+                    0..=39 => {
+                        e.arrive(Envelope::new(comm, src, tag), 0, id).unwrap();
+                    }
+                    40..=54 => {
+                        let _ = e.post(spec, id);
+                    }
+                    55..=62 => {
+                        let _ = e.probe(&spec);
+                    }
+                    63..=69 => claims.extend(e.mprobe(&spec).map(|c| c.handle)),
+                    70..=74 if !claims.is_empty() => {
+                        let h = claims.swap_remove(rnd(claims.len() as u64) as usize);
+                        e.mrecv(h).unwrap();
+                    }
+                    75 => {
+                        e.purge_peer(src, |_| {});
+                    }
+                    76 => {
+                        e.purge_comm(comm, |_| {});
+                    }
+                    77..=89 => {
+                        // Empty the queue: nothing posted, exact receives.
+                        e.cancel_where(|_, _| true, |_, _| {});
+                        let queued: Vec<Envelope> = e
+                            .unexp
+                            .indices()
+                            .filter(|&i| !e.unexp.at(i).is_claimed())
+                            .map(|i| e.unexp.at(i).env)
+                            .collect();
+                        for m in queued {
+                            let r = e.post(RecvSpec::exact(m.comm, m.src, m.tag), id);
+                            assert!(matches!(r, Ok(Posted::Matched(_))));
+                        }
+                        assert_eq!(e.counters().unexpected_depth, 0);
+                        empties += 1;
+                    }
+                    _ => {}
+                }
+                check_kept_lists(&e);
+            }
+            assert!(empties > 2000, "{empties}");
         }
     }
 

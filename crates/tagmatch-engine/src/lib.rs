@@ -53,7 +53,9 @@
 //! linked as they come; one that stopped is back to one list per message after one
 //! period of the queue). The (comm) build also builds the other two kinds when the
 //! (comm) index is much larger than the queue, so that no later build visits a large
-//! index. Each
+//! index; for the same reason the (comm) kind is not kept alone (without both others)
+//! across an empty queue over such an index: it is built again from the arrival log.
+//! Each
 //! message is linked into each kind at most once, so, like an index doubling, the build
 //! is amortised O(1) per message. Each posted receive sits on the one FIFO of its kind;
 //! an arrival looks at (at most) four list heads and takes the lowest posting sequence
