@@ -307,6 +307,30 @@ impl Walk {
         Some(res.map_err(|x| x.reason))
     }
 
+    /// The transport delivers a new message of `env.src` (not put in flight by
+    /// [`Walk::send`]) whose sequence number is `ahead` past the one the receiver expects
+    /// next: the messages between are lost or late, so with `ahead > 0` it is held in the
+    /// reorder buffer until a later `deliver_ahead(.., 0)` fills the gap, or refused (a
+    /// duplicate of one held there). Reorders every source at once without its
+    /// predecessors in flight (`review_wildmem`). A refused message is dropped.
+    pub fn deliver_ahead(
+        &mut self,
+        env: Envelope,
+        len: usize,
+        ahead: u32,
+    ) -> Result<usize, RejectReason> {
+        let mid = self.id();
+        let seq = self.m.expected(env.src).wrapping_add(ahead);
+        let q = self.in_flight.entry(env.src).or_default();
+        q.push((seq, Msg { env, len, mid }, len));
+        let i = q.len() - 1;
+        let res = self.deliver(env.src, i).expect("a message in flight");
+        if res.is_err() {
+            self.in_flight.get_mut(&env.src).unwrap().remove(i);
+        }
+        res
+    }
+
     pub fn post(&mut self, spec: RecvSpec) -> Out {
         let rid = self.id();
         self.note(format!("post {spec:?} rid {rid}"));
