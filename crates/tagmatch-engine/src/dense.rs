@@ -257,6 +257,23 @@ impl Dense {
         self.at_mut(pos).push(v)
     }
 
+    /// Whether no growth to cover key `x` can be paid for by `entries` queued entries:
+    /// the least any growth takes ([`MIN_LEN`] more slots, the directory as it is) is over
+    /// the budget. Counted as a refused growth, like [`Dense::grow`]'s refusals. Checked
+    /// before [`Dense::grow`] so that a small queue spread over many communicators, whose
+    /// every arrival and wildcard receive on an uncovered key retries the growth, does
+    /// not pay for `grow` and its cost estimate each time (~300 instructions per refused
+    /// attempt, review_wild2).
+    #[inline]
+    pub(crate) fn refuses(&mut self, x: u64, entries: usize) -> bool {
+        let least = 4 * (self.slots + MIN_LEN) + self.near.capacity() * ARR;
+        let refused = x < DENSE_KEYS && least > BYTES_PER_ENTRY * entries;
+        if refused {
+            self.deferred = self.deferred.saturating_add(1);
+        }
+        refused
+    }
+
     /// Allocates or grows the array of `comm` to cover key `x` (not covered yet) if the
     /// growth rule allows it with `entries` posted receives and stored messages queued
     /// and `hashed` lists in the hash index of the same kind (see the module

@@ -580,6 +580,9 @@ impl<R, M> Engine<R, M> {
     #[inline(never)]
     fn dense_grow(&mut self, k: usize, comm: u32, x: u64) -> Option<usize> {
         let entries = self.posted.len() + self.unexp.len();
+        if self.dense[dn(k)].refuses(x, entries) {
+            return None;
+        }
         let hashed = self.ix[k].len();
         let (pos, keys) = self.dense[dn(k)].grow(comm, x, entries, hashed)?;
         if self.ix[k].len() > 0 {
