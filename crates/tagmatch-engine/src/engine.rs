@@ -2667,6 +2667,28 @@ mod tests {
         assert_eq!(e.counters().reorder_depth, 0);
     }
 
+    /// An engine whose (comm) index has grown to >= 2048 buckets over 2000 communicators:
+    /// ANY/ANY receives left pending (`posted`), or messages that ANY/ANY receives took.
+    fn over_a_large_comm_index(posted: bool) -> Engine<u32, u32> {
+        let mut e: Engine<u32, u32> = Engine::default();
+        for c in 1..=2000u32 {
+            if posted {
+                let r = e.post(RecvSpec::new(c, None, None), c);
+                assert!(matches!(r, Ok(Posted::Pending(_))));
+            } else {
+                e.arrive(Envelope::new(c, 1, 0), 0, c).unwrap();
+            }
+        }
+        if !posted {
+            for c in 1..=2000u32 {
+                let r = e.post(RecvSpec::new(c, None, None), 0);
+                assert!(matches!(r, Ok(Posted::Matched(_))));
+            }
+        }
+        assert!(e.ix[K_COMM].buckets() >= 2048);
+        e
+    }
+
     /// A (comm, src) or (comm, tag) build after the (comm) lists are built visits the
     /// (comm) index's buckets. When that index is much larger than the queue (a past
     /// burst over many communicators, or posted ANY_SOURCE+ANY_TAG receives on many),
@@ -2680,24 +2702,7 @@ mod tests {
     fn a_comm_build_over_a_large_comm_index_builds_the_other_kinds_first() {
         let all = (1 << K_SRC) | (1 << K_TAG) | (1 << K_COMM);
         for posted in [false, true] {
-            let mut e: Engine<u32, u32> = Engine::default();
-            for c in 1..=2000u32 {
-                if posted {
-                    assert!(matches!(
-                        e.post(RecvSpec::new(c, None, None), c),
-                        Ok(Posted::Pending(_))
-                    ));
-                } else {
-                    e.arrive(Envelope::new(c, 1, 0), 0, c).unwrap();
-                }
-            }
-            if !posted {
-                for c in 1..=2000u32 {
-                    let r = e.post(RecvSpec::new(c, None, None), 0);
-                    assert!(matches!(r, Ok(Posted::Matched(_))));
-                }
-            }
-            assert!(e.ix[K_COMM].buckets() >= 2048);
+            let mut e = over_a_large_comm_index(posted);
             for round in 0..3u64 {
                 // A period of the queue in which no receive needs a wildcard kind: its
                 // first arrival keeps the kinds the last period used (the ANY/ANY
@@ -2747,22 +2752,7 @@ mod tests {
     fn comm_lists_over_a_large_comm_index_are_not_kept_alone() {
         let all = (1 << K_SRC) | (1 << K_TAG) | (1 << K_COMM);
         for posted in [false, true] {
-            let mut e: Engine<u32, u32> = Engine::default();
-            for c in 1..=2000u32 {
-                if posted {
-                    let r = e.post(RecvSpec::new(c, None, None), c);
-                    assert!(matches!(r, Ok(Posted::Pending(_))));
-                } else {
-                    e.arrive(Envelope::new(c, 1, 0), 0, c).unwrap();
-                }
-            }
-            if !posted {
-                for c in 1..=2000u32 {
-                    let r = e.post(RecvSpec::new(c, None, None), 0);
-                    assert!(matches!(r, Ok(Posted::Matched(_))));
-                }
-            }
-            assert!(e.ix[K_COMM].buckets() >= 2048);
+            let mut e = over_a_large_comm_index(posted);
             for round in 0..8u64 {
                 e.arrive(Envelope::new(0, 1, round), 0, 0).unwrap();
                 assert!(e.probe(&RecvSpec::new(0, None, None)).is_some());
