@@ -2667,6 +2667,16 @@ mod tests {
         assert_eq!(e.counters().reorder_depth, 0);
     }
 
+    /// A seeded xorshift64 draw below `n` (the unit tests' random walks).
+    fn xorshift(mut x: u64) -> impl FnMut(u64) -> u64 {
+        move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        }
+    }
+
     /// An engine whose (comm) index has grown to >= 2048 buckets over 2000 communicators:
     /// ANY/ANY receives left pending (`posted`), or messages that ANY/ANY receives took.
     fn over_a_large_comm_index(posted: bool) -> Engine<u32, u32> {
@@ -2934,13 +2944,7 @@ mod tests {
             let mut e: Engine<u32, u32> =
                 Engine::new(Config::default().eager_wildcard_lists(eager));
             let mut claims: Vec<MsgHandle> = Vec::new();
-            let mut x: u64 = 0x9E37_79B9_7F4A_7C15 ^ u64::from(eager);
-            let mut rnd = move |n: u64| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x % n
-            };
+            let mut rnd = xorshift(0x9E37_79B9_7F4A_7C15 ^ u64::from(eager));
             let mut empties = 0;
             for id in 0..20_000u32 {
                 let comm = rnd(3) as u32;
@@ -3031,13 +3035,7 @@ mod tests {
                 Engine::new(Config::default().eager_wildcard_lists(eager));
             let mut handles: Vec<RecvHandle> = Vec::new();
             let mut claims: Vec<MsgHandle> = Vec::new();
-            let mut x: u64 = 0x2545_F491_4F6C_DD1D ^ u64::from(eager);
-            let mut rnd = move |n: u64| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x % n
-            };
+            let mut rnd = xorshift(0x2545_F491_4F6C_DD1D ^ u64::from(eager));
             for id in 0..6_000u32 {
                 let comm = COMMS[rnd(5) as usize];
                 let mut key = || match rnd(3) {
