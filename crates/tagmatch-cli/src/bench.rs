@@ -131,6 +131,20 @@ pub trait Runnable {
     fn again(&mut self) -> bool {
         false
     }
+    /// Runs the whole timed phase of each of `group`, in order (none started); the
+    /// matches made, or anything else derived from every result, for `black_box`.
+    #[inline]
+    fn run_group(group: &mut [Self]) -> usize
+    where
+        Self: Sized,
+    {
+        let mut s = 0;
+        for p in group {
+            let ops = p.ops();
+            s += std::hint::black_box(p.run_range(0, ops));
+        }
+        s
+    }
 }
 
 impl Runnable for Prepared {
@@ -146,6 +160,10 @@ impl Runnable for Prepared {
     }
     fn again(&mut self) -> bool {
         Prepared::again(self)
+    }
+    #[inline]
+    fn run_group(group: &mut [Self]) -> usize {
+        Prepared::run_group(group)
     }
 }
 
@@ -233,9 +251,7 @@ pub fn measure_with<P: Runnable>(
             };
             if rep % 2 == 0 {
                 let t = Instant::now();
-                for prep in preps.iter_mut() {
-                    std::hint::black_box(prep.run_range(0, ops));
-                }
+                std::hint::black_box(P::run_group(preps));
                 rep_time += t.elapsed();
             } else {
                 let t0 = Instant::now();
