@@ -174,27 +174,42 @@ enum TimedOps {
 }
 
 impl TimedOps {
-    fn new(ops: Vec<Timed>) -> TimedOps {
-        if ops.iter().all(|o| matches!(o, Timed::Arrive(..))) {
+    /// The timed operations of `timed`, homogeneous when they are all arrivals or all
+    /// posts; `cancel` resolves a cancel's receive id to its handle (cancels whose
+    /// receive is not pending are left out).
+    fn new(timed: &[Op], cancel: impl FnMut(u32) -> Option<RecvHandle>) -> TimedOps {
+        if timed.iter().all(|o| matches!(o, Op::Arrive(..))) {
             TimedOps::Arrivals(
-                ops.iter()
+                timed
+                    .iter()
                     .filter_map(|o| match *o {
-                        Timed::Arrive(env, mid) => Some((env, mid)),
+                        Op::Arrive(env, mid) => Some((env, mid)),
                         _ => None,
                     })
                     .collect(),
             )
-        } else if ops.iter().all(|o| matches!(o, Timed::Post(..))) {
+        } else if timed.iter().all(|o| matches!(o, Op::Post(..))) {
             TimedOps::Posts(
-                ops.iter()
+                timed
+                    .iter()
                     .filter_map(|o| match *o {
-                        Timed::Post(spec, rid) => Some((spec, rid)),
+                        Op::Post(spec, rid) => Some((spec, rid)),
                         _ => None,
                     })
                     .collect(),
             )
         } else {
-            TimedOps::Mixed(ops)
+            let mut cancel = cancel;
+            TimedOps::Mixed(
+                timed
+                    .iter()
+                    .filter_map(|op| match *op {
+                        Op::Post(spec, rid) => Some(Timed::Post(spec, rid)),
+                        Op::Arrive(env, mid) => Some(Timed::Arrive(env, mid)),
+                        Op::Cancel(rid) => cancel(rid).map(Timed::Cancel),
+                    })
+                    .collect(),
+            )
         }
     }
 
@@ -429,19 +444,9 @@ impl Prepared {
                 }
             }
         }
-        let ops = plan
-            .timed
-            .iter()
-            .filter_map(|op| match *op {
-                Op::Post(spec, rid) => Some(Timed::Post(spec, rid)),
-                Op::Arrive(env, mid) => Some(Timed::Arrive(env, mid)),
-                Op::Cancel(rid) => handles
-                    .get_mut(rid as usize)
-                    .and_then(Option::take)
-                    .map(Timed::Cancel),
-            })
-            .collect();
-        TimedOps::new(ops)
+        TimedOps::new(&plan.timed, |rid| {
+            handles.get_mut(rid as usize).and_then(Option::take)
+        })
     }
 
     /// Runs the set-up phase again on the same engine, once the whole timed phase has run
