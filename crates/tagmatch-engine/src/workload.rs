@@ -213,6 +213,28 @@ impl TimedOps {
         }
     }
 
+    /// [`TimedOps::new`] into `self`, reusing its array when of the same kind (so that
+    /// [`Prepared::again`] neither allocates nor frees, nor moves the array).
+    fn refill(&mut self, timed: &[Op], cancel: impl FnMut(u32) -> Option<RecvHandle>) {
+        match self {
+            TimedOps::Arrivals(v) if timed.iter().all(|o| matches!(o, Op::Arrive(..))) => {
+                v.clear();
+                v.extend(timed.iter().filter_map(|o| match *o {
+                    Op::Arrive(env, mid) => Some((env, mid)),
+                    _ => None,
+                }));
+            }
+            TimedOps::Posts(v) if timed.iter().all(|o| matches!(o, Op::Post(..))) => {
+                v.clear();
+                v.extend(timed.iter().filter_map(|o| match *o {
+                    Op::Post(spec, rid) => Some((spec, rid)),
+                    _ => None,
+                }));
+            }
+            _ => *self = TimedOps::new(timed, cancel),
+        }
+    }
+
     fn len(&self) -> usize {
         match self {
             TimedOps::Arrivals(v) => v.len(),
@@ -237,6 +259,9 @@ pub struct Prepared {
     ops: TimedOps,
     /// The workload's operations (for [`Prepared::again`]).
     plan: Plan,
+    /// The set-up's pending receives by receive id (kept for [`Prepared::again`], which
+    /// then allocates nothing).
+    handles: Vec<Option<RecvHandle>>,
     /// Engine heap bytes at the end of set-up.
     pub setup_heap_bytes: usize,
     /// Posted receives at the end of set-up.
@@ -406,7 +431,9 @@ impl Prepared {
                 .max_bytes(usize::MAX)
                 .eager_wildcard_lists(p.eager_wildcard_lists),
         );
-        let ops = Self::set_up(&mut e, &plan);
+        let mut ops = TimedOps::Mixed(Vec::new());
+        let mut handles = Vec::new();
+        Self::set_up(&mut e, &plan, &mut ops, &mut handles);
         let c = e.counters();
         Prepared {
             setup_heap_bytes: e.heap_bytes(),
@@ -415,14 +442,20 @@ impl Prepared {
             engine: e,
             ops,
             plan,
+            handles,
             matches: 0,
         }
     }
 
     /// Runs `plan`'s set-up on `e`; the timed operations with their receive handles.
-    fn set_up(e: &mut Engine<u32, u32>, plan: &Plan) -> TimedOps {
+    fn set_up(
+        e: &mut Engine<u32, u32>,
+        plan: &Plan,
+        ops: &mut TimedOps,
+        handles: &mut Vec<Option<RecvHandle>>,
+    ) {
         // Pending receives by receive id, for the cancels.
-        let mut handles: Vec<Option<RecvHandle>> = Vec::new();
+        handles.clear();
         for op in &plan.setup {
             match *op {
                 Op::Post(spec, rid) => {
@@ -444,9 +477,9 @@ impl Prepared {
                 }
             }
         }
-        TimedOps::new(&plan.timed, |rid| {
+        ops.refill(&plan.timed, |rid| {
             handles.get_mut(rid as usize).and_then(Option::take)
-        })
+        });
     }
 
     /// Runs the set-up phase again on the same engine, once the whole timed phase has run
@@ -461,7 +494,12 @@ impl Prepared {
         {
             return false;
         }
-        self.ops = Self::set_up(&mut self.engine, &self.plan);
+        Self::set_up(
+            &mut self.engine,
+            &self.plan,
+            &mut self.ops,
+            &mut self.handles,
+        );
         self.matches = 0;
         true
     }
