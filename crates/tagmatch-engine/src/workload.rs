@@ -177,7 +177,7 @@ impl TimedOps {
     /// The timed operations of `timed`, homogeneous when they are all arrivals or all
     /// posts; `cancel` resolves a cancel's receive id to its handle (cancels whose
     /// receive is not pending are left out).
-    fn new(timed: &[Op], cancel: impl FnMut(u32) -> Option<RecvHandle>) -> TimedOps {
+    fn new(timed: &[Op], mut cancel: impl FnMut(u32) -> Option<RecvHandle>) -> TimedOps {
         if timed.iter().all(|o| matches!(o, Op::Arrive(..))) {
             TimedOps::Arrivals(
                 timed
@@ -199,7 +199,6 @@ impl TimedOps {
                     .collect(),
             )
         } else {
-            let mut cancel = cancel;
             TimedOps::Mixed(
                 timed
                     .iter()
