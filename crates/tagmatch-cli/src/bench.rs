@@ -5,7 +5,9 @@
 //! Method: set-up is untimed. Copies of the workload are prepared in groups of at least 64
 //! timed operations (one copy once the depth gives 64 operations), and each group's timed
 //! phases are timed with one clock pair right after its set-up (clock overhead below 1 ns
-//! per operation: an `Instant` pair costs about 50 ns in this VM). Workloads of fewer than
+//! per operation: an `Instant` pair costs about 50 ns in this VM), in one loop over the
+//! copies (`Runnable::run_group`: the engine's version folds every matched id into one
+//! checksum per group, passed to `black_box`). Workloads of fewer than
 //! 64 operations keep one group of copies (at least 32 operations, clock overhead about
 //! 1.6 ns per operation) that run their set-up again on the same engine before each timing
 //! (every timed phase leaves the engine empty), so each engine is as warm as its set-up
