@@ -431,6 +431,10 @@ pub struct Engine<R, M> {
     /// At a line boundary (line 3): its last fields, which every match updates, share
     /// line 4 with the exact index.
     c: Counters,
+    /// Matches made with one match attempt on the exact paths (an exact arrival taking a
+    /// posted receive, an exact post taking a message), counted once here instead of in
+    /// both `c.match_attempts` and `c.hits`, which [`Engine::counters`] adds it to.
+    one_try_hits: u64,
     /// One intrusive hash index per key kind (`K_*`): the head of each FIFO, except the
     /// (comm, src) and (comm, tag) lists of small keys.
     ix: [Index; 5],
@@ -488,6 +492,7 @@ impl<R, M> Engine<R, M> {
             reserved: 0,
             scratch: Vec::new(),
             c: Counters::default(),
+            one_try_hits: 0,
             claims: 0,
             max_stored: MAX_ENTRIES,
         }
@@ -1438,7 +1443,12 @@ impl<R, M> Engine<R, M> {
         // MPI 4.0 §3.5 / matching-notes §1.0: "a receive matches the earliest-arrived
         // matching unexpected message".
         // Inlined dispatch: the spec is taken apart in registers, so the out-of-line
-        // paths get scalars (no store-forwarding stall on a spilled enum).
+        // paths get scalars (no store-forwarding stall on a spilled enum). An exact
+        // receive leaves first, before the normalisation's join (which kept the whole
+        // spec on the stack for the masked path).
+        if let (Source::Rank(s), TagSel::Exact(t)) = (spec.src, spec.tag) {
+            return self.post_exact(spec.comm, s, t, recv);
+        }
         let spec = spec.normalized();
         let c = spec.comm;
         match (spec.src, spec.tag) {
@@ -1678,7 +1688,6 @@ impl<R, M> Engine<R, M> {
         // MPI 4.0 §3.5 / matching-notes §1.0: the earliest-arrived matching message is
         // the head of the (comm, src, tag) list, the value of its key's bucket.
         let key = Envelope::new(comm, src, tag);
-        self.c.match_attempts += 1;
         let h = hash_key(K_EXACT, &key);
         let (p, u) = (&self.posted, &self.unexp);
         let pos = self.ix[K_EXACT].find_value(
@@ -1688,9 +1697,12 @@ impl<R, M> Engine<R, M> {
         );
         let (pos, found) = match pos {
             Ok((pos, idx)) if idx & POSTED == 0 => (pos, idx),
-            pos => return self.queue_keyed::<K_EXACT>(key, h, pos.map(|(_, head)| head), recv),
+            pos => {
+                self.c.match_attempts += 1;
+                return self.queue_keyed::<K_EXACT>(key, h, pos.map(|(_, head)| head), recv);
+            }
         };
-        self.c.hits += 1;
+        self.one_try_hits += 1;
         // Out of the slab first, reading only the link pair in use and the fields of the
         // result (one slab access); the unlinking touches only the neighbours. Its
         // arrival log entry is left, dead.
@@ -1879,8 +1891,7 @@ impl<R, M> Engine<R, M> {
                     Unlinked::Inner => {}
                 }
                 self.n_kind[K_EXACT] -= 1;
-                self.c.match_attempts += 1;
-                self.c.hits += 1;
+                self.one_try_hits += 1;
                 let recv = n.recv;
                 Ok(Arrived::Matched(Match {
                     recv,
@@ -2516,6 +2527,8 @@ impl<R, M> Engine<R, M> {
         Counters {
             posted_depth: self.posted.len(),
             unexpected_depth: self.unexp.len() - self.c.claimed_depth,
+            match_attempts: self.c.match_attempts + self.one_try_hits,
+            hits: self.c.hits + self.one_try_hits,
             ..self.c
         }
     }
@@ -2611,6 +2624,48 @@ mod tests {
         ];
         let lines: Vec<usize> = hot.iter().map(|&o| line(c + o, 8)).collect();
         assert!(lines.iter().all(|&l| l == 4), "{lines:?}");
+        assert_eq!(line(offset_of!(E, one_try_hits), 8), 4);
+    }
+
+    /// The exact paths count a hit once (`one_try_hits`); the counters still report one
+    /// attempt and one hit for it, next to the other paths' counts.
+    #[test]
+    fn exact_hits_count_one_attempt_and_one_hit() {
+        let mut e: Engine<u32, u32> = Engine::new(Config::default());
+        // A post finding nothing: one attempt, one miss.
+        assert!(matches!(
+            e.post(RecvSpec::exact(0, 1, 5), 10),
+            Ok(Posted::Pending(_))
+        ));
+        // An exact arrival taking it: one attempt, one hit.
+        match e.arrive(Envelope::new(0, 1, 5), 0, 20) {
+            Ok(Arrived::Matched(m)) => assert_eq!((m.recv, m.msg), (10, 20)),
+            r => panic!("{r:?}"),
+        }
+        // An arrival finding nothing is stored (a miss, no attempt counted).
+        assert!(matches!(
+            e.arrive(Envelope::new(0, 1, 6), 0, 21),
+            Ok(Arrived::Unexpected(_))
+        ));
+        // An exact post taking it: one attempt, one hit.
+        match e.post(RecvSpec::exact(0, 1, 6), 11) {
+            Ok(Posted::Matched(m)) => assert_eq!((m.recv, m.msg), (11, 21)),
+            r => panic!("{r:?}"),
+        }
+        let c = e.counters();
+        assert_eq!((c.match_attempts, c.hits, c.misses), (3, 2, 2));
+        // A wildcard post: counted on the general paths, added to the exact ones.
+        assert!(matches!(
+            e.arrive(Envelope::new(0, 2, 7), 0, 22),
+            Ok(Arrived::Unexpected(_))
+        ));
+        assert!(matches!(
+            e.post(RecvSpec::new(0, None, Some(7)), 12),
+            Ok(Posted::Matched(_))
+        ));
+        let d = e.counters();
+        assert_eq!((d.hits, d.misses), (3, 3));
+        assert!(d.match_attempts > c.match_attempts, "{c:?} {d:?}");
     }
 
     /// The ceiling on stored messages (`MAX_ENTRIES`, lowered here to 4) refuses an

@@ -343,7 +343,9 @@ impl Index {
             j = (j + 1) & mask;
             let b = self.slots[j];
             if b == EMPTY {
-                self.slots[pos] = EMPTY;
+                // `pos` is a bucket (< len): masking it is a no-op that lets the
+                // optimiser drop the bounds check (the table is known non-empty here).
+                self.slots[pos & mask] = EMPTY;
                 return None;
             }
             let d = dist(b);
@@ -354,7 +356,7 @@ impl Index {
             // cyclically within (pos, j], i.e. unless d < j − pos.
             let gap = j.wrapping_sub(pos) & mask;
             if d as usize >= gap {
-                self.slots[pos] = b - ((gap as u32) << DIST_SHIFT);
+                self.slots[pos & mask] = b - ((gap as u32) << DIST_SHIFT);
                 pos = j;
             }
         }
