@@ -127,8 +127,16 @@ struct HeldCounts {
     /// these and `hits`: one count per arrival fewer on the hit path).
     passed: u64,
     hits: u64,
+    /// Searches that found nothing and held the receive aside: one per held receive,
+    /// which is also one submitted operation (the facade's `submitted` is derived from
+    /// it, see [`Fast::add_facade`]).
     misses: u64,
     cancelled: u64,
+    /// Self-injects a held slot receive took ([`Endpoint::loop_inject`]): each one a hit
+    /// here, and a submitted, fast-path, injected send and a fast-path receive completed
+    /// in the facade's counters (derived when read, see [`Fast::add_facade`]: one count
+    /// on the path instead of seven).
+    loop_slot: u64,
 }
 
 /// The fast path's matching: the engine, and in front of it receives held aside
@@ -283,6 +291,30 @@ impl Matcher {
         std::mem::replace(&mut self.held, next)
     }
 
+    /// [`Matcher::take_held`] for a self-inject when the earliest held receive is a
+    /// slot's: its operation, slot and length if the held receives accept `env` (counted
+    /// in `loop_slot` by the caller); `None` (nothing counted, nothing taken) otherwise,
+    /// and the general path searches again.
+    #[inline(always)]
+    fn take_held_slot(&mut self, env: &Envelope) -> Option<(u64, u32, usize)> {
+        let Some(RecvCtx {
+            op,
+            buf: RecvBuf::Slot { idx, len },
+        }) = self.held
+        else {
+            return None;
+        };
+        if !self.held_key.matches(env) {
+            return None;
+        }
+        self.held = if self.held_rest.is_empty() {
+            None
+        } else {
+            self.held_rest.pop_front()
+        };
+        Some((op, idx, len))
+    }
+
     /// An arrival the held receive did not take: the engine's
     /// [`arrive_held`](tagmatch_engine::Engine::arrive_held).
     #[inline(always)]
@@ -337,8 +369,9 @@ impl Matcher {
     fn counters(&self) -> tagmatch_engine::Counters {
         let mut c = self.engine.counters();
         c.posted_depth += usize::from(self.held.is_some()) + self.held_rest.len();
-        c.match_attempts += self.held_c.hits + self.held_c.passed;
-        c.hits += self.held_c.hits;
+        let hits = self.held_c.hits + self.held_c.loop_slot;
+        c.match_attempts += hits + self.held_c.passed;
+        c.hits += hits;
         c.misses += self.held_c.misses;
         c.cancelled += self.held_c.cancelled;
         c
@@ -556,6 +589,18 @@ impl Fast {
         m.rejected_backpressure += c.rejected_backpressure;
         m.rejected_sequence += c.rejected_sequence;
         c.unexpected_depth
+    }
+
+    /// Adds the facade counts the fast path keeps derived (see [`HeldCounts`]): a held
+    /// receive is a submitted one; a self-inject a held slot took is a submitted,
+    /// fast-path, injected send and a fast-path receive completed.
+    pub(crate) fn add_facade(&self, c: &mut Counters) {
+        let h = &self.engine.held_c;
+        c.submitted += h.misses + h.loop_slot;
+        c.fast_sends += h.loop_slot;
+        c.injected += h.loop_slot;
+        c.fast_recvs += h.loop_slot;
+        c.completed += h.loop_slot;
     }
 
     /// Lanes into this endpoint (read by it) and lanes out of it (to live receivers).
@@ -1177,11 +1222,12 @@ impl Endpoint {
         };
         let op = f.op();
         match f.engine.hold(spec(tag, src), RecvCtx { op, buf }) {
+            // Held aside: counted submitted through the held receives' misses (see
+            // `Fast::add_facade`).
             Ok(None) => {}
             Ok(Some((spec, ctx))) => return self.fast_post_engine(spec, ctx),
             Err(()) => return Err(self.too_many_receives()),
         }
-        self.counters.submitted += 1;
         Ok(Request {
             op: OpId(op),
             ep: id,
@@ -1770,6 +1816,12 @@ impl Endpoint {
     /// this endpoint itself with no self-send queued before it (so it cannot be refused)
     /// is delivered here, with one look at the route; `false` otherwise (the general path
     /// decides). Out of line: an inject on a lane (`fast_inject`'s case) stays as it was.
+    ///
+    /// The common case is kept small: a receive slot's receive held aside takes the
+    /// message (as `loop_send` would first try): the bytes go from `data` straight into
+    /// the slot's buffer, the slot completes in place, and one count stands for the
+    /// send's and the receive's (see [`Fast::add_facade`]). Anything else (another held
+    /// receive, none, more than a slot's inline bytes) is `loop_send`'s, one call away.
     #[inline(never)]
     fn loop_inject(&mut self, pid: PeerId, tag: Option<u64>, data: &[u8]) -> bool {
         let Some(f) = self.fast.as_deref_mut() else {
@@ -1778,51 +1830,31 @@ impl Endpoint {
         if !matches!(f.routes.get(pid.0 as usize), Some(Route::Loop)) || !f.loop_q.is_empty() {
             return false;
         }
-        let (src, op) = (f.loop_src, f.op());
-        if data.len() <= fast::INLINE {
-            // The common case, kept small (fewer registers saved on the way in): a
-            // receive held aside takes the message (as `loop_send` would first try).
+        let src = f.loop_src;
+        let len = data.len();
+        if len <= fast::INLINE {
             let (comm, tagv) = match tag {
                 Some(t) => (COMM_TAG, t),
                 None => (COMM_MSG, 0),
             };
             let env = Envelope::new(comm, src, tagv);
-            if let Some(recv) = f.engine.take_held(&env) {
-                let ep = self.id;
-                let Endpoint {
-                    node,
-                    ready,
-                    slots,
-                    counters,
-                    ..
-                } = self;
-                counters.submitted += 1;
-                counters.fast_sends += 1;
-                counters.injected += 1;
-                let msg = FastMsg {
-                    payload: Payload::Inline {
-                        words: fast::pack_inline(data),
-                    },
-                    cq_data: SendOpts::default().cq_data,
-                };
-                let mut out = Out {
-                    ready,
-                    slots,
-                    counters,
-                    ep,
-                };
-                finish(
-                    node,
-                    &mut f.proto_recvs,
-                    &mut out,
-                    recv,
-                    env,
-                    data.len(),
-                    msg,
-                );
+            if let Some((op, idx, cap)) = f.engine.take_held_slot(&env) {
+                f.engine.held_c.loop_slot += 1;
+                let n = len.min(cap);
+                if let Some(s) = self.slots.get_mut(idx as usize) {
+                    if let (Some(to), Some(from)) = (s.buf.get_mut(..n), data.get(..n)) {
+                        fast::copy_small(to, from);
+                    }
+                    s.complete(op, len as u64, n, tagv, src, None);
+                }
+                self.counters.bytes += len as u64;
+                if len > cap {
+                    self.counters.failed += 1;
+                }
                 return true;
             }
         }
+        let op = f.op();
         self.loop_inject_rest(src, op, tag, data)
     }
 
