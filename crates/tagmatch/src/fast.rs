@@ -155,17 +155,19 @@ pub(crate) fn copy_small(to: &mut [u8], from: &[u8]) {
             }
         }
     }
-    match n {
-        0 => {}
-        1..=3 => {
-            for (d, s) in to.iter_mut().zip(from) {
-                *d = *s;
-            }
+    // A word or two first (a tag's or an 8-byte message's case: one compare).
+    if (8..=16).contains(&n) {
+        piece::<8>(to, from);
+    } else if n > 32 {
+        to.copy_from_slice(from);
+    } else if n > 16 {
+        piece::<16>(to, from);
+    } else if n >= 4 {
+        piece::<4>(to, from);
+    } else {
+        for (d, s) in to.iter_mut().zip(from) {
+            *d = *s;
         }
-        4..=7 => piece::<4>(to, from),
-        8..=16 => piece::<8>(to, from),
-        17..=32 => piece::<16>(to, from),
-        _ => to.copy_from_slice(from),
     }
 }
 

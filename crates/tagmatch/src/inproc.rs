@@ -307,11 +307,12 @@ impl Matcher {
         if !self.held_key.matches(env) {
             return None;
         }
-        self.held = if self.held_rest.is_empty() {
-            None
-        } else {
-            self.held_rest.pop_front()
-        };
+        // Emptied, then refilled only from a window (not one `if` of both: it wrote the
+        // whole record, a `None`'s stale bytes too).
+        self.held = None;
+        if !self.held_rest.is_empty() {
+            self.held = self.held_rest.pop_front();
+        }
         Some((op, idx, len))
     }
 
@@ -1854,14 +1855,18 @@ impl Endpoint {
                 return true;
             }
         }
-        let op = f.op();
-        self.loop_inject_rest(src, op, tag, data)
+        self.loop_inject_rest(tag, data)
     }
 
     /// [`Endpoint::loop_inject`] when no held receive takes the message (or it is larger
     /// than a slot's inline bytes): the general self-send.
     #[inline(never)]
-    fn loop_inject_rest(&mut self, src: u32, op: u64, tag: Option<u64>, data: &[u8]) -> bool {
+    fn loop_inject_rest(&mut self, tag: Option<u64>, data: &[u8]) -> bool {
+        // Few arguments: `loop_inject` ends in a jump here.
+        let Some(f) = self.fast.as_deref_mut() else {
+            return false;
+        };
+        let (src, op) = (f.loop_src, f.op());
         self.loop_send(
             src,
             op,

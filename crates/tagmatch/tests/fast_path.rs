@@ -1595,6 +1595,17 @@ fn slot_inject_counts(two: bool) -> (Vec<SlotSeen>, Vec<(&'static str, u64)>) {
     let _ = a.tpost_slot(&other, src, 10).unwrap();
     inject(&mut a, &mut b, Some(10), &pattern(40, 5));
     seen.push(slot_wait(&mut a, &other, &mut [&mut b]));
+    // A window of identical slot receives held aside: taken in posting order.
+    let window: Vec<_> = (0..3).map(|_| a.recv_slot(8)).collect();
+    for w in &window {
+        let _ = a.tpost_slot(w, src, 11).unwrap();
+    }
+    for i in 0..3u8 {
+        inject(&mut a, &mut b, Some(11), &pattern(8, 20 + i));
+    }
+    for w in &window {
+        seen.push(slot_wait(&mut a, w, &mut [&mut b]));
+    }
     let (sa, sb) = (a.stats(), b.stats());
     let sum = |f: fn(&tagmatch::Stats) -> u64| f(&sa) + f(&sb);
     let counts = vec![
@@ -1639,17 +1650,20 @@ fn self_slot_injects_count_as_between_two_endpoints() {
     ));
     assert_eq!(self_seen[4].1, pattern(8, 4));
     let get = |k: &str| self_counts.iter().find(|(n, _)| *n == k).unwrap().1;
-    // 10 receives and 10 injects, two truncated; 9 receives held aside (the one posted
+    // 13 receives and 13 injects, two truncated; 12 receives held aside (the one posted
     // after its message went to the engine), each taken by a message; one message the
     // held receive did not accept (one attempt, a miss: unexpected).
-    assert_eq!(get("submitted"), 20);
-    assert_eq!(get("injected"), 10);
-    assert_eq!(get("fast_recvs"), 10);
+    assert_eq!(get("submitted"), 26);
+    assert_eq!(get("injected"), 13);
+    assert_eq!(get("fast_recvs"), 13);
     assert_eq!(get("failed"), 2);
-    assert_eq!(get("bytes"), 108);
-    assert_eq!(get("hits"), 10);
-    assert_eq!(get("match_attempts"), 11);
-    assert_eq!(get("misses"), 10);
+    assert_eq!(get("bytes"), 132);
+    assert_eq!(get("hits"), 13);
+    assert_eq!(get("match_attempts"), 14);
+    assert_eq!(get("misses"), 13);
+    for (i, w) in self_seen[10..].iter().enumerate() {
+        assert_eq!(w, &(Ok((8, 11, 0, None)), pattern(8, 20 + i as u8)));
+    }
     assert_eq!(get("posted_depth"), 0);
     assert_eq!(get("unexpected_depth"), 0);
 }
