@@ -311,9 +311,16 @@ impl Matcher {
         // whole record, a `None`'s stale bytes too).
         self.held = None;
         if !self.held_rest.is_empty() {
-            self.held = self.held_rest.pop_front();
+            self.refill_held();
         }
         Some((op, idx, len))
+    }
+
+    /// The next receive of a window held aside becomes the earliest (out of line: the
+    /// self-inject into a held slot stays free of the window's record move).
+    #[inline(never)]
+    fn refill_held(&mut self) {
+        self.held = self.held_rest.pop_front();
     }
 
     /// An arrival the held receive did not take: the engine's
@@ -1840,17 +1847,18 @@ impl Endpoint {
             };
             let env = Envelope::new(comm, src, tagv);
             if let Some((op, idx, cap)) = f.engine.take_held_slot(&env) {
+                // In this order, each value's last use first (fewer registers live).
                 f.engine.held_c.loop_slot += 1;
-                let n = len.min(cap);
-                if let Some(s) = self.slots.get_mut(idx as usize) {
-                    if let (Some(to), Some(from)) = (s.buf.get_mut(..n), data.get(..n)) {
-                        fast::copy_small(to, from);
-                    }
-                    s.complete(op, len as u64, n, tagv, src, None);
-                }
                 self.counters.bytes += len as u64;
                 if len > cap {
                     self.counters.failed += 1;
+                }
+                let n = len.min(cap);
+                if let Some(s) = self.slots.get_mut(idx as usize) {
+                    s.complete(op, len as u64, n, tagv, src, None);
+                    if let (Some(to), Some(from)) = (s.buf.get_mut(..n), data.get(..n)) {
+                        fast::copy_small(to, from);
+                    }
                 }
                 return true;
             }
