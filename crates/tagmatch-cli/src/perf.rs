@@ -1106,8 +1106,12 @@ impl Client {
                 let w = window.max(1) as usize;
                 let mut ring: Vec<(RecvSlot, Option<Request>)> =
                     (0..w).map(|_| (self.ep.recv_slot(size), None)).collect();
+                // The ring's index wraps by a compare (`i % w` was a division per
+                // message).
+                let mut k = 0;
                 for i in 0..iters {
-                    let (slot, posted) = &mut ring[i as usize % w];
+                    let (slot, posted) = &mut ring[k];
+                    k = if k + 1 == w { 0 } else { k + 1 };
                     if let Some(r) = posted.take() {
                         match self.ep.slot_done(slot) {
                             Some(done) => done.map(|_| ())?,

@@ -1690,14 +1690,16 @@ impl Endpoint {
         let mut matching = ep.matching_stats();
         let mut unexpected = unexpected;
         let mut lanes = (0, 0);
+        let mut facade = self.counters.clone();
         if let Some(f) = &self.fast {
             unexpected += f.add_matching(&mut matching);
+            f.add_facade(&mut facade);
             lanes = f.lanes();
         }
         Stats {
             matching,
             offload: OffloadStats::software_only(&matching),
-            facade: self.counters.clone(),
+            facade,
             rdm: ep.stats(),
             tx_in_flight: tx,
             rx_in_flight: rx,

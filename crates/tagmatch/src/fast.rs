@@ -133,6 +133,44 @@ pub(crate) fn copy_inline(words: &[u64; INLINE_WORDS], n: usize, out: &mut [u8])
     }
 }
 
+/// Copies `from` into `to` (equal lengths, at most [`INLINE`] bytes; longer ones take
+/// `copy_from_slice`) with at most two loads and two stores: a first and a last piece of
+/// the widest size that fits, overlapping in the middle (a copy of variable length was a
+/// `memcpy` call).
+#[inline(always)]
+pub(crate) fn copy_small(to: &mut [u8], from: &[u8]) {
+    let n = from.len();
+    if n != to.len() {
+        return;
+    }
+    fn piece<const W: usize>(to: &mut [u8], from: &[u8]) {
+        let n = from.len();
+        if let (Some(h), Some(t)) = (from.first_chunk::<W>(), from.last_chunk::<W>()) {
+            let (h, t) = (*h, *t);
+            if let Some(d) = to.first_chunk_mut::<W>() {
+                *d = h;
+            }
+            if let Some(d) = to.get_mut(n - W..).and_then(|d| d.first_chunk_mut::<W>()) {
+                *d = t;
+            }
+        }
+    }
+    // A word or two first (a tag's or an 8-byte message's case: one compare).
+    if (8..=16).contains(&n) {
+        piece::<8>(to, from);
+    } else if n > 32 {
+        to.copy_from_slice(from);
+    } else if n > 16 {
+        piece::<16>(to, from);
+    } else if n >= 4 {
+        piece::<4>(to, from);
+    } else {
+        for (d, s) in to.iter_mut().zip(from) {
+            *d = *s;
+        }
+    }
+}
+
 /// `data` (at most [`INLINE`] bytes) as little-endian words: whole words are loaded as
 /// such, only a last partial one goes through a byte copy. Word by word with the four
 /// iterations unrolled (a loop over the whole chunks became a `memcpy` call).
@@ -776,6 +814,34 @@ mod tests {
             let mut out = vec![0xffu8; n];
             copy_inline(&words, n, &mut out);
             assert_eq!(out, data, "length {n}");
+        }
+    }
+
+    /// `copy_small` copies every length up to past the inline bytes exactly, touching
+    /// nothing beyond the destination (a larger buffer around it keeps its bytes), and
+    /// leaves a destination of another length alone.
+    #[test]
+    fn small_copies_are_exact_at_every_length() {
+        for n in 0..=INLINE + 8 {
+            let data: Vec<u8> = (0..n as u8)
+                .map(|i| i.wrapping_mul(53).wrapping_add(7))
+                .collect();
+            let mut around = vec![0xeeu8; n + 16];
+            copy_small(&mut around[8..8 + n], &data);
+            assert_eq!(&around[8..8 + n], &data[..], "length {n}");
+            assert!(
+                around[..8]
+                    .iter()
+                    .chain(&around[8 + n..])
+                    .all(|&b| b == 0xee),
+                "length {n}: nothing written outside"
+            );
+            let mut other = vec![0xeeu8; n + 1];
+            copy_small(&mut other, &data);
+            assert!(
+                other.iter().all(|&b| b == 0xee),
+                "length {n}: lengths differ"
+            );
         }
     }
 
