@@ -98,14 +98,54 @@ const BLOCK_BITS: u32 = 2;
 type At = (usize, usize);
 
 /// The hash of the key of a stored entry (index value) of index `k`, for the
-/// index's growth and its rare saturated-distance shifts (see `index`).
+/// index's growth and its rare saturated-distance shifts (see `index`): from its node,
+/// or, for an entry of the (comm, src, tag) index whose removal is deferred (its
+/// message slot is vacant), the hash kept with it (see `Engine::unlink_exact_for_wild`).
 #[inline(always)]
 fn rehasher<'a, R, M>(
     p: &'a GenSlab<PNode<R>>,
     u: &'a GenSlab<UNode<M>>,
+    stale: &'a Stale,
     k: usize,
 ) -> impl Fn(u32) -> u64 + 'a {
-    move |v| hash_key(k, &proj(k, &key_of(p, u, v)))
+    move |v| {
+        if v & POSTED == 0 {
+            if let Some(n) = u.get(v) {
+                return hash_key(k, &proj(k, &n.env));
+            }
+            match stale.hash_of(v) {
+                Some(h) if k == K_EXACT => return h,
+                _ => unreachable!("engine invariant: index entry {v:#x} is stored or deferred"),
+            }
+        }
+        hash_key(k, &proj(k, &p.at(v & !POSTED).key_env()))
+    }
+}
+
+/// The (comm, src, tag) index removals deferred by wildcard receives (see
+/// `Engine::unlink_exact_for_wild`): the value and hash of each entry, in order.
+#[derive(Debug)]
+struct Stale {
+    n: u32,
+    v: [u32; STALE_MAX],
+    h: [u64; STALE_MAX],
+}
+
+impl Stale {
+    const fn new() -> Self {
+        Stale {
+            n: 0,
+            v: [0; STALE_MAX],
+            h: [0; STALE_MAX],
+        }
+    }
+
+    /// The hash kept for deferred entry `v`.
+    fn hash_of(&self, v: u32) -> Option<u64> {
+        let n = (self.n as usize).min(STALE_MAX);
+        let i = self.v[..n].iter().position(|&x| x == v)?;
+        Some(self.h[i])
+    }
 }
 
 /// The envelope-shaped key of an index value (a posted receive or an unexpected message).
@@ -115,6 +155,25 @@ fn key_of<R, M>(posted: &GenSlab<PNode<R>>, unexp: &GenSlab<UNode<M>>, v: u32) -
         posted.at(v & !POSTED).key_env()
     } else {
         unexp.at(v).env
+    }
+}
+
+/// Whether index value `v` of index `k` names a stored node whose projected key is
+/// `key`: [`key_of`] that answers `false` for a vacant message slot (an entry whose
+/// removal is deferred, see `Engine::unlink_exact_for_wild`), for the lookups that may
+/// run while removals are deferred.
+#[inline(always)]
+fn stored_key_is<R, M>(
+    posted: &GenSlab<PNode<R>>,
+    unexp: &GenSlab<UNode<M>>,
+    k: usize,
+    v: u32,
+    key: &Envelope,
+) -> bool {
+    if v & POSTED != 0 {
+        proj(k, &posted.at(v & !POSTED).key_env()) == *key
+    } else {
+        unexp.get(v).is_some_and(|n| proj(k, &n.env) == *key)
     }
 }
 
@@ -274,6 +333,24 @@ const CLAIMED: u32 = list::MAX_REF + 1;
 /// (the log holds fewer than 4 × `MAX_ENTRIES` < 2^32 − 1 entries).
 const NO_LOG_POS: u32 = u32::MAX;
 
+/// Most (comm, src, tag) index removals a run of wildcard receives defers (see
+/// [`Engine::defer_exact_removal`]) before it does them together. The crate's unit
+/// tests use 3, so that their operation sequences flush often and at every point.
+const STALE_MAX: usize = if cfg!(test) { 3 } else { 32 };
+
+/// Buckets the (comm, src, tag) index needs before a wildcard receive defers the
+/// removal of its message's entry: below that the table stays in the first cache levels
+/// and the removal in place costs less than keeping it. The crate's unit tests defer at
+/// every size.
+const STALE_MIN_BUCKETS: usize = if cfg!(test) { 0 } else { 1 << 14 };
+
+/// Added to `Engine::n_kind[K_EXACT]` while index removals are deferred, so that the
+/// arrival's exact-only test (`n_kind[K_EXACT] == posted.len()`, at most
+/// [`MAX_ENTRIES`]) fails and the arrival takes the general path, which does the
+/// removals first: the exact-only path, the fastest, never meets a deferred entry and
+/// pays nothing for the deferral.
+const STALE_BIAS: usize = 1 << 30;
+
 impl<M> UNode<M> {
     #[inline]
     fn new(env: Envelope, len: u32, msg: M) -> Self {
@@ -403,7 +480,8 @@ pub struct Engine<R, M> {
     // arrival log and `held` (a stored message), lines 3 and 4 the counters, the ones
     // every match updates in line 4 with the exact index.
     posted: GenSlab<PNode<R>>,
-    /// Posted receives per index kind (to skip lookups of empty kinds on arrival).
+    /// Posted receives per index kind (to skip lookups of empty kinds on arrival);
+    /// `n_kind[K_EXACT]` also holds [`STALE_BIAS`] while index removals are deferred.
     n_kind: [usize; 5],
     unexp: GenSlab<UNode<M>>,
     /// Which of the unexpected messages' wildcard lists (bit `K_SRC`, `K_TAG`, `K_COMM`)
@@ -454,6 +532,12 @@ pub struct Engine<R, M> {
     /// takes its place from here, so it is admitted without ever exceeding the budget.
     reserved: usize,
     scratch: Vec<u32>,
+    /// Deferred removals from the (comm, src, tag) index: the hash and value of each
+    /// entry whose message a wildcard receive took (the message is out of the slab;
+    /// see [`Engine::unlink_exact_for_wild`]).
+    stale: Stale,
+    /// [`STALE_MIN_BUCKETS`], or what [`Engine::defer_removals_from`] set.
+    stale_min: usize,
 }
 
 impl<R, M> Default for Engine<R, M> {
@@ -491,11 +575,22 @@ impl<R, M> Engine<R, M> {
             peers: FastMap::default(),
             reserved: 0,
             scratch: Vec::new(),
+            stale: Stale::new(),
+            stale_min: STALE_MIN_BUCKETS,
             c: Counters::default(),
             one_try_hits: 0,
             claims: 0,
             max_stored: MAX_ENTRIES,
         }
+    }
+
+    /// Test hook: wildcard receives defer their (comm, src, tag) index removals once
+    /// the index has `buckets` buckets (0: always) instead of the built-in size, so
+    /// that tests run the deferred removals at small depths.
+    #[doc(hidden)]
+    pub fn defer_removals_from(&mut self, buckets: usize) {
+        self.flush();
+        self.stale_min = buckets;
     }
 
     /// The configuration in force (after clamping).
@@ -511,6 +606,7 @@ impl<R, M> Engine<R, M> {
     /// holds, and the (comm) index with the communicators. The counts are capped at
     /// [`Config::max_posted`] and [`Config::max_messages`].
     pub fn reserve(&mut self, posted: usize, unexpected: usize) {
+        self.flush();
         let posted = posted.min(self.cfg.max_posted);
         let unexpected = unexpected.min(self.cfg.max_messages);
         self.posted.reserve(posted);
@@ -519,7 +615,7 @@ impl<R, M> Engine<R, M> {
         // The (comm, src) and (comm, tag) lists of small keys are in the dense arrays,
         // allocated per communicator when first used (see `dense`): their hash indexes
         // stay empty unless keys are large.
-        self.ix[K_EXACT].reserve(posted.max(unexpected), rehasher(p, u, K_EXACT));
+        self.ix[K_EXACT].reserve(posted.max(unexpected), rehasher(p, u, &self.stale, K_EXACT));
         // The arrival log (see `Engine::log_push`) grows only when, full, more than half
         // of it is queued: twice the queue's depth never grows.
         if !self.cfg.eager_wildcard_lists {
@@ -538,7 +634,7 @@ impl<R, M> Engine<R, M> {
         }
         let key = proj(k, e);
         let (p, u) = (&self.posted, &self.unexp);
-        self.ix[k].get(hash_key(k, &key), |v| proj(k, &key_of(p, u, v)) == key)
+        self.ix[k].get(hash_key(k, &key), |v| stored_key_is(p, u, k, v, &key))
     }
 
     /// Removes the entry at `pos` of index `k`.
@@ -636,7 +732,7 @@ impl<R, M> Engine<R, M> {
     #[inline(never)]
     fn index_resume_remove(&mut self, k: usize, s: Saturated) {
         let (p, u) = (&self.posted, &self.unexp);
-        let rh = rehasher(p, u, k);
+        let rh = rehasher(p, u, &self.stale, k);
         let mut r = Some(s);
         while let Some(s) = r {
             let h = rh(s.value());
@@ -689,7 +785,7 @@ impl<R, M> Engine<R, M> {
             h,
             #[inline(always)]
             |v| proj(k, &key_of(p, u, v)) == key,
-            rehasher(p, u, k),
+            rehasher(p, u, &self.stale, k),
         ) {
             Ok(pos) => {
                 let head = self.ix[k].value_at(pos);
@@ -739,7 +835,7 @@ impl<R, M> Engine<R, M> {
             h,
             #[inline(always)]
             |v| proj(k, &key_of(p, u, v)) == key,
-            rehasher(p, u, k),
+            rehasher(p, u, &self.stale, k),
         ) {
             Ok(pos) => {
                 let head = self.ix[k].value_at(pos);
@@ -835,7 +931,7 @@ impl<R, M> Engine<R, M> {
         ix.find(
             hash_key(k, &key),
             #[inline(always)]
-            |v| proj(k, &key_of(p, u, v)) == key,
+            |v| stored_key_is(p, u, k, v, &key),
         )
         .ok()
         .map(|pos| (pos, ix.value_at(pos)))
@@ -1029,6 +1125,89 @@ impl<R, M> Engine<R, M> {
         self.index_after_unlink(K, env, u, idx);
     }
 
+    /// Unlinks message `idx` (envelope `env`, out of the slab), taken by a wildcard
+    /// receive, from its (comm, src, tag) list, whose link was `l`; when it was alone
+    /// there and the index is large, the removal of the list's index entry is deferred.
+    ///
+    /// A wildcard receive finds its message through its wildcard list, not through the
+    /// (comm, src, tag) index, whose bucket for the message's key is then a cache line
+    /// of its own, at an address known only once the message is read: in a deep queue
+    /// a cache miss, and the removal's probe and backward shift branch on what it
+    /// holds, so the receive waits for it. Deferred, the entry's hash and value are
+    /// kept ([`Stale`]) and up to [`STALE_MAX`] removals are done together: their home
+    /// buckets read first, without branches, so that the misses overlap.
+    ///
+    /// A deferred entry names a vacant message slot. The lookups that may meet one
+    /// skip it (their key comparisons read the slot with `get`: [`stored_key_is`]); an
+    /// index growth or a backward shift that needs its home takes the kept hash
+    /// ([`rehasher`]). Everything else does the removals first ([`Engine::flush`]): an
+    /// arrival (which could reuse the slot; while removals are deferred its exact-only
+    /// path is closed, see [`STALE_BIAS`]), an exact or general-mask receive, a probe,
+    /// a cancel, a purge and a reservation. So a run of wildcard receives defers, and
+    /// the exact paths pay nothing for it.
+    #[inline(always)]
+    fn unlink_exact_for_wild(&mut self, idx: u32, env: &Envelope, l: Link) {
+        if l.next == idx && self.ix[K_EXACT].buckets() >= self.stale_min {
+            self.defer_exact_removal(hash_key(K_EXACT, env), idx);
+        } else {
+            self.unlink_detached_from::<K_EXACT>(idx, env, l);
+        }
+    }
+
+    /// Keeps the removal of index entry `v` (hash `h`) of the (comm, src, tag) index for
+    /// later (see [`Engine::unlink_exact_for_wild`]).
+    #[inline(always)]
+    fn defer_exact_removal(&mut self, h: u64, v: u32) {
+        if self.stale.n as usize == STALE_MAX {
+            self.flush_stale();
+        }
+        let i = self.stale.n as usize;
+        if i == 0 {
+            self.n_kind[K_EXACT] += STALE_BIAS;
+        }
+        if i < STALE_MAX {
+            self.stale.h[i] = h;
+            self.stale.v[i] = v;
+            self.stale.n += 1;
+        }
+    }
+
+    /// Does the deferred removals (see [`Engine::unlink_exact_for_wild`]) if any.
+    #[inline(always)]
+    fn flush(&mut self) {
+        if self.stale.n != 0 {
+            self.flush_stale();
+        }
+    }
+
+    /// Removes the deferred entries from the (comm, src, tag) index, in the order they
+    /// were deferred, each found by its value along its key's probe sequence (no node
+    /// read).
+    #[cold]
+    #[inline(never)]
+    fn flush_stale(&mut self) {
+        let n = (self.stale.n as usize).min(STALE_MAX);
+        // The home buckets first, read without a branch on what they hold: their cache
+        // misses are independent and overlap, where the removals' probes, which branch
+        // on each bucket, would wait for them one at a time.
+        let ix = &self.ix[K_EXACT];
+        let touched = self.stale.h[..n]
+            .iter()
+            .fold(0u32, |a, &h| a ^ ix.home_bucket(h));
+        core::hint::black_box(touched);
+        for i in 0..n {
+            let (h, v) = (self.stale.h[i], self.stale.v[i]);
+            let pos = self.ix[K_EXACT].pos_of_value(h, v);
+            // A shift that meets a later deferred entry at a saturated distance takes
+            // its kept hash (`rehasher`); the removed ones are no longer in the table.
+            self.index_remove_at(K_EXACT, pos);
+        }
+        if n != 0 {
+            self.n_kind[K_EXACT] -= STALE_BIAS;
+        }
+        self.stale.n = 0;
+    }
+
     /// Removes a (queued or claimed) message from the slab and the byte count.
     fn free_unexp(&mut self, idx: u32) -> Message<M> {
         match self.unexp.remove(idx) {
@@ -1123,6 +1302,8 @@ impl<R, M> Engine<R, M> {
     }
 
     fn store_unexp(&mut self, env: Envelope, len: u32, held: usize, msg: M) {
+        // The message may take a slot whose index removal is deferred.
+        self.flush();
         let idx = self.alloc_unexp(env, len, held, msg);
         self.index_push_unexp(K_EXACT, &env, idx);
         self.link_unexp_rest(idx, &env);
@@ -1268,7 +1449,7 @@ impl<R, M> Engine<R, M> {
             let queued = self.unexp.len() - self.c.claimed_depth;
             let keys = self.ix[k].len() + queued.min(self.ix[K_EXACT].len());
             let (p, u) = (&self.posted, &self.unexp);
-            self.ix[k].reserve(keys, rehasher(p, u, k));
+            self.ix[k].reserve(keys, rehasher(p, u, &self.stale, k));
         }
         if self.built & (1 << K_COMM) == 0 {
             // Walk the arrival log's live entries. For the (comm) lists themselves, each
@@ -1461,6 +1642,7 @@ impl<R, M> Engine<R, M> {
     }
 
     fn post_general(&mut self, spec: RecvSpec, recv: R) -> Result<Posted<R, M>, PostRejected<R>> {
+        self.flush();
         self.build_unexp(Self::unexp_kind(&spec));
         let mut a = 0;
         let found = self.search_unexp(&spec, &mut a);
@@ -1550,7 +1732,7 @@ impl<R, M> Engine<R, M> {
         }
         self.c.hits += 1;
         let env = n.env;
-        self.unlink_detached_from::<K_EXACT>(found, &env, n.links.get(K_EXACT));
+        self.unlink_exact_for_wild(found, &env, n.links.get(K_EXACT));
         self.unlink_rest_detached::<K>(found, &env, &n.links);
         self.c.bytes_held -= self.take_held_bytes(found, n.len);
         Ok(Posted::Matched(Match {
@@ -1630,6 +1812,8 @@ impl<R, M> Engine<R, M> {
         let key = Envelope::new(comm, src, tag);
         if K != K_EXACT {
             self.build_unexp(K);
+        } else {
+            self.flush();
         }
         self.c.match_attempts += 1;
         let h = hash_key(k, &key);
@@ -1652,7 +1836,18 @@ impl<R, M> Engine<R, M> {
         let (env, links) = (if K == K_EXACT { key } else { n.env }, n.links);
         self.unlink_head_at(k, pos, found, links.get(K));
         if K != K_EXACT {
-            self.unlink_detached_from::<K_EXACT>(found, &env, links.get(K_EXACT));
+            // Taken out of the slab before a deferred removal (its slot is then
+            // vacant, which the deferral relies on).
+            let UNode { len, msg, .. } = self.unexp.take(found);
+            self.unlink_exact_for_wild(found, &env, links.get(K_EXACT));
+            self.unlink_rest_detached::<K>(found, &env, &links);
+            self.c.bytes_held -= self.take_held_bytes(found, len);
+            return Ok(Posted::Matched(Match {
+                recv,
+                msg,
+                env,
+                len: len as usize,
+            }));
         }
         self.unlink_rest_detached::<K>(found, &env, &links);
         let UNode { len, msg, .. } = self.unexp.take(found);
@@ -1743,7 +1938,7 @@ impl<R, M> Engine<R, M> {
         // stored nodes.
         let pos = pos.map_err(|pos| {
             let (p, u) = (&self.posted, &self.unexp);
-            self.ix[K].reserve_at(h, pos, rehasher(p, u, K))
+            self.ix[K].reserve_at(h, pos, rehasher(p, u, &self.stale, K))
         });
         let (idx, gen) = self
             .posted
@@ -1830,6 +2025,9 @@ impl<R, M> Engine<R, M> {
         msg: M,
         check_budget: bool,
     ) -> Result<Arrived<R, M>, Rejected<M>> {
+        // The only path of an arrival while index removals are deferred (see
+        // `STALE_BIAS`): they are done first.
+        self.flush();
         let mut a = 0;
         let found = self.search_posted_at(&env, &mut a);
         self.c.match_attempts += a;
@@ -1879,7 +2077,7 @@ impl<R, M> Engine<R, M> {
             h,
             #[inline(always)]
             |v| key_of(p, u, v) == env,
-            rehasher(p, u, K_EXACT),
+            rehasher(p, u, &self.stale, K_EXACT),
         );
         match pos {
             Ok((pos, v)) if v & POSTED != 0 => {
@@ -1933,6 +2131,8 @@ impl<R, M> Engine<R, M> {
         h: u64,
     ) {
         let len32 = len.min(u32::MAX as usize) as u32;
+        // No removal is deferred on the exact-only path (see `STALE_BIAS`).
+        debug_assert_eq!(self.stale.n, 0);
         let idx = self.unexp.insert(|_| UNode::new(env, len32, msg)).0;
         match pos {
             Ok(head) => list::push_back(&mut self.unexp, K_EXACT, Some(head), idx),
@@ -2226,6 +2426,7 @@ impl<R, M> Engine<R, M> {
     /// Peeks at the earliest-arrived unexpected message matching `spec` (`MPI_Iprobe`);
     /// it stays queued. Same cost as [`Engine::post`].
     pub fn probe(&mut self, spec: &RecvSpec) -> Option<Peek<'_, M>> {
+        self.flush();
         let spec = spec.normalized();
         self.build_unexp(Self::unexp_kind(&spec));
         let mut a = 0;
@@ -2252,6 +2453,7 @@ impl<R, M> Engine<R, M> {
     /// it leaves the queues, no receive or probe can see it, and only
     /// [`Engine::mrecv`] with the returned handle takes it. Its bytes stay counted.
     pub fn mprobe(&mut self, spec: &RecvSpec) -> Option<Claimed> {
+        self.flush();
         let spec = spec.normalized();
         self.build_unexp(Self::unexp_kind(&spec));
         let mut a = 0;
@@ -2307,6 +2509,7 @@ impl<R, M> Engine<R, M> {
     /// Cancels a posted receive and returns its context. O(1). A handle whose receive
     /// was already matched or cancelled is refused with [`EngineError::StaleHandle`].
     pub fn cancel(&mut self, h: RecvHandle) -> Result<R, EngineError> {
+        self.flush();
         // matching-notes §3.7 (UCX #4490 "expected request not found"): cancel of a
         // completed request is an ordinary, typed outcome.
         if self.posted.get_checked(h.idx, h.gen).is_none() {
@@ -2389,6 +2592,7 @@ impl<R, M> Engine<R, M> {
         mut pred: impl FnMut(&RecvSpec, &R) -> bool,
         mut sink: impl FnMut(RecvSpec, R),
     ) -> usize {
+        self.flush();
         let mut s = core::mem::take(&mut self.scratch);
         s.clear();
         s.extend(
@@ -2435,6 +2639,7 @@ impl<R, M> Engine<R, M> {
     ///
     /// No allocation once the scratch vector and the lists' indexes have grown.
     pub fn purge_peer(&mut self, src: u32, mut sink: impl FnMut(Purged<R, M>)) -> usize {
+        self.flush();
         let mut n = self.cancel_where(
             |spec, _| matches!(spec.src, Source::Rank(s) if s == src),
             |spec, r| sink(Purged::Recv(spec, r)),
@@ -2492,6 +2697,7 @@ impl<R, M> Engine<R, M> {
     /// numbers are still consumed in order, so later messages of the same sources are not
     /// blocked). Claimed messages stay with their handles. Returns how many were removed.
     pub fn purge_comm(&mut self, comm: u32, mut sink: impl FnMut(Purged<R, M>)) -> usize {
+        self.flush();
         let mut n = self.cancel_where(
             |spec, _| spec.comm == comm,
             |spec, r| sink(Purged::Recv(spec, r)),

@@ -239,6 +239,17 @@ impl Index {
         unreachable!("engine invariant: index entry {v:#x} is present")
     }
 
+    /// The home bucket of `hash` as stored (allocated table), for a caller that reads
+    /// it ahead of the lookup, so that its cache miss overlaps others.
+    #[inline(always)]
+    pub(crate) fn home_bucket(&self, hash: u64) -> u32 {
+        let mask = self.mask();
+        self.slots
+            .get(Self::home(hash, mask))
+            .copied()
+            .unwrap_or(EMPTY)
+    }
+
     #[inline(always)]
     pub(crate) fn value_at(&self, pos: usize) -> u32 {
         val(self.slots[pos])

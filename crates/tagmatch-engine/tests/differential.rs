@@ -192,8 +192,20 @@ fn purged(p: Purged<u32, u32>) -> Out {
     }
 }
 
-/// Runs a case through both; returns the first divergence, or every model output.
+/// Runs a case through both, once with the engine's (comm, src, tag) index removals
+/// of wildcard receives done in place and once deferred at every depth (in the
+/// engine's default configuration they are deferred only in large indexes); returns
+/// the first divergence, or every model output.
 fn run(case: &Case) -> Result<Vec<Out>, String> {
+    let all = run_with(case, false)?;
+    let deferred = run_with(case, true).map_err(|e| format!("removals deferred: {e}"))?;
+    if deferred != all {
+        return Err("removals deferred: other outputs".into());
+    }
+    Ok(all)
+}
+
+fn run_with(case: &Case, defer: bool) -> Result<Vec<Out>, String> {
     let mut all = Vec::new();
     let cfg = Config::default()
         .reorder_window(case.window)
@@ -203,6 +215,9 @@ fn run(case: &Case) -> Result<Vec<Out>, String> {
         .initial_seq(case.initial_seq)
         .eager_wildcard_lists(case.eager);
     let mut e: Engine<u32, u32> = Engine::new(cfg);
+    if defer {
+        e.defer_removals_from(0);
+    }
     let mut m = Model::new(
         case.window,
         case.max_bytes,

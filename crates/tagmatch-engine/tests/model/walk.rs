@@ -104,10 +104,15 @@ impl Walk {
         Self::with_model(cfg, m, opts)
     }
 
-    /// An engine of `cfg` beside model `m`.
+    /// An engine of `cfg` beside model `m`. The engine defers the (comm, src, tag)
+    /// index removals of wildcard receives at every depth (by default only in large
+    /// indexes), so that the walks run them between every pair of operations; the
+    /// differential test runs both ways.
     pub fn with_model(cfg: Config, m: Model, opts: Opts) -> Self {
+        let mut e = Engine::new(cfg);
+        e.defer_removals_from(0);
         Walk {
-            e: Engine::new(cfg),
+            e,
             m,
             opts,
             claims_count: cfg.claims_count,
