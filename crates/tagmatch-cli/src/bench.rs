@@ -4,12 +4,13 @@
 //!
 //! Method: set-up is untimed. Copies of the workload are prepared in groups of at least 64
 //! timed operations (one copy once the depth gives 64 operations), and each group's timed
-//! phases are timed with one clock pair right after its set-up (clock overhead below 1 ns
-//! per operation: an `Instant` pair costs about 50 ns in this VM), in one loop over the
+//! phases are timed with one clock pair right after its set-up (the TSC through `quanta`:
+//! a pair of readings costs about 20 ns in this VM, an `Instant` pair about 50; clock
+//! overhead about 0.3 ns per operation), in one loop over the
 //! copies (`Runnable::run_group`: the engine's version folds every matched id into one
 //! checksum per group, passed to `black_box`). Workloads of fewer than
 //! 64 operations keep one group of copies (at least 32 operations, clock overhead about
-//! 1.6 ns per operation) that run their set-up again on the same engine before each timing
+//! 0.6 ns per operation) that run their set-up again on the same engine before each timing
 //! (every timed phase leaves the engine empty), so each engine is as warm as its set-up
 //! leaves it, as a single engine in an application is (new copies each time were left in
 //! L2 by the set-up of the copies after them: 4.8–7.6 L1 misses per operation at depth 1,
@@ -19,7 +20,7 @@
 //! `ns_per_op` is the median repetition.
 //! `p50_ns`/`p99_ns` come from separate instrumented repetitions that time batches of 16
 //! operations and divide by 16 (one clock read per batch: the clock costs too much to
-//! time single operations; the figures include about 1–2 ns of clock overhead).
+//! time single operations; the figures include about 1 ns of clock overhead).
 //! `bytes_per_posted` / `bytes_per_unexpected`: engine heap bytes at the end of set-up
 //! divided by the entries it holds, payload excluded; `null` when the workload's set-up
 //! does not fill that queue.
@@ -28,7 +29,17 @@
 //! a baseline of `tagmatch_engine::baseline` (the schemes of UCX, Open MPI ob1 and MPICH)
 //! instead of the engine; the JSON then adds `"engine"`.
 
-use std::time::{Duration, Instant};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// The timing clock: the TSC through `quanta` where it is usable (invariant, calibrated
+/// once per process), about 20 ns per pair of readings here against about 50 for an
+/// `Instant` pair (`clock_gettime`), half the clock cost per group of operations;
+/// `quanta` falls back to the monotonic clock elsewhere.
+fn clock() -> &'static quanta::Clock {
+    static CLOCK: OnceLock<quanta::Clock> = OnceLock::new();
+    CLOCK.get_or_init(quanta::Clock::new)
+}
 
 use tagmatch_engine::baseline::{self, BaselinePrepared, Linear, Matcher, Ob1Like, UcxLike};
 use tagmatch_engine::workload::{Params, Prepared, Workload};
@@ -236,6 +247,7 @@ pub fn measure_with<P: Runnable>(
     let mut batches = Vec::new();
     let mut total = Duration::ZERO;
     let mut rep = 0usize;
+    let clock = clock();
     while total < min_time || rep < min_reps {
         let mut rep_time = Duration::ZERO;
         for _ in 0..groups {
@@ -252,22 +264,25 @@ pub fn measure_with<P: Runnable>(
                 &mut fresh
             };
             if rep % 2 == 0 {
-                let t = Instant::now();
+                let t = clock.raw();
                 std::hint::black_box(P::run_group(preps));
-                rep_time += t.elapsed();
+                let t1 = clock.raw();
+                rep_time += Duration::from_nanos(clock.delta_as_nanos(t, t1));
             } else {
-                let t0 = Instant::now();
+                let t0 = clock.raw();
                 for prep in preps.iter_mut() {
                     let mut i = 0;
                     while i < ops {
                         let end = (i + BATCH).min(ops);
-                        let t = Instant::now();
+                        let t = clock.raw();
                         std::hint::black_box(prep.run_range(i, end));
-                        batches.push(t.elapsed().as_nanos() as f64 / (end - i) as f64);
+                        let t1 = clock.raw();
+                        batches.push(clock.delta_as_nanos(t, t1) as f64 / (end - i) as f64);
                         i = end;
                     }
                 }
-                rep_time += t0.elapsed();
+                let t1 = clock.raw();
+                rep_time += Duration::from_nanos(clock.delta_as_nanos(t0, t1));
             }
             if !reuse {
                 if let Some(p) = preps.pop() {
