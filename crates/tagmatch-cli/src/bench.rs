@@ -9,8 +9,10 @@
 //! overhead about 0.3 ns per operation), in one loop over the
 //! copies (`Runnable::run_group`: the engine's version folds every matched id into one
 //! checksum per group, passed to `black_box`). Workloads of fewer than
-//! 64 operations keep one group of copies (at least 32 operations, clock overhead about
-//! 0.6 ns per operation) that run their set-up again on the same engine before each timing
+//! 64 operations keep one group of copies (at least 32 operations and at most 16 copies:
+//! at depth 1, 16 operations and a clock overhead of about 1.25 ns per operation, since
+//! each copy adds cache lines a single engine does not have) that run their set-up again
+//! on the same engine before each timing
 //! (every timed phase leaves the engine empty), so each engine is as warm as its set-up
 //! leaves it, as a single engine in an application is (new copies each time were left in
 //! L2 by the set-up of the copies after them: 4.8–7.6 L1 misses per operation at depth 1,
@@ -118,8 +120,16 @@ pub struct Figures {
 
 const MIN_OPS_PER_REP: usize = 4096;
 const GROUP_OPS: usize = 64;
-/// Operations per group of reused copies (workloads of fewer than [`GROUP_OPS`]).
+/// Operations per group of reused copies (workloads of fewer than [`GROUP_OPS`]), with at
+/// most [`MAX_REUSE_COPIES`] copies.
 const REUSE_OPS: usize = 32;
+/// Most copies in a group of reused copies. Copies are there only to spread the clock's
+/// cost; each adds cache lines (and cache-set conflicts: equal-sized allocations at equal
+/// offsets) that a single engine in an application does not have. At depth 1, 32 copies
+/// read 10.2–11.0 ns per operation and 16 copies 9.4–9.9 (clock 0.6 and 1.25 ns of it),
+/// and at depths 4–32 2–16 copies beat 16 by 0.3–0.8 ns: the fewest copies that keep the
+/// clock near 1 ns per operation.
+const MAX_REUSE_COPIES: usize = 16;
 const BATCH: usize = 16;
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -221,7 +231,7 @@ pub fn measure_with<P: Runnable>(
     // tells whether the state can run its set-up again.
     let mut kept: Vec<P> = Vec::new();
     if ops < GROUP_OPS {
-        let n = REUSE_OPS.div_ceil(ops);
+        let n = REUSE_OPS.div_ceil(ops).min(MAX_REUSE_COPIES);
         for _ in 0..n {
             let mut p = make();
             std::hint::black_box(p.run_range(0, ops));
