@@ -8,8 +8,8 @@
 
 mod model;
 
-use model::walk::{Opts, Walk};
-use model::Out;
+use model::walk::{each_seed, Opts, Walk};
+use model::{Out, Rng};
 use tagmatch_engine::*;
 
 /// Buckets of the (comm, src, tag) index after `reserve(0, RESERVED)` (the smallest
@@ -129,4 +129,279 @@ fn a_full_flush_shifts_the_receives_own_entry_at_a_saturated_distance() {
         w.check("end");
         assert_eq!(w.e.counters().unexpected_depth, 0);
     }
+}
+
+/// Keys crowded into a few neighbouring homes of the (comm, src, tag) index: per
+/// communicator (0, 1) and source (small, and one past the dense arrays), tags of
+/// homes `H..H + 3`, small ones (dense (comm, tag) arrays) and large ones (hashed).
+fn crowded_keys() -> Vec<Envelope> {
+    let mut keys = Vec::new();
+    for comm in 0..2 {
+        for src in [0, 1, 2, 70_000] {
+            for dh in 0..3 {
+                for t in same_home_tags(comm, src, H + dh, 2, 0) {
+                    keys.push(Envelope::new(comm, src, t));
+                }
+                for t in same_home_tags(comm, src, H + dh, 2, 1 << 40) {
+                    keys.push(Envelope::new(comm, src, t));
+                }
+            }
+        }
+    }
+    keys
+}
+
+fn any_spec(r: &mut Rng, m: &Envelope) -> RecvSpec {
+    match r.below(10) {
+        0 => RecvSpec::exact(m.comm, m.src, m.tag),
+        1..=3 => RecvSpec::new(m.comm, Some(m.src), None),
+        4..=6 => RecvSpec::new(m.comm, None, Some(m.tag)),
+        7 | 8 => RecvSpec::new(m.comm, None, None),
+        _ => RecvSpec::masked(m.comm, Source::Any, m.tag & 1, 1),
+    }
+}
+
+/// Seeded walks over the crowded keys: bursts of arrivals, then long runs of wildcard
+/// receives (each deferring a removal) with, between them, the operations that run
+/// while removals are deferred without doing them (wildcard receives queued, lookups
+/// through `first_posted_match`, `posted_info`, `claimed`, `counters`, `pressure`,
+/// `heap_bytes`, claims received) and the ones that do them first (exact and masked
+/// receives, probes, claims, cancels, purges, reservations, sequenced deliveries).
+/// Every outcome is checked against the model. Half the walks keep the index at 2,048
+/// buckets (distances past 15 everywhere), half let it grow from empty.
+fn crowded_walk(seed: u64, steps: usize) {
+    let mut r = Rng::new(seed);
+    let keys = crowded_keys();
+    let eager = seed % 4 == 1;
+    let mut w = Walk::new(cfg().eager_wildcard_lists(eager), Opts::FULL);
+    if seed % 2 == 0 {
+        w.e.reserve(0, RESERVED);
+    }
+    let pick = |r: &mut Rng| keys[r.below_usize(keys.len())];
+    for _ in 0..steps {
+        let m = pick(&mut r);
+        match r.below(100) {
+            0..=11 => {
+                for _ in 0..r.below(40) {
+                    let m = pick(&mut r);
+                    w.arrive(m, 1 + r.below_usize(3));
+                }
+            }
+            12..=14 => {
+                let e = Envelope::new(m.comm, 100 + (m.src & 1), m.tag);
+                w.send(e, 1, 1);
+                let p = r.below_usize(3);
+                w.deliver(e.src, p);
+            }
+            15..=49 => {
+                // A run of wildcard receives of queued messages (each takes the
+                // earliest of its list).
+                for _ in 0..r.below(40) {
+                    let Some(q) =
+                        w.m.unexp
+                            .get(r.below_usize(w.m.unexp.len().max(1)))
+                            .map(|q| q.env)
+                    else {
+                        break;
+                    };
+                    let s = match r.below(3) {
+                        0 => RecvSpec::new(q.comm, Some(q.src), None),
+                        1 => RecvSpec::new(q.comm, None, Some(q.tag)),
+                        _ => RecvSpec::new(q.comm, None, None),
+                    };
+                    w.post(s);
+                    if r.chance(20) {
+                        let e = pick(&mut r);
+                        w.first_posted(e);
+                    }
+                    if r.chance(10) {
+                        let h = w.e.heap_bytes();
+                        assert!(h > 0);
+                        let _ = w.e.pressure();
+                        w.check("wildcard run");
+                    }
+                    if r.chance(5) {
+                        w.stale_handles();
+                    }
+                }
+            }
+            50..=64 => {
+                let s = any_spec(&mut r, &m);
+                w.post(s);
+            }
+            65..=69 => {
+                let s = any_spec(&mut r, &m);
+                w.probe(s);
+            }
+            70..=74 => {
+                let s = any_spec(&mut r, &m);
+                w.mprobe(s);
+            }
+            75..=78 => w.mrecv(r.below_usize(1 << 20)),
+            79..=84 => w.cancel(r.below_usize(1 << 20)),
+            85..=88 => w.first_posted(m),
+            89 => {
+                let c = m.comm;
+                w.cancel_where("comm", move |s| s.comm == c);
+            }
+            90 => {
+                w.purge_peer(m.src);
+            }
+            91 => {
+                w.purge_comm(m.comm);
+            }
+            92 => {
+                let n = r.below_usize(300);
+                w.e.reserve(n, n);
+                w.check("reserve");
+            }
+            93..=95 => w.take_at(r.below_usize(8)),
+            _ => w.witness(&mut r),
+        }
+    }
+    w.stale_handles();
+    for c in 0..2 {
+        w.purge_comm(c);
+    }
+    while !w.claims.is_empty() {
+        w.mrecv(0);
+    }
+    w.check("end");
+}
+
+#[test]
+fn crowded_keys_walks_agree_with_the_model() {
+    each_seed("review_defer crowded walk", 0..seeds(60), |s| {
+        crowded_walk(s, 2500)
+    });
+}
+
+/// The number of seeds of a walk: `n`, or `REVIEW_DEFER_SEEDS` times it when set (for
+/// longer runs by hand).
+fn seeds(n: u64) -> u64 {
+    let k = std::env::var("REVIEW_DEFER_SEEDS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(1);
+    n * k.max(1)
+}
+
+/// Without the test hook: a queue deep enough for the built-in deferral (an index of
+/// 2^14 buckets, 3/4 full of random keys, where linear probing leaves many entries 15
+/// or more buckets from their homes), taken in random order by ANY_SOURCE, ANY_TAG and
+/// ANY_SOURCE+ANY_TAG receives in runs, with arrivals, exact receives and lookups
+/// between the runs: every outcome as the model's.
+#[test]
+fn deep_random_queues_defer_with_the_built_in_threshold() {
+    for seed in 0..3 {
+        let mut r = Rng::new(seed);
+        let mut w = Walk::new(
+            cfg(),
+            Opts {
+                check_each: false,
+                ..Opts::FULL
+            },
+        );
+        // `Walk` defers at every depth; back to the built-in threshold.
+        w.e.defer_removals_from(1 << 14);
+        w.e.reserve(0, 12_000);
+        let mut envs = Vec::new();
+        for _ in 0..12_000 {
+            let e = Envelope::new(r.below(3) as u32, r.below(1 << 20) as u32, r.below(1 << 30));
+            envs.push(e);
+            w.arrive(e, 1);
+        }
+        w.check("filled");
+        for round in 0..400 {
+            for _ in 0..r.below(60) {
+                let Some(q) =
+                    w.m.unexp
+                        .get(r.below_usize(w.m.unexp.len().max(1)))
+                        .map(|q| q.env)
+                else {
+                    break;
+                };
+                let s = match r.below(3) {
+                    0 => RecvSpec::new(q.comm, Some(q.src), None),
+                    1 => RecvSpec::new(q.comm, None, Some(q.tag)),
+                    _ => RecvSpec::new(q.comm, None, None),
+                };
+                w.post(s);
+            }
+            let e = envs[r.below_usize(envs.len())];
+            w.first_posted(e);
+            match round % 4 {
+                0 => {
+                    w.arrive(e, 1);
+                }
+                1 => w.take_at(r.below_usize(100)),
+                2 => {
+                    w.probe(RecvSpec::exact(e.comm, e.src, e.tag));
+                }
+                _ => {
+                    w.post(RecvSpec::exact(e.comm, e.src, e.tag));
+                }
+            }
+            w.check("round");
+        }
+        w.drain_any(3);
+        w.check("end");
+    }
+}
+
+/// [`a_full_flush_shifts_the_receives_own_entry_at_a_saturated_distance`] with the
+/// engine as built (no test hook): a queue of 12,000 messages gives the (comm, src, tag)
+/// index 2^14 buckets, where wildcard receives defer; the crafted cluster is among them.
+#[test]
+fn the_saturated_full_flush_is_reached_with_the_built_in_threshold() {
+    const B: usize = 1 << 14;
+    let h = 9_000;
+    let same = |comm: u32, src: u32, n: usize| -> Vec<u64> {
+        (0..)
+            .filter(|&t| exact_hash(comm, src, t) as u32 as usize & (B - 1) == h)
+            .take(n)
+            .collect()
+    };
+    let mut e: Engine<u32, u32> = Engine::new(cfg());
+    e.reserve(0, 12_000);
+    let mut id = 0;
+    let mut arrive = |e: &mut Engine<u32, u32>, env: Envelope| {
+        id += 1;
+        assert!(matches!(e.arrive(env, 1, id), Ok(Arrived::Unexpected(_))));
+    };
+    let cl = same(0, 0, 15);
+    let victim = Envelope::new(0, 2, same(0, 2, 1)[0]);
+    for &t in &cl {
+        arrive(&mut e, Envelope::new(0, 0, t));
+    }
+    arrive(&mut e, victim);
+    // Far keys, for the other 31 deferrals, and a deep queue.
+    let mut far = Vec::new();
+    let mut t = 0u64;
+    while far.len() < 12_000 {
+        let d = (exact_hash(0, 1, t) as u32 as usize & (B - 1)) + B - h;
+        if (256..B - 256).contains(&(d % B)) {
+            far.push(t);
+        }
+        t += 1;
+    }
+    for &t in &far {
+        arrive(&mut e, Envelope::new(0, 1, t));
+    }
+    let take = |e: &mut Engine<u32, u32>, s: RecvSpec| match e.post(s, 0) {
+        Ok(Posted::Matched(m)) => m.env,
+        other => panic!("{s:?}: {other:?}"),
+    };
+    assert_eq!(take(&mut e, RecvSpec::new(0, None, Some(cl[0]))).tag, cl[0]);
+    for &t in &far[..31] {
+        assert_eq!(take(&mut e, RecvSpec::new(0, None, Some(t))).tag, t);
+    }
+    assert_eq!(
+        take(&mut e, RecvSpec::new(0, None, Some(victim.tag))),
+        victim
+    );
+    for &t in &cl[1..] {
+        assert_eq!(take(&mut e, RecvSpec::exact(0, 0, t)).tag, t);
+    }
+    assert_eq!(e.counters().unexpected_depth, far.len() - 31);
 }
