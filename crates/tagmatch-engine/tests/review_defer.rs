@@ -405,3 +405,93 @@ fn the_saturated_full_flush_is_reached_with_the_built_in_threshold() {
     }
     assert_eq!(e.counters().unexpected_depth, far.len() - 31);
 }
+
+/// Two engines given the same operations over the crowded keys, one deferring at every
+/// depth and one never: every answer, every counter (match attempts and hits
+/// included), the pressure, `heap_bytes` and `first_posted_match` agree after each
+/// operation (a deferral is invisible; the bias that closes the exact-only arrival path
+/// shows nowhere).
+#[test]
+fn deferring_and_not_deferring_engines_are_indistinguishable() {
+    let keys = crowded_keys();
+    for seed in 0..40u64 {
+        let mut r = Rng::new(seed);
+        let c = cfg().eager_wildcard_lists(seed % 3 == 0);
+        let mut a: Engine<u32, u32> = Engine::new(c);
+        let mut b: Engine<u32, u32> = Engine::new(c);
+        a.defer_removals_from(0);
+        b.defer_removals_from(usize::MAX);
+        if seed % 2 == 0 {
+            a.reserve(0, RESERVED);
+            b.reserve(0, RESERVED);
+        }
+        let mut handles: Vec<RecvHandle> = Vec::new();
+        let mut claims: Vec<MsgHandle> = Vec::new();
+        let mut id = 0u32;
+        for step in 0..3000 {
+            let m = keys[r.below_usize(keys.len())];
+            id += 1;
+            let what = match r.below(100) {
+                0..=29 => {
+                    let x = format!("{:?}", a.arrive(m, 1, id));
+                    assert_eq!(x, format!("{:?}", b.arrive(m, 1, id)));
+                    x
+                }
+                30..=79 => {
+                    let s = any_spec(&mut r, &m);
+                    let (x, y) = (a.post(s, id), b.post(s, id));
+                    if let Ok(Posted::Pending(h)) = x {
+                        handles.push(h);
+                    }
+                    let x = format!("{x:?}");
+                    assert_eq!(x, format!("{y:?}"));
+                    x
+                }
+                80..=84 if !handles.is_empty() => {
+                    let h = handles.swap_remove(r.below_usize(handles.len()));
+                    let x = format!("{:?}", a.cancel(h));
+                    assert_eq!(x, format!("{:?}", b.cancel(h)));
+                    x
+                }
+                85..=89 => {
+                    let s = any_spec(&mut r, &m);
+                    let x = a.mprobe(&s);
+                    assert_eq!(x, b.mprobe(&s));
+                    if let Some(c) = x {
+                        claims.push(c.handle);
+                    }
+                    format!("{x:?}")
+                }
+                90..=93 if !claims.is_empty() => {
+                    let h = claims.swap_remove(r.below_usize(claims.len()));
+                    let x = format!("{:?}", a.mrecv(h));
+                    assert_eq!(x, format!("{:?}", b.mrecv(h)));
+                    x
+                }
+                _ => {
+                    let s = any_spec(&mut r, &m);
+                    let x = format!("{:?}", a.probe(&s).map(|p| *p.msg));
+                    assert_eq!(x, format!("{:?}", b.probe(&s).map(|p| *p.msg)));
+                    x
+                }
+            };
+            let ctx = format!("seed {seed} step {step}: {what}");
+            assert_eq!(a.counters(), b.counters(), "{ctx}");
+            assert_eq!(a.pressure(), b.pressure(), "{ctx}");
+            assert_eq!(a.heap_bytes(), b.heap_bytes(), "{ctx}");
+            let e = keys[r.below_usize(keys.len())];
+            let fa = a.first_posted_match(&e).map(|i| (i.seq, i.spec));
+            assert_eq!(
+                fa,
+                b.first_posted_match(&e).map(|i| (i.seq, i.spec)),
+                "{ctx}"
+            );
+            for &h in &handles {
+                assert_eq!(a.posted_info(h), b.posted_info(h), "{ctx}");
+            }
+            for &h in &claims {
+                assert_eq!(a.claimed(h), b.claimed(h), "{ctx}");
+            }
+        }
+    }
+}
