@@ -1158,20 +1158,20 @@ impl<R, M> Engine<R, M> {
     /// later (see [`Engine::unlink_exact_for_wild`]).
     #[inline(always)]
     fn defer_exact_removal(&mut self, h: u64, v: u32) {
-        let i = self.stale.n as usize;
+        // Fewer than `STALE_MAX` are kept between operations (see below): the modulo
+        // only spares the bounds checks.
+        let i = self.stale.n as usize % STALE_MAX;
         if i == 0 {
             self.n_kind[K_EXACT] += STALE_BIAS;
         }
-        if i < STALE_MAX {
-            self.stale.h[i] = h;
-            self.stale.v[i] = v;
-            self.stale.n += 1;
-        }
+        self.stale.h[i] = h;
+        self.stale.v[i] = v;
+        self.stale.n = i as u32 + 1;
         // Done when the set is full, this entry included: its message is already out
         // of the slab, so a flushed removal's shift that meets it at a saturated
         // distance takes its home from the kept hash (`rehasher`); flushed before it
         // was kept, that shift found neither.
-        if self.stale.n as usize == STALE_MAX {
+        if i + 1 == STALE_MAX {
             self.flush_stale();
         }
     }
