@@ -2030,8 +2030,15 @@ impl<R, M> Engine<R, M> {
         check_budget: bool,
     ) -> Result<Arrived<R, M>, Rejected<M>> {
         // The only path of an arrival while index removals are deferred (see
-        // `STALE_BIAS`): they are done first.
-        self.flush();
+        // `STALE_BIAS`): they are done first, and with only exact receives posted the
+        // arrival then takes the exact-only path (one probe of the (comm, src, tag)
+        // index, where this path probes it to search and again to store).
+        if self.stale.n != 0 {
+            self.flush_stale();
+            if self.n_kind[K_EXACT] == self.posted.len() {
+                return self.arrive_exact_only(env, len, held, msg, check_budget);
+            }
+        }
         let mut a = 0;
         let found = self.search_posted_at(&env, &mut a);
         self.c.match_attempts += a;
