@@ -495,3 +495,59 @@ fn deferring_and_not_deferring_engines_are_indistinguishable() {
         }
     }
 }
+
+/// A deferred entry's key is never matched and its slot is reused only after the
+/// removal: after an ANY_TAG receive takes the only message of key `k` (its removal
+/// deferred), lookups of `k` find nothing (`first_posted_match`, an exact probe, an
+/// exact receive, which stays pending), the next message of `k` (stored in the slot
+/// just freed) matches that receive, and a claim taken while removals are deferred is
+/// received after its slot's neighbours came and went.
+#[test]
+fn a_deferred_key_is_never_matched_and_its_slot_is_reused_after_the_removal() {
+    for eager in [false, true] {
+        let mut w = Walk::new(cfg().eager_wildcard_lists(eager), Opts::FULL);
+        let k = Envelope::new(0, 3, 9);
+        let other = Envelope::new(0, 4, 9);
+        w.arrive(k, 1);
+        w.arrive(other, 2);
+        assert!(matches!(
+            w.post(RecvSpec::new(0, Some(3), None)),
+            Out::Match(..)
+        ));
+        w.first_posted(k);
+        assert_eq!(w.e.first_posted_match(&k), None);
+        // The claim of the other message (flushes), then an ANY_SOURCE receive of tag 9
+        // finds nothing queued and stays pending.
+        assert!(w.mprobe(RecvSpec::exact(0, 4, 9)).is_some());
+        assert!(matches!(
+            w.post(RecvSpec::new(0, None, Some(9))),
+            Out::Pending(_)
+        ));
+        assert!(matches!(w.post(RecvSpec::exact(0, 3, 9)), Out::Pending(_)));
+        w.first_posted(k);
+        // The ANY_SOURCE receive, posted first, takes the next message of `k`; the
+        // exact one the one after.
+        w.arrive(k, 3);
+        w.arrive(k, 4);
+        assert_eq!(w.m.posted.len(), 0);
+        // Again with removals deferred: three messages of three keys taken by
+        // wildcard receives, then arrivals reusing their slots, then the claim.
+        for t in 20..23 {
+            w.arrive(Envelope::new(1, t as u32, t), 1);
+        }
+        for t in 20..23 {
+            assert!(matches!(
+                w.post(RecvSpec::new(1, None, Some(t))),
+                Out::Match(..)
+            ));
+        }
+        for t in 20..23 {
+            w.probe(RecvSpec::exact(1, t as u32, t));
+            w.arrive(Envelope::new(1, t as u32, t), 1);
+        }
+        w.mrecv(0);
+        w.drain_any(2);
+        w.stale_handles();
+        w.check("end");
+    }
+}
