@@ -1159,17 +1159,21 @@ impl<R, M> Engine<R, M> {
     /// later (see [`Engine::unlink_exact_for_wild`]).
     #[inline(always)]
     fn defer_exact_removal(&mut self, h: u64, v: u32) {
-        if self.stale.n as usize == STALE_MAX {
-            self.flush_stale();
-        }
-        let i = self.stale.n as usize;
+        // Fewer than `STALE_MAX` are kept between operations (see below): the modulo
+        // only spares the bounds checks.
+        let i = self.stale.n as usize % STALE_MAX;
         if i == 0 {
             self.n_kind[K_EXACT] += STALE_BIAS;
         }
-        if i < STALE_MAX {
-            self.stale.h[i] = h;
-            self.stale.v[i] = v;
-            self.stale.n += 1;
+        self.stale.h[i] = h;
+        self.stale.v[i] = v;
+        self.stale.n = i as u32 + 1;
+        // Done when the set is full, this entry included: its message is already out
+        // of the slab, so a flushed removal's shift that meets it at a saturated
+        // distance takes its home from the kept hash (`rehasher`); flushed before it
+        // was kept, that shift found neither.
+        if i + 1 == STALE_MAX {
+            self.flush_stale();
         }
     }
 
@@ -2027,8 +2031,15 @@ impl<R, M> Engine<R, M> {
         check_budget: bool,
     ) -> Result<Arrived<R, M>, Rejected<M>> {
         // The only path of an arrival while index removals are deferred (see
-        // `STALE_BIAS`): they are done first.
-        self.flush();
+        // `STALE_BIAS`): they are done first, and with only exact receives posted the
+        // arrival then takes the exact-only path (one probe of the (comm, src, tag)
+        // index, where this path probes it to search and again to store).
+        if self.stale.n != 0 {
+            self.flush_stale();
+            if self.n_kind[K_EXACT] == self.posted.len() {
+                return self.arrive_exact_only(env, len, held, msg, check_budget);
+            }
+        }
         let mut a = 0;
         let found = self.search_posted_at(&env, &mut a);
         self.c.match_attempts += a;
