@@ -127,17 +127,48 @@ fn rehasher<'a, R, M>(
 #[derive(Debug)]
 struct Stale {
     n: u32,
+    /// Removals the last flush did: 1 means the receives that defer are not in runs
+    /// (each is flushed alone by the next operation), and deferring costs more than
+    /// removing in place (see [`Stale::worth_it`]).
+    last: u32,
+    /// Removals done in place since deferring last looked not worth it.
+    in_place: u32,
     v: [u32; STALE_MAX],
     h: [u64; STALE_MAX],
 }
+
+/// Removals done in place before a wildcard receive defers again after deferring looked
+/// not worth it (a run of wildcard receives may have started).
+const STALE_RETRY: u32 = if cfg!(test) { 2 } else { 16 };
 
 impl Stale {
     const fn new() -> Self {
         Stale {
             n: 0,
+            last: STALE_MAX as u32,
+            in_place: 0,
             v: [0; STALE_MAX],
             h: [0; STALE_MAX],
         }
+    }
+
+    /// Whether a wildcard receive should defer its removal: while removals are kept
+    /// (a run goes on), or when the last flush did more than one (receives came in
+    /// runs); otherwise, when each deferred removal was flushed alone by the next
+    /// operation (a wildcard receive after each arrival: deferring cost ~130
+    /// instructions more per pair than removing in place), once per [`STALE_RETRY`]
+    /// receives, to see whether runs have started.
+    #[inline(always)]
+    fn worth_it(&mut self) -> bool {
+        if self.n != 0 || self.last > 1 {
+            return true;
+        }
+        self.in_place += 1;
+        if self.in_place < STALE_RETRY {
+            return false;
+        }
+        self.in_place = 0;
+        true
     }
 
     /// The hash kept for deferred entry `v`.
@@ -1148,7 +1179,7 @@ impl<R, M> Engine<R, M> {
     /// the exact paths pay nothing for it.
     #[inline(always)]
     fn unlink_exact_for_wild(&mut self, idx: u32, env: &Envelope, l: Link) {
-        if l.next == idx && self.ix[K_EXACT].buckets() >= self.stale_min {
+        if l.next == idx && self.ix[K_EXACT].buckets() >= self.stale_min && self.stale.worth_it() {
             self.defer_exact_removal(hash_key(K_EXACT, env), idx);
         } else {
             self.unlink_detached_from::<K_EXACT>(idx, env, l);
@@ -1210,6 +1241,7 @@ impl<R, M> Engine<R, M> {
         if n != 0 {
             self.n_kind[K_EXACT] -= STALE_BIAS;
         }
+        self.stale.last = n as u32;
         self.stale.n = 0;
     }
 
