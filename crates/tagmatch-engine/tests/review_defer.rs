@@ -428,6 +428,9 @@ fn deferring_and_not_deferring_engines_are_indistinguishable() {
         let mut handles: Vec<RecvHandle> = Vec::new();
         let mut claims: Vec<MsgHandle> = Vec::new();
         let mut id = 0u32;
+        // The deferring engine's buffer of deferred removals, allocated at its first
+        // deferral and kept, is the only memory difference (a few hundred bytes).
+        let mut buffer: Option<usize> = None;
         for step in 0..3000 {
             let m = keys[r.below_usize(keys.len())];
             id += 1;
@@ -478,7 +481,12 @@ fn deferring_and_not_deferring_engines_are_indistinguishable() {
             let ctx = format!("seed {seed} step {step}: {what}");
             assert_eq!(a.counters(), b.counters(), "{ctx}");
             assert_eq!(a.pressure(), b.pressure(), "{ctx}");
-            assert_eq!(a.heap_bytes(), b.heap_bytes(), "{ctx}");
+            let extra = a.heap_bytes().checked_sub(b.heap_bytes());
+            match (buffer, extra) {
+                (None, Some(0)) => {}
+                (None, Some(x)) if x <= 512 => buffer = Some(x),
+                (b0, x) => assert_eq!(x, b0, "{ctx}: heap bytes beyond the buffer"),
+            }
             let e = keys[r.below_usize(keys.len())];
             let fa = a.first_posted_match(&e).map(|i| (i.seq, i.spec));
             assert_eq!(
