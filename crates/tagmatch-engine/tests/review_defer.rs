@@ -151,6 +151,26 @@ fn crowded_keys() -> Vec<Envelope> {
     keys
 }
 
+/// Posts an ANY_TAG, ANY_SOURCE or ANY_SOURCE+ANY_TAG receive for a queued message of
+/// the model picked at random (it takes the earliest of its list); `false` when the
+/// queue is empty.
+fn post_wild_for_queued(w: &mut Walk, r: &mut Rng) -> bool {
+    let Some(q) =
+        w.m.unexp
+            .get(r.below_usize(w.m.unexp.len().max(1)))
+            .map(|q| q.env)
+    else {
+        return false;
+    };
+    let s = match r.below(3) {
+        0 => RecvSpec::new(q.comm, Some(q.src), None),
+        1 => RecvSpec::new(q.comm, None, Some(q.tag)),
+        _ => RecvSpec::new(q.comm, None, None),
+    };
+    w.post(s);
+    true
+}
+
 fn any_spec(r: &mut Rng, m: &Envelope) -> RecvSpec {
     match r.below(10) {
         0 => RecvSpec::exact(m.comm, m.src, m.tag),
@@ -197,19 +217,9 @@ fn crowded_walk(seed: u64, steps: usize) {
                 // A run of wildcard receives of queued messages (each takes the
                 // earliest of its list).
                 for _ in 0..r.below(40) {
-                    let Some(q) =
-                        w.m.unexp
-                            .get(r.below_usize(w.m.unexp.len().max(1)))
-                            .map(|q| q.env)
-                    else {
+                    if !post_wild_for_queued(&mut w, &mut r) {
                         break;
-                    };
-                    let s = match r.below(3) {
-                        0 => RecvSpec::new(q.comm, Some(q.src), None),
-                        1 => RecvSpec::new(q.comm, None, Some(q.tag)),
-                        _ => RecvSpec::new(q.comm, None, None),
-                    };
-                    w.post(s);
+                    }
                     if r.chance(20) {
                         let e = pick(&mut r);
                         w.first_posted(e);
@@ -303,7 +313,7 @@ fn deep_random_queues_defer_with_the_built_in_threshold() {
             },
         );
         // `Walk` defers at every depth; back to the built-in threshold.
-        w.e.defer_removals_from(1 << 14);
+        w.e.defer_removals_from(1 << 13);
         w.e.reserve(0, 12_000);
         let mut envs = Vec::new();
         for _ in 0..12_000 {
@@ -314,19 +324,9 @@ fn deep_random_queues_defer_with_the_built_in_threshold() {
         w.check("filled");
         for round in 0..400 {
             for _ in 0..r.below(60) {
-                let Some(q) =
-                    w.m.unexp
-                        .get(r.below_usize(w.m.unexp.len().max(1)))
-                        .map(|q| q.env)
-                else {
+                if !post_wild_for_queued(&mut w, &mut r) {
                     break;
-                };
-                let s = match r.below(3) {
-                    0 => RecvSpec::new(q.comm, Some(q.src), None),
-                    1 => RecvSpec::new(q.comm, None, Some(q.tag)),
-                    _ => RecvSpec::new(q.comm, None, None),
-                };
-                w.post(s);
+                }
             }
             let e = envs[r.below_usize(envs.len())];
             w.first_posted(e);
