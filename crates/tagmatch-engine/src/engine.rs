@@ -1170,8 +1170,8 @@ impl<R, M> Engine<R, M> {
     /// of its own, at an address known only once the message is read: in a deep queue
     /// a cache miss, and the removal's probe and backward shift branch on what it
     /// holds, so the receive waits for it. Deferred, the entry's hash and value are
-    /// kept ([`Stale`]) and up to [`STALE_MAX`] removals are done together: their home
-    /// buckets read first, without branches, so that the misses overlap.
+    /// kept ([`Stale`]), the home bucket's cache line is prefetched, and up to
+    /// [`STALE_MAX`] removals are done together, their lines loaded meanwhile.
     ///
     /// A deferred entry names a vacant message slot. The lookups that may meet one
     /// skip it (their key comparisons read the slot with `get`: [`stored_key_is`]); an
@@ -1193,7 +1193,11 @@ impl<R, M> Engine<R, M> {
                 // Fewer than `STALE_MAX` are kept between operations: the modulo only
                 // spares the bounds checks.
                 let i = st.n as usize % STALE_MAX;
-                st.h[i] = hash_key(K_EXACT, env);
+                let h = hash_key(K_EXACT, env);
+                // The removal's probe will read the home bucket: its cache line is
+                // asked for now, so that it arrives while the next receives run.
+                self.ix[K_EXACT].prefetch_home(h);
+                st.h[i] = h;
                 st.v[i] = idx;
                 st.n = i as u32 + 1;
                 if i == 0 {
@@ -1232,12 +1236,9 @@ impl<R, M> Engine<R, M> {
             return;
         };
         let n = (st.n as usize).min(STALE_MAX);
-        // The home buckets first, read without a branch on what they hold: their cache
-        // misses are independent and overlap, where the removals' probes, which branch
-        // on each bucket, would wait for them one at a time.
-        let ix = &self.ix[K_EXACT];
-        let touched = st.h[..n].iter().fold(0u32, |a, &h| a ^ ix.home_bucket(h));
-        core::hint::black_box(touched);
+        // The home buckets' cache lines were asked for when the removals were kept
+        // (`Index::prefetch_home`), 1 to 31 receives ago: the probes below find them
+        // loaded.
         for i in 0..n {
             let (h, v) = match self.stale.as_deref() {
                 Some(st) => (st.h[i], st.v[i]),
