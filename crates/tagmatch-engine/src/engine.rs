@@ -1244,7 +1244,7 @@ impl<R, M> Engine<R, M> {
                 Some(st) => (st.h[i], st.v[i]),
                 None => break,
             };
-            let pos = self.ix[K_EXACT].pos_of_value(h, v);
+            let pos = self.ix[K_EXACT].pos_of_value_unpredictable(h, v);
             // A tombstone, not a backward shift: the shift's branches on the buckets
             // after `pos` (random here) were ~5 ns per removal at depth 65,536; a
             // tombstone is one store, and the table is rebuilt without them when they

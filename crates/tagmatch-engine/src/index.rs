@@ -279,6 +279,29 @@ impl Index {
         unreachable!("engine invariant: index entry {v:#x} is present")
     }
 
+    /// [`Index::pos_of_value`] for values at random positions (the engine's deferred
+    /// removals): the first 4 buckets from the home compared without branches (selects),
+    /// then, past them (rare at a load of at most 3/4), the loop. Where positions are
+    /// predictable (a cancel of receives posted in order) the loop's branches are
+    /// predicted and cheaper: `cancel-mix` at 4,096 ran 12.2 ns with the loop, 13.6 with
+    /// this; the deferred removals of `unexpected-any-source` at 65,536 21.8-22.3 with the
+    /// loop, 20.4-20.7 with this (its exit branch was mispredicted about one time in two).
+    #[inline(always)]
+    pub(crate) fn pos_of_value_unpredictable(&self, hash: u64, v: u32) -> usize {
+        let mask = self.mask();
+        let i = Self::home(hash, mask);
+        if let Some(&[b0, b1, b2, b3]) = self.slots.get(i..i + 4) {
+            let mut p = i + 3;
+            p = if val(b2) == v { i + 2 } else { p };
+            p = if val(b1) == v { i + 1 } else { p };
+            p = if val(b0) == v { i } else { p };
+            if p != i + 3 || val(b3) == v {
+                return p;
+            }
+        }
+        self.pos_of_value(hash, v)
+    }
+
     /// Asks the CPU to start loading the cache line of the home bucket of `hash` (a
     /// hint: the table is not read, nothing changes; on an unallocated table the
     /// address hinted at is meaningless and harmless), for a caller that will probe
@@ -530,6 +553,7 @@ mod tests {
             if (x >> 32) % 3 == 0 {
                 if let Ok(pos) = ix.find(h(v), key(v)) {
                     assert_eq!(pos, ix.pos_of_value(h(v), stored));
+                    assert_eq!(pos, ix.pos_of_value_unpredictable(h(v), stored));
                     if bury && (x >> 11) & 1 == 0 {
                         ix.bury_at(pos);
                         tombs += 1;
