@@ -329,13 +329,19 @@ impl Index {
         }
     }
 
-    /// Pre-sizes for `n` entries.
+    /// Pre-sizes for `n` entries: insertions up to `n` entries then neither grow nor
+    /// rebuild the table. Tombstones take room too: when `n` entries and them would pass
+    /// the load limit, the table is rebuilt without them (at its size if that holds `n`).
     pub(crate) fn reserve(&mut self, n: usize, rehash: impl FnMut(u32) -> u64) {
         let want = (n.saturating_mul(4) / 3 + 1)
             .next_power_of_two()
             .max(MIN_BUCKETS);
         if want > self.slots.len() {
             self.grow(want, rehash);
+        } else if self.tombs > 0
+            && n.saturating_add(self.tombs as usize).saturating_mul(4) > self.slots.len() * 3
+        {
+            self.grow(self.slots.len(), rehash);
         }
     }
 
@@ -619,6 +625,37 @@ mod tests {
             assert!(ix.get(hh(v), key(v)).is_some(), "{v}");
         }
         assert_eq!(ix.values().count(), ix.len());
+    }
+
+    /// `reserve(n)` on a table large enough for `n` entries but whose tombstones would
+    /// take their room rebuilds it without them, at its size: the insertions up to `n`
+    /// then neither rebuild nor double. With room for both, the tombstones stay.
+    #[test]
+    fn reserve_drops_tombstones_that_would_take_the_reserved_room() {
+        let hh = |v: u32| u64::from(v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let mut ix = Index::default();
+        let put = |ix: &mut Index, v: u32| {
+            let pos = ix.find_or_reserve(hh(v), key(v), hh).expect_err("absent");
+            ix.insert_at(pos, hh(v), v);
+        };
+        for v in 0..96 {
+            put(&mut ix, v);
+        }
+        for v in 0..10 {
+            let pos = ix.find(hh(v), key(v)).expect("present");
+            ix.bury_at(pos);
+        }
+        ix.reserve(80, hh);
+        assert_eq!((ix.buckets(), ix.len(), ix.tombs), (128, 86, 10));
+        ix.reserve(90, hh);
+        assert_eq!((ix.buckets(), ix.len(), ix.tombs), (128, 86, 0));
+        for v in 1000..1004 {
+            put(&mut ix, v);
+        }
+        assert_eq!((ix.buckets(), ix.len()), (128, 90));
+        for v in (10..96).chain(1000..1004) {
+            assert!(ix.get(hh(v), key(v)).is_some(), "{v}");
+        }
     }
 
     #[test]
