@@ -34,10 +34,12 @@
 //! the cluster after it, and at random positions those branches are mispredicted about
 //! once per removal (callgrind's branch simulation), ~5 ns each at depth 65,536, against
 //! one store for a tombstone. Tombstones count toward the 3/4 load limit; reaching it
-//! rebuilds the table without them, at the same size when at most 5/8 of the buckets are
-//! live entries (at least an eighth then comes free: amortised O(1)), doubled otherwise
-//! (at most 6/5 the size a table without tombstones would have for the same entries).
-//! A backward shift passes over a tombstone as over an entry that cannot move.
+//! clears them in place, each by the backward shift it was spared, in one sequential
+//! pass without allocation, when at most 5/8 of the buckets are live entries (at least
+//! an eighth then comes free: amortised O(1)), and doubles the table otherwise (the
+//! table is then at most twice the size of one without tombstones for the same entries,
+//! while they are between 5/8 and 3/4 of its buckets). A backward shift passes over a
+//! tombstone as over an entry that cannot move.
 
 use crate::list::MAX_REF;
 
@@ -339,32 +341,58 @@ impl Index {
     #[inline]
     pub(crate) fn reserve_one(&mut self, rehash: impl FnMut(u32) -> u64) {
         if (self.used() + 1) * 4 > self.slots.len() * 3 {
-            // Live entries at most 5/8 of the buckets: the same size frees an eighth of
-            // them or more (amortised O(1)); more live entries than that, doubled, as a
-            // table without tombstones would be soon (at 3/4): one without them is at
-            // most 6/5 the size for the same entries.
-            let n = if (self.len as usize + 1) * 8 <= self.slots.len() * 5 {
-                self.slots.len()
+            // Live entries at most 5/8 of the buckets: clearing the tombstones in place
+            // frees an eighth of them or more (amortised O(1)); more live entries than
+            // that, doubled.
+            if self.tombs > 0 && (self.len as usize + 1) * 8 <= self.slots.len() * 5 {
+                self.purge_tombs(rehash);
             } else {
-                (self.slots.len() * 2).max(MIN_BUCKETS)
-            };
-            self.grow(n, rehash);
+                self.grow((self.slots.len() * 2).max(MIN_BUCKETS), rehash);
+            }
         }
     }
 
-    /// Pre-sizes for `n` entries.
+    /// Clears every tombstone in place: each is removed as an entry would be, by the
+    /// backward shift of the cluster after it (other tombstones stay put meanwhile, as
+    /// entries that cannot move). One pass in bucket order, sequential memory, no
+    /// allocation; the shifts ask `rehash` only for entries at the saturated distance.
+    #[cold]
+    #[inline(never)]
+    fn purge_tombs(&mut self, mut rehash: impl FnMut(u32) -> u64) {
+        for pos in 0..self.slots.len() {
+            if self.slots[pos] != TOMB {
+                continue;
+            }
+            // Tombstones never move, so each is met here once.
+            self.tombs -= 1;
+            let mut r = self.shift_from(pos, pos);
+            while let Some(s) = r {
+                let h = if s.is_tomb() { 0 } else { rehash(val(s.b)) };
+                r = self.resume_remove(s, h);
+            }
+        }
+        debug_assert_eq!(self.tombs, 0);
+    }
+
+    /// Pre-sizes for `n` entries: insertions up to `n` entries then neither grow nor
+    /// rebuild the table. Tombstones take room too: when `n` entries and them would pass
+    /// the load limit, the table is rebuilt without them (at its size if that holds `n`).
     pub(crate) fn reserve(&mut self, n: usize, rehash: impl FnMut(u32) -> u64) {
         let want = (n.saturating_mul(4) / 3 + 1)
             .next_power_of_two()
             .max(MIN_BUCKETS);
         if want > self.slots.len() {
             self.grow(want, rehash);
+        } else if self.tombs > 0
+            && n.saturating_add(self.tombs as usize).saturating_mul(4) > self.slots.len() * 3
+        {
+            self.purge_tombs(rehash);
         }
     }
 
-    /// Re-inserts every entry into a table of `new_len` buckets: each entry's home comes
-    /// from `rehash` (a node read), O(entries), amortised over the insertions that fill
-    /// the table.
+    /// Re-inserts every entry into a table of `new_len` buckets (tombstones dropped):
+    /// each entry's home comes from `rehash` (a node read), O(entries), amortised over
+    /// the insertions that fill the table.
     #[cold]
     fn grow(&mut self, new_len: usize, mut rehash: impl FnMut(u32) -> u64) {
         let old = core::mem::replace(&mut self.slots, vec![EMPTY; new_len]);
@@ -643,6 +671,37 @@ mod tests {
             assert!(ix.get(hh(v), key(v)).is_some(), "{v}");
         }
         assert_eq!(ix.values().count(), ix.len());
+    }
+
+    /// `reserve(n)` on a table large enough for `n` entries but whose tombstones would
+    /// take their room rebuilds it without them, at its size: the insertions up to `n`
+    /// then neither rebuild nor double. With room for both, the tombstones stay.
+    #[test]
+    fn reserve_drops_tombstones_that_would_take_the_reserved_room() {
+        let hh = |v: u32| u64::from(v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let mut ix = Index::default();
+        let put = |ix: &mut Index, v: u32| {
+            let pos = ix.find_or_reserve(hh(v), key(v), hh).expect_err("absent");
+            ix.insert_at(pos, hh(v), v);
+        };
+        for v in 0..96 {
+            put(&mut ix, v);
+        }
+        for v in 0..10 {
+            let pos = ix.find(hh(v), key(v)).expect("present");
+            ix.bury_at(pos);
+        }
+        ix.reserve(80, hh);
+        assert_eq!((ix.buckets(), ix.len(), ix.tombs), (128, 86, 10));
+        ix.reserve(90, hh);
+        assert_eq!((ix.buckets(), ix.len(), ix.tombs), (128, 86, 0));
+        for v in 1000..1004 {
+            put(&mut ix, v);
+        }
+        assert_eq!((ix.buckets(), ix.len()), (128, 90));
+        for v in (10..96).chain(1000..1004) {
+            assert!(ix.get(hh(v), key(v)).is_some(), "{v}");
+        }
     }
 
     #[test]
