@@ -133,6 +133,11 @@ struct Stale {
     last: u32,
     /// Removals done in place since deferring last looked not worth it.
     in_place: u32,
+    /// Flushed removals still to do by backward shift, not tombstone: set when the
+    /// index's tombstones were cleared since the last flush (see [`Engine::flush_stale`]).
+    calm: u32,
+    /// The index's tombstones after the last flush.
+    tombs_after: u32,
     v: [u32; STALE_MAX],
     h: [u64; STALE_MAX],
 }
@@ -147,6 +152,8 @@ impl Stale {
             n: 0,
             last: STALE_MAX as u32,
             in_place: 0,
+            calm: 0,
+            tombs_after: 0,
             v: [0; STALE_MAX],
             h: [0; STALE_MAX],
         }
@@ -1236,6 +1243,24 @@ impl<R, M> Engine<R, M> {
             return;
         };
         let n = (st.n as usize).min(STALE_MAX);
+        // Tombstones, not backward shifts: the shift's branches on the buckets after
+        // the entry (random here) were ~5 ns per removal at depth 65,536; a tombstone is
+        // one store, and the index clears them when they fill it (see `index`). But
+        // where the queue stays deep and arrivals keep coming (runs of arrivals and of
+        // wildcard receives), every tombstone is cleared later by the same shift, and
+        // meanwhile lengthens the arrivals' probes: there (the index cleared its
+        // tombstones since the last flush) the next removals, as many as twice its
+        // buckets, shift at once; then tombstones are tried again (`tomb_churn`, a
+        // steady queue with runs of 32 arrivals and 32 ANY_SOURCE receives, at depth
+        // 65,536: 553 instructions per operation with shifts only, 668 with tombstones
+        // only, 575 so).
+        let tombs = self.ix[K_EXACT].tombs();
+        let calm = if tombs < st.tombs_after as usize {
+            (self.ix[K_EXACT].buckets() * 2).min(u32::MAX as usize) as u32
+        } else {
+            st.calm
+        };
+        let bury = calm == 0;
         // The home buckets' cache lines were asked for when the removals were kept
         // (`Index::prefetch_home`), 1 to 31 receives ago: the probes below find them
         // loaded.
@@ -1245,18 +1270,23 @@ impl<R, M> Engine<R, M> {
                 None => break,
             };
             let pos = self.ix[K_EXACT].pos_of_value_unpredictable(h, v);
-            // A tombstone, not a backward shift: the shift's branches on the buckets
-            // after `pos` (random here) were ~5 ns per removal at depth 65,536; a
-            // tombstone is one store, and the table is rebuilt without them when they
-            // fill it (see `index`).
-            self.ix[K_EXACT].bury_at(pos);
+            if bury {
+                self.ix[K_EXACT].bury_at(pos);
+            } else {
+                // A shift that meets a later deferred entry at a saturated distance
+                // takes its kept hash (`rehasher`); the removed ones are gone.
+                self.index_remove_at(K_EXACT, pos);
+            }
         }
         if n != 0 {
             self.n_kind[K_EXACT] -= STALE_BIAS;
         }
+        let tombs = self.ix[K_EXACT].tombs() as u32;
         if let Some(st) = self.stale.as_deref_mut() {
             st.last = n as u32;
             st.n = 0;
+            st.calm = calm.saturating_sub(n as u32);
+            st.tombs_after = tombs;
         }
     }
 

@@ -135,6 +135,11 @@ impl Index {
         self.len as usize
     }
 
+    /// Tombstones (see [`Index::bury_at`]).
+    pub(crate) fn tombs(&self) -> usize {
+        self.tombs as usize
+    }
+
     /// Buckets taken: entries and tombstones.
     #[inline(always)]
     fn used(&self) -> usize {
