@@ -627,19 +627,31 @@ mod tests {
         (tombs, rebuilds)
     }
 
+    /// A well-spread hash for the tombstone tests.
+    fn hh(v: u32) -> u64 {
+        u64::from(v).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+
+    /// Inserts absent value `v` (hash [`hh`]).
+    fn put(ix: &mut Index, v: u32) {
+        let pos = ix.find_or_reserve(hh(v), key(v), hh).expect_err("absent");
+        ix.insert_at(pos, hh(v), v);
+    }
+
+    /// A table holding the values `0..n`.
+    fn filled(n: u32) -> Index {
+        let mut ix = Index::default();
+        for v in 0..n {
+            put(&mut ix, v);
+        }
+        ix
+    }
+
     /// A table whose load is mostly tombstones is rebuilt at its size, not doubled; one
     /// whose live entries exceed 5/8 of the buckets doubles.
     #[test]
     fn tombstones_rebuild_in_place_unless_live_entries_pass_five_eighths() {
-        let hh = |v: u32| u64::from(v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let mut ix = Index::default();
-        let put = |ix: &mut Index, v: u32| {
-            let pos = ix.find_or_reserve(hh(v), key(v), hh).expect_err("absent");
-            ix.insert_at(pos, hh(v), v);
-        };
-        for v in 0..96 {
-            put(&mut ix, v);
-        }
+        let mut ix = filled(96);
         assert_eq!(ix.buckets(), 128);
         for v in 0..80 {
             let pos = ix.find(hh(v), key(v)).expect("present");
@@ -683,15 +695,7 @@ mod tests {
     /// then neither rebuild nor double. With room for both, the tombstones stay.
     #[test]
     fn reserve_drops_tombstones_that_would_take_the_reserved_room() {
-        let hh = |v: u32| u64::from(v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let mut ix = Index::default();
-        let put = |ix: &mut Index, v: u32| {
-            let pos = ix.find_or_reserve(hh(v), key(v), hh).expect_err("absent");
-            ix.insert_at(pos, hh(v), v);
-        };
-        for v in 0..96 {
-            put(&mut ix, v);
-        }
+        let mut ix = filled(96);
         for v in 0..10 {
             let pos = ix.find(hh(v), key(v)).expect("present");
             ix.bury_at(pos);

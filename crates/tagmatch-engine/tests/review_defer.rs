@@ -58,12 +58,7 @@ fn far_tags(src: u32, h: usize, n: usize, from: u64) -> Vec<u64> {
 }
 
 fn cfg() -> Config {
-    Config::default()
-        .reorder_window(4)
-        .initial_seq(0)
-        .max_messages(1 << 16)
-        .max_posted(1 << 16)
-        .max_bytes(1 << 30)
+    model::review_config()
 }
 
 /// A walk (engine deferring at every depth, beside the model) whose (comm, src, tag)

@@ -11,12 +11,7 @@ use model::Rng;
 use tagmatch_engine::*;
 
 fn cfg() -> Config {
-    Config::default()
-        .reorder_window(4)
-        .initial_seq(0)
-        .max_messages(1 << 16)
-        .max_posted(1 << 16)
-        .max_bytes(1 << 30)
+    model::review_config()
 }
 
 fn pair(c: Config) -> (Engine<u32, u32>, Engine<u32, u32>) {

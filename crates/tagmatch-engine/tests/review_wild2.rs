@@ -26,12 +26,7 @@ const SRCS: [u32; 8] = [0, 1, 2, 63, 64, 65_535, 65_536, 7];
 const TAGS: [u64; 8] = [0, 1, 2, 63, 64, 65_535, 65_536, 1 << 40];
 
 fn cfg(eager: bool, claims_count: bool) -> Config {
-    Config::default()
-        .reorder_window(4)
-        .initial_seq(0)
-        .max_bytes(1 << 30)
-        .max_messages(1 << 16)
-        .max_posted(1 << 16)
+    model::review_config()
         .claims_count(claims_count)
         .eager_wildcard_lists(eager)
 }

@@ -9,9 +9,21 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use tagmatch_engine::{Envelope, Pressure, RecvSpec, RejectReason, Source};
+use tagmatch_engine::{Config, Envelope, Pressure, RecvSpec, RejectReason, Source};
 
 pub mod walk;
+
+/// The configuration of the review walks (`review_defer.rs`, `review_tomb.rs`,
+/// `review_wild2.rs`): a small reorder window, sequences from 0, limits far above what
+/// the walks reach.
+pub fn review_config() -> Config {
+    Config::default()
+        .reorder_window(4)
+        .initial_seq(0)
+        .max_messages(1 << 16)
+        .max_posted(1 << 16)
+        .max_bytes(1 << 30)
+}
 
 /// xorshift64*: a fixed, dependency-free stream per state, so that the seeded random
 /// walks of the test files are reproducible.
