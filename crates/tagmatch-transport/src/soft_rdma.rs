@@ -353,6 +353,8 @@ impl Pending {
 #[derive(Debug)]
 pub struct SoftRdma {
     regs: HashMap<u64, Reg>,
+    /// Registrations per region: a region in here is open to peers' reads and writes.
+    exposed: HashMap<MemHandle, u32>,
     next_key: u64,
     key_salt: u64,
     next_addr: u64,
@@ -370,6 +372,7 @@ impl SoftRdma {
     pub fn new(salt: u32) -> SoftRdma {
         SoftRdma {
             regs: HashMap::default(),
+            exposed: HashMap::default(),
             next_key: 1,
             key_salt: (salt as u64) << 32,
             next_addr: 1 << 40,
@@ -391,17 +394,29 @@ impl SoftRdma {
             .next_addr
             .saturating_add(len.saturating_add(8191) & !4095);
         self.regs.insert(key, Reg { mem, addr, len });
+        *self.exposed.entry(mem).or_insert(0) += 1;
         self.stats.registered += 1;
         MrKey { addr, key }
     }
 
     /// Releases a key; later requests naming it are rejected.
     pub fn deregister(&mut self, key: u64) -> bool {
-        let had = self.regs.remove(&key).is_some();
-        if had {
-            self.stats.deregistered += 1;
+        let Some(reg) = self.regs.remove(&key) else {
+            return false;
+        };
+        if let Some(n) = self.exposed.get_mut(&reg.mem) {
+            *n -= 1;
+            if *n == 0 {
+                self.exposed.remove(&reg.mem);
+            }
         }
-        had
+        self.stats.deregistered += 1;
+        true
+    }
+
+    /// Whether region `mem` is registered (peers may read or write it).
+    pub fn exposes(&self, mem: MemHandle) -> bool {
+        self.exposed.contains_key(&mem)
     }
 
     /// Registrations alive.
@@ -763,14 +778,24 @@ impl SoftRdma {
 
     /// Where the next data of read `id` from `peer` is expected if it arrives in order:
     /// the offset just past the highest range written so far and the bytes left after
-    /// it. `None` if `id` is not a pending, unfailed read of `peer` or nothing is left
-    /// past that point. No data of the read has been written at or after the offset, so
-    /// a device may receive a datagram there before knowing what it holds (it is
-    /// overwritten by the read's own data later).
+    /// it. `None` if `id` is not a pending, unfailed read of `peer`, nothing is left past
+    /// that point, or the read's destination is a registered region. No data of the read
+    /// has been written at or after the offset, so a device may receive a datagram there
+    /// before knowing what it holds (it is overwritten by the read's own data later) —
+    /// but not in a registered region: peers may read it meanwhile (an RDMA read served
+    /// from it), and would see bytes nobody wrote there (two requesters writing the
+    /// same data to one responder's region, one reading it back while the other's
+    /// write, an emulated write the responder carries out as a read, was in flight:
+    /// `tests/netns.rs::three_hosts_on_a_bridge_two_requesters_share_a_responder`, about
+    /// one run in 40 under load).
     pub fn read_next(&self, peer: &RawAddr, id: u64) -> Option<(u64, u64)> {
         let p = self.ops.get(&id)?;
-        (p.read && !p.failed && same_peer(&p.peer, peer) && p.high < p.len)
-            .then(|| (p.high, p.len - p.high))
+        (p.read
+            && !p.failed
+            && same_peer(&p.peer, peer)
+            && p.high < p.len
+            && !self.exposes(p.local))
+        .then(|| (p.high, p.len - p.high))
     }
 
     /// Removes operation `id` if it has finished; returns it.
