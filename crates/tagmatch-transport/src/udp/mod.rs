@@ -46,8 +46,10 @@
 //!   while reads of ours are in flight, datagrams are peeked at and a new `READ_DATA`
 //!   frame's data is received straight into the read's destination (Linux and Android);
 //!   once one has been, the read's next datagram is expected and received in one call
-//!   into the read's next range (no peek; anything else is put back together);
-//!   otherwise an RDMA payload is copied once, from the receive buffer to its place. a blocking
+//!   into the read's next range (no peek; anything else is put back together), unless
+//!   the destination is a registered region, which peers may read meanwhile and must
+//!   never see bytes nobody wrote there; otherwise an RDMA payload is copied once, from
+//!   the receive buffer to its place. A blocking
 //!   `progress` busy-polls for [`UdpConfig::spin`] (default zero) when an answer is
 //!   expected, then waits in `ppoll` until the next retransmission or ACK deadline: no
 //!   busy-spin when idle.
