@@ -252,67 +252,18 @@ fn mem_device_rejects_and_counts() {
 #[test]
 fn udp_read_survives_datagrams_other_than_the_expected_one() {
     use tagmatch_transport::udp::shim::ShimConfig;
-    let mut ucfg = UdpConfig::new("127.0.0.1:0".parse().expect("addr"));
-    ucfg.initial_rto = Duration::from_millis(20);
-    ucfg.min_rto = Duration::from_millis(10);
-    let a = UdpDevice::bind(ucfg).expect("bind");
-    ucfg.max_inflight = 2;
-    ucfg.shim = Some(ShimConfig {
+    let (mut p, a_addr) = udp_reader_pair(Some(ShimConfig {
         seed: 7,
         drop: 150,
         duplicate: 50,
         reorder: 150,
-    });
-    let b = UdpDevice::bind(ucfg).expect("bind");
-    let a_addr = a.udp_addr().sock;
-    let mut p = Pair {
-        a,
-        b,
-        ma: Mem::default(),
-        mb: Mem::default(),
-        next: 0,
-    };
+    }));
     let len = 1usize << 20;
     p.ma.0.insert(MemHandle(1), vec![0u8; 8 + len]);
     let served: Vec<u8> = (0..len as u32).map(|i| (i * 31 + i / 251) as u8).collect();
     let k = p.register_b(MemHandle(5), served.clone());
-    let foreign = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
-    let token = RdmaToken(1);
-    p.a.submit(
-        Transmit::RdmaRead {
-            token,
-            peer: tagmatch_rdm::PeerId(0),
-            dest: p.b.addr(),
-            local: MemHandle(1),
-            offset: 8,
-            remote: RemoteAddr {
-                addr: k.addr,
-                key: k.key,
-            },
-            len: len as u64,
-        },
-        &mut p.ma,
-    );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut done = None;
-    let mut round = 0u32;
-    while done.is_none() && Instant::now() < deadline {
-        round += 1;
-        // b serves up to two frames; a foreign datagram (short or datagram-sized, never
-        // a valid frame) lands behind them in a's socket.
-        p.b.progress(&mut p.mb, Some(Duration::from_millis(1)))
-            .expect("progress");
-        let junk = vec![round as u8; if round % 2 == 0 { 100 } else { 60_000 }];
-        foreign.send_to(&junk, a_addr).expect("send");
-        p.a.progress(&mut p.ma, Some(Duration::from_millis(1)))
-            .expect("progress");
-        while let Some(e) = p.a.poll_event() {
-            match e {
-                DeviceEvent::RdmaDone { token: t, ok } if t == token => done = Some(ok),
-                other => panic!("unexpected {other:?}"),
-            }
-        }
-    }
+    let done =
+        read_among_foreign_datagrams(&mut p, a_addr, k, 8, len, |round| round as u8, |_, _| {});
     assert_eq!(done, Some(true), "the read completed");
     assert!(
         p.ma.0[&MemHandle(1)][8..] == served[..],
@@ -337,20 +288,7 @@ fn udp_read_survives_datagrams_other_than_the_expected_one() {
 /// such bytes back from a region another requester was writing the same data into.)
 #[test]
 fn udp_read_into_a_registered_region_never_holds_foreign_bytes() {
-    let mut ucfg = UdpConfig::new("127.0.0.1:0".parse().expect("addr"));
-    ucfg.initial_rto = Duration::from_millis(20);
-    ucfg.min_rto = Duration::from_millis(10);
-    let a = UdpDevice::bind(ucfg).expect("bind");
-    ucfg.max_inflight = 2;
-    let b = UdpDevice::bind(ucfg).expect("bind");
-    let a_addr = a.udp_addr().sock;
-    let mut p = Pair {
-        a,
-        b,
-        ma: Mem::default(),
-        mb: Mem::default(),
-        next: 0,
-    };
+    let (mut p, a_addr) = udp_reader_pair(None);
     let len = 1usize << 20;
     // The destination, registered on a (old contents 0xEE).
     p.ma.0.insert(MemHandle(1), vec![0xEE; len]);
@@ -367,6 +305,45 @@ fn udp_read_into_a_registered_region_never_holds_foreign_bytes() {
     }
     let served: Vec<u8> = (0..len as u32).map(|i| (i * 31 + i / 251) as u8).collect();
     let k = p.register_b(MemHandle(5), served.clone());
+    // Junk of a value neither old (0xEE) nor, at most places, served.
+    let done = read_among_foreign_datagrams(
+        &mut p,
+        a_addr,
+        k,
+        0,
+        len,
+        |_| 0x5A,
+        |round, ma| {
+            let dest = &ma.0[&MemHandle(1)];
+            if let Some(i) = (0..len).find(|&i| dest[i] != 0xEE && dest[i] != served[i]) {
+                panic!(
+                    "round {round}: byte {i} is {:#x}, neither old nor served ({:#x})",
+                    dest[i], served[i]
+                );
+            }
+        },
+    );
+    assert_eq!(done, Some(true), "the read completed");
+    assert!(p.ma.0[&MemHandle(1)] == served, "the data is intact");
+    let st = p.a.stats();
+    assert_eq!(st.rx_expected, 0, "no speculative receive: {st:?}");
+    assert!(st.rx_placed > 0, "received in place after a peek: {st:?}");
+}
+
+/// Reads `len` bytes of b's region `k` into a's `MemHandle(1)` at `offset` over UDP,
+/// while a foreign socket sends a datagram to a's socket every round (alternately 100
+/// and 60,000 bytes of `junk(round)`, never a valid frame), b having served up to its
+/// window first; `check(round, a's memory)` runs after each of a's `progress`. Returns
+/// the read's outcome, `None` if it did not finish within a minute.
+fn read_among_foreign_datagrams(
+    p: &mut Pair<UdpDevice>,
+    a_addr: std::net::SocketAddr,
+    k: MrKey,
+    offset: u64,
+    len: usize,
+    junk: impl Fn(u32) -> u8,
+    mut check: impl FnMut(u32, &Mem),
+) -> Option<bool> {
     let foreign = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
     let token = RdmaToken(1);
     p.a.submit(
@@ -375,7 +352,7 @@ fn udp_read_into_a_registered_region_never_holds_foreign_bytes() {
             peer: tagmatch_rdm::PeerId(0),
             dest: p.b.addr(),
             local: MemHandle(1),
-            offset: 0,
+            offset,
             remote: RemoteAddr {
                 addr: k.addr,
                 key: k.key,
@@ -391,18 +368,11 @@ fn udp_read_into_a_registered_region_never_holds_foreign_bytes() {
         round += 1;
         p.b.progress(&mut p.mb, Some(Duration::from_millis(1)))
             .expect("progress");
-        // Junk of a value neither old (0xEE) nor, at most places, served.
-        let junk = vec![0x5A; if round % 2 == 0 { 100 } else { 60_000 }];
-        foreign.send_to(&junk, a_addr).expect("send");
+        let bytes = vec![junk(round); if round % 2 == 0 { 100 } else { 60_000 }];
+        foreign.send_to(&bytes, a_addr).expect("send");
         p.a.progress(&mut p.ma, Some(Duration::from_millis(1)))
             .expect("progress");
-        let dest = &p.ma.0[&MemHandle(1)];
-        if let Some(i) = (0..len).find(|&i| dest[i] != 0xEE && dest[i] != served[i]) {
-            panic!(
-                "round {round}: byte {i} is {:#x}, neither old nor served ({:#x})",
-                dest[i], served[i]
-            );
-        }
+        check(round, &p.ma);
         while let Some(e) = p.a.poll_event() {
             match e {
                 DeviceEvent::RdmaDone { token: t, ok } if t == token => done = Some(ok),
@@ -410,9 +380,28 @@ fn udp_read_into_a_registered_region_never_holds_foreign_bytes() {
             }
         }
     }
-    assert_eq!(done, Some(true), "the read completed");
-    assert!(p.ma.0[&MemHandle(1)] == served, "the data is intact");
-    let st = p.a.stats();
-    assert_eq!(st.rx_expected, 0, "no speculative receive: {st:?}");
-    assert!(st.rx_placed > 0, "received in place after a peek: {st:?}");
+    done
+}
+
+/// Two UDP devices on loopback with short retransmission timeouts: a (the reader) and b
+/// (the server, two frames in flight, its faults from `shim`); and a's socket address.
+fn udp_reader_pair(
+    shim: Option<tagmatch_transport::udp::shim::ShimConfig>,
+) -> (Pair<UdpDevice>, std::net::SocketAddr) {
+    let mut ucfg = UdpConfig::new("127.0.0.1:0".parse().expect("addr"));
+    ucfg.initial_rto = Duration::from_millis(20);
+    ucfg.min_rto = Duration::from_millis(10);
+    let a = UdpDevice::bind(ucfg).expect("bind");
+    ucfg.max_inflight = 2;
+    ucfg.shim = shim;
+    let b = UdpDevice::bind(ucfg).expect("bind");
+    let a_addr = a.udp_addr().sock;
+    let p = Pair {
+        a,
+        b,
+        ma: Mem::default(),
+        mb: Mem::default(),
+        next: 0,
+    };
+    (p, a_addr)
 }
