@@ -14,7 +14,11 @@
 //!   cached in the socket, and the receive path finds it by the early demultiplexing of
 //!   connected sockets);
 //! - `connected-sendto`: connected sockets, but sending with an explicit address (the
-//!   send looks the route up again): separates the send side's share from the receive's.
+//!   send looks the route up again): separates the send side's share from the receive's;
+//! - `reuseport`: what a device with one connected socket per peer pays: each side binds
+//!   an unconnected listener and a connected socket to the same port (`SO_REUSEPORT`;
+//!   the kernel delivers the peer's datagrams to the connected one), sends on the
+//!   connected socket and busy-polls both, the connected one first.
 //!
 //! Prints the median and 99th percentile of half the round trip (the one-way latency
 //! `ucx_perftest` and `tagmatch perf` report), over `ROUND_TRIPS` (default 200,000) after
@@ -28,6 +32,7 @@ enum Mode {
     Unconnected,
     Connected,
     ConnectedSendTo,
+    ReusePort,
 }
 
 /// One side's socket and how it reaches its peer.
@@ -35,12 +40,14 @@ struct Side {
     sock: UdpSocket,
     peer: SocketAddr,
     mode: Mode,
+    /// `reuseport`: the unconnected socket on the same port (`sock` is the connected one).
+    listener: Option<UdpSocket>,
 }
 
 impl Side {
     fn send(&self, buf: &[u8]) -> std::io::Result<usize> {
         match self.mode {
-            Mode::Connected => self.sock.send(buf),
+            Mode::Connected | Mode::ReusePort => self.sock.send(buf),
             Mode::Unconnected | Mode::ConnectedSendTo => self.sock.send_to(buf, self.peer),
         }
     }
@@ -51,6 +58,13 @@ impl Side {
             let r = match self.mode {
                 Mode::Unconnected => self.sock.recv_from(buf).map(|(n, _)| n),
                 Mode::Connected | Mode::ConnectedSendTo => self.sock.recv(buf),
+                Mode::ReusePort => match self.sock.recv(buf) {
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => self
+                        .listener
+                        .as_ref()
+                        .map_or(Err(e), |l| l.recv_from(buf).map(|(n, _)| n)),
+                    r => r,
+                },
             };
             match r {
                 Ok(n) => return Ok(n),
@@ -67,9 +81,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         None | Some("unconnected") => Mode::Unconnected,
         Some("connected") => Mode::Connected,
         Some("connected-sendto") => Mode::ConnectedSendTo,
+        Some("reuseport") => Mode::ReusePort,
         Some(other) => {
             return Err(format!(
-                "mode {other:?}: expected unconnected, connected or connected-sendto"
+                "mode {other:?}: expected unconnected, connected, connected-sendto or reuseport"
             )
             .into())
         }
@@ -81,24 +96,38 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if n == 0 {
         return Err("round trips: expected at least 1".into());
     }
-    let a = UdpSocket::bind("127.0.0.1:0")?;
-    let b = UdpSocket::bind("127.0.0.1:0")?;
+    let reuse = mode == Mode::ReusePort;
+    let a = bind("127.0.0.1:0".parse()?, reuse)?;
+    let b = bind("127.0.0.1:0".parse()?, reuse)?;
     let (a_addr, b_addr) = (a.local_addr()?, b.local_addr()?);
+    let (a, b, la, lb) = if reuse {
+        // The listeners stay unconnected; the connected sockets share their ports.
+        let (ca, cb) = (bind(a_addr, true)?, bind(b_addr, true)?);
+        (ca, cb, Some(a), Some(b))
+    } else {
+        (a, b, None, None)
+    };
     if mode != Mode::Unconnected {
         a.connect(b_addr)?;
         b.connect(a_addr)?;
     }
-    a.set_nonblocking(true)?;
-    b.set_nonblocking(true)?;
+    for s in [Some(&a), Some(&b), la.as_ref(), lb.as_ref()]
+        .into_iter()
+        .flatten()
+    {
+        s.set_nonblocking(true)?;
+    }
     let a = Side {
         sock: a,
         peer: b_addr,
         mode,
+        listener: la,
     };
     let b = Side {
         sock: b,
         peer: a_addr,
         mode,
+        listener: lb,
     };
     const WARM: usize = 10_000;
     // 8 bytes of payload behind a 32-byte header, about what the device sends.
@@ -129,7 +158,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Mode::Unconnected => "unconnected",
         Mode::Connected => "connected",
         Mode::ConnectedSendTo => "connected-sendto",
+        Mode::ReusePort => "reuseport",
     };
     println!("{name}: one-way latency p50 {p50:.3} us, p99 {p99:.3} us ({n} round trips)");
     Ok(())
+}
+
+/// A UDP socket bound to `addr`, with `SO_REUSEPORT` set first if `reuse`.
+fn bind(addr: SocketAddr, reuse: bool) -> std::io::Result<UdpSocket> {
+    use nix::sys::socket::{
+        bind, setsockopt, socket, sockopt, AddressFamily, SockFlag, SockType, SockaddrIn,
+    };
+    let SocketAddr::V4(v4) = addr else {
+        return Err(std::io::Error::other("IPv4 only"));
+    };
+    let fd = socket(
+        AddressFamily::Inet,
+        SockType::Datagram,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    if reuse {
+        setsockopt(&fd, sockopt::ReusePort, &true)?;
+    }
+    use std::os::fd::AsRawFd;
+    bind(fd.as_raw_fd(), &SockaddrIn::from(v4))?;
+    Ok(UdpSocket::from(fd))
 }

@@ -39,6 +39,8 @@ struct State {
     polling: Option<Option<Instant>>,
     /// Tasks woken so far (for tests and statistics).
     wakes: u64,
+    /// Descriptors to watch from now on as well (a socket the device opened since).
+    added: Vec<OwnedFd>,
 }
 
 #[derive(Debug, Default)]
@@ -57,8 +59,8 @@ pub struct Watcher {
 }
 
 impl Watcher {
-    /// Starts the thread watching `fd` (a duplicate of the device's descriptor).
-    pub(crate) fn start(fd: OwnedFd) -> std::io::Result<Watcher> {
+    /// Starts the thread watching `fds` (duplicates of the device's descriptors).
+    pub(crate) fn start(fds: Vec<OwnedFd>) -> std::io::Result<Watcher> {
         let shared = Arc::new(Shared::default());
         let s = shared.clone();
         let (kick, kicked) = UnixStream::pair()?;
@@ -66,7 +68,7 @@ impl Watcher {
         kicked.set_nonblocking(true)?;
         let thread = std::thread::Builder::new()
             .name("tagmatch-watch".into())
-            .spawn(move || run(&s, &fd, kicked))?;
+            .spawn(move || run(&s, fds, kicked))?;
         Ok(Watcher {
             shared,
             kick,
@@ -102,6 +104,12 @@ impl Watcher {
         }
     }
 
+    /// Watches `fd` as well (a duplicate of a socket the device opened since it started).
+    pub(crate) fn add(&self, fd: OwnedFd) {
+        lock(&self.shared.state).added.push(fd);
+        self.kick();
+    }
+
     /// Tasks the watcher woke so far.
     pub fn wakes(&self) -> u64 {
         lock(&self.shared.state).wakes
@@ -125,7 +133,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn run(shared: &Shared, fd: &OwnedFd, mut kicked: UnixStream) {
+fn run(shared: &Shared, mut fds: Vec<OwnedFd>, mut kicked: UnixStream) {
     loop {
         // Wait until something is armed (or the device went).
         let deadline = {
@@ -134,6 +142,7 @@ fn run(shared: &Shared, fd: &OwnedFd, mut kicked: UnixStream) {
                 if st.stop {
                     return;
                 }
+                fds.append(&mut st.added);
                 if st.waker.is_some() {
                     st.polling = Some(st.deadline);
                     break st.deadline;
@@ -148,13 +157,16 @@ fn run(shared: &Shared, fd: &OwnedFd, mut kicked: UnixStream) {
             // Rounded up to the next millisecond, so a deadline is never polled early in a
             // loop of zero-length polls.
             let ms = u16::try_from(wait.as_micros().div_ceil(1000)).unwrap_or(u16::MAX);
-            let mut fds = [
-                PollFd::new(fd.as_fd(), PollFlags::POLLIN),
-                PollFd::new(kicked.as_fd(), PollFlags::POLLIN),
-            ];
-            let r = poll(&mut fds, PollTimeout::from(ms));
-            let fd_ready = fds[0].any().unwrap_or(false);
-            if fds[1].any().unwrap_or(false) {
+            // The kick first, then every socket.
+            let mut pfds = Vec::with_capacity(fds.len() + 1);
+            pfds.push(PollFd::new(kicked.as_fd(), PollFlags::POLLIN));
+            pfds.extend(
+                fds.iter()
+                    .map(|f| PollFd::new(f.as_fd(), PollFlags::POLLIN)),
+            );
+            let r = poll(&mut pfds, PollTimeout::from(ms));
+            let fd_ready = pfds[1..].iter().any(|f| f.any().unwrap_or(false));
+            if pfds[0].any().unwrap_or(false) {
                 // Kicked (stop, or an earlier deadline): drain, then look again.
                 let mut buf = [0u8; 64];
                 while matches!(kicked.read(&mut buf), Ok(n) if n > 0) {}
@@ -210,7 +222,7 @@ mod tests {
     fn wakes_on_a_datagram_and_on_a_deadline_once_each() {
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let w = Watcher::start(rx.try_clone().unwrap().into()).unwrap();
+        let w = Watcher::start(vec![rx.try_clone().unwrap().into()]).unwrap();
         let n = Arc::new(Count(AtomicUsize::new(0)));
         let waker = Waker::from(n.clone());
         // Nothing readable, no deadline: no wake-up.

@@ -11,7 +11,12 @@ use tagmatch_transport::udp::{UdpConfig, UdpDevice};
 use tagmatch_transport::{Node, RdmDevice, UdpAddr};
 
 fn node() -> Node<UdpDevice> {
-    let u = UdpConfig::new("127.0.0.1:0".parse().expect("addr"));
+    node_with(|_| {})
+}
+
+fn node_with(f: impl FnOnce(&mut UdpConfig)) -> Node<UdpDevice> {
+    let mut u = UdpConfig::new("127.0.0.1:0".parse().expect("addr"));
+    f(&mut u);
     Node::new(Config::default(), UdpDevice::bind(u).expect("bind"))
 }
 
@@ -195,8 +200,9 @@ fn ipv6_addresses_work_too() {
 /// `progress` sleeps until the next retransmission deadline instead of spinning: with one
 /// unacknowledged frame to a silent peer, every call (timeout far beyond the RTO) ends with
 /// about one retransmission. A spinning device would return at once, with none. Without a
-/// busy-poll budget (the default), each call receives at most twice; with one, each call
-/// spins that long, then blocks all the same.
+/// busy-poll budget (the default), each call reads each of the device's sockets at most
+/// twice (the listener, and the socket connected to the peer); with one, each call spins
+/// that long, then blocks all the same.
 #[test]
 fn progress_waits_for_the_retransmission_deadline() {
     for spin in [Duration::ZERO, Duration::from_micros(50)] {
@@ -229,7 +235,8 @@ fn progress_waits_for_the_retransmission_deadline() {
         assert!(st.sock.poll_calls >= calls - 2, "spin {spin:?}: {st:?}");
         assert_eq!(st.spin_hits, 0, "spin {spin:?}: {st:?}");
         if spin.is_zero() {
-            assert!(st.sock.recv_calls <= 2 * (calls + 1), "{st:?}");
+            let socks = 1 + st.peer_sockets;
+            assert!(st.sock.recv_calls <= 2 * socks * (calls + 1), "{st:?}");
         }
     }
 }
@@ -249,4 +256,83 @@ fn full_send_queue_answers_again_and_the_message_still_arrives() {
     exchange(&mut a, &mut b, 60_000);
     exchange(&mut a, &mut b, 300_000);
     assert!(a.device().stats().send_again > 0);
+}
+
+/// The first `connect_peers` peers get a socket connected to them; the next ones share
+/// the device's socket, and every exchange works either way. The device's address stays
+/// its own: nothing else can bind it while the connected sockets share it.
+#[test]
+fn peers_beyond_the_connected_socket_limit_share_the_device_socket() {
+    let mut a = node_with(|u| u.connect_peers = 1);
+    let mut b = node();
+    let mut c = node();
+    exchange(&mut a, &mut b, 3000);
+    exchange(&mut b, &mut a, 100);
+    exchange(&mut c, &mut a, 3000);
+    exchange(&mut a, &mut c, 100);
+    exchange(&mut b, &mut a, 50_000);
+    exchange(&mut c, &mut a, 50_000);
+    assert_eq!(a.device().stats().peer_sockets, 1, "b's only");
+    assert_eq!(a.device().stats().peer_socket_errors, 0);
+    assert_eq!(b.device().stats().peer_sockets, 1);
+    assert_eq!(c.device().stats().peer_sockets, 1);
+    for n in [&a, &b, &c] {
+        let at = n.device().udp_addr().sock;
+        let e = UdpSocket::bind(at).expect_err("the device's address is taken");
+        assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "{at}: {e}");
+    }
+    // Without connected sockets: the same exchanges, no socket opened.
+    let mut d = node_with(|u| u.connect_peers = 0);
+    exchange(&mut d, &mut b, 3000);
+    exchange(&mut b, &mut d, 50_000);
+    assert_eq!(d.device().stats().peer_sockets, 0);
+}
+
+/// A failed peer's connected socket is closed, and its slot goes to the next peer.
+#[test]
+fn a_failed_peer_frees_its_connected_socket_for_the_next() {
+    let mut a = node_with(|u| {
+        u.connect_peers = 1;
+        u.initial_rto = Duration::from_millis(10);
+        u.min_rto = Duration::from_millis(10);
+        u.max_rto = Duration::from_millis(20);
+        u.peer_timeout = Duration::from_millis(200);
+    });
+    let silent = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let gone = UdpAddr {
+        sock: silent.local_addr().expect("addr"),
+        connid: 5,
+    };
+    let p = a.add_peer(gone.to_raw());
+    a.endpoint_mut()
+        .send(p, vec![1; 10], SendOpts::default())
+        .expect("send");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while a.device().stats().peers_failed == 0 && Instant::now() < deadline {
+        a.progress(Some(Duration::from_millis(5)))
+            .expect("progress");
+    }
+    let st = a.device().stats();
+    assert_eq!((st.peers_failed, st.peer_sockets), (1, 1), "{st:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let failed = loop {
+        a.progress(Some(Duration::from_millis(1)))
+            .expect("progress");
+        if let Some(c) = a.poll_completion() {
+            break c;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the send to the gone peer completes"
+        );
+    };
+    assert_eq!(failed.result, Err(OpError::SendFailed));
+    let mut c = node();
+    exchange(&mut c, &mut a, 2000);
+    exchange(&mut a, &mut c, 100);
+    assert_eq!(
+        a.device().stats().peer_sockets,
+        2,
+        "the freed slot went to c"
+    );
 }

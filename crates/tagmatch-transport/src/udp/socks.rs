@@ -1,0 +1,234 @@
+//! The device's sockets: the one bound to its address (the *listener*, slot 0), which
+//! every peer can reach, and up to [`Socks::limit`] more on the same address, each
+//! `connect`ed to one peer's socket address (see [`Sock::connect_beside`]). Sends to such
+//! a peer go through its socket without an address (no route look-up per datagram), and
+//! the kernel delivers that peer's datagrams there; every other datagram still comes to
+//! the listener. The owner reads every slot, and handles a datagram by its sender
+//! whichever socket it came through, so where a datagram lands never matters for what
+//! is done with it (datagrams queued at the listener before a peer's socket was
+//! connected, or queued at a new socket in the moment between its `bind` and its
+//! `connect`, are read like any other).
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
+use std::time::Duration;
+
+use nix::poll::{PollFd, PollFlags};
+
+use super::sock::{Sock, SockStats};
+
+/// A connected socket and the connections that use it.
+#[derive(Debug)]
+struct PeerSock {
+    sock: Sock,
+    users: usize,
+}
+
+/// The listener and the connected sockets. See the module documentation.
+#[derive(Debug)]
+pub struct Socks {
+    listener: Sock,
+    /// Slot `i + 1` is `peers[i]`; a slot of a socket closed since is `None` (reused).
+    peers: Vec<Option<PeerSock>>,
+    /// Most connected sockets open at once.
+    limit: usize,
+    /// Counters of the connected sockets closed so far.
+    retired: SockStats,
+    /// Connected sockets opened.
+    pub opened: u64,
+    /// Connected sockets that could not be opened (the peer then uses the listener).
+    pub open_errors: u64,
+}
+
+impl SockStats {
+    /// Adds `o`'s counts to these.
+    fn add(&mut self, o: &SockStats) {
+        self.send_calls += o.send_calls;
+        self.recv_calls += o.recv_calls;
+        self.tx_datagrams += o.tx_datagrams;
+        self.rx_datagrams += o.rx_datagrams;
+        self.tx_errors += o.tx_errors;
+        self.rx_truncated += o.rx_truncated;
+        self.poll_calls += o.poll_calls;
+    }
+}
+
+impl Socks {
+    /// The listener alone; at most `limit` connected sockets will be opened beside it.
+    pub fn new(listener: Sock, limit: usize) -> Socks {
+        Socks {
+            listener,
+            peers: Vec::new(),
+            limit,
+            retired: SockStats::default(),
+            opened: 0,
+            open_errors: 0,
+        }
+    }
+
+    /// The socket of slot `i`, or the listener if that slot is closed.
+    pub fn get_or_listener(&mut self, i: usize) -> &mut Sock {
+        match i
+            .checked_sub(1)
+            .and_then(|j| self.peers.get_mut(j))
+            .and_then(Option::as_mut)
+        {
+            Some(p) => &mut p.sock,
+            None => &mut self.listener,
+        }
+    }
+
+    /// The peer slot `i`'s socket is connected to (`None` for the listener and for a
+    /// closed slot).
+    pub fn peer_at(&self, i: usize) -> Option<SocketAddr> {
+        let p = self.peers.get(i.checked_sub(1)?)?.as_ref()?;
+        p.sock.peer()
+    }
+
+    /// Slots, open or not: the listener and every connected socket's slot.
+    pub fn slots(&self) -> usize {
+        1 + self.peers.len()
+    }
+
+    /// The socket of slot `i`, if open.
+    #[inline]
+    pub fn get_mut(&mut self, i: usize) -> Option<&mut Sock> {
+        match i {
+            0 => Some(&mut self.listener),
+            _ => self
+                .peers
+                .get_mut(i - 1)
+                .and_then(Option::as_mut)
+                .map(|p| &mut p.sock),
+        }
+    }
+
+    /// The slot a new connection with `peer` sends through: that peer's connected
+    /// socket (opened now if it has none and fewer than the limit are open), else the
+    /// listener (slot 0). The second value is a duplicate of a socket opened now, for
+    /// a readiness thread.
+    pub fn attach(&mut self, peer: SocketAddr) -> (usize, Option<OwnedFd>) {
+        if self.limit == 0 {
+            return (0, None);
+        }
+        let mut free = None;
+        let mut open = 0;
+        for (i, p) in self.peers.iter_mut().enumerate() {
+            match p {
+                Some(p) if p.sock.peer() == Some(peer) => {
+                    p.users += 1;
+                    return (i + 1, None);
+                }
+                Some(_) => open += 1,
+                None => {
+                    free.get_or_insert(i);
+                }
+            }
+        }
+        if open >= self.limit {
+            return (0, None);
+        }
+        let others: Vec<&Sock> = self.peers.iter().flatten().map(|p| &p.sock).collect();
+        let sock = match self.listener.connect_beside(&others, peer) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "no connected socket for the peer");
+                self.open_errors += 1;
+                return (0, None);
+            }
+        };
+        let dup = sock.duplicate().ok();
+        self.opened += 1;
+        let p = Some(PeerSock { sock, users: 1 });
+        let i = match free {
+            Some(i) => {
+                self.peers[i] = p;
+                i
+            }
+            None => {
+                self.peers.push(p);
+                self.peers.len() - 1
+            }
+        };
+        (i + 1, dup)
+    }
+
+    /// A connection that sent through slot `i` is gone: the slot's connected socket is
+    /// closed when no connection uses it any more.
+    pub fn detach(&mut self, i: usize) {
+        let Some(slot) = i.checked_sub(1).and_then(|j| self.peers.get_mut(j)) else {
+            return;
+        };
+        if let Some(p) = slot {
+            p.users = p.users.saturating_sub(1);
+            if p.users == 0 {
+                self.retired.add(&p.sock.stats);
+                *slot = None;
+            }
+        }
+    }
+
+    /// Counters of every socket, open or closed.
+    pub fn stats(&self) -> SockStats {
+        let mut s = self.retired;
+        s.add(&self.listener.stats);
+        for p in self.peers.iter().flatten() {
+            s.add(&p.sock.stats);
+        }
+        s
+    }
+
+    /// Datagrams received by every socket, open or closed.
+    pub fn rx_datagrams(&self) -> u64 {
+        let mut n = self.retired.rx_datagrams + self.listener.stats.rx_datagrams;
+        for p in self.peers.iter().flatten() {
+            n += p.sock.stats.rx_datagrams;
+        }
+        n
+    }
+
+    /// Duplicates of every open socket's descriptor, for a readiness thread.
+    pub fn duplicates(&self) -> io::Result<Vec<OwnedFd>> {
+        let mut v = vec![self.listener.duplicate()?];
+        for p in self.peers.iter().flatten() {
+            v.push(p.sock.duplicate()?);
+        }
+        Ok(v)
+    }
+
+    /// Waits until a socket is readable (or writable, with `want_write`) or `timeout`
+    /// passes (see [`Sock::wait`]); returns the first readable slot, if one is.
+    pub fn wait(
+        &mut self,
+        want_write: bool,
+        timeout: Option<Duration>,
+    ) -> io::Result<Option<usize>> {
+        if self.peers.is_empty() {
+            self.listener.wait(want_write, timeout)?;
+            return Ok(None);
+        }
+        let mut flags = PollFlags::POLLIN;
+        if want_write {
+            flags |= PollFlags::POLLOUT;
+        }
+        self.listener.stats.poll_calls += 1;
+        // (An allocation per blocking wait, which sleeps in the kernel anyway.)
+        let mut slots = Vec::with_capacity(self.slots());
+        let mut fds = Vec::with_capacity(self.slots());
+        fds.push(PollFd::new(self.listener.as_fd(), flags));
+        slots.push(0);
+        for (i, p) in self.peers.iter().enumerate() {
+            if let Some(p) = p {
+                fds.push(PollFd::new(p.sock.as_fd(), flags));
+                slots.push(i + 1);
+            }
+        }
+        super::sock::poll_fds(&mut fds, timeout)?;
+        Ok(fds.iter().zip(&slots).find_map(|(f, &i)| {
+            f.revents()
+                .is_some_and(|r| r.contains(PollFlags::POLLIN))
+                .then_some(i)
+        }))
+    }
+}
