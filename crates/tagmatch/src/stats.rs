@@ -248,10 +248,11 @@ impl fmt::Display for Stats {
             DeviceStats::Mem(d) => write!(f, "device mem: {d:?}"),
             DeviceStats::Udp(u) => write!(
                 f,
-                "device udp: frames sent {} received {} pure acks sent {} retransmits {} fast_retransmits {} duplicates {} bad_frames {} wrong_connid {} beyond_window {} send_again {} not-ready held {} not-ready unacknowledged {} not-ready notices sent {} received {}",
+                "device udp: frames sent {} received {} pure acks sent {} retransmits {} fast_retransmits {} duplicates {} bad_frames {} wrong_connid {} beyond_window {} send_again {} not-ready held {} not-ready unacknowledged {} not-ready notices sent {} received {} peer sockets {} (not opened {}) receive calls {} send calls {}",
                 u.frames_sent, u.frames_received, u.acks_sent, u.retransmits, u.fast_retransmits,
                 u.duplicates, u.bad_frames, u.wrong_connid, u.beyond_window, u.send_again,
-                u.rnr_held, u.rnr_dropped, u.rnr_sent, u.rnr_received
+                u.rnr_held, u.rnr_dropped, u.rnr_sent, u.rnr_received, u.peer_sockets,
+                u.peer_socket_errors, u.sock.recv_calls, u.sock.send_calls
             ),
             #[cfg(feature = "verbs")]
             DeviceStats::Verbs(v) => write!(
