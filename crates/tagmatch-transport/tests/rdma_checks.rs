@@ -330,6 +330,58 @@ fn udp_read_into_a_registered_region_never_holds_foreign_bytes() {
     assert!(st.rx_placed > 0, "received in place after a peek: {st:?}");
 }
 
+/// A read over loopback UDP whose data the server splices from its region (the default
+/// between peers with connected sockets), the served range starting anywhere in a page:
+/// every byte arrives, and the reader places every datagram, although the first is
+/// shorter than the next ones (they end at page boundaries). Without splicing, the same.
+#[test]
+fn udp_reads_spliced_from_any_alignment_arrive_intact() {
+    for splice in [true, false] {
+        for misalign in [0usize, 8, 4095] {
+            let mut ucfg = UdpConfig::new("127.0.0.1:0".parse().expect("addr"));
+            ucfg.splice = splice;
+            let mut p = Pair {
+                a: UdpDevice::bind(ucfg).expect("bind"),
+                b: UdpDevice::bind(ucfg).expect("bind"),
+                ma: Mem::default(),
+                mb: Mem::default(),
+                next: 0,
+            };
+            let len = (1usize << 20) + 333;
+            let served: Vec<u8> = (0..len as u32 + 8192)
+                .map(|i| (i * 29 + i / 4093) as u8)
+                .collect();
+            let k = p.register_b(MemHandle(5), served);
+            let at = p.mb.0[&MemHandle(5)].as_ptr() as usize;
+            let pad = (misalign + 4096 - at % 4096) % 4096;
+            p.ma.0.insert(MemHandle(1), vec![0u8; 8 + len]);
+            let remote = RemoteAddr {
+                addr: k.addr + pad as u64,
+                key: k.key,
+            };
+            assert!(
+                p.rdma(true, remote, len as u64),
+                "splice {splice}, misalign {misalign}"
+            );
+            let want = &p.mb.0[&MemHandle(5)][pad..pad + len];
+            assert!(
+                p.ma.0[&MemHandle(1)][8..] == *want,
+                "splice {splice}, misalign {misalign}: the data is intact"
+            );
+            let (sa, sb) = (p.a.stats(), p.b.stats());
+            let linux = tagmatch_transport::udp::sock::PEEK;
+            assert_eq!(sb.sock.tx_spliced > 0, splice && linux, "{sb:?}");
+            if linux {
+                assert_eq!(
+                    sa.rx_unexpected, 0,
+                    "splice {splice}, misalign {misalign}: {sa:?}"
+                );
+                assert!(sa.rx_expected > 0, "{sa:?}");
+            }
+        }
+    }
+}
+
 /// Reads `len` bytes of b's region `k` into a's `MemHandle(1)` at `offset` over UDP,
 /// while a foreign socket sends a datagram to a's socket every round (alternately 100
 /// and 60,000 bytes of `junk(round)`, never a valid frame), b having served up to its

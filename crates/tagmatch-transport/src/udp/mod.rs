@@ -184,6 +184,11 @@ pub const ACK_BULK_FRAME: usize = 16 << 10;
 /// `UdpDevice::spare`).
 const SPARE_BODIES: usize = 64;
 
+/// Smallest payload of a served read's datagram spliced from its region
+/// ([`UdpConfig::splice`]): three system calls per datagram pay off against copying
+/// 16 KiB or more (loopback's 65,000-byte datagrams), not against a path-MTU datagram.
+pub const SPLICE_MIN: usize = 16 << 10;
+
 /// Most sockets connected to one peer each ([`UdpConfig::connect_peers`]).
 pub const MAX_CONNECT_PEERS: usize = 64;
 
@@ -256,6 +261,14 @@ pub struct UdpConfig {
     /// received last, and the others every fourth time it finds nothing). Zero: one
     /// socket for every peer. Default 4.
     pub connect_peers: usize,
+    /// Send the data of served RDMA reads in datagrams of at least [`SPLICE_MIN`] bytes
+    /// (loopback's) to peers with a connected socket by splicing it from the region
+    /// (`vmsplice` + `splice`, Linux and Android): the kernel references the region's
+    /// pages instead of copying them, so on loopback the receiver's copy is the only one.
+    /// The region's bytes are then read when the peer receives the datagram, which RDMA
+    /// rules allow (a region must not change while a read of it is in progress). Default
+    /// on.
+    pub splice: bool,
 }
 
 impl UdpConfig {
@@ -277,6 +290,7 @@ impl UdpConfig {
             ack_delay: Duration::from_micros(200),
             spin: Duration::ZERO,
             connect_peers: 4,
+            splice: true,
         }
     }
 }
@@ -656,6 +670,19 @@ fn gather<'a>(
     )
 }
 
+/// Bytes from offset `off` of region `h` to the end of the [`sock::SPLICE_PAGES`]-th 4 KiB
+/// page they touch (a bound for larger pages too); unbounded if the region is gone.
+fn splice_span(mem: &dyn MemoryAccess, h: MemHandle, off: u64) -> u64 {
+    const PAGE: usize = 4096;
+    match (mem.region(h), usize::try_from(off)) {
+        (Some(r), Ok(off)) => {
+            let at = (r.as_ptr() as usize).wrapping_add(off);
+            (sock::SPLICE_PAGES * PAGE - at % PAGE) as u64
+        }
+        _ => u64::MAX,
+    }
+}
+
 /// The socket slot for a new connection with `peer` (see [`Socks::attach`]); a socket
 /// opened now is added to the readiness thread's, if one runs.
 fn attach(socks: &mut Socks, watch: &Option<crate::watch::Watcher>, peer: SocketAddr) -> usize {
@@ -966,6 +993,10 @@ impl UdpDevice {
         // same order), which borrows them.
         let mut now = now;
         let chunk = self.rdma_chunk() as u64;
+        // A served read's datagrams to a peer with a connected socket are spliced (see
+        // `flush_queued`): each then ends where its data has touched `SPLICE_PAGES` pages,
+        // so that the socket takes it in one piece.
+        let splice_chunks = self.cfg.splice && sock::PEEK && chunk >= SPLICE_MIN as u64;
         let mut dgs = std::mem::take(&mut self.fill_out);
         dgs.clear();
         let mut filled = false;
@@ -992,7 +1023,10 @@ impl UdpDevice {
                     let Some(job) = c.reads.front_mut() else {
                         break;
                     };
-                    let n = (job.len - job.sent).min(chunk);
+                    let mut n = (job.len - job.sent).min(chunk);
+                    if splice_chunks && c.via != 0 {
+                        n = n.min(splice_span(mem, job.mem, job.off + job.sent));
+                    }
                     // The range is checked now (a deregistered key ends the read at once)
                     // and again whenever the frame is sent, when its bytes are read.
                     let status = if job.sent == job.len {
@@ -1791,6 +1825,30 @@ impl UdpDevice {
                 }
             }
         }
+        // The read's next data, longer than expected (the sender's datagrams are not all
+        // alike, see `splice_span`): its tail, in the receive buffer, goes after the rest.
+        let extra = total.saturating_sub(HEAD_MAX + len);
+        if extra > 0 && extra <= bufs[0].len() {
+            if let Some((h, id2, offset2, dest2, start2)) = self.placeable(from, &head, total, mem)
+            {
+                let tail = mem
+                    .region_mut(dest)
+                    .and_then(|b| b.get_mut(start + len..start + len + extra));
+                if let (true, Some(t)) = (
+                    (id2, offset2, dest2, start2) == (id, offset, dest, start),
+                    tail,
+                ) {
+                    t.copy_from_slice(&bufs[0][..extra]);
+                    self.rx_bufs = bufs;
+                    self.stats.rx_placed += 1;
+                    self.stats.rx_expected += 1;
+                    self.expect = Some((key, id, len + extra));
+                    let placed = Some((id, offset, (len + extra) as u64));
+                    self.on_frame(from, h, &[], placed, mem, now);
+                    return Ok(Some(true));
+                }
+            }
+        }
         // Something else: put it back together in the receive buffer (its tail is
         // already there, after the part that went to the read's range) and handle it.
         self.stats.rx_unexpected += 1;
@@ -2018,6 +2076,7 @@ impl UdpDevice {
         }
         let batch = self.cfg.batch.max(1);
         let my_connid = self.addr.connid;
+        let splice = self.cfg.splice && sock::PEEK;
         while !self.txq.is_empty() {
             let n = self.txq.len().min(batch);
             self.check_frames(n, mem);
@@ -2040,10 +2099,41 @@ impl UdpDevice {
                 Some(p) => std::slice::from_ref(p),
                 None => &pieces,
             };
+            // A served read's large datagram to a peer with a connected socket: its data
+            // spliced from the region, alone (see `Sock::send_spliced`).
+            let socks = &self.socks;
+            let spliced = |p: &Piece<'_>| {
+                splice
+                    && p.4 > HDR_LEN
+                    && p.5.len() >= SPLICE_MIN
+                    && socks.peer_at(p.1) == Some(p.2)
+            };
+            if let Some(p) = pieces.first().filter(|p| spliced(p)) {
+                let sock = self.socks.get_or_listener(p.1);
+                let done = match sock.send_spliced(&p.3[..p.4], p.5) {
+                    Ok(()) => pieces.get(1).map_or(n, |q| q.0),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        // Sent again at the next flush (a datagram begun was ended short
+                        // and is dropped by the peer for its length).
+                        self.txq.drain(..p.0);
+                        return Ok(());
+                    }
+                    Err(e) => {
+                        tracing::trace!(error = %e, "UDP spliced send refused");
+                        sock.count_refused();
+                        p.0 + 1
+                    }
+                };
+                self.txq.drain(..done);
+                continue;
+            }
             // One call sends through one socket: the datagrams up to the first of
-            // another slot (the rest go in the next round).
+            // another slot or to splice (the rest go in the next round).
             let via = pieces.first().map_or(0, |p| p.1);
-            let run = pieces.iter().take_while(|p| p.1 == via).count();
+            let run = pieces
+                .iter()
+                .take_while(|p| p.1 == via && !spliced(p))
+                .count();
             let (pieces, rest) = pieces.split_at(run);
             let single: [(SocketAddr, [IoSlice<'_>; 2]); 1];
             let many: Vec<(SocketAddr, [IoSlice<'_>; 2])>;

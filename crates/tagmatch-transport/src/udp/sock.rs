@@ -18,6 +18,11 @@ pub const RX_BUF: usize = 9216;
 /// interface's MTU is 64 KiB, so nothing is fragmented).
 pub const RX_BUF_LOOPBACK: usize = 65536;
 
+/// Most pages of a payload [`Sock::send_spliced`] hands to the socket in one piece: the
+/// kernel moves at most 16 pipe buffers into a socket per internal send, and the head
+/// takes one.
+pub const SPLICE_PAGES: usize = 15;
+
 /// Whether [`Sock::peek`] and [`Sock::recv_split`] exist (Linux and Android): the device
 /// can then receive an RDMA payload straight into its destination.
 pub const PEEK: bool = cfg!(any(target_os = "linux", target_os = "android"));
@@ -39,6 +44,8 @@ pub struct SockStats {
     pub rx_truncated: u64,
     /// `poll`/`ppoll` calls (blocking waits).
     pub poll_calls: u64,
+    /// Datagrams whose payload was spliced from its memory ([`Sock::send_spliced`]).
+    pub tx_spliced: u64,
 }
 
 /// A non-blocking UDP socket with batched IO.
@@ -52,6 +59,10 @@ pub struct Sock {
     /// The peer it is `connect`ed to (see [`Sock::connect_beside`]): datagrams go without
     /// an address, to that peer only.
     peer: Option<SocketAddr>,
+    /// The pipe [`Sock::send_spliced`] moves pages through (read end, write end), made
+    /// at its first use.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    pipe: Option<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)>,
     /// Counters.
     pub stats: SockStats,
 }
@@ -170,6 +181,8 @@ impl Sock {
             rcvbuf,
             ipv6,
             peer,
+            #[cfg(any(target_os = "linux", target_os = "android"))]
+            pipe: None,
             stats: SockStats::default(),
         })
     }
@@ -290,6 +303,101 @@ impl Sock {
             self.stats.tx_datagrams += n as u64;
         }
         r
+    }
+
+    /// Sends one datagram to the connected peer: `head` copied, then `payload` spliced
+    /// from where it lies (`head` written into a pipe, `payload` added with `vmsplice`,
+    /// both moved into the socket with one `splice`): the kernel takes references to the
+    /// payload's pages instead of copying them, and on loopback the receiver's copy out
+    /// of the datagram is the only one. Worth it for large payloads only (three system
+    /// calls per datagram instead of a share of one `sendmmsg`). When `payload` spans at
+    /// most [`SPLICE_PAGES`] pages, the datagram goes to the socket in one piece, and
+    /// its checksum is left to the device as for any datagram (in more pieces the kernel
+    /// checksums it in software, and a loopback receiver verifies it while copying).
+    ///
+    /// **The payload's memory is read when the datagram is received, not now**: it must
+    /// not change until the peer has taken the datagram in. The device splices only a
+    /// served RDMA read's data from a registered region, which RDMA rules already forbid
+    /// changing while the read is in progress; a read completes when all its data has
+    /// been received, so only duplicates can be in flight after that, and their bytes are
+    /// dropped.
+    ///
+    /// `WouldBlock` with nothing sent when the socket's buffer is full. After any error
+    /// a datagram the socket took in part is ended short (the peer drops it for its
+    /// length; the reliability layer sends the frame again) and the pipe is made anew.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    pub fn send_spliced(&mut self, head: &[u8], payload: &[u8]) -> io::Result<()> {
+        use nix::fcntl::{splice, vmsplice, SpliceFFlags};
+        use nix::sys::socket::{send, MsgFlags};
+        use std::os::fd::AsRawFd;
+        if self.peer.is_none() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a spliced send needs a connected socket",
+            ));
+        }
+        if self.pipe.is_none() {
+            use nix::fcntl::OFlag;
+            let (r, w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).map_err(to_io)?;
+            // Room for a whole datagram's pages (best effort: the loop below copes with
+            // less).
+            let _ = nix::fcntl::fcntl(&w, nix::fcntl::FcntlArg::F_SETPIPE_SZ(256 << 10));
+            self.pipe = Some((r, w));
+        }
+        let Some((r, w)) = &self.pipe else {
+            return Err(io::Error::from(io::ErrorKind::BrokenPipe));
+        };
+        self.stats.send_calls += 1;
+        let total = head.len() + payload.len();
+        let mut moved = 0;
+        let r = (|| -> nix::Result<()> {
+            if nix::unistd::write(w, head)? != head.len() {
+                return Err(nix::errno::Errno::EAGAIN);
+            }
+            let (mut queued, mut off) = (head.len(), 0);
+            while moved < total {
+                if off < payload.len() {
+                    let n = vmsplice(w, &[IoSlice::new(&payload[off..])], SpliceFFlags::empty())?;
+                    off += n;
+                    queued += n;
+                }
+                let mut f = SpliceFFlags::SPLICE_F_NONBLOCK;
+                if off < payload.len() {
+                    f |= SpliceFFlags::SPLICE_F_MORE;
+                }
+                match splice(r, None, &self.sock, None, queued - moved, f)? {
+                    0 => return Err(nix::errno::Errno::EPIPE),
+                    m => moved += m,
+                }
+            }
+            Ok(())
+        })();
+        match r {
+            Ok(()) => {
+                self.stats.tx_datagrams += 1;
+                self.stats.tx_spliced += 1;
+                Ok(())
+            }
+            Err(e) => {
+                if moved > 0 {
+                    // End the datagram begun short (its length no longer matches its
+                    // header).
+                    let _ = send(self.sock.as_raw_fd(), &[], MsgFlags::MSG_DONTWAIT);
+                }
+                self.pipe = None;
+                Err(to_io(e))
+            }
+        }
+    }
+
+    /// See the Linux version: unsupported here (the device never calls it, see
+    /// [`PEEK`]).
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    pub fn send_spliced(&mut self, _head: &[u8], _payload: &[u8]) -> io::Result<()> {
+        Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "spliced sends need Linux",
+        ))
     }
 
     /// Counts a datagram the kernel refused (dropped; the reliability layer sends it again).
@@ -627,6 +735,46 @@ mod tests {
             let on = nix::sys::socket::getsockopt(&s.sock, sockopt::ReusePort).expect("get");
             assert!(!on, "SO_REUSEPORT cleared");
         }
+    }
+
+    /// A spliced send is one datagram of exactly the head and the payload, whether the
+    /// payload fits the socket in one piece ([`SPLICE_PAGES`]) or not, from anywhere in
+    /// a page; a socket that is not connected refuses it.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[test]
+    fn a_spliced_datagram_is_the_head_then_the_payload() {
+        let mut l = Sock::bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+        let at = l.local_addr().expect("addr");
+        let mut rx = Sock::bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+        let to = rx.local_addr().expect("addr");
+        let mut c = l.connect_beside(&[], to).expect("connect beside");
+        let data: Vec<u8> = (0..80_000u32).map(|i| (i * 7 + i / 4099) as u8).collect();
+        let mut bufs = vec![vec![0u8; RX_BUF_LOOPBACK]];
+        let mut got = Vec::new();
+        // 40 bytes; 15 pages from a page boundary (one piece); 17 pages (more pieces).
+        let base = (4096 - data.as_ptr() as usize % 4096) % 4096;
+        for (start, len) in [(3, 40), (base, 15 * 4096), (base + 100, 65_000 - 48)] {
+            let head: Vec<u8> = (0..48).map(|i| i as u8 ^ len as u8).collect();
+            c.send_spliced(&head, &data[start..start + len])
+                .expect("spliced");
+            let t = std::time::Instant::now();
+            while got.is_empty() && t.elapsed() < Duration::from_secs(1) {
+                rx.recv_batch(&mut bufs, &mut got).expect("recv");
+            }
+            let &(j, from, n) = got.first().expect("a datagram");
+            assert_eq!((from, n), (at, 48 + len));
+            assert_eq!(bufs[j][..48], head[..]);
+            assert!(
+                bufs[j][48..n] == data[start..start + len],
+                "payload of {len}"
+            );
+            got.clear();
+        }
+        assert_eq!(c.stats.tx_spliced, 3);
+        let e = l
+            .send_spliced(&[0; 8], &data[..100])
+            .expect_err("not connected");
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
     }
 
     /// Binds `at` with `SO_REUSEPORT` set first.

@@ -44,6 +44,17 @@ pub struct Socks {
 impl SockStats {
     /// Adds `o`'s counts to these.
     fn add(&mut self, o: &SockStats) {
+        // (Destructured: a counter added to `SockStats` must be added here too.)
+        let SockStats {
+            send_calls: _,
+            recv_calls: _,
+            tx_datagrams: _,
+            rx_datagrams: _,
+            tx_errors: _,
+            rx_truncated: _,
+            poll_calls: _,
+            tx_spliced: _,
+        } = o;
         self.send_calls += o.send_calls;
         self.recv_calls += o.recv_calls;
         self.tx_datagrams += o.tx_datagrams;
@@ -51,6 +62,7 @@ impl SockStats {
         self.tx_errors += o.tx_errors;
         self.rx_truncated += o.rx_truncated;
         self.poll_calls += o.poll_calls;
+        self.tx_spliced += o.tx_spliced;
     }
 }
 
