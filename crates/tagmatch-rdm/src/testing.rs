@@ -423,7 +423,7 @@ impl Fabric {
                     len,
                 });
             }
-            Transmit::Register { mem, len } => {
+            Transmit::Register { mem, len, .. } => {
                 if self.record_log {
                     self.mr_log.push(MrRecord::Register {
                         node: i,

@@ -123,6 +123,12 @@ pub enum Transmit {
         mem: MemHandle,
         /// Its length.
         len: u64,
+        /// Peers may read or write it (its key goes to them: an application's region, a
+        /// long-read sender's source). `false`: only this endpoint's own RDMA operations
+        /// use it (the destination of its reads, the source of its writes), as a memory
+        /// registration without remote access flags; a device may refuse peers'
+        /// requests that name its key.
+        remote: bool,
     },
     /// The region with this key is no longer used; release the registration.
     Deregister {

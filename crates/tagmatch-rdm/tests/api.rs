@@ -85,7 +85,11 @@ fn application_memory_registration_and_release() {
     let h = a.register_memory(vec![5; 100]);
     assert_eq!(
         a.poll_transmit(),
-        Some(Transmit::Register { mem: h, len: 100 })
+        Some(Transmit::Register {
+            mem: h,
+            len: 100,
+            remote: true
+        })
     );
     assert_eq!(a.mem_key(h), None, "pending");
     let k = MrKey {

@@ -632,7 +632,11 @@ impl RdmDevice for MemDevice {
                         .push_back(DeviceEvent::RdmaDone { token, ok: false }),
                 }
             }
-            Transmit::Register { mem: h, len } => {
+            Transmit::Register {
+                mem: h,
+                len,
+                remote,
+            } => {
                 let fail = {
                     let mut hub = self.net.hub();
                     let rate = hub.faults.register_fail;
@@ -641,7 +645,7 @@ impl RdmDevice for MemDevice {
                 let result = if fail {
                     Err(())
                 } else {
-                    Ok(self.rdma.register(h, len))
+                    Ok(self.rdma.register(h, len, remote))
                 };
                 self.events
                     .push_back(DeviceEvent::RegisterDone { mem: h, result });

@@ -303,6 +303,8 @@ struct Reg {
     mem: MemHandle,
     addr: u64,
     len: u64,
+    /// Peers may use the key (else only this device's own operations use the region).
+    remote: bool,
 }
 
 #[derive(Debug)]
@@ -353,7 +355,8 @@ impl Pending {
 #[derive(Debug)]
 pub struct SoftRdma {
     regs: HashMap<u64, Reg>,
-    /// Registrations per region: a region in here is open to peers' reads and writes.
+    /// Remote registrations per region: a region in here is open to peers' reads and
+    /// writes.
     exposed: HashMap<MemHandle, u32>,
     next_key: u64,
     key_salt: u64,
@@ -384,7 +387,10 @@ impl SoftRdma {
     }
 
     /// Registers region `mem` of `len` bytes: a fresh key and a fresh address range.
-    pub fn register(&mut self, mem: MemHandle, len: u64) -> MrKey {
+    /// `remote`: peers may read and write it with that key; otherwise it serves only as
+    /// the local side of this device's own operations, and peers' requests naming the key
+    /// are rejected as a wrong key (a registration without remote access flags).
+    pub fn register(&mut self, mem: MemHandle, len: u64, remote: bool) -> MrKey {
         let key = self.key_salt | (self.next_key & 0xffff_ffff);
         self.next_key += 1;
         let addr = self.next_addr;
@@ -393,8 +399,18 @@ impl SoftRdma {
         self.next_addr = self
             .next_addr
             .saturating_add(len.saturating_add(8191) & !4095);
-        self.regs.insert(key, Reg { mem, addr, len });
-        *self.exposed.entry(mem).or_insert(0) += 1;
+        self.regs.insert(
+            key,
+            Reg {
+                mem,
+                addr,
+                len,
+                remote,
+            },
+        );
+        if remote {
+            *self.exposed.entry(mem).or_insert(0) += 1;
+        }
         self.stats.registered += 1;
         MrKey { addr, key }
     }
@@ -404,6 +420,10 @@ impl SoftRdma {
         let Some(reg) = self.regs.remove(&key) else {
             return false;
         };
+        if !reg.remote {
+            self.stats.deregistered += 1;
+            return true;
+        }
         if let Some(n) = self.exposed.get_mut(&reg.mem) {
             *n -= 1;
             if *n == 0 {
@@ -414,7 +434,7 @@ impl SoftRdma {
         true
     }
 
-    /// Whether region `mem` is registered (peers may read or write it).
+    /// Whether region `mem` is registered for peers (they may read or write it).
     pub fn exposes(&self, mem: MemHandle) -> bool {
         self.exposed.contains_key(&mem)
     }
@@ -529,6 +549,7 @@ impl SoftRdma {
     ) -> Result<(MemHandle, usize), RdmaStatus> {
         let status = match self.regs.get(&key) {
             None => RdmaStatus::BadKey,
+            Some(r) if !r.remote => RdmaStatus::BadKey,
             Some(r) => match addr.checked_sub(r.addr).and_then(|o| {
                 let end = o.checked_add(len)?;
                 (end <= r.len).then_some(o)
@@ -576,7 +597,7 @@ impl SoftRdma {
         len: u64,
         mem: &'m dyn MemoryAccess,
     ) -> Option<&'m [u8]> {
-        if self.regs.get(&key).is_none_or(|r| r.mem != h) {
+        if self.regs.get(&key).is_none_or(|r| r.mem != h || !r.remote) {
             self.stats.rejected_key += 1;
             return None;
         }

@@ -51,8 +51,14 @@ impl<D: RdmDevice> Pair<D> {
     fn register_b(&mut self, h: MemHandle, bytes: Vec<u8>) -> MrKey {
         let len = bytes.len() as u64;
         self.mb.0.insert(h, bytes);
-        self.b
-            .submit(Transmit::Register { mem: h, len }, &mut self.mb);
+        self.b.submit(
+            Transmit::Register {
+                mem: h,
+                len,
+                remote: true,
+            },
+            &mut self.mb,
+        );
         match self.b.poll_event() {
             Some(DeviceEvent::RegisterDone { result: Ok(k), .. }) => k,
             other => panic!("registration: {other:?}"),
@@ -296,6 +302,7 @@ fn udp_read_into_a_registered_region_never_holds_foreign_bytes() {
         Transmit::Register {
             mem: MemHandle(1),
             len: len as u64,
+            remote: true,
         },
         &mut p.ma,
     );
@@ -379,6 +386,84 @@ fn udp_reads_spliced_from_any_alignment_arrive_intact() {
                 assert!(sa.rx_expected > 0, "{sa:?}");
             }
         }
+    }
+}
+
+/// A registration for local use only (`remote: false`, what an endpoint makes for the
+/// destination of its own reads or the source of its own writes) refuses peers: a read
+/// or write naming its key is rejected as a wrong key, on both devices. A read of ours
+/// into such a region may receive its next datagram speculatively (no peer can read the
+/// region meanwhile), unlike one into a region peers may read.
+#[test]
+fn local_registrations_refuse_peers_and_take_reads_speculatively() {
+    fn local_key<D: RdmDevice>(p: &mut Pair<D>) -> MrKey {
+        p.mb.0.insert(MemHandle(9), vec![7u8; 1000]);
+        p.b.submit(
+            Transmit::Register {
+                mem: MemHandle(9),
+                len: 1000,
+                remote: false,
+            },
+            &mut p.mb,
+        );
+        match p.b.poll_event() {
+            Some(DeviceEvent::RegisterDone { result: Ok(k), .. }) => k,
+            other => panic!("registration: {other:?}"),
+        }
+    }
+    let net = MemNetwork::new(5);
+    let mut m = Pair {
+        a: net.device(),
+        b: net.device(),
+        ma: Mem::default(),
+        mb: Mem::default(),
+        next: 0,
+    };
+    let (mut u, _) = udp_reader_pair(None);
+    for (read, name) in [(true, "read"), (false, "write")] {
+        m.ma.0.insert(MemHandle(1), vec![1u8; 200]);
+        u.ma.0.insert(MemHandle(1), vec![1u8; 200]);
+        let k = local_key(&mut m);
+        let remote = RemoteAddr {
+            addr: k.addr,
+            key: k.key,
+        };
+        assert!(!m.rdma(read, remote, 100), "mem {name}");
+        let k = local_key(&mut u);
+        let remote = RemoteAddr {
+            addr: k.addr,
+            key: k.key,
+        };
+        assert!(!u.rdma(read, remote, 100), "udp {name}");
+        assert!(u.mb.0[&MemHandle(9)].iter().all(|&x| x == 7), "{name}");
+    }
+    assert_eq!(m.b.rdma_stats().rejected_key, 2);
+    assert_eq!(u.b.stats().rdma.rejected_key, 2);
+    // A read of 1 MiB into a's local registration: received speculatively.
+    let len = 1usize << 20;
+    u.ma.0.insert(MemHandle(1), vec![0u8; 8 + len]);
+    u.a.submit(
+        Transmit::Register {
+            mem: MemHandle(1),
+            len: (8 + len) as u64,
+            remote: false,
+        },
+        &mut u.ma,
+    );
+    assert!(matches!(
+        u.a.poll_event(),
+        Some(DeviceEvent::RegisterDone { result: Ok(_), .. })
+    ));
+    let served: Vec<u8> = (0..len as u32).map(|i| (i * 17 + 3) as u8).collect();
+    let k = u.register_b(MemHandle(5), served.clone());
+    let remote = RemoteAddr {
+        addr: k.addr,
+        key: k.key,
+    };
+    assert!(u.rdma(true, remote, len as u64));
+    assert!(u.ma.0[&MemHandle(1)][8..] == served[..]);
+    if tagmatch_transport::udp::sock::PEEK {
+        assert!(u.a.stats().rx_expected > 0, "{:?}", u.a.stats());
     }
 }
 

@@ -248,11 +248,12 @@ impl fmt::Display for Stats {
             DeviceStats::Mem(d) => write!(f, "device mem: {d:?}"),
             DeviceStats::Udp(u) => write!(
                 f,
-                "device udp: frames sent {} received {} pure acks sent {} retransmits {} fast_retransmits {} duplicates {} bad_frames {} wrong_connid {} beyond_window {} send_again {} not-ready held {} not-ready unacknowledged {} not-ready notices sent {} received {} peer sockets {} (not opened {}) receive calls {} send calls {}",
+                "device udp: frames sent {} received {} pure acks sent {} retransmits {} fast_retransmits {} duplicates {} bad_frames {} wrong_connid {} beyond_window {} send_again {} not-ready held {} not-ready unacknowledged {} not-ready notices sent {} received {} peer sockets {} (not opened {}) receive calls {} send calls {} placed {} (expected {}, not {}) spliced {}",
                 u.frames_sent, u.frames_received, u.acks_sent, u.retransmits, u.fast_retransmits,
                 u.duplicates, u.bad_frames, u.wrong_connid, u.beyond_window, u.send_again,
                 u.rnr_held, u.rnr_dropped, u.rnr_sent, u.rnr_received, u.peer_sockets,
-                u.peer_socket_errors, u.sock.recv_calls, u.sock.send_calls
+                u.peer_socket_errors, u.sock.recv_calls, u.sock.send_calls, u.rx_placed,
+                u.rx_expected, u.rx_unexpected, u.sock.tx_spliced
             ),
             #[cfg(feature = "verbs")]
             DeviceStats::Verbs(v) => write!(

@@ -18,6 +18,7 @@ impl Endpoint {
         self.out.push_back(Transmit::Register {
             mem: MemHandle(idx as u32),
             len,
+            remote: true,
         });
         MemHandle(idx as u32)
     }
@@ -105,13 +106,16 @@ impl Endpoint {
         r.bytes
     }
 
-    pub(super) fn register_region(&mut self, idx: usize) {
+    /// Registers region `idx` with the device; `remote`: peers will be given its key
+    /// (see [`Transmit::Register`]).
+    pub(super) fn register_region(&mut self, idx: usize, remote: bool) {
         if let Some(r) = self.mem.get_mut(idx) {
             r.reg = RegState::Pending;
             let len = r.bytes.len() as u64;
             self.out.push_back(Transmit::Register {
                 mem: MemHandle(idx as u32),
                 len,
+                remote,
             });
         }
     }

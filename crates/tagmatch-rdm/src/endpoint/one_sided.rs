@@ -45,7 +45,8 @@ impl Endpoint {
             t.proto = Protocol::DirectWrite;
             let (op, m) = (t.op, t.mem);
             self.note_protocol(op, Protocol::DirectWrite);
-            self.register_region(m);
+            // The source of our own write: local.
+            self.register_region(m, false);
             return;
         }
         self.start_write_emulated(id);
@@ -92,7 +93,8 @@ impl Endpoint {
             }
             Protocol::LongReadWrite => {
                 let m = self.tx[id].mem;
-                self.register_region(m);
+                // The responder reads it.
+                self.register_region(m, true);
             }
             _ => self.send_longcts_rtm(id, false),
         }
@@ -134,7 +136,8 @@ impl Endpoint {
             // REQ packet. The workflow is just for the read requester keep using RDMA read
             // on the responder."
             self.note_protocol(op, Protocol::DirectRead);
-            self.register_region(mem);
+            // The destination of our own reads: local.
+            self.register_region(mem, false);
         } else {
             self.start_emulated_read(id);
         }

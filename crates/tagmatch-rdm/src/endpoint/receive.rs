@@ -727,7 +727,8 @@ impl Endpoint {
                         if r.buf_len == 0 || r.msg_len == r.runt_len {
                             self.rx_start_reads(id);
                         } else {
-                            self.register_region(m);
+                            // The destination of our own reads: local.
+                            self.register_region(m, false);
                         }
                     }
                 } else if r.reads_issued && r.rdma_left == 0 {

@@ -316,7 +316,8 @@ impl Endpoint {
                         _ => self.tx_registered(id, Err(())),
                     }
                 } else {
-                    self.register_region(m);
+                    // The receiver reads it.
+                    self.register_region(m, true);
                 }
             }
             _ => {}

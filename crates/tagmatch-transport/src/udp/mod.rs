@@ -2251,8 +2251,12 @@ impl RdmDevice for UdpDevice {
                         .push_back(DeviceEvent::RdmaDone { token, ok: false }),
                 }
             }
-            Transmit::Register { mem: h, len } => {
-                let key = self.rdma.register(h, len);
+            Transmit::Register {
+                mem: h,
+                len,
+                remote,
+            } => {
+                let key = self.rdma.register(h, len, remote);
                 self.events.push_back(DeviceEvent::RegisterDone {
                     mem: h,
                     result: Ok(key),
@@ -2858,7 +2862,7 @@ mod tests {
         let b = dev();
         let len = 100_000u64;
         let mut mem = NoMem((0..len).map(|i| i as u8).collect());
-        let key = a.rdma.register(MemHandle(0), len);
+        let key = a.rdma.register(MemHandle(0), len, true);
         let now = Instant::now();
         let mut body = Vec::new();
         RdmaMsg::ReadReq {
@@ -3144,7 +3148,7 @@ mod tests {
         /// device, straight into the receive path: no panic, and the device still answers.
         fn arbitrary_input_never_panics(raw: Vec<Vec<u8>>, frames: Vec<(u8, u8, u32, u32, u64, Vec<u8>)>) -> bool {
             let mut d = dev();
-            let key = d.rdma.register(MemHandle(0), 64);
+            let key = d.rdma.register(MemHandle(0), 64, true);
             let mut mem = NoMem(vec![0; 64]);
             let from: SocketAddr = "127.0.0.1:9".parse().expect("addr");
             let now = Instant::now();

@@ -323,7 +323,7 @@ impl VerbsRdmDevice {
         let deadline = next_cm_retry(self.peers.iter().map(|p| p.state), self.cfg.cm_retry);
         if self.watch.is_none() {
             let fd = self.chan.duplicate_fd()?;
-            self.watch = Some(crate::watch::Watcher::start(fd)?);
+            self.watch = Some(crate::watch::Watcher::start(vec![fd])?);
         }
         if let Some(w) = &self.watch {
             w.arm(waker, deadline);
@@ -956,7 +956,8 @@ impl RdmDevice for VerbsRdmDevice {
                 self.events
                     .push_back(DeviceEvent::RdmaDone { token, ok: false });
             }
-            Transmit::Register { mem, len } => {
+            // (Registered with remote access whatever `remote` says.)
+            Transmit::Register { mem, len, .. } => {
                 // Device-local keys and addresses (one page of gap between regions, so an
                 // off-by-one range never lands in the next one).
                 let key = MrKey {
