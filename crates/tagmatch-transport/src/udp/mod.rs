@@ -47,9 +47,9 @@
 //!   frame's data is received straight into the read's destination (Linux and Android);
 //!   once one has been, the read's next datagram is expected and received in one call
 //!   into the read's next range (no peek; anything else is put back together), unless
-//!   the destination is a registered region, which peers may read meanwhile and must
-//!   never see bytes nobody wrote there; otherwise an RDMA payload is copied once, from
-//!   the receive buffer to its place. A blocking
+//!   the destination is a region registered for peers (`remote`), which they may read
+//!   meanwhile and must never see bytes nobody wrote there; otherwise an RDMA payload is
+//!   copied once, from the receive buffer to its place. A blocking
 //!   `progress` busy-polls for [`UdpConfig::spin`] (default zero) when an answer is
 //!   expected, then waits in `ppoll` until the next retransmission or ACK deadline: no
 //!   busy-spin when idle.
@@ -62,6 +62,15 @@
 //!   that received last first, the others every few busy-polls, after a wait that a
 //!   socket ended, and before timers are judged. A failed connection's socket is closed
 //!   and its slot goes to the next peer.
+//! - **Spliced reads** ([`UdpConfig::splice`], Linux and Android): a served read's
+//!   datagrams of at least [`SPLICE_MIN`] bytes (loopback's) to a peer with a socket of
+//!   its own go with `vmsplice` + `splice` ([`sock::Sock::send_spliced`]): the kernel
+//!   references the region's pages, and the receiver's copy is the only one. They end
+//!   where their data has touched [`sock::SPLICE_PAGES`] pages, so that each reaches the
+//!   socket in one piece (else the kernel checksums it in software); the reader places
+//!   a datagram longer than the one it expected by moving its tail. The region is read
+//!   when the peer receives the datagram: RDMA rules already forbid changing it while
+//!   the read is in progress.
 //! - **Address**: the socket address and a random connid ([`crate::UdpAddr`],
 //!   `udp://127.0.0.1:4000/0x1a2b3c4d`), which is also the endpoint's raw address.
 //!
