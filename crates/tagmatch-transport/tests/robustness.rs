@@ -20,6 +20,21 @@ fn node_with(f: impl FnOnce(&mut UdpConfig)) -> Node<UdpDevice> {
     Node::new(Config::default(), UdpDevice::bind(u).expect("bind"))
 }
 
+/// `a` sends 10 bytes to a peer that never answers: a socket nobody reads (returned, to
+/// be kept while the test runs).
+fn send_to_a_silent_peer(a: &mut Node<UdpDevice>) -> UdpSocket {
+    let silent = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let peer = UdpAddr {
+        sock: silent.local_addr().expect("addr"),
+        connid: 5,
+    };
+    let p = a.add_peer(peer.to_raw());
+    a.endpoint_mut()
+        .send(p, vec![1; 10], SendOpts::default())
+        .expect("send");
+    silent
+}
+
 /// a sends b one message; both progress until it arrives intact.
 fn exchange(a: &mut Node<UdpDevice>, b: &mut Node<UdpDevice>, len: usize) {
     let ab = a.add_peer(b.addr());
@@ -212,15 +227,7 @@ fn progress_waits_for_the_retransmission_deadline() {
         u.max_rto = Duration::from_millis(40);
         u.spin = spin;
         let mut a = Node::new(Config::default(), UdpDevice::bind(u).expect("bind"));
-        let silent = UdpSocket::bind("127.0.0.1:0").expect("bind");
-        let peer = UdpAddr {
-            sock: silent.local_addr().expect("addr"),
-            connid: 5,
-        };
-        let p = a.add_peer(peer.to_raw());
-        a.endpoint_mut()
-            .send(p, vec![1; 10], SendOpts::default())
-            .expect("send");
+        let _silent = send_to_a_silent_peer(&mut a);
         a.progress(Some(Duration::ZERO)).expect("progress");
         let calls = 6;
         for _ in 0..calls {
@@ -298,15 +305,7 @@ fn a_failed_peer_frees_its_connected_socket_for_the_next() {
         u.max_rto = Duration::from_millis(20);
         u.peer_timeout = Duration::from_millis(200);
     });
-    let silent = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    let gone = UdpAddr {
-        sock: silent.local_addr().expect("addr"),
-        connid: 5,
-    };
-    let p = a.add_peer(gone.to_raw());
-    a.endpoint_mut()
-        .send(p, vec![1; 10], SendOpts::default())
-        .expect("send");
+    let _silent = send_to_a_silent_peer(&mut a);
     let deadline = Instant::now() + Duration::from_secs(10);
     while a.device().stats().peers_failed == 0 && Instant::now() < deadline {
         a.progress(Some(Duration::from_millis(5)))
