@@ -824,6 +824,24 @@ impl UdpDevice {
         Ok(true)
     }
 
+    /// A socket was closed: the readiness thread, if one runs, closes its duplicate of it
+    /// (kept open, the duplicate would keep the socket, still `connect`ed to its peer,
+    /// taking that peer's datagrams where nobody reads them). Without duplicates of the
+    /// others (out of descriptors), the thread is stopped; the next
+    /// [`UdpDevice::wake_when_ready`] starts another.
+    fn unwatch_closed(&mut self) {
+        let Some(w) = &self.watch else {
+            return;
+        };
+        match self.socks.duplicates() {
+            Ok(fds) => w.replace(fds),
+            Err(e) => {
+                tracing::debug!(error = %e, "readiness thread stopped");
+                self.watch = None;
+            }
+        }
+    }
+
     /// Tasks woken by [`UdpDevice::wake_when_ready`]'s thread so far.
     pub fn ready_wakes(&self) -> u64 {
         self.watch.as_ref().map_or(0, crate::watch::Watcher::wakes)
@@ -1238,7 +1256,9 @@ impl UdpDevice {
         let Some(c) = self.conns.remove(&k) else {
             return;
         };
-        self.socks.detach(c.via);
+        if self.socks.detach(c.via) {
+            self.unwatch_closed();
+        }
         self.stats.peers_failed += 1;
         tracing::debug!(peer = %UdpAddr::from_raw(&c.peer), "UDP peer failed");
         for f in c.unacked.into_values().chain(c.waiting) {
