@@ -4,10 +4,10 @@ use std::sync::Arc;
 use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
-use tagmatch_rdm::{Config, SendOpts};
+use tagmatch_rdm::{Config, MemHandle, RdmaToken, RemoteAddr, SendOpts, Transmit};
 use tagmatch_transport::udp::frame::{Header, KIND_PKT};
 use tagmatch_transport::udp::{UdpConfig, UdpDevice};
-use tagmatch_transport::{Node, UdpAddr};
+use tagmatch_transport::{DeviceEvent, MemoryAccess, Node, RdmDevice, UdpAddr};
 
 fn node_with(f: impl FnOnce(&mut UdpConfig)) -> Node<UdpDevice> {
     let mut u = UdpConfig::new("127.0.0.1:0".parse().expect("addr"));
@@ -100,4 +100,115 @@ fn a_failed_peer_comes_back(armed: bool) {
         before + 1,
         "the returning peer's frame was received: {st:?}"
     );
+}
+
+#[derive(Default)]
+struct Mem(std::collections::HashMap<MemHandle, Vec<u8>>);
+
+impl MemoryAccess for Mem {
+    fn region(&self, mem: MemHandle) -> Option<&[u8]> {
+        self.0.get(&mem).map(|v| &v[..])
+    }
+    fn region_mut(&mut self, mem: MemHandle) -> Option<&mut [u8]> {
+        self.0.get_mut(&mem).map(|v| &mut v[..])
+    }
+}
+
+/// a reads 100,000 bytes of b's registered region over loopback; b serves them all (in
+/// spliced datagrams, the default) before a looks; then b's owner deregisters the region
+/// and reuses its memory (here: overwrites it with 0x77), which it may do once the
+/// deregistration is submitted. If a's read then succeeds, its data must be what the
+/// region held while registered: bytes written after the deregistration are never
+/// served (a NIC stops reading memory when its registration is gone).
+fn served_bytes_written_after_deregistration(splice: bool) {
+    let mut ucfg = UdpConfig::new("127.0.0.1:0".parse().expect("addr"));
+    ucfg.splice = splice;
+    let mut a = UdpDevice::bind(ucfg).expect("bind");
+    let mut b = UdpDevice::bind(ucfg).expect("bind");
+    let (mut ma, mut mb) = (Mem::default(), Mem::default());
+    let len = 100_000usize;
+    let served: Vec<u8> = (0..len as u32).map(|i| (i * 31 + i / 251) as u8).collect();
+    mb.0.insert(MemHandle(5), served.clone());
+    b.submit(
+        Transmit::Register {
+            mem: MemHandle(5),
+            len: len as u64,
+            remote: true,
+        },
+        &mut mb,
+    );
+    let k = match b.poll_event() {
+        Some(DeviceEvent::RegisterDone { result: Ok(k), .. }) => k,
+        other => panic!("registration: {other:?}"),
+    };
+    ma.0.insert(MemHandle(1), vec![0u8; len]);
+    let token = RdmaToken(1);
+    a.submit(
+        Transmit::RdmaRead {
+            token,
+            peer: tagmatch_rdm::PeerId(0),
+            dest: b.addr(),
+            local: MemHandle(1),
+            offset: 0,
+            remote: RemoteAddr {
+                addr: k.addr,
+                key: k.key,
+            },
+            len: len as u64,
+        },
+        &mut ma,
+    );
+    a.progress(&mut ma, Some(Duration::ZERO)).expect("progress");
+    // b serves the whole read; a does not look yet.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while b.stats().rdma.served_reads == 0 && Instant::now() < deadline {
+        b.progress(&mut mb, Some(Duration::from_millis(1)))
+            .expect("progress");
+    }
+    for _ in 0..5 {
+        b.progress(&mut mb, Some(Duration::ZERO)).expect("progress");
+    }
+    let sb = b.stats();
+    assert_eq!(sb.rdma.served_reads, 1, "{sb:?}");
+    b.submit(Transmit::Deregister { key: k.key }, &mut mb);
+    mb.0.get_mut(&MemHandle(5)).expect("region").fill(0x77);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let ok = loop {
+        a.progress(&mut ma, Some(Duration::from_millis(1)))
+            .expect("progress");
+        b.progress(&mut mb, Some(Duration::from_millis(1)))
+            .expect("progress");
+        if let Some(e) = a.poll_event() {
+            match e {
+                DeviceEvent::RdmaDone { token: t, ok } if t == token => break ok,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert!(Instant::now() < deadline, "the read ends");
+    };
+    if splice && tagmatch_transport::udp::sock::PEEK {
+        assert!(b.stats().sock.tx_spliced > 0, "the data was spliced");
+    }
+    let dest = &ma.0[&MemHandle(1)];
+    let late = dest
+        .iter()
+        .zip(&served)
+        .filter(|(d, s)| **d == 0x77 && **s != 0x77)
+        .count();
+    assert!(
+        !ok || late == 0,
+        "splice {splice}: the read succeeded with {late} bytes written after deregistration \
+         (spliced datagrams {})",
+        b.stats().sock.tx_spliced
+    );
+}
+
+#[test]
+fn a_read_never_returns_bytes_written_after_deregistration_spliced() {
+    served_bytes_written_after_deregistration(true);
+}
+
+#[test]
+fn a_read_never_returns_bytes_written_after_deregistration_copied() {
+    served_bytes_written_after_deregistration(false);
 }
