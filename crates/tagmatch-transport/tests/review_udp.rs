@@ -212,3 +212,79 @@ fn a_read_never_returns_bytes_written_after_deregistration_spliced() {
 fn a_read_never_returns_bytes_written_after_deregistration_copied() {
     served_bytes_written_after_deregistration(false);
 }
+
+/// a sends b one message of `len` bytes; both progress until it arrives intact.
+fn exchange(a: &mut Node<UdpDevice>, b: &mut Node<UdpDevice>, len: usize) {
+    let ab = a.add_peer(b.addr());
+    let data: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+    let r = b.endpoint_mut().recv(None, len).expect("recv");
+    let s = a
+        .endpoint_mut()
+        .send(ab, data.clone(), SendOpts::default())
+        .expect("send");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (mut got_r, mut got_s) = (false, false);
+    while !(got_r && got_s) && Instant::now() < deadline {
+        a.progress(Some(Duration::from_millis(1)))
+            .expect("progress");
+        b.progress(Some(Duration::from_millis(1)))
+            .expect("progress");
+        while let Some(c) = a.poll_completion() {
+            assert_eq!((c.op, c.result), (s, Ok(())));
+            got_s = true;
+        }
+        while let Some(c) = b.poll_completion() {
+            assert_eq!((c.op, c.result), (r, Ok(())));
+            assert!(c.data == data);
+            got_r = true;
+        }
+    }
+    assert!(got_r && got_s, "exchange completed");
+}
+
+/// Connected sockets on IPv6 loopback (a device binds a concrete address, never a
+/// wildcard): messages of every protocol size arrive (long ones through spliced reads),
+/// each device opens a socket for its peer, and nothing else can bind the devices'
+/// addresses afterwards, with or without `SO_REUSEPORT`.
+#[test]
+fn ipv6_devices_keep_their_address_and_exchange() {
+    let node = || {
+        let u = UdpConfig::new("[::1]:0".parse().expect("addr"));
+        Node::new(Config::default(), UdpDevice::bind(u).expect("bind"))
+    };
+    let mut a = node();
+    let mut b = node();
+    for len in [10, 3000, 70_000, 1 << 20] {
+        exchange(&mut a, &mut b, len);
+        exchange(&mut b, &mut a, len);
+    }
+    let (sa, sb) = (a.device().stats(), b.device().stats());
+    assert_eq!((sa.peer_sockets, sb.peer_sockets), (1, 1));
+    if tagmatch_transport::udp::sock::PEEK {
+        assert!(sa.sock.tx_spliced > 0 && sb.sock.tx_spliced > 0, "{sa:?}");
+    }
+    for n in [&a, &b] {
+        let at = n.device().udp_addr().sock;
+        for reuse in [false, true] {
+            let r = bind_with(at, reuse);
+            assert!(r.is_err(), "{at} taken (SO_REUSEPORT {reuse})");
+        }
+    }
+}
+
+/// Binds a UDP socket to `at`, with `SO_REUSEPORT` set first if `reuse`.
+fn bind_with(at: std::net::SocketAddr, reuse: bool) -> std::io::Result<()> {
+    use nix::sys::socket::{bind, setsockopt, socket, sockopt, AddressFamily, SockFlag, SockType};
+    use std::os::fd::AsRawFd;
+    let family = if at.is_ipv6() {
+        AddressFamily::Inet6
+    } else {
+        AddressFamily::Inet
+    };
+    let err = |e: nix::Error| std::io::Error::from_raw_os_error(e as i32);
+    let fd = socket(family, SockType::Datagram, SockFlag::empty(), None).map_err(err)?;
+    if reuse {
+        setsockopt(&fd, sockopt::ReusePort, &true).map_err(err)?;
+    }
+    bind(fd.as_raw_fd(), &nix::sys::socket::SockaddrStorage::from(at)).map_err(err)
+}
