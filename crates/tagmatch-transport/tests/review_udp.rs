@@ -288,3 +288,31 @@ fn bind_with(at: std::net::SocketAddr, reuse: bool) -> std::io::Result<()> {
     }
     bind(fd.as_raw_fd(), &nix::sys::socket::SockaddrStorage::from(at)).map_err(err)
 }
+
+/// Six peers of a device with four connected sockets (two share its socket), messages
+/// both ways with each; then the first peer restarts on the same port with a new connid
+/// (its old connection, to a gone device, still open on a): exchanges with it work both
+/// ways, and a reused slot never sends to the wrong peer.
+#[test]
+fn many_peers_and_a_restarted_one_on_the_same_port() {
+    let mut a = node_with(|u| u.connect_peers = 4);
+    let mut peers: Vec<Node<UdpDevice>> = (0..6).map(|_| node_with(|_| {})).collect();
+    for p in peers.iter_mut() {
+        exchange(&mut a, p, 3000);
+        exchange(p, &mut a, 100_000);
+    }
+    assert_eq!(a.device().stats().peer_sockets, 4);
+    let at = peers[0].device().udp_addr();
+    drop(peers.remove(0));
+    let mut again = node_with(|u| {
+        u.bind = at.sock;
+        u.connid = Some(at.connid ^ 0x5a5a);
+    });
+    exchange(&mut again, &mut a, 100_000);
+    exchange(&mut a, &mut again, 3000);
+    for p in peers.iter_mut() {
+        exchange(&mut a, p, 70_000);
+    }
+    let st = a.device().stats();
+    assert_eq!((st.peer_sockets, st.peers_failed), (4, 0), "{st:?}");
+}
