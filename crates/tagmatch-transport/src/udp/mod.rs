@@ -70,7 +70,9 @@
 //!   socket in one piece (else the kernel checksums it in software); the reader places
 //!   a datagram longer than the one it expected by moving its tail. The region is read
 //!   when the peer receives the datagram: RDMA rules already forbid changing it while
-//!   the read is in progress.
+//!   the read is in progress, and the read's final status waits until every datagram of
+//!   it is acknowledged, then fails the read if the key was deregistered meanwhile (its
+//!   memory may have been written since).
 //! - **Address**: the socket address and a random connid ([`crate::UdpAddr`],
 //!   `udp://127.0.0.1:4000/0x1a2b3c4d`), which is also the endpoint's raw address.
 //!

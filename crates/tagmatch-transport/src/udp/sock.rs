@@ -320,7 +320,9 @@ impl Sock {
     /// served RDMA read's data from a registered region, which RDMA rules already forbid
     /// changing while the read is in progress; a read completes when all its data has
     /// been received, so only duplicates can be in flight after that, and their bytes are
-    /// dropped.
+    /// dropped. A deregistration does not recall datagrams in flight: the device sends a
+    /// spliced read's final status only once all its data is acknowledged, and fails the
+    /// read if its key went meanwhile.
     ///
     /// `WouldBlock` with nothing sent when the socket's buffer is full. After any error
     /// a datagram the socket took in part is ended short (the peer drops it for its
