@@ -56,7 +56,9 @@
 //! - **A socket per peer** ([`UdpConfig::connect_peers`], Linux and Android): the first
 //!   peers get a socket of their own, bound to the device's address beside its socket
 //!   and `connect`ed to the peer (`SO_REUSEPORT` is set on the device's sockets only
-//!   while one binds, so nothing else can bind the address). Their datagrams go without
+//!   while one binds, so nothing else can bind the address outside those moments; a
+//!   process of the same user that binds it with `SO_REUSEPORT` in one of them keeps it,
+//!   see [`sock::Sock::connect_beside`]). Their datagrams go without
 //!   a route look-up each and come in through the kernel's demultiplexing of connected
 //!   sockets: 0.3–0.8 µs less per one-way trip on loopback. Every socket is read; the one
 //!   that received last first, the others every few busy-polls, after a wait that a
