@@ -41,6 +41,9 @@ struct State {
     wakes: u64,
     /// Descriptors to watch from now on as well (a socket the device opened since).
     added: Vec<OwnedFd>,
+    /// Descriptors to watch from now on instead of all before (the device closed a
+    /// socket: its duplicate must be closed too, see [`Watcher::replace`]).
+    replaced: Option<Vec<OwnedFd>>,
 }
 
 #[derive(Debug, Default)]
@@ -110,6 +113,21 @@ impl Watcher {
         self.kick();
     }
 
+    /// Watches `fds` (duplicates of every socket the device has open) instead of all it
+    /// watched before, whose duplicates the thread closes at once. The device calls it
+    /// when it closes a socket: a duplicate kept open would keep the socket itself open,
+    /// and a socket `connect`ed to a peer would go on taking that peer's datagrams from
+    /// the kernel, where nobody reads them.
+    pub(crate) fn replace(&self, fds: Vec<OwnedFd>) {
+        {
+            let mut st = lock(&self.shared.state);
+            st.added.clear();
+            st.replaced = Some(fds);
+        }
+        self.shared.cv.notify_one();
+        self.kick();
+    }
+
     /// Tasks the watcher woke so far.
     pub fn wakes(&self) -> u64 {
         lock(&self.shared.state).wakes
@@ -141,6 +159,10 @@ fn run(shared: &Shared, mut fds: Vec<OwnedFd>, mut kicked: UnixStream) {
             loop {
                 if st.stop {
                     return;
+                }
+                if let Some(v) = st.replaced.take() {
+                    // (The old duplicates are closed here.)
+                    fds = v;
                 }
                 fds.append(&mut st.added);
                 if st.waker.is_some() {

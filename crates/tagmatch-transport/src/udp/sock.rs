@@ -198,8 +198,13 @@ impl Sock {
     /// Sockets can share an address only if every one of them has `SO_REUSEPORT` set
     /// when the next binds (the kernel's check passes at the first socket it meets that
     /// has it). They have it only for that moment (set on all, the new one bound, cleared
-    /// on all), so the address stays this device's alone: any other socket that tries to
-    /// bind it fails with `AddrInUse`, as when it was bound.
+    /// on all), so outside those moments any other socket that tries to bind the address
+    /// fails with `AddrInUse`, as when it was bound. Not inside them: a socket of a
+    /// process of the same user (the kernel's condition for `SO_REUSEPORT`) that sets
+    /// `SO_REUSEPORT` and binds the address meanwhile succeeds and stays bound (a thread
+    /// binding in a loop while 16 sockets were connected 200 times did, thousands of
+    /// times), and may then take datagrams meant for the device's own socket. No option
+    /// closes that window; set `UdpConfig::connect_peers` to 0 where such processes run.
     #[cfg(any(target_os = "linux", target_os = "android"))]
     pub fn connect_beside(&self, others: &[&Sock], peer: SocketAddr) -> io::Result<Sock> {
         use nix::sys::socket::{
@@ -320,7 +325,9 @@ impl Sock {
     /// served RDMA read's data from a registered region, which RDMA rules already forbid
     /// changing while the read is in progress; a read completes when all its data has
     /// been received, so only duplicates can be in flight after that, and their bytes are
-    /// dropped.
+    /// dropped. A deregistration does not recall datagrams in flight: the device sends a
+    /// spliced read's final status only once all its data is acknowledged, and fails the
+    /// read if its key went meanwhile.
     ///
     /// `WouldBlock` with nothing sent when the socket's buffer is full. After any error
     /// a datagram the socket took in part is ended short (the peer drops it for its

@@ -167,18 +167,21 @@ impl Socks {
     }
 
     /// A connection that sent through slot `i` is gone: the slot's connected socket is
-    /// closed when no connection uses it any more.
-    pub fn detach(&mut self, i: usize) {
+    /// closed when no connection uses it any more. Returns whether it was (a readiness
+    /// thread's duplicate of it must then be closed too).
+    pub fn detach(&mut self, i: usize) -> bool {
         let Some(slot) = i.checked_sub(1).and_then(|j| self.peers.get_mut(j)) else {
-            return;
+            return false;
         };
         if let Some(p) = slot {
             p.users = p.users.saturating_sub(1);
             if p.users == 0 {
                 self.retired.add(&p.sock.stats);
                 *slot = None;
+                return true;
             }
         }
+        false
     }
 
     /// Counters of every socket, open or closed.
