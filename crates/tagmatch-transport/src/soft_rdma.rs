@@ -797,6 +797,13 @@ impl SoftRdma {
         self.finish(id)
     }
 
+    /// Whether read `id` of ours has all its data and waits for the server's status.
+    pub fn read_awaits_status(&self, id: u64) -> bool {
+        self.ops
+            .get(&id)
+            .is_some_and(|p| p.read && !p.failed && p.resp.is_none() && p.done >= p.len)
+    }
+
     /// Where the next data of read `id` from `peer` is expected if it arrives in order:
     /// the offset just past the highest range written so far and the bytes left after
     /// it. `None` if `id` is not a pending, unfailed read of `peer`, nothing is left past

@@ -458,6 +458,10 @@ struct Conn {
     ack: AckState,
     tx_order: u64,
     reads: VecDeque<ReadJob>,
+    /// Served reads whose data frames were all queued and may have been spliced: their
+    /// final status waits until those frames are acknowledged (see `fill_windows_due`),
+    /// while the reads after them go on.
+    finishing: Vec<ReadJob>,
     /// Body bytes of the frames in `unacked`.
     unacked_bytes: usize,
     /// Packets the endpoint refused for now, redelivered at the `progress` after
@@ -487,6 +491,7 @@ impl Conn {
             ack: AckState::default(),
             tx_order: 0,
             reads: VecDeque::new(),
+            finishing: Vec::new(),
             unacked_bytes: 0,
             held: VecDeque::new(),
             fresh: 0,
@@ -567,6 +572,7 @@ impl Conn {
         self.unacked.is_empty()
             && self.waiting.is_empty()
             && self.reads.is_empty()
+            && self.finishing.is_empty()
             && self.rnr.is_empty()
             && !self.ack.needed()
     }
@@ -637,6 +643,13 @@ impl AckState {
                 now + delay
             };
         self.due = Some(self.due.map_or(due, |d| d.min(due)));
+    }
+
+    /// Makes the pure ACK of what was received due now (the peer waits for it).
+    fn hurry(&mut self, now: Instant) {
+        if self.pending > 0 {
+            self.due = Some(self.due.map_or(now, |d| d.min(now)));
+        }
     }
 
     /// Whether something received is unacknowledged.
@@ -1032,7 +1045,8 @@ impl UdpDevice {
         dgs.clear();
         let mut filled = false;
         for (&k, c) in self.conns.iter_mut() {
-            let has_frames = !c.waiting.is_empty() || !c.reads.is_empty();
+            let has_frames =
+                !c.waiting.is_empty() || !c.reads.is_empty() || !c.finishing.is_empty();
             let has_room = c.unacked.len() < self.cfg.max_inflight
                 && c.unacked_bytes < self.max_inflight_bytes;
             if !(has_frames && has_room) {
@@ -1044,6 +1058,41 @@ impl UdpDevice {
                 // Top the waiting queue up from the streamed reads, one window's worth.
                 let room = self.cfg.max_inflight.saturating_sub(c.unacked.len());
                 let room_bytes = self.max_inflight_bytes.saturating_sub(c.unacked_bytes);
+                // Spliced reads whose data frames are all acknowledged now (received, so
+                // copied, while the key was registered, if it still is): their final
+                // status goes. Their bytes were read from the region when the peer
+                // received them, which may be after the owner deregistered it and wrote
+                // it again; then the read fails.
+                if !c.finishing.is_empty() {
+                    let (unacked, waiting, rdma) = (&c.unacked, &mut c.waiting, &mut self.rdma);
+                    c.finishing.retain(|job| {
+                        let data_of_it =
+                            |f: &TxFrame| matches!(f.body, Body::Read { id, .. } if id == job.id);
+                        if unacked.values().any(data_of_it) || waiting.iter().any(data_of_it) {
+                            return true;
+                        }
+                        let status = match rdma.read_chunk(job.key, job.mem, job.off, job.len, mem)
+                        {
+                            Some(_) => RdmaStatus::Ok,
+                            None => RdmaStatus::NoMemory,
+                        };
+                        let mut b = Vec::new();
+                        RdmaMsg::ReadResp { id: job.id, status }.emit(&mut b);
+                        waiting.push_back(TxFrame {
+                            kind: KIND_READ_RESP,
+                            body: Body::Bytes(b),
+                            token: None,
+                            last_sent: now,
+                            deadline: now,
+                            retries: 0,
+                            rnr: 0,
+                            alive: now,
+                            deferred: false,
+                            order: 0,
+                        });
+                        false
+                    });
+                }
                 // (Summed only when there are reads to top up from.)
                 let mut waiting_bytes: usize = if c.reads.is_empty() {
                     0
@@ -1062,31 +1111,16 @@ impl UdpDevice {
                     // and again whenever the frame is sent, when its bytes are read.
                     let status = if job.sent == job.len {
                         if splice_chunks && c.via != 0 {
-                            // Its datagrams may have been spliced: their bytes are read
-                            // from the region when the peer receives them, which may be
-                            // after the owner deregistered it and wrote it again. The
-                            // read succeeds only if every data frame was acknowledged
-                            // (received, so copied) while the key was still registered:
-                            // the response waits for those acknowledgements, then the
-                            // key is checked again.
-                            let id = job.id;
-                            let data_of_it =
-                                |f: &TxFrame| matches!(f.body, Body::Read { id: i, .. } if i == id);
-                            if c.unacked.values().any(data_of_it)
-                                || c.waiting.iter().any(data_of_it)
-                            {
-                                break;
+                            // Its datagrams may have been spliced: the read succeeds only
+                            // if every data frame was acknowledged while the key was still
+                            // registered. Its status waits for those acknowledgements in
+                            // `finishing` (above), and the next read goes on meanwhile.
+                            if let Some(job) = c.reads.pop_front() {
+                                c.finishing.push(job);
                             }
-                            match self
-                                .rdma
-                                .read_chunk(job.key, job.mem, job.off, job.len, mem)
-                            {
-                                Some(_) => Some(RdmaStatus::Ok),
-                                None => Some(RdmaStatus::NoMemory),
-                            }
-                        } else {
-                            Some(RdmaStatus::Ok)
+                            continue;
                         }
+                        Some(RdmaStatus::Ok)
                     } else if self
                         .rdma
                         .read_chunk(job.key, job.mem, job.off + job.sent, n, mem)
@@ -1512,6 +1546,7 @@ impl UdpDevice {
             if let Some((token, ok)) = self.rdma.on_read_placed(&peer, id, offset, len) {
                 self.events.push_back(DeviceEvent::RdmaDone { token, ok });
             }
+            self.hurry_read_ack(k, id, now);
             return;
         }
         let Some(msg) = RdmaMsg::parse(h.kind, body) else {
@@ -1547,8 +1582,27 @@ impl UdpDevice {
                 r.emit(&mut b);
                 self.enqueue(&peer, r.kind(), b, None, false);
             }
-        } else if let Some((token, ok)) = self.rdma.on_response(&peer, msg, mem) {
-            self.events.push_back(DeviceEvent::RdmaDone { token, ok });
+        } else {
+            let data_of = match msg {
+                RdmaMsg::ReadData { id, .. } => Some(id),
+                _ => None,
+            };
+            if let Some((token, ok)) = self.rdma.on_response(&peer, msg, mem) {
+                self.events.push_back(DeviceEvent::RdmaDone { token, ok });
+            }
+            if let Some(id) = data_of {
+                self.hurry_read_ack(k, id, now);
+            }
+        }
+    }
+
+    /// All data of our read `id` is in: the server's status of a spliced read waits for
+    /// the acknowledgement of that data (see `Conn::finishing`), so it goes at once.
+    fn hurry_read_ack(&mut self, k: ConnKey, id: u64, now: Instant) {
+        if self.rdma.read_awaits_status(id) {
+            if let Some(c) = self.conns.get_mut(&k) {
+                c.ack.hurry(now);
+            }
         }
     }
 
@@ -2004,7 +2058,7 @@ impl UdpDevice {
             || self
                 .conns
                 .values()
-                .any(|c| !c.unacked.is_empty() || !c.reads.is_empty())
+                .any(|c| !c.unacked.is_empty() || !c.reads.is_empty() || !c.finishing.is_empty())
     }
 
     /// Served-read frames among the first `n` queued whose range can no longer be read
@@ -2976,6 +3030,74 @@ mod tests {
             }
         }
         assert_eq!(a.rdma.stats.rejected_key, 2);
+    }
+
+    /// Two reads served to a peer with a connected socket (spliced): both reads' data
+    /// frames go at once, their final statuses only once the data is acknowledged (the
+    /// first read's status does not hold the second read back), and a key deregistered
+    /// before the acknowledgement turns the status into `NoMemory`.
+    #[test]
+    fn a_spliced_reads_status_waits_for_its_data_and_holds_no_other_read_back() {
+        for deregister in [false, true] {
+            let mut a = dev();
+            let b = dev();
+            let len = 100_000u64;
+            let mut mem = NoMem((0..2 * len).map(|i| i as u8).collect());
+            let key = a.rdma.register(MemHandle(0), 2 * len, true);
+            let now = Instant::now();
+            for (seq, id) in [(1, 9u64), (2, 10)] {
+                let mut body = Vec::new();
+                RdmaMsg::ReadReq {
+                    id,
+                    key: key.key,
+                    addr: key.addr + (id - 9) * len,
+                    len,
+                }
+                .emit(&mut body);
+                let h = Header {
+                    kind: crate::soft_rdma::KIND_READ_REQ,
+                    src_connid: b.addr.connid,
+                    dst_connid: a.addr.connid,
+                    seq,
+                    ack: 0,
+                    sack: 0,
+                };
+                a.on_datagram(b.addr.sock, &h.datagram(&body), &mut mem, now);
+            }
+            a.fill_windows(&mem, Some(now));
+            let frames = |a: &UdpDevice| -> Vec<(u8, Option<RdmaStatus>)> {
+                a.conns
+                    .values()
+                    .flat_map(|c| c.unacked.values())
+                    .map(|f| match &f.body {
+                        Body::Bytes(b) => match RdmaMsg::parse(f.kind, &b[..]) {
+                            Some(RdmaMsg::ReadResp { status, .. }) => (f.kind, Some(status)),
+                            _ => (f.kind, None),
+                        },
+                        Body::Read { .. } => (f.kind, None),
+                    })
+                    .collect()
+            };
+            assert_eq!(a.stats().peer_sockets, 1);
+            assert_eq!(
+                frames(&a),
+                vec![(KIND_READ_DATA, None); 4],
+                "both reads' data"
+            );
+            if deregister {
+                assert!(a.rdma.deregister(key.key));
+            }
+            a.fill_windows(&mem, Some(now));
+            assert_eq!(frames(&a).len(), 4, "no status before the acknowledgement");
+            a.on_ack((b.addr.sock, b.addr.connid), 4, 0, now);
+            a.fill_windows(&mem, Some(now));
+            let status = if deregister {
+                RdmaStatus::NoMemory
+            } else {
+                RdmaStatus::Ok
+            };
+            assert_eq!(frames(&a), vec![(KIND_READ_RESP, Some(status)); 2]);
+        }
     }
 
     /// Scenario of the receiver-not-ready tests: `a` sends `n` REQ packets to `b`, whose
