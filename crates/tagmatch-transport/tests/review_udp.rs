@@ -9,6 +9,9 @@ use tagmatch_transport::udp::frame::{Header, KIND_PKT};
 use tagmatch_transport::udp::{UdpConfig, UdpDevice};
 use tagmatch_transport::{DeviceEvent, MemoryAccess, Node, RdmDevice, UdpAddr};
 
+mod common;
+use common::exchange;
+
 fn node_with(f: impl FnOnce(&mut UdpConfig)) -> Node<UdpDevice> {
     let mut u = UdpConfig::new("127.0.0.1:0".parse().expect("addr"));
     f(&mut u);
@@ -211,35 +214,6 @@ fn a_read_never_returns_bytes_written_after_deregistration_spliced() {
 #[test]
 fn a_read_never_returns_bytes_written_after_deregistration_copied() {
     served_bytes_written_after_deregistration(false);
-}
-
-/// a sends b one message of `len` bytes; both progress until it arrives intact.
-fn exchange(a: &mut Node<UdpDevice>, b: &mut Node<UdpDevice>, len: usize) {
-    let ab = a.add_peer(b.addr());
-    let data: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
-    let r = b.endpoint_mut().recv(None, len).expect("recv");
-    let s = a
-        .endpoint_mut()
-        .send(ab, data.clone(), SendOpts::default())
-        .expect("send");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let (mut got_r, mut got_s) = (false, false);
-    while !(got_r && got_s) && Instant::now() < deadline {
-        a.progress(Some(Duration::from_millis(1)))
-            .expect("progress");
-        b.progress(Some(Duration::from_millis(1)))
-            .expect("progress");
-        while let Some(c) = a.poll_completion() {
-            assert_eq!((c.op, c.result), (s, Ok(())));
-            got_s = true;
-        }
-        while let Some(c) = b.poll_completion() {
-            assert_eq!((c.op, c.result), (r, Ok(())));
-            assert!(c.data == data);
-            got_r = true;
-        }
-    }
-    assert!(got_r && got_s, "exchange completed");
 }
 
 /// Connected sockets on IPv6 loopback (a device binds a concrete address, never a

@@ -10,6 +10,9 @@ use tagmatch_transport::udp::frame::{Header, KIND_MAX, KIND_PKT};
 use tagmatch_transport::udp::{UdpConfig, UdpDevice};
 use tagmatch_transport::{Node, RdmDevice, UdpAddr};
 
+mod common;
+use common::exchange;
+
 fn node() -> Node<UdpDevice> {
     node_with(|_| {})
 }
@@ -33,35 +36,6 @@ fn send_to_a_silent_peer(a: &mut Node<UdpDevice>) -> UdpSocket {
         .send(p, vec![1; 10], SendOpts::default())
         .expect("send");
     silent
-}
-
-/// a sends b one message; both progress until it arrives intact.
-fn exchange(a: &mut Node<UdpDevice>, b: &mut Node<UdpDevice>, len: usize) {
-    let ab = a.add_peer(b.addr());
-    let data: Vec<u8> = (0..len).map(|i| i as u8).collect();
-    let r = b.endpoint_mut().recv(None, len).expect("recv");
-    let s = a
-        .endpoint_mut()
-        .send(ab, data.clone(), SendOpts::default())
-        .expect("send");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let (mut got_r, mut got_s) = (false, false);
-    while !(got_r && got_s) && Instant::now() < deadline {
-        a.progress(Some(Duration::from_millis(1)))
-            .expect("progress");
-        b.progress(Some(Duration::from_millis(1)))
-            .expect("progress");
-        while let Some(c) = a.poll_completion() {
-            assert_eq!((c.op, c.result), (s, Ok(())));
-            got_s = true;
-        }
-        while let Some(c) = b.poll_completion() {
-            assert_eq!((c.op, c.result), (r, Ok(())));
-            assert!(c.data == data);
-            got_r = true;
-        }
-    }
-    assert!(got_r && got_s, "exchange completed");
 }
 
 #[test]

@@ -441,6 +441,25 @@ struct TxFrame {
     order: u64,
 }
 
+impl TxFrame {
+    /// A frame waiting to enter its connection's window; its times are set then
+    /// (`now` only fills them).
+    fn waiting(kind: u8, body: Body, token: Option<SendToken>, now: Instant) -> TxFrame {
+        TxFrame {
+            kind,
+            body,
+            token,
+            last_sent: now,
+            deadline: now,
+            retries: 0,
+            rnr: 0,
+            alive: now,
+            deferred: false,
+            order: 0,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Conn {
     peer: RawAddr,
@@ -1003,18 +1022,8 @@ impl UdpDevice {
         if bounded && c.unacked.len() + c.waiting.len() >= max_queued {
             return false;
         }
-        c.waiting.push_back(TxFrame {
-            kind,
-            body: Body::Bytes(body),
-            token,
-            last_sent: now,
-            deadline: now,
-            retries: 0,
-            rnr: 0,
-            alive: now,
-            deferred: false,
-            order: 0,
-        });
+        c.waiting
+            .push_back(TxFrame::waiting(kind, Body::Bytes(body), token, now));
         self.fill_due = true;
         true
     }
@@ -1078,18 +1087,12 @@ impl UdpDevice {
                         };
                         let mut b = Vec::new();
                         RdmaMsg::ReadResp { id: job.id, status }.emit(&mut b);
-                        waiting.push_back(TxFrame {
-                            kind: KIND_READ_RESP,
-                            body: Body::Bytes(b),
-                            token: None,
-                            last_sent: now,
-                            deadline: now,
-                            retries: 0,
-                            rnr: 0,
-                            alive: now,
-                            deferred: false,
-                            order: 0,
-                        });
+                        waiting.push_back(TxFrame::waiting(
+                            KIND_READ_RESP,
+                            Body::Bytes(b),
+                            None,
+                            now,
+                        ));
                         false
                     });
                 }
@@ -1152,18 +1155,7 @@ impl UdpDevice {
                         }
                     };
                     waiting_bytes += body.len();
-                    c.waiting.push_back(TxFrame {
-                        kind,
-                        body,
-                        token: None,
-                        last_sent: now,
-                        deadline: now,
-                        retries: 0,
-                        rnr: 0,
-                        alive: now,
-                        deferred: false,
-                        order: 0,
-                    });
+                    c.waiting.push_back(TxFrame::waiting(kind, body, None, now));
                 }
                 let rto = c.rto(&self.cfg);
                 // The span from the oldest unacknowledged frame is bounded too (the window

@@ -589,3 +589,33 @@ pub fn wait_child(child: &mut Child, limit: Duration) -> Result<(), String> {
         }
     }
 }
+
+/// `a` sends `b` one message of `len` bytes; both progress until it arrives intact (the
+/// sender's completion `Ok`, the receiver's data equal), for at most 20 s.
+pub fn exchange(a: &mut Node<UdpDevice>, b: &mut Node<UdpDevice>, len: usize) {
+    let ab = a.add_peer(b.addr());
+    let data: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+    let r = b.endpoint_mut().recv(None, len).expect("recv");
+    let s = a
+        .endpoint_mut()
+        .send(ab, data.clone(), SendOpts::default())
+        .expect("send");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (mut got_r, mut got_s) = (false, false);
+    while !(got_r && got_s) && Instant::now() < deadline {
+        a.progress(Some(Duration::from_millis(1)))
+            .expect("progress");
+        b.progress(Some(Duration::from_millis(1)))
+            .expect("progress");
+        while let Some(c) = a.poll_completion() {
+            assert_eq!((c.op, c.result), (s, Ok(())));
+            got_s = true;
+        }
+        while let Some(c) = b.poll_completion() {
+            assert_eq!((c.op, c.result), (r, Ok(())));
+            assert!(c.data == data);
+            got_r = true;
+        }
+    }
+    assert!(got_r && got_s, "exchange completed");
+}
