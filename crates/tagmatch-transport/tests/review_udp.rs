@@ -1,16 +1,15 @@
 //! Adversarial checks of the UDP device's per-peer connected sockets and spliced reads.
-use std::net::UdpSocket;
 use std::sync::Arc;
 use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
-use tagmatch_rdm::{Config, MemHandle, RdmaToken, RemoteAddr, SendOpts, Transmit};
+use tagmatch_rdm::{Config, MemHandle, RdmaToken, RemoteAddr, Transmit};
 use tagmatch_transport::udp::frame::{Header, KIND_PKT};
 use tagmatch_transport::udp::{UdpConfig, UdpDevice};
-use tagmatch_transport::{DeviceEvent, MemoryAccess, Node, RdmDevice, UdpAddr};
+use tagmatch_transport::{DeviceEvent, MemoryAccess, Node, RdmDevice};
 
 mod common;
-use common::exchange;
+use common::{exchange, fail_fast, send_to_a_silent_peer};
 
 fn node_with(f: impl FnOnce(&mut UdpConfig)) -> Node<UdpDevice> {
     let mut u = UdpConfig::new("127.0.0.1:0".parse().expect("addr"));
@@ -42,10 +41,7 @@ fn a_failed_peer_comes_back_to_a_synchronous_owner() {
 fn a_failed_peer_comes_back(armed: bool) {
     let mut a = node_with(|u| {
         u.connect_peers = 2;
-        u.initial_rto = Duration::from_millis(10);
-        u.min_rto = Duration::from_millis(10);
-        u.max_rto = Duration::from_millis(20);
-        u.peer_timeout = Duration::from_millis(200);
+        fail_fast(u);
     });
     let waker = Waker::from(Arc::new(Nop));
     let arm = |a: &mut Node<UdpDevice>| {
@@ -54,15 +50,7 @@ fn a_failed_peer_comes_back(armed: bool) {
         }
     };
     arm(&mut a);
-    let silent = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    let peer = UdpAddr {
-        sock: silent.local_addr().expect("addr"),
-        connid: 5,
-    };
-    let p = a.add_peer(peer.to_raw());
-    a.endpoint_mut()
-        .send(p, vec![1; 10], SendOpts::default())
-        .expect("send");
+    let silent = send_to_a_silent_peer(&mut a);
     let deadline = Instant::now() + Duration::from_secs(10);
     while a.device().stats().peers_failed == 0 && Instant::now() < deadline {
         a.progress(Some(Duration::from_millis(5)))

@@ -11,7 +11,7 @@ use tagmatch_transport::udp::{UdpConfig, UdpDevice};
 use tagmatch_transport::{Node, RdmDevice, UdpAddr};
 
 mod common;
-use common::exchange;
+use common::{exchange, fail_fast, send_to_a_silent_peer};
 
 fn node() -> Node<UdpDevice> {
     node_with(|_| {})
@@ -21,21 +21,6 @@ fn node_with(f: impl FnOnce(&mut UdpConfig)) -> Node<UdpDevice> {
     let mut u = UdpConfig::new("127.0.0.1:0".parse().expect("addr"));
     f(&mut u);
     Node::new(Config::default(), UdpDevice::bind(u).expect("bind"))
-}
-
-/// `a` sends 10 bytes to a peer that never answers: a socket nobody reads (returned, to
-/// be kept while the test runs).
-fn send_to_a_silent_peer(a: &mut Node<UdpDevice>) -> UdpSocket {
-    let silent = UdpSocket::bind("127.0.0.1:0").expect("bind");
-    let peer = UdpAddr {
-        sock: silent.local_addr().expect("addr"),
-        connid: 5,
-    };
-    let p = a.add_peer(peer.to_raw());
-    a.endpoint_mut()
-        .send(p, vec![1; 10], SendOpts::default())
-        .expect("send");
-    silent
 }
 
 #[test]
@@ -274,10 +259,7 @@ fn peers_beyond_the_connected_socket_limit_share_the_device_socket() {
 fn a_failed_peer_frees_its_connected_socket_for_the_next() {
     let mut a = node_with(|u| {
         u.connect_peers = 1;
-        u.initial_rto = Duration::from_millis(10);
-        u.min_rto = Duration::from_millis(10);
-        u.max_rto = Duration::from_millis(20);
-        u.peer_timeout = Duration::from_millis(200);
+        fail_fast(u);
     });
     let _silent = send_to_a_silent_peer(&mut a);
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -2956,6 +2956,28 @@ mod tests {
         }
     }
 
+    /// `to` receives from `from` the request `req` as frame `seq` at `now`.
+    fn deliver_request(
+        from: &UdpDevice,
+        to: &mut UdpDevice,
+        seq: u32,
+        req: RdmaMsg<'_>,
+        mem: &mut dyn MemoryAccess,
+        now: Instant,
+    ) {
+        let mut body = Vec::new();
+        req.emit(&mut body);
+        let h = Header {
+            kind: req.kind(),
+            src_connid: from.addr.connid,
+            dst_connid: to.addr.connid,
+            seq,
+            ack: 0,
+            sack: 0,
+        };
+        to.on_datagram(from.addr.sock, &h.datagram(&body), mem, now);
+    }
+
     /// A served read's data frames keep no copy of the bytes: they are read from the region
     /// when sent. Once the key is deregistered, the frames not sent yet go as the read's
     /// `READ_RESP` with `NoMemory` (the requester's read fails) instead of reading memory
@@ -2970,23 +2992,13 @@ mod tests {
         let mut mem = NoMem((0..len).map(|i| i as u8).collect());
         let key = a.rdma.register(MemHandle(0), len, true);
         let now = Instant::now();
-        let mut body = Vec::new();
-        RdmaMsg::ReadReq {
+        let req = RdmaMsg::ReadReq {
             id: 9,
             key: key.key,
             addr: key.addr,
             len,
-        }
-        .emit(&mut body);
-        let h = Header {
-            kind: crate::soft_rdma::KIND_READ_REQ,
-            src_connid: b.addr.connid,
-            dst_connid: a.addr.connid,
-            seq: 1,
-            ack: 0,
-            sack: 0,
         };
-        a.on_datagram(b.addr.sock, &h.datagram(&body), &mut mem, now);
+        deliver_request(&b, &mut a, 1, req, &mut mem, now);
         a.fill_windows(&mem, Some(now));
         let kinds = |a: &UdpDevice| -> Vec<u8> {
             a.conns
@@ -3038,23 +3050,13 @@ mod tests {
             let key = a.rdma.register(MemHandle(0), 2 * len, true);
             let now = Instant::now();
             for (seq, id) in [(1, 9u64), (2, 10)] {
-                let mut body = Vec::new();
-                RdmaMsg::ReadReq {
+                let req = RdmaMsg::ReadReq {
                     id,
                     key: key.key,
                     addr: key.addr + (id - 9) * len,
                     len,
-                }
-                .emit(&mut body);
-                let h = Header {
-                    kind: crate::soft_rdma::KIND_READ_REQ,
-                    src_connid: b.addr.connid,
-                    dst_connid: a.addr.connid,
-                    seq,
-                    ack: 0,
-                    sack: 0,
                 };
-                a.on_datagram(b.addr.sock, &h.datagram(&body), &mut mem, now);
+                deliver_request(&b, &mut a, seq, req, &mut mem, now);
             }
             a.fill_windows(&mem, Some(now));
             let frames = |a: &UdpDevice| -> Vec<(u8, Option<RdmaStatus>)> {

@@ -619,3 +619,26 @@ pub fn exchange(a: &mut Node<UdpDevice>, b: &mut Node<UdpDevice>, len: usize) {
     }
     assert!(got_r && got_s, "exchange completed");
 }
+
+/// `a` sends 10 bytes to a peer that never answers: a socket nobody reads (returned, to
+/// be kept while the test runs).
+pub fn send_to_a_silent_peer(a: &mut Node<UdpDevice>) -> std::net::UdpSocket {
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let peer = UdpAddr {
+        sock: silent.local_addr().expect("addr"),
+        connid: 5,
+    };
+    let p = a.add_peer(peer.to_raw());
+    a.endpoint_mut()
+        .send(p, vec![1; 10], SendOpts::default())
+        .expect("send");
+    silent
+}
+
+/// Short timeouts: a peer that stops answering fails within ~200 ms.
+pub fn fail_fast(u: &mut UdpConfig) {
+    u.initial_rto = Duration::from_millis(10);
+    u.min_rto = Duration::from_millis(10);
+    u.max_rto = Duration::from_millis(20);
+    u.peer_timeout = Duration::from_millis(200);
+}
