@@ -197,6 +197,10 @@ pub const ACK_BULK_FRAME: usize = 16 << 10;
 /// `UdpDevice::spare`).
 const SPARE_BODIES: usize = 64;
 
+/// Longest a blocking `progress` busy-polls while a spliced read's status waits for the
+/// acknowledgement of its data (see `UdpDevice::spin`).
+const FINISH_SPIN: Duration = Duration::from_micros(50);
+
 /// Smallest payload of a served read's datagram spliced from its region
 /// ([`UdpConfig::splice`]): three system calls per datagram pay off against copying
 /// 16 KiB or more (loopback's 65,000-byte datagrams), not against a path-MTU datagram.
@@ -2025,7 +2029,15 @@ impl UdpDevice {
     /// unacknowledged, an RDMA operation or read in flight) and nothing waits to be sent;
     /// returns whether it received something (else the caller blocks).
     fn spin(&mut self, mem: &mut dyn MemoryAccess, wait: Option<Duration>) -> io::Result<bool> {
-        let budget = wait.map_or(self.cfg.spin, |w| w.min(self.cfg.spin));
+        // A spliced read's status waits for the acknowledgement of its data, which the
+        // reader sends as soon as it has it all (`hurry_read_ack`): worth a short spin
+        // rather than a wake-up.
+        let spin = if self.conns.values().any(|c| !c.finishing.is_empty()) {
+            self.cfg.spin.max(FINISH_SPIN)
+        } else {
+            self.cfg.spin
+        };
+        let budget = wait.map_or(spin, |w| w.min(spin));
         if budget.is_zero() || !self.txq.is_empty() || !self.expects_answer() {
             return Ok(false);
         }
