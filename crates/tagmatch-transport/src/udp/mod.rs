@@ -2526,7 +2526,7 @@ impl RdmDevice for UdpDevice {
     }
 
     fn rx_count(&self) -> u64 {
-        self.socks.rx_datagrams()
+        self.socks.stats().rx_datagrams
     }
 
     fn retry_refused(&mut self) {

@@ -194,15 +194,6 @@ impl Socks {
         s
     }
 
-    /// Datagrams received by every socket, open or closed.
-    pub fn rx_datagrams(&self) -> u64 {
-        let mut n = self.retired.rx_datagrams + self.listener.stats.rx_datagrams;
-        for p in self.peers.iter().flatten() {
-            n += p.sock.stats.rx_datagrams;
-        }
-        n
-    }
-
     /// Duplicates of every open socket's descriptor, for a readiness thread.
     pub fn duplicates(&self) -> io::Result<Vec<OwnedFd>> {
         let mut v = vec![self.listener.duplicate()?];
