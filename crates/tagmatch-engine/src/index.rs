@@ -122,7 +122,7 @@ impl Index {
 
     /// The home bucket of a hash.
     #[inline(always)]
-    fn home(h: u64, mask: usize) -> usize {
+    pub(crate) fn home(h: u64, mask: usize) -> usize {
         h as u32 as usize & mask
     }
 
