@@ -735,7 +735,7 @@ fn splice_span(mem: &dyn MemoryAccess, h: MemHandle, off: u64) -> u64 {
 /// The socket slot for a new connection with `peer` (see [`Socks::attach`]); a socket
 /// opened now is added to the readiness thread's, if one runs.
 fn attach(socks: &mut Socks, watch: &Option<crate::watch::Watcher>, peer: SocketAddr) -> usize {
-    let (via, opened) = socks.attach(peer);
+    let (via, opened) = socks.attach(peer, watch.is_some());
     if let (Some(w), Some(fd)) = (watch, opened) {
         w.add(fd);
     }

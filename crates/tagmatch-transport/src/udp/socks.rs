@@ -39,6 +39,9 @@ pub struct Socks {
     pub opened: u64,
     /// Connected sockets that could not be opened (the peer then uses the listener).
     pub open_errors: u64,
+    /// Tests: every descriptor duplication for a readiness thread fails.
+    #[cfg(test)]
+    fail_duplicates: bool,
 }
 
 impl SockStats {
@@ -76,6 +79,8 @@ impl Socks {
             retired: SockStats::default(),
             opened: 0,
             open_errors: 0,
+            #[cfg(test)]
+            fail_duplicates: false,
         }
     }
 
@@ -119,8 +124,12 @@ impl Socks {
     /// The slot a new connection with `peer` sends through: that peer's connected
     /// socket (opened now if it has none and fewer than the limit are open), else the
     /// listener (slot 0). The second value is a duplicate of a socket opened now, for
-    /// a readiness thread.
-    pub fn attach(&mut self, peer: SocketAddr) -> (usize, Option<OwnedFd>) {
+    /// a readiness thread, when `watched` (one runs). If the descriptor cannot be
+    /// duplicated (the process is out of descriptors, say), the socket is closed again
+    /// and the peer uses the listener, which the thread watches: a socket the thread
+    /// never saw would take the peer's datagrams without waking an owner that waits on
+    /// the thread.
+    pub fn attach(&mut self, peer: SocketAddr, watched: bool) -> (usize, Option<OwnedFd>) {
         if self.limit == 0 {
             return (0, None);
         }
@@ -150,7 +159,18 @@ impl Socks {
                 return (0, None);
             }
         };
-        let dup = sock.duplicate().ok();
+        let dup = if watched {
+            match self.duplicate(&sock) {
+                Ok(fd) => Some(fd),
+                Err(e) => {
+                    tracing::debug!(%peer, error = %e, "connected socket not watchable: closed");
+                    self.open_errors += 1;
+                    return (0, None);
+                }
+            }
+        } else {
+            None
+        };
         self.opened += 1;
         let p = Some(PeerSock { sock, users: 1 });
         let i = match free {
@@ -192,6 +212,16 @@ impl Socks {
             s.add(&p.sock.stats);
         }
         s
+    }
+
+    /// A duplicate of `sock`'s descriptor, for a readiness thread.
+    fn duplicate(&self, sock: &Sock) -> io::Result<OwnedFd> {
+        #[cfg(test)]
+        if self.fail_duplicates {
+            // EMFILE: what dup(2) answers when the process is out of descriptors.
+            return Err(io::Error::from_raw_os_error(24));
+        }
+        sock.duplicate()
     }
 
     /// Duplicates of every open socket's descriptor, for a readiness thread.
@@ -236,5 +266,60 @@ impl Socks {
                 .is_some_and(|r| r.contains(PollFlags::POLLIN))
                 .then_some(i)
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::UdpSocket;
+
+    /// Receives one datagram on `s` (waiting up to a second): its sender and bytes.
+    fn take(s: &mut Sock) -> Option<(SocketAddr, Vec<u8>)> {
+        let mut bufs = vec![vec![0u8; 64]];
+        let mut got = Vec::new();
+        s.wait(false, Some(Duration::from_secs(1))).expect("wait");
+        s.recv_batch(&mut bufs, &mut got).expect("recv");
+        got.first()
+            .map(|&(j, from, len)| (from, bufs[j][..len].to_vec()))
+    }
+
+    /// With a readiness thread, a connected socket whose descriptor cannot be
+    /// duplicated for it is not kept: the peer uses the listener (its datagrams arrive
+    /// there), and the failure is counted. Without a thread nothing is duplicated.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[test]
+    fn a_socket_the_readiness_thread_cannot_watch_is_not_kept() {
+        let l = Sock::bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
+        let at = l.local_addr().expect("addr");
+        let mut socks = Socks::new(l, 4);
+        let a = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let b = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let c = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        let addr = |s: &UdpSocket| s.local_addr().expect("addr");
+
+        socks.fail_duplicates = true;
+        let (slot, fd) = socks.attach(addr(&a), true);
+        assert_eq!((slot, fd.is_none()), (0, true));
+        assert_eq!((socks.opened, socks.open_errors, socks.slots()), (0, 1, 1));
+        a.send_to(b"to the listener", at).expect("send");
+        assert_eq!(
+            take(socks.get_mut(0).expect("listener")),
+            Some((addr(&a), b"to the listener".to_vec()))
+        );
+
+        // Unwatched: opened, nothing duplicated (the failing duplication not asked).
+        let (slot, fd) = socks.attach(addr(&b), false);
+        assert_eq!((slot, fd.is_none(), socks.opened), (1, true, 1));
+        b.send_to(b"to its socket", at).expect("send");
+        assert_eq!(
+            take(socks.get_mut(1).expect("b's socket")),
+            Some((addr(&b), b"to its socket".to_vec()))
+        );
+
+        // Watched and duplicable: opened, with the duplicate for the thread.
+        socks.fail_duplicates = false;
+        let (slot, fd) = socks.attach(addr(&c), true);
+        assert_eq!((slot, fd.is_some(), socks.opened), (2, true, 2));
     }
 }
