@@ -778,6 +778,9 @@ pub struct UdpDevice {
     socks: Socks,
     /// The socket slot that received last: read first (see `receive`).
     rx_hot: usize,
+    /// The socket slot whose send buffer was full at the last flush (frames wait in
+    /// `txq`): the only one a blocking wait asks to be woken for when writable.
+    tx_blocked: Option<usize>,
     /// One-datagram receives that found the hot slot empty (see `receive`).
     rx_cold: u32,
     /// The next one-datagram receive reads every slot (set after a wait in `poll(2)`,
@@ -920,6 +923,7 @@ impl UdpDevice {
         Ok(UdpDevice {
             socks,
             rx_hot: 0,
+            tx_blocked: None,
             rx_cold: 0,
             rx_all: false,
             addr: UdpAddr {
@@ -2190,6 +2194,7 @@ impl UdpDevice {
         if let Some(s) = &mut self.shim {
             s.release(&mut self.txq);
         }
+        self.tx_blocked = None;
         let batch = self.cfg.batch.max(1);
         let my_connid = self.addr.connid;
         let splice = self.cfg.splice && sock::PEEK;
@@ -2231,6 +2236,7 @@ impl UdpDevice {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                         // Sent again at the next flush (a datagram begun was ended short
                         // and is dropped by the peer for its length).
+                        self.tx_blocked = Some(p.1);
                         self.txq.drain(..p.0);
                         return Ok(());
                     }
@@ -2266,6 +2272,7 @@ impl UdpDevice {
                 Ok(sent) if sent >= pieces.len() => rest.first().map_or(n, |p| p.0),
                 Ok(sent) => pieces[sent].0,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.tx_blocked = Some(via);
                     let skipped = pieces.first().map_or(n, |p| p.0);
                     self.txq.drain(..skipped);
                     return Ok(());
@@ -2431,7 +2438,10 @@ impl RdmDevice for UdpDevice {
             } else {
                 let left = wait.map(|w| w.saturating_sub(now.elapsed()));
                 // Woken by a socket: it is read first, and the others too (see `receive`).
-                if let Some(i) = self.socks.wait(!self.txq.is_empty(), left)? {
+                // Writable wanted of the blocked socket only: another one, writable,
+                // would end every wait at once (a spin) while that one stays full.
+                let write = self.tx_blocked.filter(|_| !self.txq.is_empty());
+                if let Some(i) = self.socks.wait(write, left)? {
                     self.rx_hot = i;
                     self.rx_all = true;
                 }
