@@ -100,6 +100,16 @@ pub trait RdmDevice {
         Ok(())
     }
 
+    /// Called by the owner right after it submitted a send outside `progress` (see
+    /// [`crate::node::Node::send_now`]): a device that queues sends until its next
+    /// `progress` may send now what does not gain from waiting (the UDP device: a packet
+    /// to a peer with nothing in flight, which no later frame would join in a batch
+    /// before the owner's next call). The default does nothing.
+    fn send_soon(&mut self, mem: &mut dyn MemoryAccess) -> io::Result<()> {
+        let _ = mem;
+        Ok(())
+    }
+
     /// The next event for the owner.
     fn poll_event(&mut self) -> Option<DeviceEvent>;
 

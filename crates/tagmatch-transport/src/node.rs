@@ -163,6 +163,17 @@ impl<D: RdmDevice> Node<D> {
         }
     }
 
+    /// After a send was posted outside `progress`: hands what the endpoint queued to the
+    /// device and lets the device send now what would not gain from waiting for the
+    /// owner's next `progress` ([`RdmDevice::send_soon`]: for UDP, a packet to a peer
+    /// with nothing in flight; the answer of a ping-pong leaves ~0.4–1 µs sooner).
+    /// Nothing is received. Events the device had queued are handed to the endpoint too
+    /// (completions then wait in the node, as after a `progress`).
+    pub fn send_now(&mut self) -> io::Result<()> {
+        self.pump();
+        self.dev.send_soon(&mut self.ep)
+    }
+
     /// Does the IO once: hands queued work to the device, lets it send and receive (blocking
     /// at most `timeout`, `None` for no limit, only when there is nothing to do at once),
     /// and feeds what it reports to the endpoint. Returns the completions ready for

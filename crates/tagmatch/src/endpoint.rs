@@ -75,6 +75,10 @@ impl RdmDevice for Device {
         with_device!(self, d => d.flush_tx(mem))
     }
 
+    fn send_soon(&mut self, mem: &mut dyn MemoryAccess) -> io::Result<()> {
+        with_device!(self, d => d.send_soon(mem))
+    }
+
     #[inline]
     fn poll_event(&mut self) -> Option<DeviceEvent> {
         with_device!(self, d => d.poll_event())
@@ -878,7 +882,23 @@ impl Endpoint {
             .get_mut()
             .endpoint_mut()
             .tsend(pid, tag, data, opts);
-        self.req(r, Some(peer))
+        let r = self.req(r, Some(peer));
+        self.sent();
+        r
+    }
+
+    /// After a send was posted to the protocol: the UDP device sends it at once if
+    /// nothing is in flight to its peer (see [`Node::send_now`]): a ping-pong's answer
+    /// no longer waits for the owner's next `progress`. Behind frames in flight (a
+    /// stream, a window of messages) it waits, batched, as before. An error of the
+    /// device's send is reported by the next `progress`, which tries again.
+    #[inline]
+    pub(crate) fn sent(&mut self) {
+        if matches!(*self.node.device(), Device::Udp(_)) {
+            if let Err(e) = self.node.get_mut().send_now() {
+                tracing::debug!(error = %e, "send at once failed; left to progress");
+            }
+        }
     }
 
     /// Untagged send (`fi_send`).
@@ -900,7 +920,9 @@ impl Endpoint {
             return self.fast_send(pid, None, crate::fast::Bytes::Owned(data), opts, false);
         }
         let r = self.node.get_mut().endpoint_mut().send(pid, data, opts);
-        self.req(r, Some(peer))
+        let r = self.req(r, Some(peer));
+        self.sent();
+        r
     }
 
     /// Tagged receive of up to `len` bytes (`ucp_tag_recv_nbx`, `fi_trecv`) from `source`
@@ -1232,6 +1254,7 @@ impl Endpoint {
         if r.is_ok() {
             self.counters.region_sends += 1;
         }
+        self.sent();
         r
     }
 

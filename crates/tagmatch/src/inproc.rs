@@ -1924,6 +1924,7 @@ impl Endpoint {
         let req = self.req(r, Some(peer))?;
         self.extra.injected.insert(req.op);
         self.counters.injected += 1;
+        self.sent();
         Ok(())
     }
 

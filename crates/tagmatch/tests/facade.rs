@@ -619,3 +619,51 @@ fn sender_and_full_receiver(
     let ba = b.insert_peer(&a.address()).unwrap();
     (a, b, ab, ba)
 }
+
+/// Datagrams the UDP device's sockets sent so far (the wire, not the window: a frame
+/// enters the window, and counts as sent in `frames_sent`, when it is submitted).
+fn udp_frames_sent(e: &Endpoint) -> u64 {
+    match e.stats().device {
+        tagmatch::DeviceStats::Udp(u) => u.sock.tx_datagrams,
+        other => panic!("not a UDP endpoint: {other:?}"),
+    }
+}
+
+/// A send to a UDP peer with nothing in flight leaves at once, in the send call (a
+/// ping-pong's answer does not wait for the owner's next `progress`); one posted while
+/// a frame to that peer is unacknowledged waits for `progress`, batched with the others;
+/// both arrive.
+#[test]
+fn udp_send_to_an_idle_peer_leaves_at_once() {
+    let (mut a, mut b) = common::udp_pair();
+    let ab = a.insert_peer(&b.address()).unwrap();
+    let ba = b.insert_peer(&a.address()).unwrap();
+    // A first exchange both ways: the handshake done, a's frames acknowledged.
+    let s = a.tsend(ab, 1, vec![1u8; 8]).unwrap();
+    let r = b.trecv(ba, 1, 8).unwrap();
+    b.wait_with(r, &mut [&mut a]).unwrap();
+    a.wait_with(s, &mut [&mut b]).unwrap();
+    let s = b.tsend(ba, 2, vec![2u8; 8]).unwrap();
+    let r = a.trecv(ab, 2, 8).unwrap();
+    a.wait_with(r, &mut [&mut b]).unwrap();
+    b.wait_with(s, &mut [&mut a]).unwrap();
+    // b's answer acknowledged a's message: nothing of a's is in flight to b.
+    let before = udp_frames_sent(&a);
+    let s1 = a.tsend(ab, 3, vec![3u8; 8]).unwrap();
+    assert_eq!(udp_frames_sent(&a), before + 1, "sent in the call");
+    let s2 = a.tsend(ab, 4, vec![4u8; 8]).unwrap();
+    assert_eq!(
+        udp_frames_sent(&a),
+        before + 1,
+        "behind a frame in flight: queued"
+    );
+    a.progress().unwrap();
+    assert_eq!(udp_frames_sent(&a), before + 2, "sent by progress");
+    for (tag, byte) in [(3u64, 3u8), (4, 4)] {
+        let r = b.trecv(ba, tag, 8).unwrap();
+        let c = b.wait_with(r, &mut [&mut a]).unwrap();
+        assert_eq!(c.data, vec![byte; 8]);
+    }
+    a.wait_with(s1, &mut [&mut b]).unwrap();
+    a.wait_with(s2, &mut [&mut b]).unwrap();
+}

@@ -781,6 +781,9 @@ pub struct UdpDevice {
     /// The socket slot whose send buffer was full at the last flush (frames wait in
     /// `txq`): the only one a blocking wait asks to be woken for when writable.
     tx_blocked: Option<usize>,
+    /// A packet was queued for a peer with nothing in flight: [`RdmDevice::send_soon`]
+    /// sends it (cleared by every flush).
+    send_soon: bool,
     /// One-datagram receives that found the hot slot empty (see `receive`).
     rx_cold: u32,
     /// The next one-datagram receive reads every slot (set after a wait in `poll(2)`,
@@ -924,6 +927,7 @@ impl UdpDevice {
             socks,
             rx_hot: 0,
             tx_blocked: None,
+            send_soon: false,
             rx_cold: 0,
             rx_all: false,
             addr: UdpAddr {
@@ -1030,8 +1034,13 @@ impl UdpDevice {
         if bounded && c.unacked.len() + c.waiting.len() >= max_queued {
             return false;
         }
+        // A packet to a peer with nothing in flight (a ping-pong's answer, a request
+        // after its reply) may leave at once (see `RdmDevice::send_soon`); behind frames
+        // in flight it waits for the owner's next `progress`, batched with the others.
+        let idle = c.unacked.is_empty() && c.waiting.is_empty();
         c.waiting
             .push_back(TxFrame::waiting(kind, Body::Bytes(body), token, now));
+        self.send_soon |= idle && kind == KIND_PKT;
         self.fill_due = true;
         true
     }
@@ -2195,6 +2204,7 @@ impl UdpDevice {
             s.release(&mut self.txq);
         }
         self.tx_blocked = None;
+        self.send_soon = false;
         let batch = self.cfg.batch.max(1);
         let my_connid = self.addr.connid;
         let splice = self.cfg.splice && sock::PEEK;
@@ -2523,6 +2533,13 @@ impl RdmDevice for UdpDevice {
     fn flush_tx(&mut self, mem: &mut dyn MemoryAccess) -> io::Result<()> {
         self.fill_windows(mem, None);
         self.flush(mem)
+    }
+
+    fn send_soon(&mut self, mem: &mut dyn MemoryAccess) -> io::Result<()> {
+        if self.send_soon {
+            self.flush_tx(mem)?;
+        }
+        Ok(())
     }
 
     #[inline]
