@@ -887,11 +887,13 @@ impl Endpoint {
         r
     }
 
-    /// After a send was posted to the protocol: the UDP device sends it at once if
-    /// nothing is in flight to its peer (see [`Node::send_now`]): a ping-pong's answer
-    /// no longer waits for the owner's next `progress`. Behind frames in flight (a
-    /// stream, a window of messages) it waits, batched, as before. An error of the
-    /// device's send is reported by the next `progress`, which tries again.
+    /// After a send, RMA or atomic was posted to the protocol: the UDP device sends it at
+    /// once if nothing is in flight to its peer and it has not sent so since the last
+    /// `progress` (see [`Node::send_now`]): a ping-pong's answer no longer waits for the
+    /// owner's next `progress`. Behind frames in flight (a stream, a window of messages),
+    /// or after another such send (a fan-out to many peers), it waits for `progress`,
+    /// batched, as before. An error of the device's send is reported by the next
+    /// `progress`, which tries again.
     #[inline]
     pub(crate) fn sent(&mut self) {
         if matches!(*self.node.device(), Device::Udp(_)) {
@@ -1291,7 +1293,9 @@ impl Endpoint {
             .get_mut()
             .endpoint_mut()
             .write(pid, data, remote, opts);
-        self.req(r, Some(peer))
+        let r = self.req(r, Some(peer));
+        self.sent();
+        r
     }
 
     /// RMA read of `len` bytes from the peer's `remote` (`fi_read`, `ucp_get_nbx`); the
@@ -1300,7 +1304,9 @@ impl Endpoint {
         trace!(peer = peer.index(), len, "read");
         let pid = self.pid(peer)?;
         let r = self.node.get_mut().endpoint_mut().read(pid, len, remote);
-        self.req(r, Some(peer))
+        let r = self.req(r, Some(peer));
+        self.sent();
+        r
     }
 
     fn atomic_len_check(&self, args: &AtomicArgs) -> usize {
@@ -1365,7 +1371,11 @@ impl Endpoint {
                 self.counters.call_errors += 1;
                 Err(Error::AtomicTooLarge { len: n })
             }
-            r => self.req(r, Some(peer)),
+            r => {
+                let r = self.req(r, Some(peer));
+                self.sent();
+                r
+            }
         }
     }
 

@@ -667,3 +667,66 @@ fn udp_send_to_an_idle_peer_leaves_at_once() {
     a.wait_with(s1, &mut [&mut b]).unwrap();
     a.wait_with(s2, &mut [&mut b]).unwrap();
 }
+
+/// Sends to several idle UDP peers in a row (a fan-out): the first leaves in its call,
+/// the rest wait for `progress` and go together, not one system call each; after a
+/// `progress`, a send to an idle peer leaves at once again.
+#[test]
+fn udp_fan_out_sends_once_then_batches() {
+    let mut a = common::udp_pair().0;
+    let mut peers: Vec<Endpoint> = (0..3).map(|_| common::udp_pair().0).collect();
+    let to: Vec<tagmatch::Peer> = peers
+        .iter()
+        .map(|p| a.insert_peer(&p.address()).unwrap())
+        .collect();
+    let from: Vec<tagmatch::Peer> = peers
+        .iter_mut()
+        .map(|p| p.insert_peer(&a.address()).unwrap())
+        .collect();
+    // A first message to each (the handshakes), received, and an answer back, so that
+    // nothing of a's is in flight.
+    for i in 0..3 {
+        let s = a.tsend(to[i], 1, vec![1u8; 8]).unwrap();
+        let r = peers[i].trecv(from[i], 1, 8).unwrap();
+        peers[i].wait_with(r, &mut [&mut a]).unwrap();
+        a.wait_with(s, &mut [&mut peers[i]]).unwrap();
+        let s = peers[i].tsend(from[i], 2, vec![2u8; 8]).unwrap();
+        let r = a.trecv(to[i], 2, 8).unwrap();
+        a.wait_with(r, &mut [&mut peers[i]]).unwrap();
+        peers[i].wait_with(s, &mut [&mut a]).unwrap();
+    }
+    // Until every frame of a's is acknowledged (the peers' acknowledgements need their
+    // progress).
+    let mut acked = false;
+    for _ in 0..2000 {
+        for p in peers.iter_mut() {
+            p.progress().unwrap();
+        }
+        if a.flush(Duration::from_millis(1)).unwrap() {
+            acked = true;
+            break;
+        }
+    }
+    assert!(acked, "a's frames acknowledged");
+    a.progress().unwrap();
+    let before = udp_frames_sent(&a);
+    let sends: Vec<_> = (0..3)
+        .map(|i| a.tsend(to[i], 3, vec![3u8; 8]).unwrap())
+        .collect();
+    assert_eq!(
+        udp_frames_sent(&a),
+        before + 1,
+        "the first at once, the rest queued"
+    );
+    a.progress().unwrap();
+    assert_eq!(udp_frames_sent(&a), before + 3, "the rest by progress");
+    for i in 0..3 {
+        let r = peers[i].trecv(from[i], 3, 8).unwrap();
+        let c = peers[i].wait_with(r, &mut [&mut a]).unwrap();
+        assert_eq!(c.data, vec![3u8; 8]);
+    }
+    for s in sends {
+        let mut others: Vec<&mut Endpoint> = peers.iter_mut().collect();
+        a.wait_with(s, &mut others).unwrap();
+    }
+}

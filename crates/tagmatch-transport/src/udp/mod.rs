@@ -781,9 +781,13 @@ pub struct UdpDevice {
     /// The socket slot whose send buffer was full at the last flush (frames wait in
     /// `txq`): the only one a blocking wait asks to be woken for when writable.
     tx_blocked: Option<usize>,
-    /// A packet was queued for a peer with nothing in flight: [`RdmDevice::send_soon`]
+    /// A frame was queued for a peer with nothing in flight: [`RdmDevice::send_soon`]
     /// sends it (cleared by every flush).
     send_soon: bool,
+    /// `send_soon` sent since the last `progress`: the next frames wait for `progress`,
+    /// batched (a fan-out of sends to many idle peers makes one system call for the
+    /// first, one batch for the rest, not one call each).
+    sent_soon: bool,
     /// One-datagram receives that found the hot slot empty (see `receive`).
     rx_cold: u32,
     /// The next one-datagram receive reads every slot (set after a wait in `poll(2)`,
@@ -928,6 +932,7 @@ impl UdpDevice {
             rx_hot: 0,
             tx_blocked: None,
             send_soon: false,
+            sent_soon: false,
             rx_cold: 0,
             rx_all: false,
             addr: UdpAddr {
@@ -1034,13 +1039,14 @@ impl UdpDevice {
         if bounded && c.unacked.len() + c.waiting.len() >= max_queued {
             return false;
         }
-        // A packet to a peer with nothing in flight (a ping-pong's answer, a request
-        // after its reply) may leave at once (see `RdmDevice::send_soon`); behind frames
-        // in flight it waits for the owner's next `progress`, batched with the others.
+        // A frame to a peer with nothing in flight (a ping-pong's answer, a request after
+        // its reply) may leave at once (see `RdmDevice::send_soon`), once per `progress`;
+        // behind frames in flight it waits for the owner's next `progress`, batched with
+        // the others.
         let idle = c.unacked.is_empty() && c.waiting.is_empty();
         c.waiting
             .push_back(TxFrame::waiting(kind, Body::Bytes(body), token, now));
-        self.send_soon |= idle && kind == KIND_PKT;
+        self.send_soon |= idle && !self.sent_soon;
         self.fill_due = true;
         true
     }
@@ -2408,6 +2414,7 @@ impl RdmDevice for UdpDevice {
         timeout: Option<Duration>,
     ) -> io::Result<()> {
         let now = Instant::now();
+        self.sent_soon = false;
         if std::mem::take(&mut self.fresh_any) {
             for c in self.conns.values_mut() {
                 c.fresh = 0;
@@ -2537,6 +2544,7 @@ impl RdmDevice for UdpDevice {
 
     fn send_soon(&mut self, mem: &mut dyn MemoryAccess) -> io::Result<()> {
         if self.send_soon {
+            self.sent_soon = true;
             self.flush_tx(mem)?;
         }
         Ok(())
