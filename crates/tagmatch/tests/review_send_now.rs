@@ -268,3 +268,74 @@ fn the_send_at_once_is_rearmed_by_progress_only() {
         a.wait_with(s, &mut [&mut b]).unwrap();
     }
 }
+
+/// Send system calls of a UDP endpoint's sockets.
+fn udp_send_calls(e: &Endpoint) -> u64 {
+    match e.stats().device {
+        tagmatch::DeviceStats::Udp(u) => u.sock.send_calls,
+        other => panic!("not a UDP endpoint: {other:?}"),
+    }
+}
+
+/// The once-per-progress guard (`sent_soon`) holds the second and later sends to idle
+/// peers for `progress` so that they go in one batch. With the default
+/// `UdpConfig::connect_peers` (4) each of the first peers has a socket of its own, and
+/// one `sendmmsg` sends through one socket only: the held sends still cost one call
+/// each at `progress`. For up to 4 peers the guard saves no system call; it only delays
+/// sends 2..N to the owner's next `progress`. (Characterisation: the batch is one call
+/// per socket.)
+#[test]
+fn a_fan_out_to_peers_with_sockets_of_their_own_costs_a_call_per_peer_at_progress() {
+    let mut a = common::udp_pair().0;
+    let mut peers: Vec<Endpoint> = (0..3).map(|_| common::udp_pair().0).collect();
+    let to: Vec<Peer> = peers
+        .iter()
+        .map(|p| a.insert_peer(&p.address()).unwrap())
+        .collect();
+    let from: Vec<Peer> = peers
+        .iter_mut()
+        .map(|p| p.insert_peer(&a.address()).unwrap())
+        .collect();
+    for i in 0..3 {
+        let s = a.tsend(to[i], 1, vec![1u8; 8]).unwrap();
+        let r = peers[i].trecv(from[i], 1, 8).unwrap();
+        peers[i].wait_with(r, &mut [&mut a]).unwrap();
+        a.wait_with(s, &mut [&mut peers[i]]).unwrap();
+    }
+    let mut acked = false;
+    for _ in 0..4000 {
+        for p in peers.iter_mut() {
+            p.progress().unwrap();
+        }
+        if a.flush(Duration::from_millis(1)).unwrap() {
+            acked = true;
+            break;
+        }
+    }
+    assert!(acked);
+    a.progress().unwrap();
+    let peer_sockets = match a.stats().device {
+        tagmatch::DeviceStats::Udp(u) => u.peer_sockets,
+        _ => unreachable!(),
+    };
+    assert_eq!(peer_sockets, 3, "each peer has a socket of its own");
+    let c0 = udp_send_calls(&a);
+    let sends: Vec<_> = (0..3)
+        .map(|i| a.tsend(to[i], 3, vec![3u8; 8]).unwrap())
+        .collect();
+    assert_eq!(udp_send_calls(&a), c0 + 1, "the first at once");
+    a.progress().unwrap();
+    assert_eq!(
+        udp_send_calls(&a),
+        c0 + 3,
+        "the two held: one call each (one per socket), no batch"
+    );
+    for i in 0..3 {
+        let r = peers[i].trecv(from[i], 3, 8).unwrap();
+        peers[i].wait_with(r, &mut [&mut a]).unwrap();
+    }
+    for s in sends {
+        let mut others: Vec<&mut Endpoint> = peers.iter_mut().collect();
+        a.wait_with(s, &mut others).unwrap();
+    }
+}
