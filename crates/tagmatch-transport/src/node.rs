@@ -49,6 +49,9 @@ pub struct Node<D: RdmDevice> {
     /// The endpoint's admission epoch when it refused the first packet the device holds
     /// since the device was last asked to retry (see [`Node::progress`]).
     refused_at: Option<u64>,
+    /// [`Node::send_now`] moved completions into `completions`: the next
+    /// [`Node::progress`] must not block (as it would not have had it moved them itself).
+    pumped: bool,
 }
 
 impl<D: RdmDevice> Node<D> {
@@ -62,6 +65,7 @@ impl<D: RdmDevice> Node<D> {
             completions: VecDeque::new(),
             exact: HashMap::default(),
             refused_at: None,
+            pumped: false,
         }
     }
 
@@ -170,7 +174,11 @@ impl<D: RdmDevice> Node<D> {
     /// Nothing is received. Events the device had queued are handed to the endpoint too
     /// (completions then wait in the node, as after a `progress`).
     pub fn send_now(&mut self) -> io::Result<()> {
+        let before = self.completions.len();
         self.pump();
+        // Completions moved now would have made the next `progress` a pass without a
+        // wait (it would have moved them): it still is.
+        self.pumped |= self.completions.len() > before;
         self.dev.send_soon(&mut self.ep)
     }
 
@@ -185,7 +193,7 @@ impl<D: RdmDevice> Node<D> {
     /// no work: a receiver that is not ready blocks in the device like an idle one, and
     /// wakes for new packets, completions and timers.
     pub fn progress(&mut self, timeout: Option<Duration>) -> io::Result<usize> {
-        let moved = self.pump();
+        let moved = self.pump() + usize::from(std::mem::take(&mut self.pumped));
         if self
             .refused_at
             .is_some_and(|e| e != self.ep.admission_epoch())
