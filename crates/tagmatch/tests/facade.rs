@@ -620,6 +620,14 @@ fn sender_and_full_receiver(
     (a, b, ab, ba)
 }
 
+/// System calls the UDP device's sockets made to send so far.
+fn udp_send_calls(e: &Endpoint) -> u64 {
+    match e.stats().device {
+        tagmatch::DeviceStats::Udp(u) => u.sock.send_calls,
+        other => panic!("not a UDP endpoint: {other:?}"),
+    }
+}
+
 /// Datagrams the UDP device's sockets sent so far (the wire, not the window: a frame
 /// enters the window, and counts as sent in `frames_sent`, when it is submitted).
 fn udp_frames_sent(e: &Endpoint) -> u64 {
@@ -668,12 +676,20 @@ fn udp_send_to_an_idle_peer_leaves_at_once() {
     a.wait_with(s2, &mut [&mut b]).unwrap();
 }
 
-/// Sends to several idle UDP peers in a row (a fan-out): the first leaves in its call,
-/// the rest wait for `progress` and go together, not one system call each; after a
-/// `progress`, a send to an idle peer leaves at once again.
+/// Sends to several idle UDP peers in a row (a fan-out) through the shared socket (no
+/// socket per peer): the first leaves in its call, the rest wait for `progress` and go
+/// together in one system call, not one call each.
 #[test]
 fn udp_fan_out_sends_once_then_batches() {
-    let mut a = common::udp_pair().0;
+    let mut a = Endpoint::builder()
+        .udp("127.0.0.1:0".parse().unwrap())
+        .udp_config(tagmatch::UdpConfig {
+            connect_peers: 0,
+            ..tagmatch::UdpConfig::new("127.0.0.1:0".parse().unwrap())
+        })
+        .wait_limit(Duration::from_secs(20))
+        .build()
+        .unwrap();
     let mut peers: Vec<Endpoint> = (0..3).map(|_| common::udp_pair().0).collect();
     let to: Vec<tagmatch::Peer> = peers
         .iter()
@@ -710,6 +726,7 @@ fn udp_fan_out_sends_once_then_batches() {
     assert!(acked, "a's frames acknowledged");
     a.progress().unwrap();
     let before = udp_frames_sent(&a);
+    let calls = udp_send_calls(&a);
     let sends: Vec<_> = (0..3)
         .map(|i| a.tsend(to[i], 3, vec![3u8; 8]).unwrap())
         .collect();
@@ -720,6 +737,7 @@ fn udp_fan_out_sends_once_then_batches() {
     );
     a.progress().unwrap();
     assert_eq!(udp_frames_sent(&a), before + 3, "the rest by progress");
+    assert_eq!(udp_send_calls(&a), calls + 2, "the rest in one call");
     for i in 0..3 {
         let r = peers[i].trecv(from[i], 3, 8).unwrap();
         let c = peers[i].wait_with(r, &mut [&mut a]).unwrap();

@@ -784,9 +784,9 @@ pub struct UdpDevice {
     /// A frame was queued for a peer with nothing in flight: [`RdmDevice::send_soon`]
     /// sends it (cleared by every flush).
     send_soon: bool,
-    /// `send_soon` sent since the last `progress`: the next frames wait for `progress`,
-    /// batched (a fan-out of sends to many idle peers makes one system call for the
-    /// first, one batch for the rest, not one call each).
+    /// `send_soon` sent since the last `progress`: the next frames to peers on the shared
+    /// socket wait for `progress`, batched (a fan-out of sends to many idle peers makes
+    /// one system call for the first, one batch for the rest, not one call each).
     sent_soon: bool,
     /// One-datagram receives that found the hot slot empty (see `receive`).
     rx_cold: u32,
@@ -1040,13 +1040,17 @@ impl UdpDevice {
             return false;
         }
         // A frame to a peer with nothing in flight (a ping-pong's answer, a request after
-        // its reply) may leave at once (see `RdmDevice::send_soon`), once per `progress`;
-        // behind frames in flight it waits for the owner's next `progress`, batched with
-        // the others.
+        // its reply) may leave at once (see `RdmDevice::send_soon`); behind frames in
+        // flight it waits for the owner's next `progress`, batched with the others. A peer
+        // with a socket of its own costs one system call either way (a `sendmmsg` sends
+        // through one socket); peers on the shared socket share batches, so among them
+        // only the first since the last `progress` leaves at once (a fan-out: one call,
+        // then one batch).
         let idle = c.unacked.is_empty() && c.waiting.is_empty();
+        let own_socket = c.via != 0;
         c.waiting
             .push_back(TxFrame::waiting(kind, Body::Bytes(body), token, now));
-        self.send_soon |= idle && !self.sent_soon;
+        self.send_soon |= idle && (own_socket || !self.sent_soon);
         self.fill_due = true;
         true
     }
