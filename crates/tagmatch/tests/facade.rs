@@ -620,23 +620,6 @@ fn sender_and_full_receiver(
     (a, b, ab, ba)
 }
 
-/// System calls the UDP device's sockets made to send so far.
-fn udp_send_calls(e: &Endpoint) -> u64 {
-    match e.stats().device {
-        tagmatch::DeviceStats::Udp(u) => u.sock.send_calls,
-        other => panic!("not a UDP endpoint: {other:?}"),
-    }
-}
-
-/// Datagrams the UDP device's sockets sent so far (the wire, not the window: a frame
-/// enters the window, and counts as sent in `frames_sent`, when it is submitted).
-fn udp_frames_sent(e: &Endpoint) -> u64 {
-    match e.stats().device {
-        tagmatch::DeviceStats::Udp(u) => u.sock.tx_datagrams,
-        other => panic!("not a UDP endpoint: {other:?}"),
-    }
-}
-
 /// A send to a UDP peer with nothing in flight leaves at once, in the send call (a
 /// ping-pong's answer does not wait for the owner's next `progress`); one posted while
 /// a frame to that peer is unacknowledged waits for `progress`, batched with the others;
@@ -656,17 +639,17 @@ fn udp_send_to_an_idle_peer_leaves_at_once() {
     a.wait_with(r, &mut [&mut b]).unwrap();
     b.wait_with(s, &mut [&mut a]).unwrap();
     // b's answer acknowledged a's message: nothing of a's is in flight to b.
-    let before = udp_frames_sent(&a);
+    let before = common::udp_tx_datagrams(&a);
     let s1 = a.tsend(ab, 3, vec![3u8; 8]).unwrap();
-    assert_eq!(udp_frames_sent(&a), before + 1, "sent in the call");
+    assert_eq!(common::udp_tx_datagrams(&a), before + 1, "sent in the call");
     let s2 = a.tsend(ab, 4, vec![4u8; 8]).unwrap();
     assert_eq!(
-        udp_frames_sent(&a),
+        common::udp_tx_datagrams(&a),
         before + 1,
         "behind a frame in flight: queued"
     );
     a.progress().unwrap();
-    assert_eq!(udp_frames_sent(&a), before + 2, "sent by progress");
+    assert_eq!(common::udp_tx_datagrams(&a), before + 2, "sent by progress");
     for (tag, byte) in [(3u64, 3u8), (4, 4)] {
         let r = b.trecv(ba, tag, 8).unwrap();
         let c = b.wait_with(r, &mut [&mut a]).unwrap();
@@ -690,61 +673,27 @@ fn udp_fan_out_sends_once_then_batches() {
         .wait_limit(Duration::from_secs(20))
         .build()
         .unwrap();
-    let mut peers: Vec<Endpoint> = (0..3).map(|_| common::udp_pair().0).collect();
-    let to: Vec<tagmatch::Peer> = peers
-        .iter()
-        .map(|p| a.insert_peer(&p.address()).unwrap())
-        .collect();
-    let from: Vec<tagmatch::Peer> = peers
-        .iter_mut()
-        .map(|p| p.insert_peer(&a.address()).unwrap())
-        .collect();
-    // A first message to each (the handshakes), received, and an answer back, so that
-    // nothing of a's is in flight.
-    for i in 0..3 {
-        let s = a.tsend(to[i], 1, vec![1u8; 8]).unwrap();
-        let r = peers[i].trecv(from[i], 1, 8).unwrap();
-        peers[i].wait_with(r, &mut [&mut a]).unwrap();
-        a.wait_with(s, &mut [&mut peers[i]]).unwrap();
-        let s = peers[i].tsend(from[i], 2, vec![2u8; 8]).unwrap();
-        let r = a.trecv(to[i], 2, 8).unwrap();
-        a.wait_with(r, &mut [&mut peers[i]]).unwrap();
-        peers[i].wait_with(s, &mut [&mut a]).unwrap();
-    }
-    // Until every frame of a's is acknowledged (the peers' acknowledgements need their
-    // progress).
-    let mut acked = false;
-    for _ in 0..2000 {
-        for p in peers.iter_mut() {
-            p.progress().unwrap();
-        }
-        if a.flush(Duration::from_millis(1)).unwrap() {
-            acked = true;
-            break;
-        }
-    }
-    assert!(acked, "a's frames acknowledged");
-    a.progress().unwrap();
-    let before = udp_frames_sent(&a);
-    let calls = udp_send_calls(&a);
+    let (mut peers, to, from) = common::idle_fan_out(&mut a, 3);
+    let before = common::udp_tx_datagrams(&a);
+    let calls = common::udp_send_calls(&a);
     let sends: Vec<_> = (0..3)
         .map(|i| a.tsend(to[i], 3, vec![3u8; 8]).unwrap())
         .collect();
     assert_eq!(
-        udp_frames_sent(&a),
+        common::udp_tx_datagrams(&a),
         before + 1,
         "the first at once, the rest queued"
     );
     a.progress().unwrap();
-    assert_eq!(udp_frames_sent(&a), before + 3, "the rest by progress");
-    assert_eq!(udp_send_calls(&a), calls + 2, "the rest in one call");
-    for i in 0..3 {
-        let r = peers[i].trecv(from[i], 3, 8).unwrap();
-        let c = peers[i].wait_with(r, &mut [&mut a]).unwrap();
-        assert_eq!(c.data, vec![3u8; 8]);
-    }
-    for s in sends {
-        let mut others: Vec<&mut Endpoint> = peers.iter_mut().collect();
-        a.wait_with(s, &mut others).unwrap();
-    }
+    assert_eq!(
+        common::udp_tx_datagrams(&a),
+        before + 3,
+        "the rest by progress"
+    );
+    assert_eq!(
+        common::udp_send_calls(&a),
+        calls + 2,
+        "the rest in one call"
+    );
+    common::finish_fan_out(&mut a, &mut peers, &from, sends, 3);
 }

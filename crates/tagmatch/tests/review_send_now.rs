@@ -8,22 +8,6 @@ use std::time::Duration;
 
 use tagmatch::{Endpoint, Peer, TagMatch};
 
-/// `poll(2)` calls (blocking waits) of a UDP endpoint's sockets.
-fn udp_polls(e: &Endpoint) -> u64 {
-    match e.stats().device {
-        tagmatch::DeviceStats::Udp(u) => u.sock.poll_calls,
-        other => panic!("not a UDP endpoint: {other:?}"),
-    }
-}
-
-/// Datagrams a UDP endpoint's sockets sent.
-fn udp_tx(e: &Endpoint) -> u64 {
-    match e.stats().device {
-        tagmatch::DeviceStats::Udp(u) => u.sock.tx_datagrams,
-        other => panic!("not a UDP endpoint: {other:?}"),
-    }
-}
-
 /// A connected UDP pair, one exchange done both ways and every frame acknowledged: no
 /// frame of either is in flight. `(a, b, a's peer b, b's peer a)`.
 fn idle_pair() -> (Endpoint, Endpoint, Peer, Peer) {
@@ -82,14 +66,14 @@ fn a_completion_pumped_by_a_send_keeps_the_next_progress_from_blocking() {
     unexpected_at_b(&mut a, &mut b, ab, ba);
     let r = b.trecv(ba, 7, 8).unwrap();
     let s = b.tsend(ba, 8, vec![8u8; 8]).unwrap();
-    let polls = udp_polls(&b);
+    let polls = common::udp_poll_calls(&b);
     let t = std::time::Instant::now();
     let n = b.progress_timeout(Duration::from_secs(5)).unwrap();
     // (Informational only: how long the call took.)
     eprintln!("progress_timeout took {:?}", t.elapsed());
     assert!(n >= 1, "the receive's completion is ready");
     assert_eq!(
-        udp_polls(&b),
+        common::udp_poll_calls(&b),
         polls,
         "a completion was ready: progress_timeout must not block in poll(2)"
     );
@@ -249,31 +233,31 @@ fn a_refused_message_is_taken_after_a_receive_and_a_send() {
 #[test]
 fn the_send_at_once_is_rearmed_by_progress_only() {
     let (mut a, mut b, ab, ba) = idle_pair();
-    let t0 = udp_tx(&a);
+    let t0 = common::udp_tx_datagrams(&a);
     let s1 = a.tsend(ab, 10, vec![1u8; 8]).unwrap();
-    assert_eq!(udp_tx(&a), t0 + 1, "first: at once");
+    assert_eq!(common::udp_tx_datagrams(&a), t0 + 1, "first: at once");
     // b answers and acknowledges; a reads the ACK only at its progress.
     let r = b.trecv(ba, 10, 8).unwrap();
     b.wait_with(r, &mut [&mut a]).unwrap();
     a.wait_with(s1, &mut [&mut b]).unwrap();
     settle(&mut a, &mut b);
-    let t1 = udp_tx(&a);
+    let t1 = common::udp_tx_datagrams(&a);
     let s2 = a.tsend(ab, 11, vec![2u8; 8]).unwrap();
-    assert_eq!(udp_tx(&a), t1 + 1, "after a progress: at once again");
+    assert_eq!(
+        common::udp_tx_datagrams(&a),
+        t1 + 1,
+        "after a progress: at once again"
+    );
     let s3 = a.tsend(ab, 12, vec![3u8; 8]).unwrap();
-    assert_eq!(udp_tx(&a), t1 + 1, "behind a frame in flight: waits");
+    assert_eq!(
+        common::udp_tx_datagrams(&a),
+        t1 + 1,
+        "behind a frame in flight: waits"
+    );
     for (t, s) in [(11u64, s2), (12, s3)] {
         let r = b.trecv(ba, t, 8).unwrap();
         b.wait_with(r, &mut [&mut a]).unwrap();
         a.wait_with(s, &mut [&mut b]).unwrap();
-    }
-}
-
-/// Send system calls of a UDP endpoint's sockets.
-fn udp_send_calls(e: &Endpoint) -> u64 {
-    match e.stats().device {
-        tagmatch::DeviceStats::Udp(u) => u.sock.send_calls,
-        other => panic!("not a UDP endpoint: {other:?}"),
     }
 }
 
@@ -287,57 +271,28 @@ fn udp_send_calls(e: &Endpoint) -> u64 {
 #[test]
 fn a_fan_out_to_peers_with_sockets_of_their_own_costs_a_call_per_peer_at_progress() {
     let mut a = common::udp_pair().0;
-    let mut peers: Vec<Endpoint> = (0..3).map(|_| common::udp_pair().0).collect();
-    let to: Vec<Peer> = peers
-        .iter()
-        .map(|p| a.insert_peer(&p.address()).unwrap())
-        .collect();
-    let from: Vec<Peer> = peers
-        .iter_mut()
-        .map(|p| p.insert_peer(&a.address()).unwrap())
-        .collect();
-    for i in 0..3 {
-        let s = a.tsend(to[i], 1, vec![1u8; 8]).unwrap();
-        let r = peers[i].trecv(from[i], 1, 8).unwrap();
-        peers[i].wait_with(r, &mut [&mut a]).unwrap();
-        a.wait_with(s, &mut [&mut peers[i]]).unwrap();
-    }
-    let mut acked = false;
-    for _ in 0..4000 {
-        for p in peers.iter_mut() {
-            p.progress().unwrap();
-        }
-        if a.flush(Duration::from_millis(1)).unwrap() {
-            acked = true;
-            break;
-        }
-    }
-    assert!(acked);
-    a.progress().unwrap();
+    let (mut peers, to, from) = common::idle_fan_out(&mut a, 3);
     let peer_sockets = match a.stats().device {
         tagmatch::DeviceStats::Udp(u) => u.peer_sockets,
         _ => unreachable!(),
     };
     assert_eq!(peer_sockets, 3, "each peer has a socket of its own");
-    let c0 = udp_send_calls(&a);
+    let c0 = common::udp_send_calls(&a);
     let sends: Vec<_> = (0..3)
         .map(|i| a.tsend(to[i], 3, vec![3u8; 8]).unwrap())
         .collect();
     // (Main after the review: peers with sockets of their own are not held by the
     // once-per-progress guard, which saved them no call; each leaves in its send.)
     assert_eq!(
-        udp_send_calls(&a),
+        common::udp_send_calls(&a),
         c0 + 3,
         "each at once, one call per socket"
     );
     a.progress().unwrap();
-    assert_eq!(udp_send_calls(&a), c0 + 3, "nothing held for progress");
-    for i in 0..3 {
-        let r = peers[i].trecv(from[i], 3, 8).unwrap();
-        peers[i].wait_with(r, &mut [&mut a]).unwrap();
-    }
-    for s in sends {
-        let mut others: Vec<&mut Endpoint> = peers.iter_mut().collect();
-        a.wait_with(s, &mut others).unwrap();
-    }
+    assert_eq!(
+        common::udp_send_calls(&a),
+        c0 + 3,
+        "nothing held for progress"
+    );
+    common::finish_fan_out(&mut a, &mut peers, &from, sends, 3);
 }

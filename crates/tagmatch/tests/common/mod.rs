@@ -230,3 +230,93 @@ pub fn receive_in_order(
         a.wait_with(s, &mut [&mut *b]).unwrap();
     }
 }
+
+/// A UDP endpoint's device counter `f` (panics on another transport).
+fn udp_counter(e: &Endpoint, f: impl Fn(&tagmatch::DeviceStats) -> Option<u64>) -> u64 {
+    let d = e.stats().device;
+    f(&d).unwrap_or_else(|| panic!("not a UDP endpoint: {d:?}"))
+}
+
+/// Datagrams a UDP endpoint's sockets sent so far (the wire, not the window: a frame
+/// enters the window, and counts in `frames_sent`, when it is submitted).
+pub fn udp_tx_datagrams(e: &Endpoint) -> u64 {
+    udp_counter(e, |d| match d {
+        tagmatch::DeviceStats::Udp(u) => Some(u.sock.tx_datagrams),
+        _ => None,
+    })
+}
+
+/// System calls a UDP endpoint's sockets made to send so far.
+pub fn udp_send_calls(e: &Endpoint) -> u64 {
+    udp_counter(e, |d| match d {
+        tagmatch::DeviceStats::Udp(u) => Some(u.sock.send_calls),
+        _ => None,
+    })
+}
+
+/// `poll(2)` calls (blocking waits) of a UDP endpoint's sockets so far.
+pub fn udp_poll_calls(e: &Endpoint) -> u64 {
+    udp_counter(e, |d| match d {
+        tagmatch::DeviceStats::Udp(u) => Some(u.sock.poll_calls),
+        _ => None,
+    })
+}
+
+/// `n` UDP peers of `a`, each having exchanged a message both ways with it, and every
+/// frame of `a`'s acknowledged (nothing of `a`'s in flight): the peers, `a`'s handle of
+/// each, and each one's handle of `a`.
+pub fn idle_fan_out(
+    a: &mut Endpoint,
+    n: usize,
+) -> (Vec<Endpoint>, Vec<tagmatch::Peer>, Vec<tagmatch::Peer>) {
+    let mut peers: Vec<Endpoint> = (0..n).map(|_| udp_pair().0).collect();
+    let to: Vec<tagmatch::Peer> = peers
+        .iter()
+        .map(|p| a.insert_peer(&p.address()).unwrap())
+        .collect();
+    let from: Vec<tagmatch::Peer> = peers
+        .iter_mut()
+        .map(|p| p.insert_peer(&a.address()).unwrap())
+        .collect();
+    for i in 0..n {
+        let s = a.tsend(to[i], 1, vec![1u8; 8]).unwrap();
+        let r = peers[i].trecv(from[i], 1, 8).unwrap();
+        peers[i].wait_with(r, &mut [&mut *a]).unwrap();
+        a.wait_with(s, &mut [&mut peers[i]]).unwrap();
+        let s = peers[i].tsend(from[i], 2, vec![2u8; 8]).unwrap();
+        let r = a.trecv(to[i], 2, 8).unwrap();
+        a.wait_with(r, &mut [&mut peers[i]]).unwrap();
+        peers[i].wait_with(s, &mut [&mut *a]).unwrap();
+    }
+    // Until every frame of a's is acknowledged (the peers' acknowledgements need their
+    // progress).
+    let acked = (0..4000).any(|_| {
+        for p in peers.iter_mut() {
+            p.progress().unwrap();
+        }
+        a.flush(Duration::from_millis(1)).unwrap()
+    });
+    assert!(acked, "a's frames acknowledged");
+    a.progress().unwrap();
+    (peers, to, from)
+}
+
+/// Each of `peers` receives `a`'s message with `tag` (8 bytes of `tag`), then `a`'s
+/// `sends` complete.
+pub fn finish_fan_out(
+    a: &mut Endpoint,
+    peers: &mut [Endpoint],
+    from: &[tagmatch::Peer],
+    sends: Vec<Request>,
+    tag: u64,
+) {
+    for (p, &f) in peers.iter_mut().zip(from) {
+        let r = p.trecv(f, tag, 8).unwrap();
+        let c = p.wait_with(r, &mut [&mut *a]).unwrap();
+        assert_eq!(c.data, vec![tag as u8; 8]);
+    }
+    for s in sends {
+        let mut others: Vec<&mut Endpoint> = peers.iter_mut().collect();
+        a.wait_with(s, &mut others).unwrap();
+    }
+}
