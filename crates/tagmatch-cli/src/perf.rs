@@ -347,6 +347,15 @@ pub struct Server {
     /// What the in-process server answers a latency test's message with (`ucx_perftest`'s
     /// server also sends from its own buffer).
     reply: Vec<u8>,
+    /// Over the protocol: the region every data receive lands in (registered local, so
+    /// the UDP device receives a read's datagrams straight into it), as `ucx_perftest`'s
+    /// and the fabtests' servers receive a whole window into one buffer; and the region
+    /// the latency test's replies are sent from. Grown (a new registration) for a larger
+    /// size; regions a larger one replaced stay registered in `retired` (a send from one
+    /// may still be in flight) until the endpoint goes.
+    rx_mr: Option<tagmatch::MemoryRegion>,
+    tx_mr: Option<tagmatch::MemoryRegion>,
+    retired: Vec<tagmatch::MemoryRegion>,
 }
 
 /// Packets and datagrams the endpoint received so far: protocol packets, and the UDP
@@ -383,6 +392,9 @@ impl Server {
             next: 0,
             posted: 0,
             reply: Vec::new(),
+            rx_mr: None,
+            tx_mr: None,
+            retired: Vec::new(),
         })
     }
 
@@ -535,15 +547,33 @@ impl Server {
         size: usize,
         buf: Option<Vec<u8>>,
     ) -> Result<(), tagmatch::Error> {
-        let r = match buf {
-            Some(mut b) => {
+        let r = match (&self.rx_mr, buf) {
+            (Some(mr), _) if !self.reuse => self.ep.trecv_region(client, DATA, mr, 0..size)?,
+            (_, Some(mut b)) => {
                 b.resize(size, 0);
                 self.ep.trecv_into(client, DATA, b)?
             }
-            None => self.ep.trecv(client, DATA, size)?,
+            (_, None) => self.ep.trecv(client, DATA, size)?,
         };
         if self.track {
             self.pending.push_back(r);
+        }
+        Ok(())
+    }
+
+    /// Over the protocol: makes the receive region (and, for `reply`, the reply region)
+    /// hold at least `size` bytes.
+    fn regions_of(&mut self, size: usize, reply: bool) -> Result<(), tagmatch::Error> {
+        if self.reuse {
+            return Ok(());
+        }
+        if self.rx_mr.as_ref().is_none_or(|m| m.len() < size) {
+            let mr = self.ep.register_local(vec![0; size.max(1)])?;
+            self.retired.extend(self.rx_mr.replace(mr));
+        }
+        if reply && self.tx_mr.as_ref().is_none_or(|m| m.len() < size) {
+            let mr = self.ep.register(vec![0x5a; size.max(1)])?;
+            self.retired.extend(self.tx_mr.replace(mr));
         }
         Ok(())
     }
@@ -626,7 +656,16 @@ impl Server {
                     self.phase = Phase::Idle;
                     self.ctrl = Some(self.ep.trecv(client, CTRL, CTRL_LEN)?);
                 }
-                let _ = self.ep.tsend(client, DATA, c.data)?;
+                // The reply goes from the server's own region, as `ucx_perftest`'s and
+                // `fi_pingpong`'s servers send from their own buffer.
+                match &self.tx_mr {
+                    Some(mr) => {
+                        let _ = self.ep.tsend_region(client, DATA, mr, 0..size)?;
+                    }
+                    None => {
+                        let _ = self.ep.tsend(client, DATA, c.data)?;
+                    }
+                }
             }
             Phase::Bw {
                 left_to_post,
@@ -701,6 +740,7 @@ impl Server {
             }
             Test::TagLat => {
                 self.phase = Phase::Lat { left: iters, size };
+                self.regions_of(size, true)?;
                 let buf = self.reuse.then(|| vec![0; size]);
                 self.post_data(client, size, buf)?;
             }
@@ -712,8 +752,10 @@ impl Server {
                         self.post_slot(client, i)?;
                     }
                 } else {
+                    self.regions_of(size, false)?;
                     for _ in 0..first {
-                        self.post_data(client, size, Some(vec![0; size]))?;
+                        let buf = self.reuse.then(|| vec![0; size]);
+                        self.post_data(client, size, buf)?;
                     }
                 }
                 self.phase = Phase::Bw {
@@ -1208,20 +1250,28 @@ impl Client {
                 self.wait(ack)?;
             }
             Test::TagLat => {
+                // Over the protocol, as `fi_pingpong` and `ucx_perftest`: every message is
+                // sent from one registered region and received into another (registered
+                // local: the UDP device receives a read's datagrams straight into it), no
+                // allocation or zeroing per message, one registration each per run.
                 rtts.reserve(iters as usize);
-                let mut buf = vec![0xa5u8; size];
+                let tx = self.ep.register(vec![0xa5u8; size.max(1)])?;
+                let rx = self.ep.register_local(vec![0u8; size.max(1)])?;
                 let mut t0 = laps.ticks();
                 for i in 0..iters {
-                    let r = self.ep.trecv(self.server, DATA, size)?;
-                    let s = self.ep.tsend(self.server, DATA, buf)?;
+                    let r = self.ep.trecv_region(self.server, DATA, &rx, 0..size)?;
+                    let s = self.ep.tsend_region(self.server, DATA, &tx, 0..size)?;
                     self.sends.push_back(s);
-                    buf = self.wait_data(r)?;
+                    self.wait_data(r)?;
                     let t1 = laps.ticks();
                     rtts.push(t1.saturating_sub(t0));
                     t0 = t1;
                     self.reap_sends(8)?;
                     progress.tick(i + 1, iters);
                 }
+                self.reap_sends(0)?;
+                self.ep.deregister(tx)?;
+                self.ep.deregister(rx)?;
             }
             Test::TagBw | Test::TagMsgrate => {
                 let ack = self.ep.trecv(self.server, ACK, 1)?;

@@ -262,7 +262,18 @@ impl<D: RdmDevice> Node<D> {
 
     /// Registers `bytes` as an RMA target and progresses until its key is known.
     pub fn register(&mut self, bytes: Vec<u8>, limit: Duration) -> io::Result<(MemHandle, MrKey)> {
-        let h = self.ep.register_memory(bytes);
+        self.register_with(bytes, true, limit)
+    }
+
+    /// [`Node::register`]; `remote: false` registers for local use only (see
+    /// [`tagmatch_rdm::Endpoint::register_memory_with`]).
+    pub fn register_with(
+        &mut self,
+        bytes: Vec<u8>,
+        remote: bool,
+        limit: Duration,
+    ) -> io::Result<(MemHandle, MrKey)> {
+        let h = self.ep.register_memory_with(bytes, remote);
         let deadline = Instant::now() + limit;
         loop {
             match self.ep.mem_key(h) {

@@ -1078,11 +1078,26 @@ impl Endpoint {
     /// Registers `bytes` as an RMA target or source and waits for its key. The region
     /// stays registered for any number of operations until [`Endpoint::deregister`].
     pub fn register(&mut self, bytes: Vec<u8>) -> Result<MemoryRegion> {
+        self.register_inner(bytes, true)
+    }
+
+    /// Registers `bytes` for this endpoint's own use only (`fi_mr_reg` with `FI_SEND |
+    /// FI_RECV`, no remote access): a destination for [`Endpoint::trecv_region`] and a
+    /// source for [`Endpoint::tsend_region`] that peers can neither read nor write (the
+    /// device refuses their RMA naming its key). Its large sends push their data
+    /// (long-CTS) instead of being read by the receiver; in exchange the UDP device
+    /// receives a read's datagrams straight into it in one call each, which it does not
+    /// for a region peers may read (they must never see bytes nobody wrote there).
+    pub fn register_local(&mut self, bytes: Vec<u8>) -> Result<MemoryRegion> {
+        self.register_inner(bytes, false)
+    }
+
+    fn register_inner(&mut self, bytes: Vec<u8>, remote: bool) -> Result<MemoryRegion> {
         let len = bytes.len() as u64;
         let (handle, k) = self
             .node
             .get_mut()
-            .register(bytes, self.wait_limit)
+            .register_with(bytes, remote, self.wait_limit)
             .map_err(|e| match e.kind() {
                 io::ErrorKind::TimedOut | io::ErrorKind::Other => Error::RegistrationFailed,
                 _ => Error::Io {
@@ -1099,6 +1114,115 @@ impl Endpoint {
                 key: k.key,
                 len,
             },
+        })
+    }
+
+    /// Tagged receive into `range` of a registered region (`fi_trecv` with a memory
+    /// descriptor, `ucp_tag_recv_nbx` with a `memh`): the message lands there (a large one
+    /// straight from the RDMA read), and the completion's `data` is empty — its `len` is
+    /// the message's length, and a message longer than the range completes
+    /// [`OpError::Truncated`] with the range's bytes written. The region stays registered
+    /// and the caller's; [`Endpoint::deregister`] is refused while such receives are
+    /// pending. Several receives may name the same bytes (as `ucx_perftest` and the
+    /// fabtests receive a whole window into one buffer): the bytes then hold whichever
+    /// message wrote them last. Read the bytes with [`Endpoint::region`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), tagmatch::Error> {
+    /// use tagmatch::{Endpoint, MemFabric, ANY_SOURCE};
+    /// let fabric = MemFabric::new();
+    /// let mut a = Endpoint::builder().mem(&fabric).build()?;
+    /// let mut b = Endpoint::builder().mem(&fabric).build()?;
+    /// let to_b = a.insert_peer(&b.address())?;
+    /// let mr = b.register_local(vec![0u8; 16])?;
+    /// let r = b.trecv_region(ANY_SOURCE, 7u64, &mr, 4..12)?;
+    /// a.tsend(to_b, 7, b"8 bytes!".to_vec())?;
+    /// let c = b.wait_with(r, &mut [&mut a])?;
+    /// assert_eq!((c.len, c.data.len()), (8, 0));
+    /// assert_eq!(&b.region(&mr)?[4..12], b"8 bytes!");
+    /// # Ok(()) }
+    /// ```
+    pub fn trecv_region(
+        &mut self,
+        source: impl Into<Source>,
+        tag: impl Into<TagMatch>,
+        mr: &MemoryRegion,
+        range: std::ops::Range<usize>,
+    ) -> Result<Request> {
+        self.region_recv(source.into(), Some(tag.into()), mr, range)
+    }
+
+    /// Untagged [`Endpoint::trecv_region`].
+    pub fn recv_region(
+        &mut self,
+        source: impl Into<Source>,
+        mr: &MemoryRegion,
+        range: std::ops::Range<usize>,
+    ) -> Result<Request> {
+        self.region_recv(source.into(), None, mr, range)
+    }
+
+    /// Checks that `range` lies in `mr`, a region of this endpoint.
+    fn region_check(&mut self, mr: &MemoryRegion, range: &std::ops::Range<usize>) -> Result<()> {
+        if mr.ep != self.id {
+            self.counters.call_errors += 1;
+            return Err(Error::UnknownRegion);
+        }
+        if range.start > range.end || range.end > mr.len() {
+            self.counters.call_errors += 1;
+            return Err(Error::RegionRange {
+                start: range.start,
+                end: range.end,
+                len: mr.len(),
+            });
+        }
+        Ok(())
+    }
+
+    fn region_recv(
+        &mut self,
+        source: Source,
+        tag: Option<TagMatch>,
+        mr: &MemoryRegion,
+        range: std::ops::Range<usize>,
+    ) -> Result<Request> {
+        trace!(?source, ?range, "receive into region");
+        let src = self.src(source)?;
+        self.region_check(mr, &range)?;
+        let (off, len) = (range.start, range.end - range.start);
+        if self.fast.is_some() {
+            let buf = self.region_buf(mr, off, len)?;
+            return self.fast_post(tag, src, buf);
+        }
+        let ep = self.node.get_mut().endpoint_mut();
+        let r = match tag {
+            Some(t) => ep.trecv_region(src, t.tag, t.ignore(), mr.handle, off as u64, len as u64),
+            None => ep.recv_region(src, mr.handle, off as u64, len as u64),
+        };
+        self.req(r, None)
+    }
+
+    /// The fast path's buffer for a receive into `len` bytes at `off` of `mr`, the region
+    /// held (counted as in use) until the receive is done.
+    fn region_buf(
+        &mut self,
+        mr: &MemoryRegion,
+        off: usize,
+        len: usize,
+    ) -> Result<crate::inproc::RecvBuf> {
+        let held = self
+            .node
+            .get_mut()
+            .endpoint_mut()
+            .hold_memory(mr.handle, off as u64, len as u64);
+        if let Err(e) = held {
+            self.counters.call_errors += 1;
+            return Err(Error::call(e, None, None));
+        }
+        Ok(crate::inproc::RecvBuf::Region {
+            mem: mr.handle,
+            off,
+            len,
         })
     }
 

@@ -60,6 +60,13 @@ pub(crate) enum RecvBuf {
     Into(Vec<u8>),
     /// A receive slot's buffer, kept by the endpoint (`len`: its length).
     Slot { idx: u32, len: usize },
+    /// `len` bytes at `off` of a registered region (`Endpoint::trecv_region`), held in
+    /// the protocol endpoint (`hold_memory`) until the receive is done.
+    Region {
+        mem: tagmatch_rdm::MemHandle,
+        off: usize,
+        len: usize,
+    },
 }
 
 impl RecvBuf {
@@ -68,6 +75,7 @@ impl RecvBuf {
             RecvBuf::Alloc(n) => *n,
             RecvBuf::Into(v) => v.len(),
             RecvBuf::Slot { len, .. } => *len,
+            RecvBuf::Region { len, .. } => *len,
         }
     }
 }
@@ -746,7 +754,17 @@ fn finish_proto(
     buf: RecvBuf,
     claim: tagmatch_rdm::Claim,
 ) {
-    match node.get_mut().endpoint_mut().mrecv(claim, buf.len()) {
+    let ep = node.get_mut().endpoint_mut();
+    let r = match buf {
+        RecvBuf::Region { mem, off, len } => {
+            // The protocol endpoint's receive counts its own use of the region.
+            let r = ep.mrecv_region(claim, mem, off as u64, len as u64);
+            ep.unhold_memory(mem);
+            r
+        }
+        _ => ep.mrecv(claim, buf.len()),
+    };
+    match r {
         Ok(rop) => {
             proto_recvs.insert(rop.0, (op, buf));
         }
@@ -761,6 +779,45 @@ fn finish_proto(
             out.push(Completion::recv_failed(request, OpError::Canceled));
         }
     }
+}
+
+/// [`finish`] for a receive into a registered region: copies the bytes there, releases
+/// the region's hold, completes with no data.
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn finish_region(
+    node: &mut ProtoNode,
+    out: &mut Out<'_>,
+    op: u64,
+    (mem, off, buf_len): (tagmatch_rdm::MemHandle, usize, usize),
+    env: Envelope,
+    len: usize,
+    cq_data: Option<u64>,
+    payload: Payload,
+) {
+    let n = len.min(buf_len);
+    let ep = node.get_mut().endpoint_mut();
+    // Held since the post: the region and the range are there.
+    if let Some(to) = ep.memory_mut(mem).and_then(|m| m.get_mut(off..off + n)) {
+        match payload {
+            Payload::Inline { words, .. } => fast::copy_inline(&words, n, to),
+            Payload::Heap(v) => to.copy_from_slice(&v[..n]),
+            Payload::Proto(_) => {}
+        }
+    }
+    ep.unhold_memory(mem);
+    out.counters.fast_recvs += 1;
+    let ep = out.ep;
+    out.push(Completion::received(
+        Request { op: OpId(op), ep },
+        Vec::new(),
+        len as u64,
+        buf_len as u64,
+        env.tag,
+        env.src,
+        cq_data,
+    ));
 }
 
 /// A receive met its message: copies the bytes into the receive's buffer and completes it
@@ -780,6 +837,19 @@ fn finish(
     let data = match (msg.payload, ctx.buf) {
         (Payload::Proto(claim), buf) => {
             finish_proto(node, proto_recvs, out, ctx.op, buf, claim);
+            return;
+        }
+        (payload, RecvBuf::Region { mem, off, .. }) => {
+            finish_region(
+                node,
+                out,
+                ctx.op,
+                (mem, off, buf_len),
+                env,
+                len,
+                msg.cq_data,
+                payload,
+            );
             return;
         }
         (payload, RecvBuf::Slot { idx, .. }) => {
@@ -1390,6 +1460,9 @@ impl Endpoint {
             return Err(Error::UnknownRequest(req));
         };
         self.counters.cancels += 1;
+        if let RecvBuf::Region { mem, .. } = ctx.buf {
+            self.node.get_mut().endpoint_mut().unhold_memory(mem);
+        }
         if let RecvBuf::Slot { idx, .. } = ctx.buf {
             self.slot_deliver(
                 idx as usize,
@@ -1421,7 +1494,8 @@ impl Endpoint {
                     RecvBuf::Slot { idx, .. } => {
                         self.extra.slot_ops.insert(op, idx);
                     }
-                    RecvBuf::Alloc(_) => {}
+                    // Received into the region by the protocol endpoint.
+                    RecvBuf::Alloc(_) | RecvBuf::Region { .. } => {}
                 }
             }
         }

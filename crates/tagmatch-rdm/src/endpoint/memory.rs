@@ -7,6 +7,17 @@ impl Endpoint {
     /// register it ([`Transmit::Register`]). Its key is known after
     /// [`Endpoint::on_register_done`].
     pub fn register_memory(&mut self, bytes: Vec<u8>) -> MemHandle {
+        self.register_memory_with(bytes, true)
+    }
+
+    /// [`Endpoint::register_memory`]; `remote: false` registers it for local use only
+    /// (`FI_RECV | FI_SEND` without `FI_REMOTE_READ | FI_REMOTE_WRITE`): a destination of
+    /// [`Endpoint::trecv_region`] and a source of [`Endpoint::tsend_from`], which peers
+    /// cannot read or write (the device refuses their requests naming its key). Its large
+    /// sends then use the long-CTS protocol (the sender pushes the data) instead of a
+    /// read by the receiver; in exchange the device may receive a read's data straight
+    /// into it (see [`Transmit::Register::remote`]).
+    pub fn register_memory_with(&mut self, bytes: Vec<u8>, remote: bool) -> MemHandle {
         let len = bytes.len() as u64;
         let idx = self.mem.insert(Region {
             bytes,
@@ -14,11 +25,13 @@ impl Endpoint {
             owner: Owner::App,
             users: 0,
             reg_waiters: Vec::new(),
+            rx_waiters: Vec::new(),
+            remote,
         });
         self.out.push_back(Transmit::Register {
             mem: MemHandle(idx as u32),
             len,
-            remote: true,
+            remote,
         });
         MemHandle(idx as u32)
     }
@@ -67,6 +80,33 @@ impl Endpoint {
         Ok(self.free_region(mem.0 as usize))
     }
 
+    /// Counts one more user of bytes `offset..offset + len` of application region `mem`
+    /// (a receive held outside this endpoint, such as the facade's in-process fast path,
+    /// that will write there): [`Endpoint::try_release_memory`] refuses while it is
+    /// counted. [`Endpoint::unhold_memory`] undoes it.
+    pub fn hold_memory(&mut self, mem: MemHandle, offset: u64, len: u64) -> Result<(), CallError> {
+        let idx = mem.0 as usize;
+        match self.mem.get_mut(idx) {
+            Some(r) if r.owner == Owner::App => match offset.checked_add(len) {
+                Some(end) if end <= r.bytes.len() as u64 => {
+                    r.users += 1;
+                    Ok(())
+                }
+                _ => Err(CallError::MemRange),
+            },
+            _ => Err(CallError::UnknownMem),
+        }
+    }
+
+    /// Undoes one [`Endpoint::hold_memory`].
+    pub fn unhold_memory(&mut self, mem: MemHandle) {
+        if let Some(r) = self.mem.get_mut(mem.0 as usize) {
+            if r.owner == Owner::App {
+                r.users = r.users.saturating_sub(1);
+            }
+        }
+    }
+
     /// Sends from an application region not completed yet (`None`: no such application
     /// region).
     pub fn mem_users(&self, mem: MemHandle) -> Option<u32> {
@@ -92,6 +132,8 @@ impl Endpoint {
             owner,
             users: 0,
             reg_waiters: Vec::new(),
+            rx_waiters: Vec::new(),
+            remote: false,
         })
     }
 
@@ -111,6 +153,7 @@ impl Endpoint {
     pub(super) fn register_region(&mut self, idx: usize, remote: bool) {
         if let Some(r) = self.mem.get_mut(idx) {
             r.reg = RegState::Pending;
+            r.remote = remote;
             let len = r.bytes.len() as u64;
             self.out.push_back(Transmit::Register {
                 mem: MemHandle(idx as u32),
@@ -137,6 +180,7 @@ impl Endpoint {
         }
         let owner = r.owner;
         let waiters = std::mem::take(&mut r.reg_waiters);
+        let rx_waiters = std::mem::take(&mut r.rx_waiters);
         match result {
             Ok(k) => {
                 r.reg = RegState::Ok(k);
@@ -150,6 +194,14 @@ impl Endpoint {
                 // region's registration finished.
                 for id in waiters {
                     self.tx_registered(id, result);
+                }
+                // Receives into this region whose long-read / runting-read data was due
+                // before the registration finished.
+                for id in rx_waiters {
+                    match result {
+                        Ok(_) => self.rx_start_reads(id),
+                        Err(()) => self.rx_read_failed(id),
+                    }
                 }
             }
             Owner::Tx(id) => self.tx_registered(id, result),

@@ -115,10 +115,16 @@ struct Region {
     bytes: Vec<u8>,
     reg: RegState,
     owner: Owner,
-    /// Sends from this (application) region not finished yet.
+    /// Sends from and receives into this (application) region not finished yet.
     users: u32,
     /// Sends from this region waiting for its registration (TX op ids).
     reg_waiters: Vec<u32>,
+    /// Receives into this region whose reads wait for its registration (RX op ids).
+    rx_waiters: Vec<u32>,
+    /// Registered for peers' access ([`Transmit::Register::remote`]); an application
+    /// region registered local-only is a receive destination and a send source whose
+    /// bytes peers never read directly.
+    remote: bool,
 }
 
 /// The receive-side subprotocol of an inbound message.
@@ -208,6 +214,12 @@ struct RxOp {
     error: Option<OpError>,
     /// Emulated-read fallback of a direct read.
     remote: Option<RemoteAddr>,
+    /// `mem` is the caller's application region ([`Endpoint::trecv_region`]), not this
+    /// receive's own buffer: the message lands at `base` in it, and the region stays
+    /// registered and the caller's when the receive completes.
+    borrowed: bool,
+    /// Offset of the receive's bytes in `mem` (non-zero only when `borrowed`).
+    base: u64,
 }
 
 impl RxOp {
@@ -240,6 +252,8 @@ impl RxOp {
             rdma_failed: false,
             error: None,
             remote: None,
+            borrowed: false,
+            base: 0,
         }
     }
 }

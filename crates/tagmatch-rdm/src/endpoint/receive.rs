@@ -602,10 +602,15 @@ impl Endpoint {
                 }
             }
         } else if let Some(m) = r.mem {
+            // The receive's bytes: its own buffer, or `buf_len` bytes at `base` of the
+            // caller's region (truncating either way).
+            let (base, cap) = (r.base as usize, r.buf_len as usize);
             let buf = &mut self.mem[m].bytes;
-            if (off as usize) < buf.len() {
-                let n = (buf.len() - off as usize).min(data.len());
-                buf[off as usize..off as usize + n].copy_from_slice(&data[..n]);
+            let cap = cap.min(buf.len().saturating_sub(base));
+            if (off as usize) < cap {
+                let n = (cap - off as usize).min(data.len());
+                let at = base + off as usize;
+                buf[at..at + n].copy_from_slice(&data[..n]);
             }
         }
         self.rx[id].received += data.len() as u64;
@@ -644,11 +649,13 @@ impl Endpoint {
         }
         // Buffered bytes: the eager payload, the medium/runt segments so far (at their
         // offsets, zeros elsewhere), or the LONGCTS_RTM payload at offset 0.
-        if let Some(m) = self.rx[id].mem {
+        let r = &self.rx[id];
+        if let Some(m) = r.mem {
+            let (base, cap) = (r.base as usize, r.buf_len as usize);
             let data = direct.unwrap_or(&ib.data);
             let buf = &mut self.mem[m].bytes;
-            let n = buf.len().min(data.len());
-            buf[..n].copy_from_slice(&data[..n]);
+            let n = cap.min(buf.len().saturating_sub(base)).min(data.len());
+            buf[base..base + n].copy_from_slice(&data[..n]);
         }
         let r = &mut self.rx[id];
         r.received = ib.received;
@@ -726,6 +733,13 @@ impl Endpoint {
                     } else if let Some(m) = r.mem {
                         if r.buf_len == 0 || r.msg_len == r.runt_len {
                             self.rx_start_reads(id);
+                        } else if r.borrowed {
+                            // The caller's region: its own registration serves.
+                            match self.mem.get(m).map(|g| g.reg) {
+                                Some(RegState::Ok(_)) => self.rx_start_reads(id),
+                                Some(RegState::Pending) => self.mem[m].rx_waiters.push(id),
+                                _ => self.rx_read_failed(id),
+                            }
                         } else {
                             // The destination of our own reads: local.
                             self.register_region(m, false);
@@ -815,7 +829,7 @@ impl Endpoint {
         } else if let Some(m) = r.mem {
             let end = r.msg_len.min(r.buf_len);
             if end > start {
-                dst.push((m, start, end - start));
+                dst.push((m, r.base + start, end - start));
             }
         }
         // Source: read_iov from message offset `start`.
@@ -985,7 +999,17 @@ impl Endpoint {
                 self.emit(peer, &receipt, PktOwner::None);
             }
         }
-        let data = r.mem.map(|m| self.free_region(m)).unwrap_or_default();
+        let data = match r.mem {
+            Some(m) if r.borrowed => {
+                // The caller's region stays registered and theirs.
+                if let Some(g) = self.mem.get_mut(m) {
+                    g.users = g.users.saturating_sub(1);
+                }
+                Vec::new()
+            }
+            Some(m) => self.free_region(m),
+            None => Vec::new(),
+        };
         let mut result = r.error.map_or(Ok(()), Err);
         let kind = match r.kind {
             RxKind::Recv => OpKind::Recv,

@@ -222,6 +222,7 @@ impl Endpoint {
     pub(super) fn start_msg(&mut self, id: u32) {
         let t = &self.tx[id];
         let (peer, len, dc, cq) = (t.peer, t.len, t.dc, t.cq_data.is_some());
+        let (borrowed, src_mem) = (t.borrowed, t.mem);
         let tagged = matches!(t.kind, TxKind::Send { tagged: true });
         let eager_ty = pick(tagged, dc, EAGER);
         let eager_max = self
@@ -231,7 +232,10 @@ impl Endpoint {
         let p = &mut self.peers[peer.0 as usize];
         let msg_id = p.next_msg_id;
         p.next_msg_id = p.next_msg_id.wrapping_add(1);
-        let read_ok = self.can_read(peer) && len >= self.cfg.min_read_msg_size;
+        // A local-only application region (Endpoint::register_memory_with) cannot be
+        // read by the receiver: its large sends push their data (long-CTS).
+        let local_src = borrowed && self.mem.get(src_mem).is_some_and(|r| !r.remote);
+        let read_ok = self.can_read(peer) && len >= self.cfg.min_read_msg_size && !local_src;
         let proto = if len <= eager_max {
             Protocol::Eager
         } else if len <= self.cfg.max_medium_size {
@@ -645,6 +649,131 @@ impl Endpoint {
         buf: Vec<u8>,
     ) -> Result<OpId, CallError> {
         self.recv_inner(COMM_TAG, src, Self::tag_sel(tag, ignore), buf)
+    }
+
+    /// [`Endpoint::trecv`] into bytes `offset..offset + len` of the caller's registered
+    /// region `mem` (`fi_trecv` with a memory descriptor, `ucp_tag_recv_nbx` with a
+    /// `memh`): the message lands there (a large one straight from the RDMA read), the
+    /// region stays registered and the caller's, and the completion's `data` is empty
+    /// (its `len` is the message's). Several receives may name the same bytes, as
+    /// `ucx_perftest` and the fabtests receive every message of a window into one
+    /// buffer; what such bytes hold then is whichever message wrote them last. The
+    /// region cannot be released while the receive is pending
+    /// ([`Endpoint::try_release_memory`] refuses with [`CallError::MemInUse`]).
+    ///
+    /// Errors: [`CallError::UnknownMem`] (no such application region),
+    /// [`CallError::MemRange`] (the range is not inside it), and those of
+    /// [`Endpoint::trecv`].
+    pub fn trecv_region(
+        &mut self,
+        src: Option<PeerId>,
+        tag: u64,
+        ignore: u64,
+        mem: MemHandle,
+        offset: u64,
+        len: u64,
+    ) -> Result<OpId, CallError> {
+        let tag = Self::tag_sel(tag, ignore);
+        self.recv_region_inner(COMM_TAG, src, tag, mem, offset, len)
+    }
+
+    /// Untagged [`Endpoint::trecv_region`].
+    pub fn recv_region(
+        &mut self,
+        src: Option<PeerId>,
+        mem: MemHandle,
+        offset: u64,
+        len: u64,
+    ) -> Result<OpId, CallError> {
+        self.recv_region_inner(COMM_MSG, src, TagSel::Any, mem, offset, len)
+    }
+
+    /// The region index of `mem` if it is an application region holding
+    /// `offset..offset + len`.
+    fn region_range(&self, mem: MemHandle, offset: u64, len: u64) -> Result<usize, CallError> {
+        let idx = mem.0 as usize;
+        let region_len = match self.mem.get(idx) {
+            Some(r) if r.owner == Owner::App => r.bytes.len() as u64,
+            _ => return Err(CallError::UnknownMem),
+        };
+        match offset.checked_add(len) {
+            Some(end) if end <= region_len => Ok(idx),
+            _ => Err(CallError::MemRange),
+        }
+    }
+
+    /// A receive op into `len` bytes at `offset` of application region `idx`.
+    fn region_rx(&mut self, idx: usize, offset: u64, len: u64) -> RxOp {
+        let mut r = RxOp::new(self.new_op(), RxKind::Recv);
+        r.mem = Some(idx);
+        r.buf_len = len;
+        r.borrowed = true;
+        r.base = offset;
+        r
+    }
+
+    fn recv_region_inner(
+        &mut self,
+        comm: u32,
+        src: Option<PeerId>,
+        tag: TagSel,
+        mem: MemHandle,
+        offset: u64,
+        len: u64,
+    ) -> Result<OpId, CallError> {
+        if let Some(p) = src {
+            self.check_peer(p)?;
+        }
+        let idx = self.region_range(mem, offset, len)?;
+        let r = self.region_rx(idx, offset, len);
+        let op = r.op;
+        let Some(id) = self.rx.insert(r) else {
+            return Err(CallError::TooManyOps);
+        };
+        self.mem[idx].users += 1;
+        // As in `recv_inner`: a refused message may match this receive.
+        self.admission += 1;
+        match self.engine.post(Self::spec(comm, src, tag), id) {
+            Ok(Posted::Matched(m)) => self.on_match(id, m.msg as usize),
+            Ok(Posted::Pending(h)) => {
+                self.rx[id].posted = Some(h);
+            }
+            Err(_) => {
+                self.rx.remove(id);
+                self.mem[idx].users -= 1;
+                return Err(CallError::TooManyReceives);
+            }
+        }
+        Ok(op)
+    }
+
+    /// [`Endpoint::mrecv`] into bytes `offset..offset + len` of the caller's registered
+    /// region `mem` (see [`Endpoint::trecv_region`]). The range is checked before the
+    /// claim is taken: on an error the claim stays valid.
+    pub fn mrecv_region(
+        &mut self,
+        claim: Claim,
+        mem: MemHandle,
+        offset: u64,
+        len: u64,
+    ) -> Result<OpId, CallError> {
+        let idx = self.region_range(mem, offset, len)?;
+        let m = self
+            .engine
+            .mrecv(claim.0)
+            .map_err(|_| CallError::UnknownOp)?;
+        self.admission += 1;
+        let r = self.region_rx(idx, offset, len);
+        let op = r.op;
+        let Some(id) = self.rx.insert(r) else {
+            // The claimed message can go nowhere else: drop it with its data, as
+            // `mrecv_into` does.
+            self.inbound.try_remove(m.msg as usize);
+            return Err(CallError::TooManyOps);
+        };
+        self.mem[idx].users += 1;
+        self.on_match(id, m.msg as usize);
+        Ok(op)
     }
 
     /// Untagged receive (`fi_recv`) into a buffer of `len` bytes.
