@@ -4,7 +4,7 @@
 mod common;
 
 use common::{mem_pair, mem_pair_fast, udp_pair};
-use tagmatch::{DeviceStats, Endpoint, Error, MemFabric, Protocol, TagMatch, ANY_SOURCE};
+use tagmatch::{DeviceStats, Endpoint, Error, MemFabric, OpError, Protocol, TagMatch, ANY_SOURCE};
 
 /// Registrations and deregistrations the device made for `ep`.
 fn device_regs(ep: &Endpoint) -> (u64, u64) {
@@ -250,4 +250,152 @@ fn udp_stats_have_no_hw_offload_either() {
     assert!(!st.offload.in_use);
     assert_eq!(st.offload.matched_hw, 0);
     assert!(st.to_string().contains("offload not in use"));
+}
+
+/// Receives into ranges of a local region: small, medium and large messages (on UDP, 1 MiB
+/// goes long-read into the region), tagged and untagged, byte for byte at the range's
+/// offset with the bytes around it unchanged; the completion carries the length and no
+/// data; the region cannot be deregistered while a receive into it is pending.
+fn receives_into_a_region(mut a: Endpoint, mut b: Endpoint) {
+    const FILL: u8 = 0xEE;
+    const OFF: usize = 5;
+    let pb = a.insert_peer(&b.address()).unwrap();
+    let pa = b.insert_peer(&a.address()).unwrap();
+    for (i, len) in [8usize, 3000, 70_000, (1 << 20) + 3]
+        .into_iter()
+        .enumerate()
+    {
+        for tagged in [true, false] {
+            let what = format!("len {len} tagged {tagged}");
+            let mut mr = b.register_local(vec![FILL; len + 2 * OFF]).unwrap();
+            let data: Vec<u8> = (0..len).map(|j| (j * 7 + i + 1) as u8).collect();
+            let range = OFF..OFF + len;
+            let r = if tagged {
+                b.trecv_region(pa, TagMatch::exact(i as u64), &mr, range.clone())
+            } else {
+                b.recv_region(pa, &mr, range.clone())
+            }
+            .unwrap();
+            // Pending: the region is in use, and comes back with the refusal.
+            mr = match b.deregister(mr) {
+                Err(Error::RegionInUse { region, .. }) => region,
+                other => panic!("{what}: {other:?}"),
+            };
+            let s = if tagged {
+                a.tsend(pb, i as u64, data.clone())
+            } else {
+                a.send(pb, data.clone())
+            }
+            .unwrap();
+            let c = b.wait_with(r, &mut [&mut a]).unwrap();
+            a.wait_with(s, &mut [&mut b]).unwrap();
+            assert_eq!((c.len, c.data.len()), (len as u64, 0), "{what}");
+            assert_eq!(c.source(), Some(pa), "{what}");
+            let bytes = b.deregister(mr).unwrap();
+            assert!(bytes[range] == data[..], "{what}: data differs");
+            assert!(bytes[..OFF].iter().all(|&x| x == FILL), "{what}: before");
+            assert!(
+                bytes[OFF + len..].iter().all(|&x| x == FILL),
+                "{what}: after"
+            );
+        }
+    }
+    // A window of receives into one range (as ucx_perftest's and the fabtests' servers):
+    // all complete, the range holds one of the messages whole; then a message longer
+    // than the range is truncated to it.
+    const LEN: usize = 300_000;
+    let mr = b.register_local(vec![0; LEN]).unwrap();
+    let rs: Vec<_> = (0..4)
+        .map(|_| b.trecv_region(pa, TagMatch::exact(9), &mr, 0..LEN).unwrap())
+        .collect();
+    let msgs: Vec<Vec<u8>> = (1..=4u8).map(|k| vec![k; LEN]).collect();
+    let ss: Vec<_> = msgs
+        .iter()
+        .map(|m| a.tsend(pb, 9, m.clone()).unwrap())
+        .collect();
+    for r in rs {
+        assert_eq!(b.wait_with(r, &mut [&mut a]).unwrap().len, LEN as u64);
+    }
+    for s in ss {
+        a.wait_with(s, &mut [&mut b]).unwrap();
+    }
+    let bytes = b.region(&mr).unwrap();
+    assert!(msgs.iter().any(|m| m[..] == bytes[..]), "one message whole");
+    let r = b
+        .trecv_region(pa, TagMatch::exact(10), &mr, 0..100)
+        .unwrap();
+    let s = a.tsend(pb, 10, vec![0x42; 5000]).unwrap();
+    let c = b.wait_with(r, &mut [&mut a]);
+    assert!(
+        matches!(
+            c,
+            Err(Error::Failed {
+                error: OpError::Truncated {
+                    msg_len: 5000,
+                    buf_len: 100
+                },
+                ..
+            })
+        ),
+        "truncated: {c:?}"
+    );
+    a.wait_with(s, &mut [&mut b]).unwrap();
+    let bytes = b.deregister(mr).unwrap();
+    assert!(
+        bytes[..100].iter().all(|&x| x == 0x42),
+        "the range's bytes written"
+    );
+    assert!(
+        bytes[100..].iter().all(|&x| x != 0x42),
+        "nothing past the range"
+    );
+}
+
+#[test]
+fn receives_into_a_region_over_udp() {
+    let (a, b) = udp_pair();
+    receives_into_a_region(a, b);
+}
+
+#[test]
+fn receives_into_a_region_in_process_fast_path() {
+    let fabric = MemFabric::new();
+    let (a, b) = mem_pair(&fabric);
+    receives_into_a_region(a, b);
+}
+
+#[test]
+fn receives_into_a_region_in_process_protocol() {
+    let fabric = MemFabric::new();
+    let (a, b) = mem_pair_fast(&fabric, false);
+    receives_into_a_region(a, b);
+}
+
+/// Bad ranges and other endpoints' regions are refused with errors that say so.
+#[test]
+fn receives_into_a_bad_range_are_refused() {
+    let fabric = MemFabric::new();
+    let (mut a, mut b) = mem_pair(&fabric);
+    let pa = b.insert_peer(&a.address()).unwrap();
+    let mr = b.register_local(vec![0; 100]).unwrap();
+    let e = b.trecv_region(pa, 1u64, &mr, 50..101).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::RegionRange {
+                start: 50,
+                end: 101,
+                len: 100
+            }
+        ),
+        "{e:?}"
+    );
+    #[allow(clippy::reversed_empty_ranges)]
+    let e = b.recv_region(pa, &mr, 60..50).unwrap_err();
+    assert!(matches!(e, Error::RegionRange { .. }), "{e:?}");
+    let other = a.register_local(vec![0; 100]).unwrap();
+    let e = b.trecv_region(pa, 1u64, &other, 0..10).unwrap_err();
+    assert!(matches!(e, Error::UnknownRegion), "{e:?}");
+    // Nothing was left pending by the refusals.
+    assert_eq!(b.deregister(mr).unwrap().len(), 100);
 }
