@@ -15,6 +15,12 @@
 //! server keeping `W` receives posted), `put_bw` and `get_bw` (a window of RMA writes or
 //! reads into a region the server registered). 1 MB = 10^6 bytes.
 //!
+//! Buffers, as `ucx_perftest` and the fabtests use them: over the protocol (UDP, verbs)
+//! every message is sent from one registered region and received into another (one
+//! registration each per run; the server's window of receives all land in one local
+//! region, `Endpoint::trecv_region`), so that no run allocates, zeroes or registers per
+//! message, and the destination bytes stay in the cache as the peers' do.
+//!
 //! The two sides talk through control messages on reserved tags: the client announces
 //! each run (test, size, iterations, window), the server answers (with a [`RemoteKey`]
 //! for the RMA tests) and, for the bandwidth tests, acknowledges the last message.
