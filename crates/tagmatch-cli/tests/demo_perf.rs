@@ -153,6 +153,44 @@ fn perf_server_and_client_over_loopback_udp() {
     assert!(server.wait().unwrap().success());
 }
 
+/// A `--forever` server serves one client after another, its receive region growing for a
+/// larger size and serving smaller ones after: latency at 8 B, 64 KiB and 1 MiB
+/// (long-read into the region), then streaming 1 MiB and 8 B with a window of receives
+/// sharing the region.
+#[test]
+fn perf_server_serves_clients_of_growing_and_shrinking_sizes_over_udp() {
+    let mut server = Command::new(BIN)
+        .args(["perf", "server", "--bind", "127.0.0.1:0", "--forever"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line.trim().rsplit(' ').next().unwrap().to_owned();
+    let runs: [&[&str]; 2] = [
+        &["--test", "tag_lat", "--size", "8,64k,1m", "--iters", "50"],
+        &[
+            "--test", "tag_bw", "--size", "1m,8", "--iters", "64", "--window", "8",
+        ],
+    ];
+    for run in runs {
+        let mut args = vec!["perf", "client", &addr, "--json"];
+        args.extend_from_slice(run);
+        let out = ok(&args);
+        assert_eq!(out.lines().count(), run[3].split(',').count(), "{out}");
+        for l in out.lines() {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            assert!(v["bw_mbs"].as_f64().unwrap() > 0.0, "{l}");
+        }
+    }
+    server.kill().unwrap();
+    server.wait().unwrap();
+}
+
 /// A client whose server does not answer (a bound socket that never replies) stops with
 /// an error naming the address once the peer timeout passes: the control message's send
 /// fails, and the wait for the server's reply does not run on to its 30 s limit (whose
