@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use tagmatch_rdm::{
-    AtomicArgs, AtomicOp, Claim, Config, Datatype, MemHandle, OpError, OpId, OpKind, PeerId,
-    Protocol, RemoteAddr, SendOpts, Transmit,
+    AtomicArgs, AtomicOp, CallError, Claim, Config, Datatype, MemHandle, OpError, OpId, OpKind,
+    PeerId, Protocol, RemoteAddr, SendOpts, Transmit,
 };
 use tagmatch_transport::device::{DeviceEvent, MemoryAccess, RdmDevice};
 use tagmatch_transport::mem::MemDevice;
@@ -1226,6 +1226,55 @@ impl Endpoint {
         })
     }
 
+    /// Receives a claimed message ([`Endpoint::tmprobe`], [`Endpoint::mprobe`]) into
+    /// `range` of a registered region (see [`Endpoint::trecv_region`]). A region of
+    /// another endpoint or a range outside it is refused with [`Error::ClaimKept`], which
+    /// hands the message back still claimed.
+    pub fn mrecv_region(
+        &mut self,
+        msg: Message,
+        mr: &MemoryRegion,
+        range: std::ops::Range<usize>,
+    ) -> Result<Request> {
+        if msg.ep != self.id {
+            return Err(Error::StaleMessage);
+        }
+        let kept = |message, error| Error::ClaimKept {
+            message,
+            error: Box::new(error),
+        };
+        if let Err(e) = self.region_check(mr, &range) {
+            return Err(kept(msg, e));
+        }
+        let (off, len) = (range.start, range.end - range.start);
+        match msg.claim {
+            MsgClaim::Fast(h) => match self.region_buf(mr, off, len) {
+                Ok(buf) => self.fast_mrecv(h, buf),
+                Err(e) => Err(kept(msg, e)),
+            },
+            MsgClaim::Rdm(c) => {
+                let ep = self.node.get_mut().endpoint_mut();
+                match ep.mrecv_region(c, mr.handle, off as u64, len as u64) {
+                    Ok(op) => {
+                        self.counters.submitted += 1;
+                        Ok(self.request(op))
+                    }
+                    Err(CallError::UnknownOp) => Err(Error::StaleMessage),
+                    // Refused before the claim was taken (the range was checked above;
+                    // the region may be gone from the protocol endpoint).
+                    Err(e @ (CallError::MemRange | CallError::UnknownMem)) => {
+                        self.counters.call_errors += 1;
+                        Err(kept(msg, Error::call(e, None, None)))
+                    }
+                    Err(e) => {
+                        self.counters.call_errors += 1;
+                        Err(Error::call(e, None, None))
+                    }
+                }
+            }
+        }
+    }
+
     /// The bytes of a registered region (peers' writes land here).
     pub fn region(&self, mr: &MemoryRegion) -> Result<&[u8]> {
         if mr.ep != self.id {
@@ -1269,7 +1318,8 @@ impl Endpoint {
         }
     }
 
-    /// Sends from `mr` not completed yet (while non-zero, [`Endpoint::deregister`] refuses).
+    /// Sends from `mr` and receives into it not completed yet (while non-zero,
+    /// [`Endpoint::deregister`] refuses).
     pub fn region_sends_in_flight(&self, mr: &MemoryRegion) -> Result<u32> {
         if mr.ep != self.id {
             return Err(Error::UnknownRegion);

@@ -79,13 +79,23 @@ pub enum Error {
         len: usize,
     },
     /// [`crate::Endpoint::deregister`] was refused: sends from the region
-    /// ([`crate::Endpoint::tsend_region`]) are still in flight. The region comes back
-    /// unchanged (still registered); deregister it after those sends complete.
+    /// ([`crate::Endpoint::tsend_region`]) or receives into it
+    /// ([`crate::Endpoint::trecv_region`]) are still in flight. The region comes back
+    /// unchanged (still registered); deregister it after those operations complete.
     RegionInUse {
         /// The region, still registered.
         region: crate::MemoryRegion,
-        /// Sends from it still in flight.
+        /// Sends from it and receives into it still in flight.
         sends: u32,
+    },
+    /// [`crate::Endpoint::mrecv_region`] was refused before the claim was used: the
+    /// message comes back, still claimed (no other receive can take it); receive it with
+    /// another call.
+    ClaimKept {
+        /// The claimed message, still to be received.
+        message: crate::Message,
+        /// Why the receive was refused.
+        error: Box<Error>,
     },
     /// The request did not complete within the wait limit.
     Timeout {
@@ -158,7 +168,11 @@ impl fmt::Display for Error {
             ),
             Error::RegionInUse { sends, .. } => write!(
                 f,
-                "memory region still has {sends} send(s) in flight: deregister it after they complete"
+                "memory region still has {sends} operation(s) in flight (sends from it, receives into it): deregister it after they complete"
+            ),
+            Error::ClaimKept { error, .. } => write!(
+                f,
+                "{error} (the claimed message is kept: receive it with another call)"
             ),
             Error::Timeout { request, limit_ms } => write!(
                 f,
