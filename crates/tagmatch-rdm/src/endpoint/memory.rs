@@ -117,10 +117,13 @@ impl Endpoint {
     }
 
     /// The region registered under `key` and the address of its first byte.
+    /// `None` for a region registered local-only ([`Endpoint::register_memory_with`]):
+    /// peers cannot reach it with its key.
     pub fn mem_by_key(&self, key: u64) -> Option<(MemHandle, u64)> {
         let idx = *self.mr_by_key.get(&key)?;
-        match self.mem.get(idx)?.reg {
-            RegState::Ok(k) => Some((MemHandle(idx as u32), k.addr)),
+        let r = self.mem.get(idx)?;
+        match r.reg {
+            RegState::Ok(k) if r.remote => Some((MemHandle(idx as u32), k.addr)),
             _ => None,
         }
     }
@@ -210,10 +213,15 @@ impl Endpoint {
     }
 
     /// Resolves a remote-access iov entry against the registered regions: region index and
-    /// offset, if the whole range lies in one region.
+    /// offset, if the whole range lies in one region registered for peers' access (a
+    /// local-only region is refused: peers name it in emulated reads and writes as they
+    /// would to the device, which refuses them too).
     pub(super) fn resolve(&self, addr: u64, len: u64, key: u64) -> Option<(usize, usize)> {
         let idx = *self.mr_by_key.get(&key)?;
         let r = self.mem.get(idx)?;
+        if !r.remote {
+            return None;
+        }
         let RegState::Ok(k) = r.reg else { return None };
         let off = addr.checked_sub(k.addr)?;
         let end = off.checked_add(len)?;
