@@ -1192,7 +1192,13 @@ impl Endpoint {
         let (off, len) = (range.start, range.end - range.start);
         if self.fast.is_some() {
             let buf = self.region_buf(mr, off, len)?;
-            return self.fast_post(tag, src, buf);
+            let r = self.fast_post(tag, src, buf);
+            if r.is_err() {
+                // Refused (the posted-receive limit): the receive was dropped, and with
+                // it the use it held on the region.
+                self.node.get_mut().endpoint_mut().unhold_memory(mr.handle);
+            }
+            return r;
         }
         let ep = self.node.get_mut().endpoint_mut();
         let r = match tag {
