@@ -1259,7 +1259,9 @@ impl Endpoint {
     ///
     /// Refused with [`Error::RegionInUse`] (which hands the region back, still registered)
     /// while sends from it ([`Endpoint::tsend_region`], [`Endpoint::send_region`]) are in
-    /// flight: the receiver may still be reading it.
+    /// flight (the receiver may still be reading it) or receives into it
+    /// ([`Endpoint::trecv_region`], [`Endpoint::recv_region`]) are pending (a message may
+    /// still land there).
     pub fn deregister(&mut self, mr: MemoryRegion) -> Result<Vec<u8>> {
         if mr.ep != self.id {
             return Err(Error::UnknownRegion);
@@ -1275,7 +1277,8 @@ impl Endpoint {
         }
     }
 
-    /// Sends from `mr` not completed yet (while non-zero, [`Endpoint::deregister`] refuses).
+    /// Sends from `mr` and receives into it not completed yet (while non-zero,
+    /// [`Endpoint::deregister`] refuses).
     pub fn region_sends_in_flight(&self, mr: &MemoryRegion) -> Result<u32> {
         if mr.ep != self.id {
             return Err(Error::UnknownRegion);

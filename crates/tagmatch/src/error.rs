@@ -79,12 +79,13 @@ pub enum Error {
         len: usize,
     },
     /// [`crate::Endpoint::deregister`] was refused: sends from the region
-    /// ([`crate::Endpoint::tsend_region`]) are still in flight. The region comes back
-    /// unchanged (still registered); deregister it after those sends complete.
+    /// ([`crate::Endpoint::tsend_region`]) are still in flight, or receives into it
+    /// ([`crate::Endpoint::trecv_region`]) are pending. The region comes back unchanged
+    /// (still registered); deregister it after those complete.
     RegionInUse {
         /// The region, still registered.
         region: crate::MemoryRegion,
-        /// Sends from it still in flight.
+        /// Sends from it still in flight and receives into it still pending.
         sends: u32,
     },
     /// The request did not complete within the wait limit.
@@ -158,7 +159,7 @@ impl fmt::Display for Error {
             ),
             Error::RegionInUse { sends, .. } => write!(
                 f,
-                "memory region still has {sends} send(s) in flight: deregister it after they complete"
+                "memory region still has {sends} send(s) or receive(s) in flight: deregister it after they complete"
             ),
             Error::Timeout { request, limit_ms } => write!(
                 f,

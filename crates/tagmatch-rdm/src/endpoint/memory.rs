@@ -66,8 +66,10 @@ impl Endpoint {
     ///
     /// Releasing a region that sends ([`Endpoint::tsend_from`], [`Endpoint::send_from`])
     /// still use is *refused* with [`CallError::MemInUse`] and changes nothing: the receiver
-    /// may still RDMA-read it, and CTS windows still copy from it. Release it after those
-    /// sends complete ([`Endpoint::mem_users`] counts them).
+    /// may still RDMA-read it, and CTS windows still copy from it. So is releasing one that
+    /// receives ([`Endpoint::trecv_region`], [`Endpoint::mrecv_region`]) or holds
+    /// ([`Endpoint::hold_memory`]) still use: a message may still land there. Release it
+    /// after those complete ([`Endpoint::mem_users`] counts them).
     pub fn try_release_memory(&mut self, mem: MemHandle) -> Result<Vec<u8>, CallError> {
         match self.mem.get(mem.0 as usize) {
             Some(r) if r.owner == Owner::App => {
@@ -107,8 +109,9 @@ impl Endpoint {
         }
     }
 
-    /// Sends from an application region not completed yet (`None`: no such application
-    /// region).
+    /// Sends from an application region, receives into it ([`Endpoint::trecv_region`])
+    /// and holds on it ([`Endpoint::hold_memory`]) not completed yet (`None`: no such
+    /// application region).
     pub fn mem_users(&self, mem: MemHandle) -> Option<u32> {
         match self.mem.get(mem.0 as usize) {
             Some(r) if r.owner == Owner::App => Some(r.users),
