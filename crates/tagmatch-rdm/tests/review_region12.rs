@@ -519,3 +519,38 @@ fn a_peer_cannot_read_a_local_only_region() {
         }
     }
 }
+
+/// Passes. The region's registration is pending when the read is due and then fails:
+/// the waiting receive falls back with READ_NACK (or fails without it), and the
+/// region's use count returns to zero either way.
+#[test]
+fn a_pending_registration_that_fails_falls_back() {
+    for read_nack in [true, false] {
+        for seed in 0..8u64 {
+            let cb = Config {
+                features: tagmatch_rdm::Features {
+                    read_nack,
+                    ..small_cfg().features
+                },
+                ..small_cfg()
+            };
+            let (mut fab, a, b, ab, _) = warm_pair(seed, runt_cfg(), cb, true);
+            fab.faults.register_fail_nodes = &[1];
+            let mem = fab.ep(b).register_memory_with(vec![FILL; 9100], false);
+            let r = post(&mut fab, b, true, mem, 21, 9000).unwrap();
+            let data = payload(9000, 9);
+            send(&mut fab, a, ab, true, data.clone());
+            fab.drive();
+            let what = format!("seed {seed} read_nack {read_nack}");
+            let c = done(&fab.completions(b), r).clone();
+            if read_nack {
+                assert_eq!(c.result, Ok(()), "{what}");
+                check_region(&fab, b, mem, 21, &data, &what);
+            } else {
+                assert_eq!(c.result, Err(OpError::RdmaFailed), "{what}");
+            }
+            assert_eq!(fab.nodes[b].ep.mem_users(mem), Some(0), "{what}");
+            assert!(fab.ep(b).try_release_memory(mem).is_ok(), "{what}");
+        }
+    }
+}

@@ -320,3 +320,88 @@ fn fast_path_receive_refused_at_the_limit_releases_its_hold() {
         "uses of the region after a refused receive ({posted} pending)"
     );
 }
+
+/// A peer writes to and reads from `b`'s local-only region with its key (small and
+/// long-CTS sizes; the device refuses the direct RDMA, the emulated protocols must too):
+/// the region stays as it was and no read is served its bytes.
+fn local_region_is_private(mut a: Endpoint, mut b: Endpoint, label: &str) {
+    let (pb, _) = connect(&mut a, &mut b);
+    let secret = pattern(300_000, 3);
+    let mr = b.register_local(secret.clone()).unwrap();
+    let key = mr.remote_key();
+    let mut reads = Vec::new();
+    for len in [64usize, 20_000, 300_000] {
+        let _ = a.write(pb, vec![0x11; len], key.at(0)).unwrap();
+        reads.push((len, a.read(pb, len, key.at(0)).unwrap()));
+    }
+    for _ in 0..20_000 {
+        a.progress().unwrap();
+        b.progress().unwrap();
+    }
+    assert!(
+        b.region(&mr).unwrap() == &secret[..],
+        "{label}: a peer's write changed a local-only region"
+    );
+    for (len, r) in reads {
+        if let Some(c) = a.take_completion(r) {
+            assert!(
+                !c.is_ok() || c.data[..] != secret[..len],
+                "{label}: a peer read {len} bytes of a local-only region"
+            );
+        }
+    }
+}
+
+/// FAILS before the fix of `resolve` (tagmatch-rdm): the emulated write / read the
+/// protocol falls back to after the device's refusal reached the region.
+#[test]
+fn mem_local_region_is_private() {
+    let f = MemFabric::new();
+    let (a, b) = mem_pair_fast(&f, false);
+    local_region_is_private(a, b, "mem proto");
+    let f = MemFabric::new();
+    let (a, b) = mem_pair_fast(&f, true);
+    local_region_is_private(a, b, "mem fast");
+}
+
+/// FAILS before the fix of `resolve` (tagmatch-rdm), as over mem.
+#[test]
+fn udp_local_region_is_private() {
+    let (a, b) = udp_pair();
+    local_region_is_private(a, b, "udp");
+}
+
+/// Passes. A large send from a local-only region over UDP pushes its data (long-CTS:
+/// the peer cannot read the region) and lands whole in a region of the receiver; a
+/// remote region's goes long-read.
+#[test]
+fn udp_large_send_from_a_local_region_into_a_region() {
+    let (mut a, mut b) = udp_pair();
+    let (pb, pa) = connect(&mut a, &mut b);
+    let len = (1 << 20) + 9;
+    for (i, remote) in [false, true].into_iter().enumerate() {
+        let data = pattern(len, 40 + i);
+        let src = if remote {
+            a.register(data.clone()).unwrap()
+        } else {
+            a.register_local(data.clone()).unwrap()
+        };
+        let dst = reg(&mut b, len + 50, false);
+        let r = b
+            .trecv_region(pa, TagMatch::exact(3), &dst, 25..25 + len)
+            .unwrap();
+        let s = a.tsend_region(pb, 3, &src, 0..len).unwrap();
+        let c = done(&mut b, r, &mut [&mut a]);
+        assert_eq!(c.status(), Ok(()), "remote {remote}");
+        let cs = done(&mut a, s, &mut [&mut b]);
+        let want = if remote {
+            tagmatch::Protocol::LongRead
+        } else {
+            tagmatch::Protocol::LongCts
+        };
+        assert_eq!(cs.protocol, Some(want), "remote {remote}");
+        check(b.region(&dst).unwrap(), 25, &data, "local send");
+        assert_eq!(a.deregister(src).unwrap(), data);
+        b.deregister(dst).unwrap();
+    }
+}
