@@ -405,3 +405,111 @@ fn udp_large_send_from_a_local_region_into_a_region() {
         b.deregister(dst).unwrap();
     }
 }
+
+/// Byte `j` of message `i`: not periodic, so a piece of a message at the wrong offset
+/// does not pass for the right one.
+fn mix(i: usize, j: usize) -> u8 {
+    let x = ((i as u64) << 32 | j as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (x >> 56) as u8
+}
+
+/// A window of large receives into one range over UDP, as the perf server receives
+/// (several long-reads in flight into the same bytes, received straight into a
+/// local-only region): all complete; every byte of the range is that byte of one of the
+/// messages (whichever wrote it last), nothing outside the range is written.
+fn udp_window_into_one_range(remote: bool) {
+    const W: usize = 6;
+    let len = (1 << 20) + 3;
+    let (mut a, mut b) = udp_pair();
+    let (pb, pa) = connect(&mut a, &mut b);
+    let msgs: Vec<Vec<u8>> = (0..W)
+        .map(|i| (0..len).map(|j| mix(i, j)).collect())
+        .collect();
+    for round in 0..3 {
+        let mr = reg(&mut b, len + 40, remote);
+        let reqs: Vec<Request> = (0..W)
+            .map(|_| post(&mut b, pa, true, 8, &mr, 11..11 + len))
+            .collect();
+        let sends: Vec<Request> = msgs
+            .iter()
+            .map(|m| send(&mut a, pb, true, 8, m.clone()))
+            .collect();
+        for r in reqs {
+            let c = done(&mut b, r, &mut [&mut a]);
+            assert_eq!(c.status(), Ok(()), "round {round}");
+        }
+        for s in sends {
+            done(&mut a, s, &mut [&mut b]);
+        }
+        let bytes = b.deregister(mr).unwrap();
+        assert!(bytes[..11].iter().all(|&x| x == FILL), "before the range");
+        assert!(
+            bytes[11 + len..].iter().all(|&x| x == FILL),
+            "after the range"
+        );
+        let bad = (0..len)
+            .filter(|&j| !(0..W).any(|i| bytes[11 + j] == mix(i, j)))
+            .count();
+        assert_eq!(bad, 0, "round {round} remote {remote}: bytes of no message");
+    }
+}
+
+/// Passes.
+#[test]
+fn udp_window_into_one_local_range() {
+    udp_window_into_one_range(false);
+}
+
+/// Passes.
+#[test]
+fn udp_window_into_one_remote_range() {
+    udp_window_into_one_range(true);
+}
+
+/// Empty ranges (at the region's start and end) take empty and non-empty messages:
+/// an empty message completes, a non-empty one truncated; nothing is written.
+fn empty_ranges(mut a: Endpoint, mut b: Endpoint, label: &str) {
+    let (pb, pa) = connect(&mut a, &mut b);
+    let mr = reg(&mut b, 100, false);
+    for (i, (range, len)) in [
+        (0..0, 0usize),
+        (100..100, 0),
+        (100..100, 50),
+        (0..0, 300_000),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let what = format!("{label}: {range:?} len {len}");
+        let r = post(&mut b, pa, i % 2 == 0, 70, &mr, range);
+        let s = send(&mut a, pb, i % 2 == 0, 70, pattern(len, i));
+        let c = done(&mut b, r, &mut [&mut a]);
+        let want = if len == 0 {
+            Ok(())
+        } else {
+            Err(OpError::Truncated {
+                msg_len: len as u64,
+                buf_len: 0,
+            })
+        };
+        assert_eq!(c.status(), want, "{what}");
+        assert_eq!(c.len, len as u64, "{what}");
+        done(&mut a, s, &mut [&mut b]);
+        assert!(b.region(&mr).unwrap().iter().all(|&x| x == FILL), "{what}");
+    }
+    assert_eq!(b.region_sends_in_flight(&mr).unwrap(), 0, "{label}");
+    b.deregister(mr).unwrap();
+}
+
+/// Passes.
+#[test]
+fn empty_ranges_on_every_path() {
+    let f = MemFabric::new();
+    let (a, b) = mem_pair_fast(&f, true);
+    empty_ranges(a, b, "mem fast");
+    let f = MemFabric::new();
+    let (a, b) = (ep(&f, false), ep(&f, true));
+    empty_ranges(a, b, "mem fast<-proto");
+    let (a, b) = udp_pair();
+    empty_ranges(a, b, "udp");
+}
