@@ -1192,7 +1192,13 @@ impl Endpoint {
         let (off, len) = (range.start, range.end - range.start);
         if self.fast.is_some() {
             let buf = self.region_buf(mr, off, len)?;
-            return self.fast_post(tag, src, buf);
+            let r = self.fast_post(tag, src, buf);
+            if r.is_err() {
+                // Refused (the posted-receive limit): the receive was dropped, and with
+                // it the use it held on the region.
+                self.node.get_mut().endpoint_mut().unhold_memory(mr.handle);
+            }
+            return r;
         }
         let ep = self.node.get_mut().endpoint_mut();
         let r = match tag {
@@ -1249,7 +1255,14 @@ impl Endpoint {
         let (off, len) = (range.start, range.end - range.start);
         match msg.claim {
             MsgClaim::Fast(h) => match self.region_buf(mr, off, len) {
-                Ok(buf) => self.fast_mrecv(h, buf),
+                Ok(buf) => {
+                    let r = self.fast_mrecv(h, buf);
+                    if r.is_err() {
+                        // Not received (a stale claim): the hold goes with it.
+                        self.node.get_mut().endpoint_mut().unhold_memory(mr.handle);
+                    }
+                    r
+                }
                 Err(e) => Err(kept(msg, e)),
             },
             MsgClaim::Rdm(c) => {
@@ -1302,7 +1315,9 @@ impl Endpoint {
     ///
     /// Refused with [`Error::RegionInUse`] (which hands the region back, still registered)
     /// while sends from it ([`Endpoint::tsend_region`], [`Endpoint::send_region`]) are in
-    /// flight: the receiver may still be reading it.
+    /// flight (the receiver may still be reading it) or receives into it
+    /// ([`Endpoint::trecv_region`], [`Endpoint::recv_region`]) are pending (a message may
+    /// still land there).
     pub fn deregister(&mut self, mr: MemoryRegion) -> Result<Vec<u8>> {
         if mr.ep != self.id {
             return Err(Error::UnknownRegion);

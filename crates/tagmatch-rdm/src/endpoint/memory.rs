@@ -66,8 +66,10 @@ impl Endpoint {
     ///
     /// Releasing a region that sends ([`Endpoint::tsend_from`], [`Endpoint::send_from`])
     /// still use is *refused* with [`CallError::MemInUse`] and changes nothing: the receiver
-    /// may still RDMA-read it, and CTS windows still copy from it. Release it after those
-    /// sends complete ([`Endpoint::mem_users`] counts them).
+    /// may still RDMA-read it, and CTS windows still copy from it. So is releasing one that
+    /// receives ([`Endpoint::trecv_region`], [`Endpoint::mrecv_region`]) or holds
+    /// ([`Endpoint::hold_memory`]) still use: a message may still land there. Release it
+    /// after those complete ([`Endpoint::mem_users`] counts them).
     pub fn try_release_memory(&mut self, mem: MemHandle) -> Result<Vec<u8>, CallError> {
         match self.mem.get(mem.0 as usize) {
             Some(r) if r.owner == Owner::App => {
@@ -107,8 +109,9 @@ impl Endpoint {
         }
     }
 
-    /// Sends from an application region not completed yet (`None`: no such application
-    /// region).
+    /// Sends from an application region, receives into it ([`Endpoint::trecv_region`])
+    /// and holds on it ([`Endpoint::hold_memory`]) not completed yet (`None`: no such
+    /// application region).
     pub fn mem_users(&self, mem: MemHandle) -> Option<u32> {
         match self.mem.get(mem.0 as usize) {
             Some(r) if r.owner == Owner::App => Some(r.users),
@@ -117,10 +120,13 @@ impl Endpoint {
     }
 
     /// The region registered under `key` and the address of its first byte.
+    /// `None` for a region registered local-only ([`Endpoint::register_memory_with`]):
+    /// peers cannot reach it with its key.
     pub fn mem_by_key(&self, key: u64) -> Option<(MemHandle, u64)> {
         let idx = *self.mr_by_key.get(&key)?;
-        match self.mem.get(idx)?.reg {
-            RegState::Ok(k) => Some((MemHandle(idx as u32), k.addr)),
+        let r = self.mem.get(idx)?;
+        match r.reg {
+            RegState::Ok(k) if r.remote => Some((MemHandle(idx as u32), k.addr)),
             _ => None,
         }
     }
@@ -210,10 +216,15 @@ impl Endpoint {
     }
 
     /// Resolves a remote-access iov entry against the registered regions: region index and
-    /// offset, if the whole range lies in one region.
+    /// offset, if the whole range lies in one region registered for peers' access (a
+    /// local-only region is refused: peers name it in emulated reads and writes as they
+    /// would to the device, which refuses them too).
     pub(super) fn resolve(&self, addr: u64, len: u64, key: u64) -> Option<(usize, usize)> {
         let idx = *self.mr_by_key.get(&key)?;
         let r = self.mem.get(idx)?;
+        if !r.remote {
+            return None;
+        }
         let RegState::Ok(k) = r.reg else { return None };
         let off = addr.checked_sub(k.addr)?;
         let end = off.checked_add(len)?;
