@@ -104,6 +104,41 @@ impl<D: RdmDevice> Pair<D> {
         }
         panic!("RDMA operation did not complete");
     }
+
+    /// Reads of `len` bytes at each of `remotes` at once (a stream of reads, as a window
+    /// of long-read messages makes them) into `MemHandle(1)` at 8, 8 + len, …; whether
+    /// each succeeded, in order.
+    fn reads(&mut self, remotes: &[RemoteAddr], len: u64) -> Vec<bool> {
+        let first = self.next + 1;
+        for (i, remote) in remotes.iter().enumerate() {
+            self.next += 1;
+            let t = Transmit::RdmaRead {
+                token: RdmaToken(self.next),
+                peer: tagmatch_rdm::PeerId(0),
+                dest: self.b.addr(),
+                local: MemHandle(1),
+                offset: 8 + i as u64 * len,
+                remote: *remote,
+                len,
+            };
+            self.a.submit(t, &mut self.ma);
+        }
+        let mut done = vec![None; remotes.len()];
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline && done.iter().any(Option::is_none) {
+            for e in self.step() {
+                match e {
+                    DeviceEvent::RdmaDone { token, ok } => {
+                        done[(token.0 - first) as usize] = Some(ok);
+                    }
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+        }
+        done.into_iter()
+            .map(|d| d.expect("RDMA operation did not complete"))
+            .collect()
+    }
 }
 
 fn run<D: RdmDevice>(a: D, b: D, stats_b: impl Fn(&D) -> RdmaStats) -> (D, D) {
@@ -337,10 +372,11 @@ fn udp_read_into_a_registered_region_never_holds_foreign_bytes() {
     assert!(st.rx_placed > 0, "received in place after a peek: {st:?}");
 }
 
-/// A read over loopback UDP whose data the server splices from its region (the default
-/// between peers with connected sockets), the served range starting anywhere in a page:
-/// every byte arrives, and the reader places every datagram, although the first is
-/// shorter than the next ones (they end at page boundaries). Without splicing, the same.
+/// Two reads at once over loopback UDP (a stream of reads, whose data the server splices
+/// from its region by default between peers with connected sockets), the served range
+/// starting anywhere in a page: every byte arrives, and the reader places every datagram,
+/// although the first is shorter than the next ones (they end at page boundaries).
+/// Without splicing, the same. (A lone read is copied, see the next test.)
 #[test]
 fn udp_reads_spliced_from_any_alignment_arrive_intact() {
     for splice in [true, false] {
@@ -361,20 +397,23 @@ fn udp_reads_spliced_from_any_alignment_arrive_intact() {
             let k = p.register_b(MemHandle(5), served);
             let at = p.mb.0[&MemHandle(5)].as_ptr() as usize;
             let pad = (misalign + 4096 - at % 4096) % 4096;
-            p.ma.0.insert(MemHandle(1), vec![0u8; 8 + len]);
+            p.ma.0.insert(MemHandle(1), vec![0u8; 8 + 2 * len]);
             let remote = RemoteAddr {
                 addr: k.addr + pad as u64,
                 key: k.key,
             };
-            assert!(
-                p.rdma(true, remote, len as u64),
+            assert_eq!(
+                p.reads(&[remote, remote], len as u64),
+                [true, true],
                 "splice {splice}, misalign {misalign}"
             );
             let want = &p.mb.0[&MemHandle(5)][pad..pad + len];
-            assert!(
-                p.ma.0[&MemHandle(1)][8..] == *want,
-                "splice {splice}, misalign {misalign}: the data is intact"
-            );
+            for i in 0..2 {
+                assert!(
+                    p.ma.0[&MemHandle(1)][8 + i * len..8 + (i + 1) * len] == *want,
+                    "splice {splice}, misalign {misalign}: read {i}'s data is intact"
+                );
+            }
             let (sa, sb) = (p.a.stats(), p.b.stats());
             let linux = tagmatch_transport::udp::sock::PEEK;
             assert_eq!(sb.sock.tx_spliced > 0, splice && linux, "{sb:?}");
@@ -387,6 +426,36 @@ fn udp_reads_spliced_from_any_alignment_arrive_intact() {
             }
         }
     }
+}
+
+/// A lone read over loopback UDP (a ping-pong's) is copied, not spliced, even between
+/// peers with connected sockets: its bytes cross two copies on two cores at once.
+#[test]
+fn udp_a_lone_read_is_copied() {
+    let ucfg = UdpConfig::new("127.0.0.1:0".parse().expect("addr"));
+    let mut p = Pair {
+        a: UdpDevice::bind(ucfg).expect("bind"),
+        b: UdpDevice::bind(ucfg).expect("bind"),
+        ma: Mem::default(),
+        mb: Mem::default(),
+        next: 0,
+    };
+    let len = (1usize << 20) + 333;
+    let served: Vec<u8> = (0..len as u32).map(|i| (i * 31 + i / 4091) as u8).collect();
+    let k = p.register_b(MemHandle(5), served.clone());
+    p.ma.0.insert(MemHandle(1), vec![0u8; 8 + len]);
+    let remote = RemoteAddr {
+        addr: k.addr,
+        key: k.key,
+    };
+    assert!(p.rdma(true, remote, len as u64));
+    assert!(
+        p.ma.0[&MemHandle(1)][8..] == served[..],
+        "the data is intact"
+    );
+    let sb = p.b.stats();
+    assert_eq!(sb.peer_sockets, 1, "{sb:?}");
+    assert_eq!(sb.sock.tx_spliced, 0, "{sb:?}");
 }
 
 /// A registration for local use only (`remote: false`, what an endpoint makes for the

@@ -593,31 +593,43 @@ pub fn wait_child(child: &mut Child, limit: Duration) -> Result<(), String> {
 /// `a` sends `b` one message of `len` bytes; both progress until it arrives intact (the
 /// sender's completion `Ok`, the receiver's data equal), for at most 20 s.
 pub fn exchange(a: &mut Node<UdpDevice>, b: &mut Node<UdpDevice>, len: usize) {
+    exchange_n(a, b, len, 1);
+}
+
+/// `a` sends `b` `n` messages of `len` bytes at once (a stream: large ones are read by
+/// `b` as a stream of reads, which the UDP device splices); both progress until all
+/// arrive intact, in order, for at most 20 s.
+pub fn exchange_n(a: &mut Node<UdpDevice>, b: &mut Node<UdpDevice>, len: usize, n: usize) {
     let ab = a.add_peer(b.addr());
-    let data: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
-    let r = b.endpoint_mut().recv(None, len).expect("recv");
-    let s = a
-        .endpoint_mut()
-        .send(ab, data.clone(), SendOpts::default())
-        .expect("send");
+    let data = |k: usize| -> Vec<u8> { (0..len).map(|i| (i * 7 + k) as u8).collect() };
+    let rs: Vec<_> = (0..n)
+        .map(|_| b.endpoint_mut().recv(None, len).expect("recv"))
+        .collect();
+    let ss: Vec<_> = (0..n)
+        .map(|k| {
+            a.endpoint_mut()
+                .send(ab, data(k), SendOpts::default())
+                .expect("send")
+        })
+        .collect();
     let deadline = Instant::now() + Duration::from_secs(20);
-    let (mut got_r, mut got_s) = (false, false);
-    while !(got_r && got_s) && Instant::now() < deadline {
+    let (mut got_r, mut got_s) = (0, 0);
+    while !(got_r == n && got_s == n) && Instant::now() < deadline {
         a.progress(Some(Duration::from_millis(1)))
             .expect("progress");
         b.progress(Some(Duration::from_millis(1)))
             .expect("progress");
         while let Some(c) = a.poll_completion() {
-            assert_eq!((c.op, c.result), (s, Ok(())));
-            got_s = true;
+            assert_eq!((c.op, c.result), (ss[got_s], Ok(())));
+            got_s += 1;
         }
         while let Some(c) = b.poll_completion() {
-            assert_eq!((c.op, c.result), (r, Ok(())));
-            assert!(c.data == data);
-            got_r = true;
+            assert_eq!((c.op, c.result), (rs[got_r], Ok(())));
+            assert!(c.data == data(got_r), "message {got_r} intact");
+            got_r += 1;
         }
     }
-    assert!(got_r && got_s, "exchange completed");
+    assert!(got_r == n && got_s == n, "exchange completed");
 }
 
 /// `a` sends 10 bytes to a peer that never answers: a socket nobody reads (returned, to
