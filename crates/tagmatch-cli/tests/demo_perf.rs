@@ -130,10 +130,12 @@ fn perf_in_process_json_table_and_plot() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-#[test]
-fn perf_server_and_client_over_loopback_udp() {
+/// Starts `tagmatch perf server` on loopback with `extra` arguments; returns it and the
+/// address it printed.
+fn perf_server(extra: &[&str]) -> (std::process::Child, String) {
     let mut server = Command::new(BIN)
         .args(["perf", "server", "--bind", "127.0.0.1:0"])
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -145,6 +147,12 @@ fn perf_server_and_client_over_loopback_udp() {
         .unwrap();
     let addr = line.trim().rsplit(' ').next().unwrap().to_owned();
     assert!(addr.starts_with("udp://127.0.0.1:"), "{line}");
+    (server, addr)
+}
+
+#[test]
+fn perf_server_and_client_over_loopback_udp() {
+    let (mut server, addr) = perf_server(&[]);
     // The server serves one client (any number of sizes) and exits.
     let out = ok(&[
         "perf", "client", &addr, "--test", "tag_lat", "--size", "8,64k", "--iters", "100", "--json",
@@ -159,18 +167,7 @@ fn perf_server_and_client_over_loopback_udp() {
 /// sharing the region.
 #[test]
 fn perf_server_serves_clients_of_growing_and_shrinking_sizes_over_udp() {
-    let mut server = Command::new(BIN)
-        .args(["perf", "server", "--bind", "127.0.0.1:0", "--forever"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line.trim().rsplit(' ').next().unwrap().to_owned();
+    let (mut server, addr) = perf_server(&["--forever"]);
     let runs: [&[&str]; 2] = [
         &["--test", "tag_lat", "--size", "8,64k,1m", "--iters", "50"],
         &[

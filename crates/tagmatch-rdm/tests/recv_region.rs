@@ -5,42 +5,15 @@
 mod common;
 use common::*;
 use tagmatch_rdm::testing::Fabric;
-use tagmatch_rdm::{CallError, MemHandle, OpError, OpId, OpKind, PeerId, Protocol, SendOpts};
+use tagmatch_rdm::{CallError, MemHandle, OpError, OpKind, PeerId, Protocol, SendOpts};
 
-const FILL: u8 = 0xEE;
 const OFF: u64 = 13;
 
 /// Registers `len` bytes of `FILL` on node `n` (`remote`: for peers, or local only).
 fn region(fab: &mut Fabric, n: usize, len: usize, remote: bool) -> MemHandle {
-    let h = fab.ep(n).register_memory_with(vec![FILL; len], remote);
-    fab.drive();
+    let h = fill_region(fab, n, len, remote);
     assert!(matches!(fab.ep(n).mem_key(h), Some(Ok(_))), "registered");
     h
-}
-
-fn post(
-    fab: &mut Fabric,
-    b: usize,
-    tagged: bool,
-    mem: MemHandle,
-    off: u64,
-    len: u64,
-) -> Result<OpId, CallError> {
-    if tagged {
-        fab.ep(b).trecv_region(None, 0x77, 0, mem, off, len)
-    } else {
-        fab.ep(b).recv_region(None, mem, off, len)
-    }
-}
-
-fn send(fab: &mut Fabric, a: usize, ab: PeerId, tagged: bool, data: Vec<u8>) -> OpId {
-    if tagged {
-        fab.ep(a)
-            .tsend(ab, 0x77, data, SendOpts::default())
-            .unwrap()
-    } else {
-        fab.ep(a).send(ab, data, SendOpts::default()).unwrap()
-    }
 }
 
 /// Checks that `mem` on node `b` holds `want` at `off` and `FILL` everywhere else.
@@ -78,12 +51,12 @@ fn every_subprotocol_lands_at_the_offset_and_nowhere_else() {
                     let data = payload(len as usize, 5);
                     let mut recv = None;
                     if !unexpected {
-                        recv = Some(post(&mut fab, b, tagged, mem, OFF, len).unwrap());
+                        recv = Some(post_region(&mut fab, b, tagged, mem, OFF, len).unwrap());
                     }
-                    let s = send(&mut fab, a, ab, tagged, data.clone());
+                    let s = send_77(&mut fab, a, ab, tagged, data.clone());
                     fab.drive();
                     if unexpected {
-                        recv = Some(post(&mut fab, b, tagged, mem, OFF, len).unwrap());
+                        recv = Some(post_region(&mut fab, b, tagged, mem, OFF, len).unwrap());
                         fab.drive();
                     }
                     let what = format!(
@@ -121,9 +94,9 @@ fn a_short_range_truncates_without_writing_past_it() {
         let (mut fab, a, b, ab, _) = warm_pair(22, small_cfg(), small_cfg(), false);
         let mem = region(&mut fab, b, (len + 64) as usize, false);
         let keep = len / 2;
-        let r = post(&mut fab, b, true, mem, OFF, keep).unwrap();
+        let r = post_region(&mut fab, b, true, mem, OFF, keep).unwrap();
         let data = payload(len as usize, 9);
-        let s = send(&mut fab, a, ab, true, data.clone());
+        let s = send_77(&mut fab, a, ab, true, data.clone());
         fab.drive();
         let (ca, cb) = (fab.completions(a), fab.completions(b));
         assert!(done(&ca, s).result.is_ok(), "len {len}");
@@ -149,13 +122,13 @@ fn a_window_of_receives_shares_one_range() {
     let (mut fab, a, b, ab, _) = warm_pair(23, small_cfg(), small_cfg(), true);
     let mem = region(&mut fab, b, LEN as usize, false);
     let recvs: Vec<_> = (0..W)
-        .map(|_| post(&mut fab, b, true, mem, 0, LEN).unwrap())
+        .map(|_| post_region(&mut fab, b, true, mem, 0, LEN).unwrap())
         .collect();
     assert_eq!(fab.nodes[b].ep.mem_users(mem), Some(W as u32));
     let msgs: Vec<Vec<u8>> = (0..W).map(|i| vec![i as u8 + 1; LEN as usize]).collect();
     let sends: Vec<_> = msgs
         .iter()
-        .map(|m| send(&mut fab, a, ab, true, m.clone()))
+        .map(|m| send_77(&mut fab, a, ab, true, m.clone()))
         .collect();
     fab.drive();
     let (ca, cb) = (fab.completions(a), fab.completions(b));
@@ -177,7 +150,7 @@ fn a_window_of_receives_shares_one_range() {
 fn a_region_with_a_pending_receive_is_not_released() {
     let (mut fab, a, b, ab, _) = warm_pair(24, small_cfg(), small_cfg(), false);
     let mem = region(&mut fab, b, 5000, true);
-    let r = post(&mut fab, b, true, mem, 0, 5000).unwrap();
+    let r = post_region(&mut fab, b, true, mem, 0, 5000).unwrap();
     assert_eq!(fab.ep(b).try_release_memory(mem), Err(CallError::MemInUse));
     // Cancelled: the region is free again and unchanged.
     fab.ep(b).cancel(r).unwrap();
@@ -187,10 +160,10 @@ fn a_region_with_a_pending_receive_is_not_released() {
     assert!(done(&c, r).data.is_empty());
     assert_eq!(fab.nodes[b].ep.mem_users(mem), Some(0));
     // Receives into it again, and a message fills it.
-    let r = post(&mut fab, b, true, mem, 0, 5000).unwrap();
+    let r = post_region(&mut fab, b, true, mem, 0, 5000).unwrap();
     assert_eq!(fab.ep(b).try_release_memory(mem), Err(CallError::MemInUse));
     let data = payload(5000, 1);
-    send(&mut fab, a, ab, true, data.clone());
+    send_77(&mut fab, a, ab, true, data.clone());
     fab.drive();
     assert_eq!(done(&fab.completions(b), r).result, Ok(()));
     assert_eq!(fab.ep(b).try_release_memory(mem).unwrap(), data);
@@ -202,16 +175,16 @@ fn bad_ranges_and_regions_are_refused() {
     let mem = region(&mut fab, b, 100, false);
     for (off, len) in [(0u64, 101u64), (100, 1), (u64::MAX, 2), (50, u64::MAX)] {
         assert_eq!(
-            post(&mut fab, b, true, mem, off, len),
+            post_region(&mut fab, b, true, mem, off, len),
             Err(CallError::MemRange),
             "{off} {len}"
         );
     }
     // The range may end at the region's end, and be empty.
-    assert!(post(&mut fab, b, true, mem, 100, 0).is_ok());
+    assert!(post_region(&mut fab, b, true, mem, 100, 0).is_ok());
     // A handle never issued.
     assert_eq!(
-        post(&mut fab, b, true, MemHandle(9999), 0, 1),
+        post_region(&mut fab, b, true, MemHandle(9999), 0, 1),
         Err(CallError::UnknownMem)
     );
     // An unknown peer is named as such, before the range is looked at.
@@ -231,7 +204,7 @@ fn mrecv_region_receives_a_claimed_message_and_a_bad_range_keeps_the_claim() {
         let (mut fab, a, b, ab, _) = warm_pair(26, small_cfg(), small_cfg(), false);
         let mem = region(&mut fab, b, (len + OFF) as usize, false);
         let data = payload(len as usize, 7);
-        send(&mut fab, a, ab, true, data.clone());
+        send_77(&mut fab, a, ab, true, data.clone());
         fab.drive();
         let (claim, info) = fab.ep(b).tmprobe(None, 0x77, 0).expect("claimed");
         assert_eq!(info.len, len);

@@ -9,48 +9,14 @@ mod common;
 use common::*;
 use tagmatch_rdm::testing::{Fabric, Faults};
 use tagmatch_rdm::{
-    CallError, Config, MemHandle, OpError, OpId, OpKind, PeerId, Protocol, RemoteAddr, SendOpts,
+    CallError, Config, MemHandle, OpError, OpId, OpKind, Protocol, RemoteAddr, SendOpts,
 };
-
-const FILL: u8 = 0xEE;
 
 /// small_cfg with runting read (runts of 500 bytes before the read).
 fn runt_cfg() -> Config {
     Config {
         runt_size: 500,
         ..small_cfg()
-    }
-}
-
-/// Registers `len` bytes of `FILL` on node `n` and waits for the key.
-fn region(fab: &mut Fabric, n: usize, len: usize, remote: bool) -> MemHandle {
-    let h = fab.ep(n).register_memory_with(vec![FILL; len], remote);
-    fab.drive();
-    h
-}
-
-fn post(
-    fab: &mut Fabric,
-    b: usize,
-    tagged: bool,
-    mem: MemHandle,
-    off: u64,
-    len: u64,
-) -> Result<OpId, CallError> {
-    if tagged {
-        fab.ep(b).trecv_region(None, 0x77, 0, mem, off, len)
-    } else {
-        fab.ep(b).recv_region(None, mem, off, len)
-    }
-}
-
-fn send(fab: &mut Fabric, a: usize, ab: PeerId, tagged: bool, data: Vec<u8>) -> OpId {
-    if tagged {
-        fab.ep(a)
-            .tsend(ab, 0x77, data, SendOpts::default())
-            .unwrap()
-    } else {
-        fab.ep(a).send(ab, data, SendOpts::default()).unwrap()
     }
 }
 
@@ -81,17 +47,17 @@ fn one(
     (off, range_len): (u64, u64),
 ) -> (Fabric, usize, MemHandle, tagmatch_rdm::Completion, Vec<u8>) {
     let (mut fab, a, b, ab, _) = warm_pair(seed, ca, cb, seed % 2 == 1);
-    let mem = region(&mut fab, b, off as usize + range_len as usize + 29, remote);
+    let mem = fill_region(&mut fab, b, off as usize + range_len as usize + 29, remote);
     fab.faults = faults;
     let data = payload(len, seed as u8);
     let mut r = None;
     if !unexpected {
-        r = Some(post(&mut fab, b, tagged, mem, off, range_len).unwrap());
+        r = Some(post_region(&mut fab, b, tagged, mem, off, range_len).unwrap());
     }
-    let s = send(&mut fab, a, ab, tagged, data.clone());
+    let s = send_77(&mut fab, a, ab, tagged, data.clone());
     fab.drive();
     if unexpected {
-        r = Some(post(&mut fab, b, tagged, mem, off, range_len).unwrap());
+        r = Some(post_region(&mut fab, b, tagged, mem, off, range_len).unwrap());
         fab.drive();
     }
     let what = format!("seed {seed} len {len} tagged {tagged} unexpected {unexpected}");
@@ -196,11 +162,11 @@ fn a_region_whose_registration_failed_still_receives() {
         for tagged in [true, false] {
             let (mut fab, a, b, ab, _) = warm_pair(42, cfg, small_cfg(), false);
             fab.faults.register_fail_nodes = &[1];
-            let mem = region(&mut fab, b, len + 40, false);
+            let mem = fill_region(&mut fab, b, len + 40, false);
             assert_eq!(fab.nodes[b].ep.mem_key(mem), Some(Err(())));
-            let r = post(&mut fab, b, tagged, mem, 11, len as u64).unwrap();
+            let r = post_region(&mut fab, b, tagged, mem, 11, len as u64).unwrap();
             let data = payload(len, 3);
-            let s = send(&mut fab, a, ab, tagged, data.clone());
+            let s = send_77(&mut fab, a, ab, tagged, data.clone());
             fab.drive();
             let what = format!("len {len} runt {} tagged {tagged}", cfg.runt_size);
             assert_eq!(done(&fab.completions(a), s).result, Ok(()), "{what}");
@@ -226,10 +192,10 @@ fn a_failed_read_without_read_nack_releases_the_region() {
             ..small_cfg()
         };
         let (mut fab, a, b, ab, _) = warm_pair(43, cfg, cb, false);
-        let mem = region(&mut fab, b, 9100, true);
+        let mem = fill_region(&mut fab, b, 9100, true);
         fab.faults.rdma_read_fail_nodes = &[1];
-        let r = post(&mut fab, b, true, mem, 50, 9000).unwrap();
-        send(&mut fab, a, ab, true, payload(9000, 4));
+        let r = post_region(&mut fab, b, true, mem, 50, 9000).unwrap();
+        send_77(&mut fab, a, ab, true, payload(9000, 4));
         fab.drive();
         let cb = fab.completions(b);
         assert_eq!(done(&cb, r).result, Err(OpError::RdmaFailed));
@@ -254,9 +220,9 @@ fn a_read_waits_for_the_regions_pending_registration() {
                 .ep(b)
                 .register_memory_with(vec![FILL; 9100], seed % 3 != 0);
             // Posted and sent before the registration's completion is handed back.
-            let r = post(&mut fab, b, seed % 2 == 0, mem, 33, 9000).unwrap();
+            let r = post_region(&mut fab, b, seed % 2 == 0, mem, 33, 9000).unwrap();
             let data = payload(9000, seed as u8);
-            let s = send(&mut fab, a, ab, seed % 2 == 0, data.clone());
+            let s = send_77(&mut fab, a, ab, seed % 2 == 0, data.clone());
             fab.drive();
             let what = format!("seed {seed} runt {}", cfg.runt_size);
             assert_eq!(done(&fab.completions(a), s).result, Ok(()), "{what}");
@@ -277,7 +243,7 @@ fn a_read_waits_for_the_regions_pending_registration() {
 fn disjoint_ranges_of_one_region_keep_apart() {
     for cfg in [small_cfg(), runt_cfg()] {
         let (mut fab, a, b, ab, _) = warm_pair(44, cfg, small_cfg(), true);
-        let mem = region(&mut fab, b, 3 * 9000 + 10, true);
+        let mem = fill_region(&mut fab, b, 3 * 9000 + 10, true);
         let lens = [9000usize, 3000, 100];
         let offs = [9005u64, 2, 18005];
         let recvs: Vec<OpId> = (0..3)
@@ -343,7 +309,7 @@ fn long_cts_from_a_local_region_into_a_region() {
         let (mut fab, a, b, ab, _) = warm_pair(46, small_cfg(), small_cfg(), true);
         let data = payload(9000, 8);
         let src = fab.ep(a).register_memory_with(data.clone(), false);
-        let dst = region(&mut fab, b, 9100, false);
+        let dst = fill_region(&mut fab, b, 9100, false);
         let r = fab.ep(b).trecv_region(None, 5, 0, dst, 99, keep).unwrap();
         let s = fab
             .ep(a)
@@ -366,9 +332,9 @@ fn long_cts_from_a_local_region_into_a_region() {
 #[test]
 fn mrecv_region_bad_claims_and_regions() {
     let (mut fab, a, b, ab, _) = warm_pair(47, small_cfg(), small_cfg(), false);
-    let mem = region(&mut fab, b, 9000, false);
+    let mem = fill_region(&mut fab, b, 9000, false);
     let data = payload(9000, 5);
-    send(&mut fab, a, ab, true, data.clone());
+    send_77(&mut fab, a, ab, true, data.clone());
     fab.drive();
     let (claim, _) = fab.ep(b).tmprobe(None, 0x77, 0).unwrap();
     assert_eq!(
@@ -395,13 +361,13 @@ fn mrecv_region_bad_claims_and_regions() {
 #[test]
 fn a_released_handle_whose_slot_is_reused_is_refused() {
     let (mut fab, a, b, ab, _) = warm_pair(48, small_cfg(), small_cfg(), false);
-    let mem = region(&mut fab, b, 100, true);
+    let mem = fill_region(&mut fab, b, 100, true);
     fab.ep(b).try_release_memory(mem).unwrap();
     fab.drive();
     // An ordinary receive's buffer: the freed slot is taken again.
     let own = fab.ep(b).trecv(None, 1, 0, 100).unwrap();
     assert_eq!(
-        post(&mut fab, b, true, mem, 0, 10),
+        post_region(&mut fab, b, true, mem, 0, 10),
         Err(CallError::UnknownMem)
     );
     assert_eq!(
@@ -427,7 +393,7 @@ fn a_released_handle_whose_slot_is_reused_is_refused() {
 #[test]
 fn holds_block_release_until_unheld() {
     let (mut fab, _, b, _, _) = warm_pair(49, small_cfg(), small_cfg(), false);
-    let mem = region(&mut fab, b, 100, false);
+    let mem = fill_region(&mut fab, b, 100, false);
     assert_eq!(fab.ep(b).hold_memory(mem, 90, 11), Err(CallError::MemRange));
     assert_eq!(
         fab.ep(b).hold_memory(mem, u64::MAX, 2),
@@ -458,7 +424,7 @@ fn a_peer_cannot_write_a_local_only_region() {
             ..small_cfg()
         };
         let (mut fab, a, b, ab, _) = warm_pair(50, cfg, small_cfg(), false);
-        let mem = region(&mut fab, b, 4000, false);
+        let mem = fill_region(&mut fab, b, 4000, false);
         let Some(Ok(k)) = fab.nodes[b].ep.mem_key(mem) else {
             panic!("registered");
         };
@@ -537,9 +503,9 @@ fn a_pending_registration_that_fails_falls_back() {
             let (mut fab, a, b, ab, _) = warm_pair(seed, runt_cfg(), cb, true);
             fab.faults.register_fail_nodes = &[1];
             let mem = fab.ep(b).register_memory_with(vec![FILL; 9100], false);
-            let r = post(&mut fab, b, true, mem, 21, 9000).unwrap();
+            let r = post_region(&mut fab, b, true, mem, 21, 9000).unwrap();
             let data = payload(9000, 9);
-            send(&mut fab, a, ab, true, data.clone());
+            send_77(&mut fab, a, ab, true, data.clone());
             fab.drive();
             let what = format!("seed {seed} read_nack {read_nack}");
             let c = done(&fab.completions(b), r).clone();

@@ -31,6 +31,17 @@ struct Pair<D> {
 }
 
 impl<D: RdmDevice> Pair<D> {
+    /// Two devices, no memory yet.
+    fn new(a: D, b: D) -> Pair<D> {
+        Pair {
+            a,
+            b,
+            ma: Mem::default(),
+            mb: Mem::default(),
+            next: 0,
+        }
+    }
+
     fn step(&mut self) -> Vec<DeviceEvent> {
         self.a
             .progress(&mut self.ma, Some(Duration::from_millis(1)))
@@ -142,13 +153,7 @@ impl<D: RdmDevice> Pair<D> {
 }
 
 fn run<D: RdmDevice>(a: D, b: D, stats_b: impl Fn(&D) -> RdmaStats) -> (D, D) {
-    let mut p = Pair {
-        a,
-        b,
-        ma: Mem::default(),
-        mb: Mem::default(),
-        next: 0,
-    };
+    let mut p = Pair::new(a, b);
     let local: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
     p.ma.0.insert(MemHandle(1), local);
     let target: Vec<u8> = (0..1000u32).map(|i| (i * 13 + 1) as u8).collect();
@@ -383,13 +388,10 @@ fn udp_reads_spliced_from_any_alignment_arrive_intact() {
         for misalign in [0usize, 8, 4095] {
             let mut ucfg = UdpConfig::new("127.0.0.1:0".parse().expect("addr"));
             ucfg.splice = splice;
-            let mut p = Pair {
-                a: UdpDevice::bind(ucfg).expect("bind"),
-                b: UdpDevice::bind(ucfg).expect("bind"),
-                ma: Mem::default(),
-                mb: Mem::default(),
-                next: 0,
-            };
+            let mut p = Pair::new(
+                UdpDevice::bind(ucfg).expect("bind"),
+                UdpDevice::bind(ucfg).expect("bind"),
+            );
             let len = (1usize << 20) + 333;
             let served: Vec<u8> = (0..len as u32 + 8192)
                 .map(|i| (i * 29 + i / 4093) as u8)
@@ -433,13 +435,10 @@ fn udp_reads_spliced_from_any_alignment_arrive_intact() {
 #[test]
 fn udp_a_lone_read_is_copied() {
     let ucfg = UdpConfig::new("127.0.0.1:0".parse().expect("addr"));
-    let mut p = Pair {
-        a: UdpDevice::bind(ucfg).expect("bind"),
-        b: UdpDevice::bind(ucfg).expect("bind"),
-        ma: Mem::default(),
-        mb: Mem::default(),
-        next: 0,
-    };
+    let mut p = Pair::new(
+        UdpDevice::bind(ucfg).expect("bind"),
+        UdpDevice::bind(ucfg).expect("bind"),
+    );
     let len = (1usize << 20) + 333;
     let served: Vec<u8> = (0..len as u32).map(|i| (i * 31 + i / 4091) as u8).collect();
     let k = p.register_b(MemHandle(5), served.clone());
@@ -481,13 +480,7 @@ fn local_registrations_refuse_peers_and_take_reads_speculatively() {
         }
     }
     let net = MemNetwork::new(5);
-    let mut m = Pair {
-        a: net.device(),
-        b: net.device(),
-        ma: Mem::default(),
-        mb: Mem::default(),
-        next: 0,
-    };
+    let mut m = Pair::new(net.device(), net.device());
     let (mut u, _) = udp_reader_pair(None);
     for (read, name) in [(true, "read"), (false, "write")] {
         m.ma.0.insert(MemHandle(1), vec![1u8; 200]);
@@ -602,12 +595,6 @@ fn udp_reader_pair(
     ucfg.shim = shim;
     let b = UdpDevice::bind(ucfg).expect("bind");
     let a_addr = a.udp_addr().sock;
-    let p = Pair {
-        a,
-        b,
-        ma: Mem::default(),
-        mb: Mem::default(),
-        next: 0,
-    };
+    let p = Pair::new(a, b);
     (p, a_addr)
 }

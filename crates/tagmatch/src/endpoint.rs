@@ -1407,18 +1407,7 @@ impl Endpoint {
     ) -> Result<Request> {
         trace!(peer = peer.index(), ?tag, ?range, "send from region");
         let pid = self.pid(peer)?;
-        if mr.ep != self.id {
-            self.counters.call_errors += 1;
-            return Err(Error::UnknownRegion);
-        }
-        if range.start > range.end || range.end > mr.len() {
-            self.counters.call_errors += 1;
-            return Err(Error::RegionRange {
-                start: range.start,
-                end: range.end,
-                len: mr.len(),
-            });
-        }
+        self.region_check(mr, &range)?;
         if self.is_fast(pid) {
             // The fast path copies the range at once (no packet, no registration): the
             // send is complete, and the region free, when this returns.

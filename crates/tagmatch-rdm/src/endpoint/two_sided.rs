@@ -74,15 +74,7 @@ impl Endpoint {
         opts: SendOpts,
     ) -> Result<OpId, CallError> {
         self.check_peer(peer)?;
-        let idx = mem.0 as usize;
-        let region_len = match self.mem.get(idx) {
-            Some(r) if r.owner == Owner::App => r.bytes.len() as u64,
-            _ => return Err(CallError::UnknownMem),
-        };
-        match offset.checked_add(len) {
-            Some(end) if end <= region_len => {}
-            _ => return Err(CallError::MemRange),
-        }
+        let idx = self.region_range(mem, offset, len)?;
         let op = self.new_op();
         let t = TxOp {
             mem_off: offset,
@@ -731,18 +723,10 @@ impl Endpoint {
             return Err(CallError::TooManyOps);
         };
         self.mem[idx].users += 1;
-        // As in `recv_inner`: a refused message may match this receive.
-        self.admission += 1;
-        match self.engine.post(Self::spec(comm, src, tag), id) {
-            Ok(Posted::Matched(m)) => self.on_match(id, m.msg as usize),
-            Ok(Posted::Pending(h)) => {
-                self.rx[id].posted = Some(h);
-            }
-            Err(_) => {
-                self.rx.remove(id);
-                self.mem[idx].users -= 1;
-                return Err(CallError::TooManyReceives);
-            }
+        if self.post_rx(comm, src, tag, id).is_err() {
+            self.rx.remove(id);
+            self.mem[idx].users -= 1;
+            return Err(CallError::TooManyReceives);
         }
         Ok(op)
     }
@@ -807,21 +791,26 @@ impl Endpoint {
             return Err(CallError::TooManyOps);
         };
         self.mem[mem].owner = Owner::Rx(id);
+        if self.post_rx(comm, src, tag, id).is_err() {
+            self.rx.remove(id);
+            self.free_region(mem);
+            return Err(CallError::TooManyReceives);
+        }
+        Ok(op)
+    }
+
+    /// Posts receive op `id` to the matching engine: it matches an unexpected message now
+    /// or waits. `Err`: the engine's receive limit refused it (the caller undoes the op).
+    fn post_rx(&mut self, comm: u32, src: Option<PeerId>, tag: TagSel, id: u32) -> Result<(), ()> {
         // A refused message may match this receive, or the unexpected message it takes
         // frees budget.
         self.admission += 1;
         match self.engine.post(Self::spec(comm, src, tag), id) {
             Ok(Posted::Matched(m)) => self.on_match(id, m.msg as usize),
-            Ok(Posted::Pending(h)) => {
-                self.rx[id].posted = Some(h);
-            }
-            Err(_) => {
-                self.rx.remove(id);
-                self.free_region(mem);
-                return Err(CallError::TooManyReceives);
-            }
+            Ok(Posted::Pending(h)) => self.rx[id].posted = Some(h),
+            Err(_) => return Err(()),
         }
-        Ok(op)
+        Ok(())
     }
 
     pub(super) fn spec(comm: u32, src: Option<PeerId>, tag: TagSel) -> RecvSpec {

@@ -149,3 +149,46 @@ pub fn check_ok(m: &Msg, data: &[u8], tagged: bool) {
     assert_eq!(r.tag, if tagged { 0x77 } else { 0 });
     assert!(r.data[..data.len()] == data[..], "data differs");
 }
+
+/// What the region helpers fill a fresh region with (bytes nobody wrote).
+pub const FILL: u8 = 0xEE;
+
+/// Registers `len` bytes of [`FILL`] on node `n` (`remote`: for peers, or local only)
+/// and drives the registration (which may fail under faults).
+pub fn fill_region(
+    fab: &mut Fabric,
+    n: usize,
+    len: usize,
+    remote: bool,
+) -> tagmatch_rdm::MemHandle {
+    let h = fab.ep(n).register_memory_with(vec![FILL; len], remote);
+    fab.drive();
+    h
+}
+
+/// Posts on `b` a receive (tag 0x77 when `tagged`) into `len` bytes at `off` of `mem`.
+pub fn post_region(
+    fab: &mut Fabric,
+    b: usize,
+    tagged: bool,
+    mem: tagmatch_rdm::MemHandle,
+    off: u64,
+    len: u64,
+) -> Result<OpId, tagmatch_rdm::CallError> {
+    if tagged {
+        fab.ep(b).trecv_region(None, 0x77, 0, mem, off, len)
+    } else {
+        fab.ep(b).recv_region(None, mem, off, len)
+    }
+}
+
+/// Sends `data` from `a` to its peer `ab` (tag 0x77 when `tagged`).
+pub fn send_77(fab: &mut Fabric, a: usize, ab: PeerId, tagged: bool, data: Vec<u8>) -> OpId {
+    if tagged {
+        fab.ep(a)
+            .tsend(ab, 0x77, data, SendOpts::default())
+            .unwrap()
+    } else {
+        fab.ep(a).send(ab, data, SendOpts::default()).unwrap()
+    }
+}
