@@ -656,14 +656,10 @@ impl Server {
                     }
                     return Ok(());
                 }
-                if more {
-                    self.post_data(client, size, None)?;
-                } else {
-                    self.phase = Phase::Idle;
-                    self.ctrl = Some(self.ep.trecv(client, CTRL, CTRL_LEN)?);
-                }
-                // The reply goes from the server's own region, as `ucx_perftest`'s and
-                // `fi_pingpong`'s servers send from their own buffer.
+                // The reply goes first, from the server's own region (as `ucx_perftest`'s
+                // and `fi_pingpong`'s servers send from their own buffer); the next
+                // receive is posted after it, off the round trip's critical path (the
+                // client's next message cannot come before the reply reached it).
                 match &self.tx_mr {
                     Some(mr) => {
                         let _ = self.ep.tsend_region(client, DATA, mr, 0..size)?;
@@ -671,6 +667,12 @@ impl Server {
                     None => {
                         let _ = self.ep.tsend(client, DATA, c.data)?;
                     }
+                }
+                if more {
+                    self.post_data(client, size, None)?;
+                } else {
+                    self.phase = Phase::Idle;
+                    self.ctrl = Some(self.ep.trecv(client, CTRL, CTRL_LEN)?);
                 }
             }
             Phase::Bw {
@@ -1265,8 +1267,11 @@ impl Client {
                 let rx = self.ep.register_local(vec![0u8; size.max(1)])?;
                 let mut t0 = laps.ticks();
                 for i in 0..iters {
-                    let r = self.ep.trecv_region(self.server, DATA, &rx, 0..size)?;
+                    // Send, then post the reply's receive (as `ucx_perftest` does): the
+                    // reply cannot come before the message reached the server, and the
+                    // post stays off the round trip's critical path.
                     let s = self.ep.tsend_region(self.server, DATA, &tx, 0..size)?;
+                    let r = self.ep.trecv_region(self.server, DATA, &rx, 0..size)?;
                     self.sends.push_back(s);
                     self.wait_data(r)?;
                     let t1 = laps.ticks();
