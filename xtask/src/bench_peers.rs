@@ -245,9 +245,126 @@ pub(crate) fn release_cli(root: &Path) -> Result<std::path::PathBuf> {
     Ok(target.join("release").join("tagmatch"))
 }
 
-pub fn run(root: &Path) -> Result<()> {
+/// `--runs N`: 1 to 100 rounds.
+pub fn parse_runs(s: &str) -> Result<usize> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=100).contains(&n) => Ok(n),
+        _ => Err(format!("--runs {s:?}: expected a number of rounds from 1 to 100").into()),
+    }
+}
+
+/// Measures `runs` rounds (each printed as it ends) and, for more than one, prints the
+/// summary: the machine's speed moves from minute to minute, so one round says little.
+pub fn run(root: &Path, runs: usize) -> Result<()> {
     ensure_apt(&["ucx-utils", "libfabric-bin"])?;
     let bin = release_cli(root)?;
+    let mut rounds = Vec::with_capacity(runs);
+    for i in 0..runs {
+        if runs > 1 {
+            println!("bench-peers: round {} of {runs}", i + 1);
+        }
+        let figures = measure(&bin)?;
+        print_table(&figures);
+        rounds.push(figures);
+    }
+    if runs > 1 {
+        println!();
+        println!("Summary of {runs} rounds (medians; ratio > 1: tagmatch better):");
+        println!();
+        println!("| figure | tagmatch median | peer | peer median | ratio min–max | tagmatch level or better |");
+        println!("|---|---|---|---|---|---|");
+        for row in summarize(&rounds) {
+            println!(
+                "| {} | {:.3} {} | {} | {} | {} | {} of {} |",
+                row.what,
+                row.tagmatch,
+                row.unit,
+                row.peer,
+                row.peer_median
+                    .map_or("failed".to_owned(), |p| format!("{p:.3} {}", row.unit)),
+                row.ratios
+                    .map_or("-".to_owned(), |(lo, hi)| format!("{lo:.2}–{hi:.2}×")),
+                row.met,
+                row.compared,
+            );
+        }
+    }
+    Ok(())
+}
+
+/// One row of the summary of several rounds.
+#[derive(Debug, PartialEq)]
+struct Summary {
+    what: &'static str,
+    unit: &'static str,
+    peer: &'static str,
+    /// Median of tagmatch's figures.
+    tagmatch: f64,
+    /// Median of the peer's figures in the rounds it ran (`None`: it failed in all).
+    peer_median: Option<f64>,
+    /// Smallest and largest ratio (tagmatch better when > 1) over the compared rounds.
+    ratios: Option<(f64, f64)>,
+    /// Rounds in which tagmatch was level or better, of the rounds compared.
+    met: usize,
+    compared: usize,
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// The ratio of a round (tagmatch better when > 1), if both figures are usable.
+fn ratio(f: &Figure, peer: Option<f64>) -> Option<f64> {
+    match peer {
+        Some(p) if p > 0.0 && f.tagmatch > 0.0 => Some(if f.higher_is_better {
+            f.tagmatch / p
+        } else {
+            p / f.tagmatch
+        }),
+        _ => None,
+    }
+}
+
+/// Per figure and peer, over rounds with the same figures in the same order.
+fn summarize(rounds: &[Vec<Figure>]) -> Vec<Summary> {
+    let Some(first) = rounds.first() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (i, f) in first.iter().enumerate() {
+        for (j, (peer, _)) in f.peers.iter().enumerate() {
+            let mut ours: Vec<f64> = rounds.iter().map(|r| r[i].tagmatch).collect();
+            let mut theirs: Vec<f64> = rounds.iter().filter_map(|r| r[i].peers[j].1).collect();
+            let rs: Vec<f64> = rounds
+                .iter()
+                .filter_map(|r| ratio(&r[i], r[i].peers[j].1))
+                .collect();
+            out.push(Summary {
+                what: f.what,
+                unit: f.unit,
+                peer,
+                tagmatch: median(&mut ours),
+                peer_median: (!theirs.is_empty()).then(|| median(&mut theirs)),
+                ratios: rs.iter().copied().fold(None, |m, r| {
+                    Some(m.map_or((r, r), |(lo, hi): (f64, f64)| (lo.min(r), hi.max(r))))
+                }),
+                met: rs.iter().filter(|&&r| r >= 1.0).count(),
+                compared: rs.len(),
+            });
+        }
+    }
+    out
+}
+
+/// One round: every figure of the table.
+fn measure(bin: &Path) -> Result<Vec<Figure>> {
+    let bin = bin.to_path_buf();
     const UCX_MB: f64 = 1.048_576; // UCX's MB/s are 2^20 B/s
 
     println!("bench-peers: in-process …");
@@ -344,36 +461,88 @@ pub fn run(root: &Path) -> Result<()> {
         }
     }
 
+    Ok(figures)
+}
+
+/// Prints one round's table (markdown, for docs/benchmarks.md).
+fn print_table(figures: &[Figure]) {
     println!();
     println!("| figure | tagmatch | peer | peer figure | tagmatch is better by |");
     println!("|---|---|---|---|---|");
-    for f in &figures {
+    for f in figures {
         for (peer, v) in &f.peers {
-            let (pv, ratio) = match v {
-                Some(p) if *p > 0.0 && f.tagmatch > 0.0 => {
-                    let r = if f.higher_is_better {
-                        f.tagmatch / p
-                    } else {
-                        p / f.tagmatch
-                    };
-                    (format!("{p:.3} {}", f.unit), format!("{r:.2}×"))
-                }
+            let (pv, r) = match (v, ratio(f, *v)) {
+                (Some(p), Some(r)) => (format!("{p:.3} {}", f.unit), format!("{r:.2}×")),
                 _ => ("failed".to_owned(), "-".to_owned()),
             };
             println!(
-                "| {} | {:.3} {} | {peer} | {pv} | {ratio} |",
+                "| {} | {:.3} {} | {peer} | {pv} | {r} |",
                 f.what, f.tagmatch, f.unit
             );
         }
     }
     println!();
     println!("(ratio > 1: tagmatch better; < 1: the peer is better)");
-    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn fig(ours: f64, peer: Option<f64>, higher_is_better: bool) -> Figure {
+        Figure {
+            what: "x",
+            unit: "u",
+            higher_is_better,
+            tagmatch: ours,
+            peers: vec![("p", peer)],
+        }
+    }
+
+    #[test]
+    fn summary_takes_medians_ratio_ranges_and_counts_rounds_met() {
+        // Latency (lower is better): ratios 2.0, 0.5, 1.0; the failed peer round is not
+        // compared.
+        let rounds = vec![
+            vec![fig(1.0, Some(2.0), false)],
+            vec![fig(4.0, Some(2.0), false)],
+            vec![fig(2.0, Some(2.0), false)],
+            vec![fig(3.0, None, false)],
+        ];
+        let s = summarize(&rounds);
+        assert_eq!(
+            s,
+            vec![Summary {
+                what: "x",
+                unit: "u",
+                peer: "p",
+                tagmatch: 2.5,
+                peer_median: Some(2.0),
+                ratios: Some((0.5, 2.0)),
+                met: 2,
+                compared: 3,
+            }]
+        );
+        // Bandwidth (higher is better), every peer round failed.
+        let s = summarize(&[vec![fig(5.0, None, true)], vec![fig(7.0, None, true)]]);
+        assert_eq!(
+            (s[0].tagmatch, s[0].peer_median, s[0].ratios),
+            (6.0, None, None)
+        );
+        assert_eq!((s[0].met, s[0].compared), (0, 0));
+        assert!(summarize(&[]).is_empty());
+    }
+
+    #[test]
+    fn runs_are_checked() {
+        assert_eq!(parse_runs("6").unwrap(), 6);
+        for bad in ["0", "101", "x", "-1"] {
+            assert!(
+                parse_runs(bad).unwrap_err().to_string().contains("--runs"),
+                "{bad}"
+            );
+        }
+    }
 
     #[test]
     fn parses_peer_output() {

@@ -57,10 +57,12 @@ COMMANDS:
             Installs what it needs (qemu-system-x86 busybox-static libibverbs-dev
             ibverbs-utils libclang-dev iproute2 kmod); the kernel package is only
             downloaded and unpacked into <target>/vm/, never installed.
-    bench-peers
+    bench-peers [--runs N]
             tagmatch perf side by side with UCX (ucx_perftest: self, tcp) and libfabric
             (fi_pingpong, tcp;ofi_rxm) on loopback; installs ucx-utils libfabric-bin;
-            prints the ratios. Not part of ci (it measures).
+            prints the ratios. With --runs N (1 to 100): N rounds, each table, then a
+            summary (medians, the ratios' range, in how many rounds tagmatch was at
+            least level). Not part of ci (it measures).
     bench-match [--depths 64,1024,16384]
             The seven matching workloads on the engine and on the UCX-like,
             ob1-like and linear baselines (tagmatch bench match --engine), as a
@@ -122,10 +124,14 @@ fn run(args: Vec<String>) -> Result<()> {
         "ci" => cmd_ci(args),
         "fuzz" => cmd_fuzz(args),
         "apt" => cmd_apt(args),
-        "bench-peers" => match args.next().as_deref() {
-            None => bench_peers::run(&workspace_root()),
-            Some(other) => Err(unexpected("bench-peers", other)),
-        },
+        "bench-peers" => {
+            let runs = match (args.next().as_deref(), args.next()) {
+                (None, _) => 1,
+                (Some("--runs"), Some(n)) => bench_peers::parse_runs(&n)?,
+                (Some(other), _) => return Err(unexpected("bench-peers", other)),
+            };
+            bench_peers::run(&workspace_root(), runs)
+        }
         "bench-match" => {
             let depths = match (args.next().as_deref(), args.next()) {
                 (None, _) => vec![64, 1024, 16384],
