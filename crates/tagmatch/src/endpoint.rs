@@ -1320,7 +1320,8 @@ impl Endpoint {
     /// still land there).
     pub fn deregister(&mut self, mr: MemoryRegion) -> Result<Vec<u8>> {
         if mr.ep != self.id {
-            return Err(Error::UnknownRegion);
+            // Another endpoint's: handed back, so that its owner can still deregister it.
+            return Err(Error::ForeignRegion { region: mr });
         }
         let ep = self.node.get_mut().endpoint_mut();
         match ep.try_release_memory(mr.handle) {
@@ -1478,6 +1479,13 @@ impl Endpoint {
 
     /// RMA read of `len` bytes from the peer's `remote` (`fi_read`, `ucp_get_nbx`); the
     /// completion's `data` holds them.
+    ///
+    /// A `remote` the peer does not accept (a key it never issued or deregistered, a
+    /// region it registered local-only, a range outside the region) is refused there and
+    /// counted in its stats; EFA RDM v4 has no packet that tells the requester, so the
+    /// request does not complete: bound the wait ([`Endpoint::wait`] fails with
+    /// [`Error::Timeout`] at the builder's wait limit). The same holds for writes and
+    /// atomics.
     pub fn read(&mut self, peer: Peer, len: usize, remote: RemoteAddr) -> Result<Request> {
         trace!(peer = peer.index(), len, "read");
         let pid = self.pid(peer)?;

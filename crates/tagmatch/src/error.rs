@@ -88,6 +88,12 @@ pub enum Error {
         /// Sends from it and receives into it still in flight.
         sends: u32,
     },
+    /// [`crate::Endpoint::deregister`] was given a region of another endpoint: it comes
+    /// back unchanged (still registered there); deregister it on its own endpoint.
+    ForeignRegion {
+        /// The region, still registered with its endpoint.
+        region: crate::MemoryRegion,
+    },
     /// [`crate::Endpoint::mrecv_region`] was refused before the claim was used: the
     /// message comes back, still claimed (no other receive can take it); receive it with
     /// another call.
@@ -169,6 +175,10 @@ impl fmt::Display for Error {
             Error::RegionInUse { sends, .. } => write!(
                 f,
                 "memory region still has {sends} operation(s) in flight (sends from it, receives into it): deregister it after they complete"
+            ),
+            Error::ForeignRegion { .. } => write!(
+                f,
+                "memory region of another endpoint: deregister it on the endpoint that registered it"
             ),
             Error::ClaimKept { error, .. } => write!(
                 f,
