@@ -2,13 +2,10 @@
 //! process, and server + client processes over loopback UDP). No wall-clock assertions:
 //! only that runs finish, pass and print well-formed tables and JSON.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-
 use serde_json::Value;
 
 mod common;
-use common::{fails, ok, run, BIN};
+use common::{fails, ok, perf_server, run};
 
 const SUBPROTOCOLS: [&str; 16] = [
     "eager",
@@ -128,26 +125,6 @@ fn perf_in_process_json_table_and_plot() {
     assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));
     assert_eq!(s.matches("<polyline").count(), 2);
     std::fs::remove_dir_all(&dir).unwrap();
-}
-
-/// Starts `tagmatch perf server` on loopback with `extra` arguments; returns it and the
-/// address it printed.
-fn perf_server(extra: &[&str]) -> (std::process::Child, String) {
-    let mut server = Command::new(BIN)
-        .args(["perf", "server", "--bind", "127.0.0.1:0"])
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line.trim().rsplit(' ').next().unwrap().to_owned();
-    assert!(addr.starts_with("udp://127.0.0.1:"), "{line}");
-    (server, addr)
 }
 
 #[test]

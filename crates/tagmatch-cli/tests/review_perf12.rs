@@ -5,13 +5,10 @@
 //! one iteration (the server's reply goes before its control receive is posted) and a
 //! client after them. No wall-clock assertions.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-
 use serde_json::Value;
 
 mod common;
-use common::{ok, BIN};
+use common::{ok, perf_server};
 
 /// Checks `out` holds one JSON row per size of `sizes`, each a latency row of `iters`.
 fn check_rows(out: &str, sizes: &[u64], iters: u64) {
@@ -54,19 +51,7 @@ fn tag_lat_over_the_protocol_in_process_at_every_protocol_size() {
 
 #[test]
 fn tag_lat_of_one_iteration_then_more_over_udp() {
-    let mut server = Command::new(BIN)
-        .args(["perf", "server", "--bind", "127.0.0.1:0", "--forever"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(server.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line.trim().rsplit(' ').next().unwrap().to_owned();
-    assert!(addr.starts_with("udp://127.0.0.1:"), "{line}");
+    let (mut server, addr) = perf_server(&["--forever"]);
     for (sizes, iters) in [("8,64k,1m", "1"), ("1m,64k,8", "30"), ("1m", "1")] {
         let out = ok(&[
             "perf", "client", &addr, "--test", "tag_lat", "--size", sizes, "--iters", iters,

@@ -1,26 +1,16 @@
 //! Software RDMA requests outside a registered region, with a wrong key, or after
 //! deregistration: rejected and counted by the serving device, the data untouched. Driven at
 //! the device level (both devices), with a plain map as the endpoint memory.
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use tagmatch_rdm::{MemHandle, MrKey, RdmaToken, RemoteAddr, Transmit};
 use tagmatch_transport::mem::MemNetwork;
 use tagmatch_transport::soft_rdma::RdmaStats;
 use tagmatch_transport::udp::{UdpConfig, UdpDevice};
-use tagmatch_transport::{DeviceEvent, MemoryAccess, RdmDevice};
+use tagmatch_transport::{DeviceEvent, RdmDevice};
 
-#[derive(Default)]
-struct Mem(HashMap<MemHandle, Vec<u8>>);
-
-impl MemoryAccess for Mem {
-    fn region(&self, mem: MemHandle) -> Option<&[u8]> {
-        self.0.get(&mem).map(|v| &v[..])
-    }
-    fn region_mut(&mut self, mem: MemHandle) -> Option<&mut [u8]> {
-        self.0.get_mut(&mem).map(|v| &mut v[..])
-    }
-}
+mod devmem;
+use devmem::{register, Mem};
 
 struct Pair<D> {
     a: D,
@@ -60,20 +50,7 @@ impl<D: RdmDevice> Pair<D> {
     }
 
     fn register_b(&mut self, h: MemHandle, bytes: Vec<u8>) -> MrKey {
-        let len = bytes.len() as u64;
-        self.mb.0.insert(h, bytes);
-        self.b.submit(
-            Transmit::Register {
-                mem: h,
-                len,
-                remote: true,
-            },
-            &mut self.mb,
-        );
-        match self.b.poll_event() {
-            Some(DeviceEvent::RegisterDone { result: Ok(k), .. }) => k,
-            other => panic!("registration: {other:?}"),
-        }
+        register(&mut self.b, &mut self.mb, h, bytes, true)
     }
 
     /// Runs one RDMA operation from a to b; returns its outcome.
@@ -337,19 +314,7 @@ fn udp_read_into_a_registered_region_never_holds_foreign_bytes() {
     let (mut p, a_addr) = udp_reader_pair(None);
     let len = 1usize << 20;
     // The destination, registered on a (old contents 0xEE).
-    p.ma.0.insert(MemHandle(1), vec![0xEE; len]);
-    p.a.submit(
-        Transmit::Register {
-            mem: MemHandle(1),
-            len: len as u64,
-            remote: true,
-        },
-        &mut p.ma,
-    );
-    match p.a.poll_event() {
-        Some(DeviceEvent::RegisterDone { result: Ok(_), .. }) => {}
-        other => panic!("registration: {other:?}"),
-    }
+    register(&mut p.a, &mut p.ma, MemHandle(1), vec![0xEE; len], true);
     let served: Vec<u8> = (0..len as u32).map(|i| (i * 31 + i / 251) as u8).collect();
     let k = p.register_b(MemHandle(5), served.clone());
     // Junk of a value neither old (0xEE) nor, at most places, served.
@@ -465,19 +430,7 @@ fn udp_a_lone_read_is_copied() {
 #[test]
 fn local_registrations_refuse_peers_and_take_reads_speculatively() {
     fn local_key<D: RdmDevice>(p: &mut Pair<D>) -> MrKey {
-        p.mb.0.insert(MemHandle(9), vec![7u8; 1000]);
-        p.b.submit(
-            Transmit::Register {
-                mem: MemHandle(9),
-                len: 1000,
-                remote: false,
-            },
-            &mut p.mb,
-        );
-        match p.b.poll_event() {
-            Some(DeviceEvent::RegisterDone { result: Ok(k), .. }) => k,
-            other => panic!("registration: {other:?}"),
-        }
+        register(&mut p.b, &mut p.mb, MemHandle(9), vec![7u8; 1000], false)
     }
     let net = MemNetwork::new(5);
     let mut m = Pair::new(net.device(), net.device());
@@ -503,19 +456,7 @@ fn local_registrations_refuse_peers_and_take_reads_speculatively() {
     assert_eq!(u.b.stats().rdma.rejected_key, 2);
     // A read of 1 MiB into a's local registration: received speculatively.
     let len = 1usize << 20;
-    u.ma.0.insert(MemHandle(1), vec![0u8; 8 + len]);
-    u.a.submit(
-        Transmit::Register {
-            mem: MemHandle(1),
-            len: (8 + len) as u64,
-            remote: false,
-        },
-        &mut u.ma,
-    );
-    assert!(matches!(
-        u.a.poll_event(),
-        Some(DeviceEvent::RegisterDone { result: Ok(_), .. })
-    ));
+    register(&mut u.a, &mut u.ma, MemHandle(1), vec![0u8; 8 + len], false);
     let served: Vec<u8> = (0..len as u32).map(|i| (i * 17 + 3) as u8).collect();
     let k = u.register_b(MemHandle(5), served.clone());
     let remote = RemoteAddr {

@@ -4,25 +4,15 @@
 //! rewritten while their data is in flight or lost; copied and spliced reads of one
 //! connection interleaved under loss, duplication and reordering (the reader places
 //! datagrams of different lengths); peers without a socket of their own.
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use tagmatch_rdm::{MemHandle, MrKey, RdmaToken, RemoteAddr, Transmit};
 use tagmatch_transport::udp::shim::ShimConfig;
 use tagmatch_transport::udp::{UdpConfig, UdpDevice};
-use tagmatch_transport::{DeviceEvent, MemoryAccess, RdmDevice};
+use tagmatch_transport::{DeviceEvent, RdmDevice};
 
-#[derive(Default)]
-struct Mem(HashMap<MemHandle, Vec<u8>>);
-
-impl MemoryAccess for Mem {
-    fn region(&self, mem: MemHandle) -> Option<&[u8]> {
-        self.0.get(&mem).map(|v| &v[..])
-    }
-    fn region_mut(&mut self, mem: MemHandle) -> Option<&mut [u8]> {
-        self.0.get_mut(&mem).map(|v| &mut v[..])
-    }
-}
+mod devmem;
+use devmem::{register, Mem};
 
 /// The requester `a` and the responder `b`, with their memories. `b` serves region 5.
 struct Rig {
@@ -53,19 +43,7 @@ impl Rig {
         let mut b = UdpDevice::bind(cb).expect("bind");
         let (mut ma, mut mb) = (Mem::default(), Mem::default());
         let served: Vec<u8> = (0..len as u32).map(|i| (i * 31 + i / 251) as u8).collect();
-        mb.0.insert(MemHandle(5), served.clone());
-        b.submit(
-            Transmit::Register {
-                mem: MemHandle(5),
-                len: len as u64,
-                remote: true,
-            },
-            &mut mb,
-        );
-        let key = match b.poll_event() {
-            Some(DeviceEvent::RegisterDone { result: Ok(k), .. }) => k,
-            other => panic!("registration: {other:?}"),
-        };
+        let key = register(&mut b, &mut mb, MemHandle(5), served.clone(), true);
         ma.0.insert(MemHandle(1), vec![0u8; dest_len]);
         Rig {
             a,
@@ -413,19 +391,7 @@ fn two_requesters_one_with_a_socket_of_its_own_one_without() {
     let mut b = UdpDevice::bind(cb).expect("bind");
     let mut mb = Mem::default();
     let served: Vec<u8> = (0..len as u32).map(|i| (i * 13 + i / 97) as u8).collect();
-    mb.0.insert(MemHandle(5), served.clone());
-    b.submit(
-        Transmit::Register {
-            mem: MemHandle(5),
-            len: len as u64,
-            remote: true,
-        },
-        &mut mb,
-    );
-    let key = match b.poll_event() {
-        Some(DeviceEvent::RegisterDone { result: Ok(k), .. }) => k,
-        other => panic!("registration: {other:?}"),
-    };
+    let key = register(&mut b, &mut mb, MemHandle(5), served.clone(), true);
     let mut reqs: Vec<(UdpDevice, Mem)> = (0..2)
         .map(|_| {
             let mut m = Mem::default();

@@ -6,10 +6,12 @@ use std::time::{Duration, Instant};
 use tagmatch_rdm::{Config, MemHandle, RdmaToken, RemoteAddr, Transmit};
 use tagmatch_transport::udp::frame::{Header, KIND_PKT};
 use tagmatch_transport::udp::{UdpConfig, UdpDevice};
-use tagmatch_transport::{DeviceEvent, MemoryAccess, Node, RdmDevice};
+use tagmatch_transport::{DeviceEvent, Node, RdmDevice};
 
 mod common;
+mod devmem;
 use common::{exchange, exchange_n, fail_fast, send_to_a_silent_peer};
+use devmem::{register, Mem};
 
 fn node_with(f: impl FnOnce(&mut UdpConfig)) -> Node<UdpDevice> {
     let mut u = UdpConfig::new("127.0.0.1:0".parse().expect("addr"));
@@ -93,18 +95,6 @@ fn a_failed_peer_comes_back(armed: bool) {
     );
 }
 
-#[derive(Default)]
-struct Mem(std::collections::HashMap<MemHandle, Vec<u8>>);
-
-impl MemoryAccess for Mem {
-    fn region(&self, mem: MemHandle) -> Option<&[u8]> {
-        self.0.get(&mem).map(|v| &v[..])
-    }
-    fn region_mut(&mut self, mem: MemHandle) -> Option<&mut [u8]> {
-        self.0.get_mut(&mem).map(|v| &mut v[..])
-    }
-}
-
 /// a reads 100,000 bytes of b's registered region over loopback; b serves them all (in
 /// spliced datagrams, the default) before a looks; then b's owner deregisters the region
 /// and reuses its memory (here: overwrites it with 0x77), which it may do once the
@@ -119,19 +109,7 @@ fn served_bytes_written_after_deregistration(splice: bool) {
     let (mut ma, mut mb) = (Mem::default(), Mem::default());
     let len = 100_000usize;
     let served: Vec<u8> = (0..len as u32).map(|i| (i * 31 + i / 251) as u8).collect();
-    mb.0.insert(MemHandle(5), served.clone());
-    b.submit(
-        Transmit::Register {
-            mem: MemHandle(5),
-            len: len as u64,
-            remote: true,
-        },
-        &mut mb,
-    );
-    let k = match b.poll_event() {
-        Some(DeviceEvent::RegisterDone { result: Ok(k), .. }) => k,
-        other => panic!("registration: {other:?}"),
-    };
+    let k = register(&mut b, &mut mb, MemHandle(5), served.clone(), true);
     // Two reads of the region at once (a stream of reads: spliced, the default between
     // peers with connected sockets; a lone read would be copied).
     ma.0.insert(MemHandle(1), vec![0u8; 2 * len]);

@@ -1,7 +1,8 @@
 //! Running the `tagmatch` binary from black-box tests.
 #![allow(dead_code)] // each test binary uses its own subset
 
-use std::process::{Command, Output, Stdio};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
 
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_tagmatch");
@@ -34,4 +35,29 @@ pub fn fails(args: &[&str]) -> String {
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     assert_eq!(err.lines().count(), 1, "{err}");
     err
+}
+
+/// Starts `tagmatch perf server` on loopback with `extra` arguments; returns it and the
+/// address it printed.
+pub fn perf_server(extra: &[&str]) -> (Child, String) {
+    let mut server = Command::new(BIN)
+        .args(["perf", "server", "--bind", "127.0.0.1:0"])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn tagmatch perf server");
+    let mut line = String::new();
+    BufReader::new(server.stdout.take().expect("piped stdout"))
+        .read_line(&mut line)
+        .expect("the server's address line");
+    let addr = line
+        .trim()
+        .rsplit(' ')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(addr.starts_with("udp://127.0.0.1:"), "{line}");
+    (server, addr)
 }
