@@ -7,13 +7,11 @@
 //! Soft-RoCE inside QEMU). `TAGMATCH_RDMA_DEVICE` picks the device (default: the first).
 #![cfg(feature = "verbs")]
 
-use std::io::{BufRead, BufReader, Write as _};
-use std::process::{Command, Stdio};
-
 use serde_json::Value;
+use std::io::Write as _;
 
 mod common;
-use common::{ok, BIN};
+use common::{ok, spawn_perf_server};
 
 fn device() -> String {
     std::env::var("TAGMATCH_RDMA_DEVICE").unwrap_or_default()
@@ -110,25 +108,8 @@ fn perf_server_and_client_processes_over_verbs() {
         return;
     }
     let dev = device();
-    let mut server = Server(
-        Command::new(BIN)
-            .args(["perf", "server", "--transport", "verbs", "--device", &dev])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn perf server"),
-    );
-    let mut line = String::new();
-    BufReader::new(server.0.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .rsplit(' ')
-        .next()
-        .unwrap_or_default()
-        .to_owned();
-    assert!(addr.starts_with("verbs://"), "server printed {line:?}");
+    let (child, addr) = spawn_perf_server(&["--transport", "verbs", "--device", &dev], "verbs://");
+    let mut server = Server(child);
     let out = ok(&[
         "perf",
         "client",

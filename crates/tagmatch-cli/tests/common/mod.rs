@@ -40,9 +40,17 @@ pub fn fails(args: &[&str]) -> String {
 /// Starts `tagmatch perf server` on loopback with `extra` arguments; returns it and the
 /// address it printed.
 pub fn perf_server(extra: &[&str]) -> (Child, String) {
+    let mut args = vec!["--bind", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    spawn_perf_server(&args, "udp://127.0.0.1:")
+}
+
+/// Starts `tagmatch perf server args`; returns it and the address it printed, which must
+/// start with `scheme`.
+pub fn spawn_perf_server(args: &[&str], scheme: &str) -> (Child, String) {
     let mut server = Command::new(BIN)
-        .args(["perf", "server", "--bind", "127.0.0.1:0"])
-        .args(extra)
+        .args(["perf", "server"])
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -58,6 +66,6 @@ pub fn perf_server(extra: &[&str]) -> (Child, String) {
         .next()
         .unwrap_or_default()
         .to_owned();
-    assert!(addr.starts_with("udp://127.0.0.1:"), "{line}");
+    assert!(addr.starts_with(scheme), "server printed {line:?}");
     (server, addr)
 }
