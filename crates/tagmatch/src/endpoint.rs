@@ -829,7 +829,9 @@ impl Endpoint {
                 endpoint: self.transport(),
             });
         }
-        let p = self.node.get_mut().endpoint_mut().add_peer(addr.raw());
+        // Through the node: its packets are then attributed by the whole address (a
+        // restarted peer's new connid gets its own id) with one look-up.
+        let p = self.node.get_mut().add_peer(addr.raw());
         trace!(peer = p.0, %addr, "insert_peer");
         Ok(Peer { id: p, ep: self.id })
     }

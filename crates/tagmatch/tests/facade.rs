@@ -703,3 +703,43 @@ fn udp_fan_out_sends_once_then_batches() {
     );
     common::finish_fan_out(&mut a, &mut peers, &from, sends, 3);
 }
+
+/// A peer restarted on the same UDP port (a new connid) and inserted again is a new
+/// peer: its messages carry the new peer as their source and match receives naming it,
+/// not the first peer inserted at that port.
+#[test]
+fn a_restarted_udp_peer_inserted_again_is_a_new_peer() {
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().expect("addr");
+    let mut a = Endpoint::builder().udp(any).build().expect("a");
+    let mut b = Endpoint::builder().udp(any).build().expect("b");
+    let old = a.insert_peer(&b.address()).expect("insert b");
+    let to_a = b.insert_peer(&a.address()).expect("insert a");
+    let r = a.trecv(old, 1, 8).expect("trecv");
+    let s = b.tsend(to_a, 1, b"first".to_vec()).expect("tsend");
+    let c = a.wait_with(r, &mut [&mut b]).expect("first");
+    assert_eq!(c.source(), Some(old));
+    b.wait_with(s, &mut [&mut a]).expect("send");
+    // Same IP and port, another connid.
+    let addr = b.address().to_string();
+    let sock: std::net::SocketAddr = addr
+        .strip_prefix("udp://")
+        .and_then(|s| s.split('/').next())
+        .expect("udp://IP:PORT/CONNID")
+        .parse()
+        .expect("socket address");
+    drop(b);
+    let mut b2 = Endpoint::builder()
+        .udp(sock)
+        .build()
+        .expect("b rebound on its port");
+    assert_ne!(b2.address().to_string(), addr, "a new connid");
+    let new = a.insert_peer(&b2.address()).expect("insert b2");
+    assert_ne!(new, old);
+    let to_a = b2.insert_peer(&a.address()).expect("insert a");
+    let r = a.trecv(new, 1, 8).expect("trecv");
+    let s = b2.tsend(to_a, 1, b"second".to_vec()).expect("tsend");
+    let c = a.wait_with(r, &mut [&mut b2]).expect("second");
+    assert_eq!(c.data, b"second");
+    assert_eq!(c.source(), Some(new));
+    b2.wait_with(s, &mut [&mut a]).expect("send");
+}

@@ -1024,14 +1024,6 @@ impl UdpDevice {
         self.rdma_datagram_max() - HDR_LEN - MAX_RDMA_HDR
     }
 
-    fn conn_mut(&mut self, peer: &RawAddr) -> &mut Conn {
-        let u = UdpAddr::from_raw(peer);
-        let (socks, watch) = (&mut self.socks, &self.watch);
-        self.conns
-            .entry((u.sock, u.connid))
-            .or_insert_with(|| Conn::new(*peer, u.sock, attach(socks, watch, u.sock)))
-    }
-
     /// Queues a datagram through the shim.
     fn out(&mut self, o: Out) {
         match &mut self.shim {
@@ -1040,7 +1032,9 @@ impl UdpDevice {
         }
     }
 
-    /// Queues a reliable frame; `false` if the connection's queue is full.
+    /// Queues a reliable frame; `false` if the connection's queue is full. `direct`: the
+    /// caller reads the real clock for the window (`fill_windows(_, None)`, as `submit`
+    /// does), so a frame to an idle connection may enter its window at once, timed now.
     fn enqueue(
         &mut self,
         peer: &RawAddr,
@@ -1048,12 +1042,19 @@ impl UdpDevice {
         body: Vec<u8>,
         token: Option<SendToken>,
         bounded: bool,
+        direct: bool,
     ) -> bool {
         let max_queued = self.cfg.max_queued;
         // A waiting frame's times are set when it enters the window (`fill_windows`); until
         // then they are not read: no clock read here.
         let now = self.bound_at;
-        let c = self.conn_mut(peer);
+        let u = UdpAddr::from_raw(peer);
+        let k = (u.sock, u.connid);
+        let (socks, watch) = (&mut self.socks, &self.watch);
+        let c = self
+            .conns
+            .entry(k)
+            .or_insert_with(|| Conn::new(*peer, u.sock, attach(socks, watch, u.sock)));
         if bounded && c.unacked.len() + c.waiting.len() >= max_queued {
             return false;
         }
@@ -1066,9 +1067,38 @@ impl UdpDevice {
         // then one batch).
         let idle = c.unacked.is_empty() && c.waiting.is_empty();
         let own_socket = c.via != 0;
+        let soon = idle && (own_socket || !self.sent_soon);
+        if soon
+            && direct
+            && c.reads.is_empty()
+            && c.finishing.is_empty()
+            && c.next_seq <= u32::MAX as u64
+            && self.cfg.max_inflight > 0
+            && self.max_inflight_bytes > 0
+        {
+            // Nothing in flight, nothing waiting, no read to stream: the frame enters the
+            // window at once, as `fill_windows_due` would put it there (the first of an
+            // empty window: room, span and order are given), without the walk over every
+            // connection; its header is built when it is sent (at `send_soon`, or the
+            // owner's next `progress`), through the fault shim when there is one.
+            let now = Instant::now();
+            let mut f = TxFrame::waiting(kind, Body::Bytes(body), token, now);
+            f.deadline = now + c.rto(&self.cfg);
+            let seq = c.next_seq;
+            c.next_seq += 1;
+            c.tx_order += 1;
+            f.order = c.tx_order;
+            c.ack.sent();
+            c.unacked_bytes += f.body.len();
+            c.unacked.insert(seq, f);
+            self.stats.frames_sent += 1;
+            self.out(Out::Frame(k, seq, false));
+            self.send_soon = true;
+            return true;
+        }
         c.waiting
             .push_back(TxFrame::waiting(kind, Body::Bytes(body), token, now));
-        self.send_soon |= idle && (own_socket || !self.sent_soon);
+        self.send_soon |= soon;
         self.fill_due = true;
         true
     }
@@ -1624,7 +1654,7 @@ impl UdpDevice {
                     let r = RdmaMsg::ReadResp { id, status };
                     let mut b = Vec::new();
                     r.emit(&mut b);
-                    self.enqueue(&peer, r.kind(), b, None, false);
+                    self.enqueue(&peer, r.kind(), b, None, false, false);
                 }
             }
         } else if msg.is_request() {
@@ -1632,7 +1662,7 @@ impl UdpDevice {
             for r in self.rdma.serve(msg, mem, chunk) {
                 let mut b = Vec::new();
                 r.emit(&mut b);
-                self.enqueue(&peer, r.kind(), b, None, false);
+                self.enqueue(&peer, r.kind(), b, None, false, false);
             }
         } else {
             let data_of = match msg {
@@ -2365,7 +2395,7 @@ impl RdmDevice for UdpDevice {
                         token,
                         outcome: SendOutcome::Error,
                     });
-                } else if !self.enqueue(&dest, KIND_PKT, bytes, Some(token), true) {
+                } else if !self.enqueue(&dest, KIND_PKT, bytes, Some(token), true, true) {
                     // Reported at the next `progress`, after IO may have made room: an
                     // immediate `Again` would have the owner resubmit in a loop.
                     self.stats.send_again += 1;
@@ -2386,7 +2416,7 @@ impl RdmDevice for UdpDevice {
                     .start_read(token, dest, local, offset, remote, len);
                 let mut b = Vec::new();
                 req.emit(&mut b);
-                self.enqueue(&dest, req.kind(), b, None, false);
+                self.enqueue(&dest, req.kind(), b, None, false, false);
             }
             Transmit::RdmaWrite {
                 token,
@@ -2419,7 +2449,7 @@ impl RdmDevice for UdpDevice {
                                 off as u64,
                             ));
                             b.extend_from_slice(&src[off..end]);
-                            self.enqueue(&dest, KIND_WRITE, b, None, false);
+                            self.enqueue(&dest, KIND_WRITE, b, None, false, false);
                             off = end;
                             if off >= src.len() {
                                 break;
@@ -2796,6 +2826,76 @@ mod tests {
         assert_eq!(calls(&a) - before, 8 + 8 / COLD_EVERY as u64);
     }
 
+    /// A send submitted to a connection with nothing in flight or waiting enters the
+    /// window at once (no walk over the connections: nothing waits, the walk is not
+    /// due); one submitted behind it waits for the window walk. Both reach the peer and
+    /// complete once it acknowledges them.
+    #[test]
+    fn a_send_to_an_idle_connection_enters_the_window_at_once() {
+        let mut a = dev();
+        let mut b = dev();
+        let mut mem = NoMem(Vec::new());
+        let dest = b.addr.to_raw();
+        let submit = |a: &mut UdpDevice, mem: &mut NoMem, token: u64, body: &[u8]| {
+            let t = Transmit::Send {
+                token: SendToken(token),
+                peer: tagmatch_rdm::PeerId(0),
+                dest,
+                bytes: body.to_vec(),
+            };
+            a.submit(t, mem);
+        };
+        a.fill_due = false;
+        submit(&mut a, &mut mem, 1, b"first");
+        let k = *a.conns.keys().next().expect("a connection");
+        let c = &a.conns[&k];
+        assert_eq!((c.unacked.len(), c.waiting.len()), (1, 0));
+        assert!(
+            c.unacked.get(&1).is_some(),
+            "the first frame has sequence 1"
+        );
+        assert!(!a.fill_due, "no window walk for it");
+        assert!(a.send_soon, "it leaves at send_soon");
+        assert!(matches!(a.txq.front(), Some(Out::Frame(_, 1, false))));
+        // Behind a frame in flight: the waiting queue and the walk, as before.
+        submit(&mut a, &mut mem, 2, b"second");
+        let c = &a.conns[&k];
+        assert_eq!(c.unacked.len() + c.waiting.len(), 2);
+        assert_eq!(a.stats.frames_sent, 2);
+        // Both reach b, in order, and complete at a once b acknowledges them.
+        a.send_soon(&mut mem).expect("send");
+        a.flush_tx(&mut mem).expect("flush");
+        let (mut got, mut done) = (Vec::new(), Vec::new());
+        let start = Instant::now();
+        while got.len() < 2 || done.len() < 2 {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "delivered {got:?}"
+            );
+            b.progress(&mut mem, Some(Duration::from_millis(1)))
+                .expect("progress");
+            while let Some(ev) = b.poll_event() {
+                if let DeviceEvent::Recv { bytes, .. } = ev {
+                    got.push(bytes);
+                }
+            }
+            b.flush_tx(&mut mem).expect("flush");
+            a.progress(&mut mem, Some(Duration::from_millis(1)))
+                .expect("progress");
+            done.extend(send_done(&mut a));
+        }
+        assert_eq!(got, [b"first".to_vec(), b"second".to_vec()]);
+        done.sort_by_key(|(t, _)| t.0);
+        assert_eq!(
+            done,
+            [
+                (SendToken(1), SendOutcome::Ok),
+                (SendToken(2), SendOutcome::Ok)
+            ]
+        );
+        assert_eq!(a.stats.retransmits, 0);
+    }
+
     // ---- Delayed acknowledgements, on a virtual clock: the devices' sans-IO parts
     // (`enqueue`, `fill_windows`, `on_datagram`, `timers`, `acks` take the time as an
     // argument) with datagrams carried by hand from one transmit queue to the other. No
@@ -2812,7 +2912,14 @@ mod tests {
     /// `from` queues a packet of `body` for `to` at `now` (what `submit` does).
     fn send(from: &mut UdpDevice, to: &UdpDevice, body: &[u8], token: u64, now: Instant) {
         let dest = to.addr.to_raw();
-        assert!(from.enqueue(&dest, KIND_PKT, body.to_vec(), Some(SendToken(token)), true));
+        assert!(from.enqueue(
+            &dest,
+            KIND_PKT,
+            body.to_vec(),
+            Some(SendToken(token)),
+            true,
+            false
+        ));
         from.fill_windows(&NoMem(Vec::new()), Some(now));
     }
 
