@@ -99,12 +99,14 @@ impl Endpoint {
     /// `bytes`: a buffer to build it in (its contents are discarded; a spare one from
     /// [`Endpoint::spare_buffer`] saves an allocation).
     pub(super) fn encode_rtm(mut bytes: Vec<u8>, h: &RtmHeader, payload: &[u8]) -> Option<Vec<u8>> {
-        let hl = h.header_len();
-        bytes.clear();
-        bytes.reserve(hl + payload.len());
-        bytes.resize(hl, 0);
-        match h.emit(&mut bytes) {
-            Ok(_) => {
+        // The headers are written on the stack and copied once (no zero-fill of the
+        // vector, no second length computation).
+        let mut head = [0u8; RtmHeader::MAX_LEN];
+        match h.emit(&mut head) {
+            Ok(hl) => {
+                bytes.clear();
+                bytes.reserve(hl + payload.len());
+                bytes.extend_from_slice(&head[..hl]);
                 bytes.extend_from_slice(payload);
                 Some(bytes)
             }

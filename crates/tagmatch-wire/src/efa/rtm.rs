@@ -45,6 +45,11 @@ struct Shape {
 }
 
 impl RtmHeader {
+    /// The longest headers [`RtmHeader::emit`] writes: the largest mandatory header (DC
+    /// medium tagged, 40 bytes), a raw-address header of the largest accepted length, CQ
+    /// data and a connid. A buffer this long takes any header it emits.
+    pub const MAX_LEN: usize = 40 + 4 + RawAddrHdr::MAX_ADDR_LEN as usize + 8 + 4;
+
     /// An RTM header of type `pkt_type` with every field zero and no optional header.
     pub fn new(pkt_type: PacketType) -> RtmHeader {
         RtmHeader {
@@ -186,6 +191,42 @@ impl RtmHeader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// No header is longer than [`RtmHeader::MAX_LEN`], every optional header present at
+    /// its largest.
+    #[test]
+    fn max_len_bounds_every_header() {
+        use PacketType as T;
+        let mut longest = 0;
+        for ty in [
+            T::EagerMsgRtm,
+            T::EagerTagRtm,
+            T::MediumMsgRtm,
+            T::MediumTagRtm,
+            T::DcEagerMsgRtm,
+            T::DcEagerTagRtm,
+            T::DcMediumMsgRtm,
+            T::DcMediumTagRtm,
+        ] {
+            let mut h = RtmHeader::new(ty);
+            h.raw_addr = Some(RawAddrHdr {
+                addr_len: RawAddrHdr::MAX_ADDR_LEN,
+                addr: RawAddr {
+                    gid: [1; 16],
+                    qpn: 2,
+                    qkey: 3,
+                    next: 4,
+                },
+            });
+            h.cq_data = Some(5);
+            h.connid = Some(6);
+            longest = longest.max(h.header_len());
+            h.connid = None;
+            let mut buf = [0u8; RtmHeader::MAX_LEN];
+            assert_eq!(h.emit(&mut buf), Ok(h.header_len()), "{ty:?}");
+        }
+        assert_eq!(longest, RtmHeader::MAX_LEN);
+    }
     use crate::efa::{Field, Packet, Repr};
 
     /// Every encodable type, with and without each optional header, emits the bytes
