@@ -109,6 +109,9 @@ pub mod sock;
 mod socks;
 mod window;
 
+#[cfg(test)]
+mod review_direct13;
+
 use foldhash::{HashMap, HashSet};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
