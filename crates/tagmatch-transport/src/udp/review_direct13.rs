@@ -80,7 +80,10 @@ fn a_direct_reply_carries_the_ack_and_is_timed_and_ordered() {
     submit(&mut b, a.addr.to_raw(), 2, b"reply");
     assert!(!b.fill_due, "direct entry");
     let c = &b.conns[&kb];
-    assert!(!c.ack.needed() && c.ack.due.is_none(), "the reply carries the ACK");
+    assert!(
+        !c.ack.needed() && c.ack.due.is_none(),
+        "the reply carries the ACK"
+    );
     let f = c.unacked.get(&1).expect("the reply is frame 1");
     assert_eq!((f.order, c.tx_order), (1, 1), "transmission order");
     assert_eq!(f.retries, 0);
@@ -92,7 +95,10 @@ fn a_direct_reply_carries_the_ack_and_is_timed_and_ordered() {
     let got = progress_until(&mut a, |a| a.stats.frames_received == 1);
     assert_eq!(got, [b"reply".to_vec()]);
     let ka = key(&a);
-    assert!(a.conns[&ka].unacked.is_empty(), "the request is acknowledged");
+    assert!(
+        a.conns[&ka].unacked.is_empty(),
+        "the request is acknowledged"
+    );
     // b has nothing left to acknowledge: it sends no pure ACK of the request, ever.
     let start = Instant::now();
     while start.elapsed() < 3 * delay {
