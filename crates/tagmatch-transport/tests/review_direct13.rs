@@ -101,10 +101,25 @@ fn a_send_submitted_well_before_progress_is_not_resent_at_once() {
 /// and completes; the connection is not failed for a frame that just left.
 #[test]
 fn a_send_submitted_longer_than_the_peer_timeout_before_progress_completes() {
+    submitted_longer_than_the_peer_timeout_before_progress(false);
+}
+
+/// The same with devices that were progressed before (their owner was away since).
+#[test]
+fn a_send_submitted_longer_than_the_peer_timeout_after_an_absence_completes() {
+    submitted_longer_than_the_peer_timeout_before_progress(true);
+}
+
+fn submitted_longer_than_the_peer_timeout_before_progress(progressed: bool) {
     let cfg = |u: &mut UdpConfig| u.peer_timeout = Duration::from_millis(300);
     let mut a = dev_with(cfg);
     let mut b = dev_with(cfg);
     let mut ma = Mem::default();
+    if progressed {
+        let mut mb = Mem::default();
+        a.progress(&mut ma, Some(Duration::ZERO)).expect("progress");
+        b.progress(&mut mb, Some(Duration::ZERO)).expect("progress");
+    }
     send(&mut a, &b, 7, b"late", &mut ma);
     std::thread::sleep(Duration::from_millis(400));
     let (got, done) = run(&mut a, &mut b, 1);
