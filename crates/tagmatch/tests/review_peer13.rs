@@ -169,7 +169,7 @@ fn a_restarted_peer_is_told_apart_without_connid_headers() {
     cfg.features.rdma_read = false;
     let any: SocketAddr = "127.0.0.1:0".parse().expect("addr");
     let mut a = Endpoint::builder()
-        .rdm_config(cfg.clone())
+        .rdm_config(cfg)
         .udp(any)
         .build()
         .expect("a");
