@@ -109,6 +109,9 @@ pub mod sock;
 mod socks;
 mod window;
 
+#[cfg(test)]
+mod review_direct13;
+
 use foldhash::{HashMap, HashSet};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice};
@@ -1285,6 +1288,33 @@ impl UdpDevice {
             self.out(o);
         }
         self.fill_out = dgs;
+    }
+
+    /// Frames that entered their window in `submit` (timed then) and were not sent since
+    /// (the owner did not call `send_soon` or `flush_tx`, or the socket was full) are timed
+    /// again at `now`, when `progress` sends them after an absence of the owner: [`UdpConfig::peer_timeout`] and the
+    /// retransmission timer run from a frame's first transmission, and its RTT sample
+    /// must not include the time it waited in the device. (A frame sent once and queued
+    /// again is a retransmission, `retries > 0`, and keeps its times.)
+    #[inline(never)]
+    fn retime_unsent(&mut self, now: Instant) {
+        let cfg = &self.cfg;
+        for o in &self.txq {
+            let Out::Frame(k, seq, _) = o else {
+                continue;
+            };
+            let Some(c) = self.conns.get_mut(k) else {
+                continue;
+            };
+            let rto = rto_of(c.srtt, c.rttvar, cfg);
+            if let Some(f) = c.unacked.get_mut(seq) {
+                if f.retries == 0 && f.last_sent < now {
+                    f.last_sent = now;
+                    f.alive = now;
+                    f.deadline = now + rto;
+                }
+            }
+        }
     }
 
     /// The earliest retransmission deadline, without firing anything: `progress` checks
@@ -2492,6 +2522,16 @@ impl RdmDevice for UdpDevice {
             }
         }
         self.fill_windows(mem, Some(now));
+        // Only after an absence (as `timers` judges one): frames queued since a recent
+        // `progress` were timed recently enough, and a long queue (a full socket) is not
+        // walked on every call.
+        if !self.txq.is_empty()
+            && self
+                .last_read
+                .is_none_or(|l| now.saturating_duration_since(l) >= self.cfg.min_rto / 4)
+        {
+            self.retime_unsent(now);
+        }
         // No timer fires before the socket is read (see `timers`): an overdue deadline
         // only makes the wait zero. The deadline is needed for a wait, and to see whether
         // a timer is due before a one-datagram receive (below); a busy-polling call
