@@ -1291,11 +1291,12 @@ impl UdpDevice {
     }
 
     /// Frames that entered their window in `submit` (timed then) and were not sent since
-    /// (the owner did not call `send_soon` or `flush_tx`, or the socket was full) are timed
-    /// again at `now`, when `progress` sends them after an absence of the owner: [`UdpConfig::peer_timeout`] and the
-    /// retransmission timer run from a frame's first transmission, and its RTT sample
-    /// must not include the time it waited in the device. (A frame sent once and queued
-    /// again is a retransmission, `retries > 0`, and keeps its times.)
+    /// (the owner did not call `send_soon` or `flush_tx`, or the socket was full) are
+    /// timed again at `now`, when `progress` sends them after an absence of the owner:
+    /// [`UdpConfig::peer_timeout`] and the retransmission timer run from a frame's first
+    /// transmission, and its RTT sample must not include the time it waited in the
+    /// device. (A frame sent once and queued again is a retransmission, `retries > 0`,
+    /// and keeps its times.)
     #[inline(never)]
     fn retime_unsent(&mut self, now: Instant) {
         let cfg = &self.cfg;
