@@ -6,7 +6,7 @@
 
 use std::net::SocketAddr;
 
-use tagmatch::{Endpoint, MemFabric, ANY_SOURCE};
+use tagmatch::{Endpoint, MemFabric, Peer, ANY_SOURCE};
 
 fn udp() -> Endpoint {
     let any: SocketAddr = "127.0.0.1:0".parse().expect("addr");
@@ -19,6 +19,32 @@ fn mem(f: &MemFabric, fast: bool) -> Endpoint {
         .fast_path(fast)
         .build()
         .expect("mem endpoint")
+}
+
+/// `b` sends `a` a first message (`a` inserted `b` as the returned peer and receives it
+/// from that peer), then `b` is dropped and a new endpoint bound on its IP and port (a new
+/// connid) is returned.
+fn restart(a: &mut Endpoint, mut b: Endpoint) -> (Peer, Endpoint) {
+    let old = a.insert_peer(&b.address()).expect("insert b");
+    let to_a = b.insert_peer(&a.address()).expect("insert a");
+    let r = a.trecv(old, 1u64, 8).expect("trecv");
+    let s = b.tsend(to_a, 1, b"first".to_vec()).expect("tsend");
+    assert_eq!(
+        a.wait_with(r, &mut [&mut b]).expect("first").source(),
+        Some(old)
+    );
+    b.wait_with(s, &mut [&mut *a]).expect("send");
+    let addr = b.address().to_string();
+    let sock: SocketAddr = addr
+        .strip_prefix("udp://")
+        .and_then(|s| s.split('/').next())
+        .expect("udp://IP:PORT/CONNID")
+        .parse()
+        .expect("socket address");
+    drop(b);
+    let b2 = Endpoint::builder().udp(sock).build().expect("rebound");
+    assert_ne!(b2.address().to_string(), addr, "a new connid");
+    (old, b2)
 }
 
 /// `b` sends `tag` to `a` before `a` inserted `b`; `a` receives it with `ANY_SOURCE`
@@ -119,22 +145,7 @@ fn three_in_process_senders_are_told_apart() {
 #[test]
 fn a_restarted_udp_peers_long_message_matches_the_new_peer_only() {
     let mut a = udp();
-    let mut b = udp();
-    let old = a.insert_peer(&b.address()).expect("insert b");
-    let to_a = b.insert_peer(&a.address()).expect("insert a");
-    let r = a.trecv(old, 1u64, 8).expect("trecv");
-    let s = b.tsend(to_a, 1, b"first".to_vec()).expect("tsend");
-    a.wait_with(r, &mut [&mut b]).expect("first");
-    b.wait_with(s, &mut [&mut a]).expect("send");
-    let addr = b.address().to_string();
-    let sock: SocketAddr = addr
-        .strip_prefix("udp://")
-        .and_then(|s| s.split('/').next())
-        .expect("udp://IP:PORT/CONNID")
-        .parse()
-        .expect("socket address");
-    drop(b);
-    let mut b2 = Endpoint::builder().udp(sock).build().expect("rebound");
+    let (old, mut b2) = restart(&mut a, udp());
     let new = a.insert_peer(&b2.address()).expect("insert b2");
     assert_ne!(new, old);
     let to_a = b2.insert_peer(&a.address()).expect("insert a");
@@ -173,22 +184,7 @@ fn a_restarted_peer_is_told_apart_without_connid_headers() {
         .udp(any)
         .build()
         .expect("a");
-    let mut b = udp();
-    let old = a.insert_peer(&b.address()).expect("insert b");
-    let to_a = b.insert_peer(&a.address()).expect("insert a");
-    let r = a.trecv(old, 1u64, 8).expect("trecv");
-    let s = b.tsend(to_a, 1, b"first".to_vec()).expect("tsend");
-    a.wait_with(r, &mut [&mut b]).expect("first");
-    b.wait_with(s, &mut [&mut a]).expect("send");
-    let addr = b.address().to_string();
-    let sock: SocketAddr = addr
-        .strip_prefix("udp://")
-        .and_then(|s| s.split('/').next())
-        .expect("udp://IP:PORT/CONNID")
-        .parse()
-        .expect("socket address");
-    drop(b);
-    let mut b2 = Endpoint::builder().udp(sock).build().expect("rebound");
+    let (old, mut b2) = restart(&mut a, udp());
     let new = a.insert_peer(&b2.address()).expect("insert b2");
     let to_a = b2.insert_peer(&a.address()).expect("insert a");
     // The handshake (the first message carries b2's raw address).

@@ -191,23 +191,26 @@ impl RtmHeader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::efa::{Field, Packet, Repr};
+
+    /// The types [`RtmHeader::emit`] encodes.
+    const ENCODABLE: [PacketType; 8] = [
+        PacketType::EagerMsgRtm,
+        PacketType::EagerTagRtm,
+        PacketType::MediumMsgRtm,
+        PacketType::MediumTagRtm,
+        PacketType::DcEagerMsgRtm,
+        PacketType::DcEagerTagRtm,
+        PacketType::DcMediumMsgRtm,
+        PacketType::DcMediumTagRtm,
+    ];
 
     /// No header is longer than [`RtmHeader::MAX_LEN`], every optional header present at
     /// its largest.
     #[test]
     fn max_len_bounds_every_header() {
-        use PacketType as T;
         let mut longest = 0;
-        for ty in [
-            T::EagerMsgRtm,
-            T::EagerTagRtm,
-            T::MediumMsgRtm,
-            T::MediumTagRtm,
-            T::DcEagerMsgRtm,
-            T::DcEagerTagRtm,
-            T::DcMediumMsgRtm,
-            T::DcMediumTagRtm,
-        ] {
+        for ty in ENCODABLE {
             let mut h = RtmHeader::new(ty);
             h.raw_addr = Some(RawAddrHdr {
                 addr_len: RawAddrHdr::MAX_ADDR_LEN,
@@ -227,13 +230,11 @@ mod tests {
         }
         assert_eq!(longest, RtmHeader::MAX_LEN);
     }
-    use crate::efa::{Field, Packet, Repr};
 
     /// Every encodable type, with and without each optional header, emits the bytes
     /// `Repr::emit` emits for the same packet, which `Packet::new_checked` reads back.
     #[test]
     fn same_bytes_as_repr() {
-        use PacketType as T;
         let addr = RawAddr {
             gid: [0x5a; 16],
             qpn: 0x1234,
@@ -242,16 +243,7 @@ mod tests {
         };
         let payload = [1u8, 2, 3, 4, 5, 6, 7, 8, 9];
         let mut n = 0;
-        for ty in [
-            T::EagerMsgRtm,
-            T::EagerTagRtm,
-            T::MediumMsgRtm,
-            T::MediumTagRtm,
-            T::DcEagerMsgRtm,
-            T::DcEagerTagRtm,
-            T::DcMediumMsgRtm,
-            T::DcMediumTagRtm,
-        ] {
+        for ty in ENCODABLE {
             let layout = ty.layout();
             for raw in [
                 None,
