@@ -10,7 +10,7 @@ use tagmatch_transport::udp::{UdpConfig, UdpDevice};
 use tagmatch_transport::{DeviceEvent, RdmDevice};
 
 mod devmem;
-use devmem::{register, Mem};
+use devmem::{progress_both, register, Mem};
 
 struct Pair<D> {
     a: D,
@@ -33,12 +33,13 @@ impl<D: RdmDevice> Pair<D> {
     }
 
     fn step(&mut self) -> Vec<DeviceEvent> {
-        self.a
-            .progress(&mut self.ma, Some(Duration::from_millis(1)))
-            .expect("progress");
-        self.b
-            .progress(&mut self.mb, Some(Duration::from_millis(1)))
-            .expect("progress");
+        progress_both(
+            &mut self.a,
+            &mut self.ma,
+            &mut self.b,
+            &mut self.mb,
+            Duration::from_millis(1),
+        );
         let mut ev = Vec::new();
         while let Some(e) = self.a.poll_event() {
             ev.push(e);

@@ -10,7 +10,7 @@ use tagmatch_transport::udp::{UdpConfig, UdpDevice};
 use tagmatch_transport::{DeviceEvent, MemoryAccess, Node, RdmDevice};
 
 mod devmem;
-use devmem::Mem;
+use devmem::{progress_both, Mem};
 
 fn dev_with(f: impl FnOnce(&mut UdpConfig)) -> UdpDevice {
     let mut u = UdpConfig::new("127.0.0.1:0".parse().expect("addr"));
@@ -189,10 +189,7 @@ fn small_window_under_faults(connect_peers: usize) {
     }
     while !(a.is_idle() && b.is_idle()) {
         assert!(start.elapsed() < Duration::from_secs(30), "not idle");
-        a.progress(&mut ma, Some(Duration::from_micros(200)))
-            .expect("progress");
-        b.progress(&mut mb, Some(Duration::from_micros(200)))
-            .expect("progress");
+        progress_both(&mut a, &mut ma, &mut b, &mut mb, Duration::from_micros(200));
         while let Some(ev) = b.poll_event() {
             if let DeviceEvent::Recv { bytes, .. } = ev {
                 got.push(u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")));

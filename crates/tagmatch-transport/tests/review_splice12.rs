@@ -12,7 +12,7 @@ use tagmatch_transport::udp::{UdpConfig, UdpDevice};
 use tagmatch_transport::{DeviceEvent, RdmDevice};
 
 mod devmem;
-use devmem::{register, Mem};
+use devmem::{progress_both, register, Mem};
 
 /// The requester `a` and the responder `b`, with their memories. `b` serves region 5.
 struct Rig {
@@ -121,12 +121,13 @@ impl Rig {
     fn finish(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(20);
         while self.done.iter().any(Option::is_none) {
-            self.a
-                .progress(&mut self.ma, Some(Duration::from_millis(1)))
-                .expect("progress");
-            self.b
-                .progress(&mut self.mb, Some(Duration::from_millis(1)))
-                .expect("progress");
+            progress_both(
+                &mut self.a,
+                &mut self.ma,
+                &mut self.b,
+                &mut self.mb,
+                Duration::from_millis(1),
+            );
             self.poll_a();
             assert!(
                 Instant::now() < deadline,

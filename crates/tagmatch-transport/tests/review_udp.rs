@@ -11,7 +11,7 @@ use tagmatch_transport::{DeviceEvent, Node, RdmDevice};
 mod common;
 mod devmem;
 use common::{exchange, exchange_n, fail_fast, send_to_a_silent_peer};
-use devmem::{register, Mem};
+use devmem::{progress_both, register, Mem};
 
 fn node_with(f: impl FnOnce(&mut UdpConfig)) -> Node<UdpDevice> {
     let mut u = UdpConfig::new("127.0.0.1:0".parse().expect("addr"));
@@ -147,10 +147,7 @@ fn served_bytes_written_after_deregistration(splice: bool) {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut oks = [None; 2];
     while oks.iter().any(Option::is_none) {
-        a.progress(&mut ma, Some(Duration::from_millis(1)))
-            .expect("progress");
-        b.progress(&mut mb, Some(Duration::from_millis(1)))
-            .expect("progress");
+        progress_both(&mut a, &mut ma, &mut b, &mut mb, Duration::from_millis(1));
         while let Some(e) = a.poll_event() {
             match e {
                 DeviceEvent::RdmaDone { token: t, ok } if (1..=2).contains(&t.0) => {

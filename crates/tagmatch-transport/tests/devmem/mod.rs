@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use tagmatch_rdm::{MemHandle, MrKey, Transmit};
 use tagmatch_transport::{DeviceEvent, MemoryAccess, RdmDevice};
@@ -44,4 +45,17 @@ pub fn register<D: RdmDevice>(
         Some(DeviceEvent::RegisterDone { result: Ok(k), .. }) => k,
         other => panic!("registration: {other:?}"),
     }
+}
+
+/// One `progress` of `a` then of `b`, each waiting at most `wait` for a datagram (the
+/// step of the two-device loops). Panics on an IO error.
+pub fn progress_both<D: RdmDevice>(
+    a: &mut D,
+    ma: &mut Mem,
+    b: &mut D,
+    mb: &mut Mem,
+    wait: Duration,
+) {
+    a.progress(ma, Some(wait)).expect("progress a");
+    b.progress(mb, Some(wait)).expect("progress b");
 }
