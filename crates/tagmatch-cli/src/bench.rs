@@ -29,7 +29,10 @@
 //!
 //! `--engine ucx-like|ob1-like|linear` runs the same workloads, measured the same way, on
 //! a baseline of `tagmatch_engine::baseline` (the schemes of UCX, Open MPI ob1 and MPICH)
-//! instead of the engine; the JSON then adds `"engine"`.
+//! instead of the engine; the JSON then adds `"engine"`. `--engine hash-floor` runs the
+//! exact workloads on `tagmatch_engine::baseline::HashFloor`: one hash-map insert or
+//! remove per operation and nothing else, what any matcher that hashes (comm, src, tag)
+//! pays at least on the machine at hand.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -43,7 +46,9 @@ fn clock() -> &'static quanta::Clock {
     CLOCK.get_or_init(quanta::Clock::new)
 }
 
-use tagmatch_engine::baseline::{self, BaselinePrepared, Linear, Matcher, Ob1Like, UcxLike};
+use tagmatch_engine::baseline::{
+    self, BaselinePrepared, HashFloor, Linear, Matcher, Ob1Like, UcxLike,
+};
 use tagmatch_engine::workload::{Params, Prepared, Workload};
 
 use crate::{input, Error};
@@ -92,7 +97,9 @@ pub struct MatchArgs {
     /// What matches: tagmatch (the engine), or a baseline re-implementing another
     /// library's scheme on the same workloads: ucx-like (1021 hash buckets + one wildcard
     /// queue; wildcard receives scan every unexpected message), ob1-like (per-peer
-    /// lists; ANY_SOURCE receives walk every peer), linear (MPICH: one list per queue).
+    /// lists; ANY_SOURCE receives walk every peer), linear (MPICH: one list per queue);
+    /// or hash-floor, not a matcher: one hash-map insert or remove per operation, the
+    /// floor of any hash-indexed matcher on this machine (exact workloads only).
     #[arg(long, value_name = "E", default_value = "tagmatch")]
     pub engine: String,
     /// Link every unexpected message into the engine's wildcard lists at arrival instead
@@ -329,6 +336,29 @@ fn baseline_figures<B: Matcher + Default>(w: Workload, p: &Params, t: Duration) 
     measure_with(|| BaselinePrepared::<B>::new(w, p), t, 5).0
 }
 
+/// `--engine hash-floor`: only the exact workloads, and a run that did every operation.
+fn hash_floor_figures(w: Workload, p: &Params, t: Duration) -> Result<Figures, Error> {
+    let fail = |e: String| Error::new("bench match", e);
+    if !HashFloor::supports(w) {
+        let names: Vec<&str> = Workload::ALL
+            .into_iter()
+            .filter(|&w| HashFloor::supports(w))
+            .map(Workload::name)
+            .collect();
+        return Err(fail(format!(
+            "--engine hash-floor measures the exact workloads only ({}), not {w}",
+            names.join(", ")
+        )));
+    }
+    let (f, run) = measure_with(|| BaselinePrepared::<HashFloor>::new(w, p), t, 5);
+    match run.baseline().unsupported() {
+        0 => Ok(f),
+        n => Err(fail(format!(
+            "--engine hash-floor: {n} operations of {w} were outside its domain"
+        ))),
+    }
+}
+
 fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
@@ -361,6 +391,7 @@ pub fn run(args: Args) -> Result<(), Error> {
         (None, baseline::Kind::Ucx) => (baseline_figures::<UcxLike>(w, &p, t), None),
         (None, baseline::Kind::Ob1) => (baseline_figures::<Ob1Like>(w, &p, t), None),
         (None, baseline::Kind::Linear) => (baseline_figures::<Linear>(w, &p, t), None),
+        (None, baseline::Kind::HashFloor) => (hash_floor_figures(w, &p, t)?, None),
         (Some(h), baseline::Kind::Tagmatch) => {
             let (f, run) = measure_with(|| hw::HwPrepared::new(w, &p, h), t, 5);
             (f, Some((h, run.driver().counters())))

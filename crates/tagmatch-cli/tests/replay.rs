@@ -277,6 +277,57 @@ fn bench_match_json_has_the_documented_fields() {
 }
 
 #[test]
+fn bench_match_runs_the_hash_floor_on_exact_workloads_only() {
+    for w in [
+        "posted-exact",
+        "unexpected-exact",
+        "many-peers",
+        "cancel-mix",
+    ] {
+        let args = [
+            "bench",
+            "match",
+            "--workload",
+            w,
+            "--depth",
+            "16",
+            "--engine",
+            "hash-floor",
+            "--json",
+        ];
+        let o = run(&args, "");
+        assert!(
+            o.status.success(),
+            "{w}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let v: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+        assert_eq!(v["engine"], "hash-floor");
+        assert_eq!(v["workload"], w);
+        assert!(v["ns_per_op"].as_f64().is_some_and(|x| x > 0.0));
+    }
+    let o = run(
+        &[
+            "bench",
+            "match",
+            "--workload",
+            "unexpected-any-source",
+            "--depth",
+            "16",
+            "--engine",
+            "hash-floor",
+        ],
+        "",
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("exact workloads only") && e.contains("not unexpected-any-source"),
+        "{e}"
+    );
+}
+
+#[test]
 fn bench_match_runs_every_baseline_on_the_same_workload() {
     for engine in ["ucx-like", "ob1-like", "linear"] {
         let o = run(

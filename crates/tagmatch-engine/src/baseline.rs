@@ -590,6 +590,118 @@ impl Matcher for Ob1Like {
     }
 }
 
+// ---------------------------------------------------------------------------- hash floor
+
+/// A hash-map key: (communicator and source, tag).
+type Key = (u64, u64);
+
+/// The floor's map: std's (hashbrown) with foldhash, the fastest hasher of the
+/// workspace's dependencies.
+type FloorMap = std::collections::HashMap<Key, u32, foldhash::fast::FixedState>;
+
+fn key(comm: u32, src: u32, tag: u64) -> Key {
+    ((u64::from(comm) << 32) | u64::from(src), tag)
+}
+
+/// Not a matching scheme: the least an exact operation costs any matcher that indexes
+/// its queues by a hash of (comm, src, tag) — one insert or one remove in a hash map
+/// (the engine's `FastMap`: hashbrown with the multiply-xorshift hasher of the engine's
+/// maps) — and nothing else: no FIFO per key, no posting order across keys, no
+/// wildcard, no sequence number. `tagmatch bench match --engine hash-floor` measures
+/// it on the exact workloads with the engine's method, so that the engine's figure can
+/// be read against what this machine's best general-purpose hash table does per
+/// operation.
+///
+/// Defined only for exact receives whose keys are distinct among the pending receives
+/// (and among the stored messages): the workloads of [`HashFloor::supports`]. Any other
+/// operation (a wildcard receive, a second pending receive or message with a pending
+/// key) is not performed; it is counted in [`HashFloor::unsupported`], which a run
+/// checks.
+#[derive(Clone, Debug, Default)]
+pub struct HashFloor {
+    posted: FloorMap,
+    unexp: FloorMap,
+    /// Receive id → key of the pending receive (for cancels).
+    by_rid: Vec<Option<Key>>,
+    unsupported: usize,
+}
+
+impl HashFloor {
+    /// Whether workload `w` has only exact receives with keys distinct among the pending
+    /// ones (its results then equal the engine's).
+    pub fn supports(w: Workload) -> bool {
+        matches!(
+            w,
+            Workload::PostedExact
+                | Workload::UnexpectedExact
+                | Workload::ManyPeers
+                | Workload::CancelMix
+        )
+    }
+
+    /// Operations it did not perform (see the type's documentation); 0 for a valid run.
+    pub fn unsupported(&self) -> usize {
+        self.unsupported
+    }
+}
+
+impl Matcher for HashFloor {
+    fn post(&mut self, spec: RecvSpec, rid: u32) -> Option<u32> {
+        let (Source::Rank(src), TagSel::Exact(tag)) = (spec.src, spec.tag) else {
+            self.unsupported += 1;
+            return None;
+        };
+        let k = key(spec.comm, src, tag);
+        if let Some(mid) = self.unexp.remove(&k) {
+            return Some(mid);
+        }
+        if self.posted.contains_key(&k) {
+            self.unsupported += 1;
+            return None;
+        }
+        self.posted.insert(k, rid);
+        let i = rid as usize;
+        if self.by_rid.len() <= i {
+            self.by_rid.resize(i + 1, None);
+        }
+        self.by_rid[i] = Some(k);
+        None
+    }
+
+    fn arrive(&mut self, env: Envelope, mid: u32) -> Option<u32> {
+        let k = key(env.comm, env.src, env.tag);
+        if let Some(rid) = self.posted.remove(&k) {
+            if let Some(s) = self.by_rid.get_mut(rid as usize) {
+                *s = None;
+            }
+            return Some(rid);
+        }
+        if self.unexp.contains_key(&k) {
+            self.unsupported += 1;
+            return None;
+        }
+        self.unexp.insert(k, mid);
+        None
+    }
+
+    fn cancel(&mut self, rid: u32) -> bool {
+        match self.by_rid.get_mut(rid as usize).and_then(Option::take) {
+            Some(k) => self.posted.remove(&k).is_some(),
+            None => false,
+        }
+    }
+
+    fn depths(&self) -> (usize, usize) {
+        (self.posted.len(), self.unexp.len())
+    }
+
+    fn heap_bytes(&self) -> usize {
+        map_heap_bytes(&self.posted)
+            + map_heap_bytes(&self.unexp)
+            + self.by_rid.capacity() * core::mem::size_of::<Option<Key>>()
+    }
+}
+
 // ---------------------------------------------------------------------------- runs
 
 /// Which baseline (or the engine itself, for `tagmatch bench match --engine`).
@@ -603,11 +715,19 @@ pub enum Kind {
     Ob1,
     /// [`Linear`].
     Linear,
+    /// [`HashFloor`] (exact workloads only).
+    HashFloor,
 }
 
 impl Kind {
     /// All kinds, the engine first.
-    pub const ALL: [Kind; 4] = [Kind::Tagmatch, Kind::Ucx, Kind::Ob1, Kind::Linear];
+    pub const ALL: [Kind; 5] = [
+        Kind::Tagmatch,
+        Kind::Ucx,
+        Kind::Ob1,
+        Kind::Linear,
+        Kind::HashFloor,
+    ];
 
     /// The command-line name.
     pub fn name(self) -> &'static str {
@@ -616,6 +736,7 @@ impl Kind {
             Kind::Ucx => "ucx-like",
             Kind::Ob1 => "ob1-like",
             Kind::Linear => "linear",
+            Kind::HashFloor => "hash-floor",
         }
     }
 }
@@ -792,6 +913,68 @@ mod tests {
         check::<Linear>(Kind::Linear);
         check::<UcxLike>(Kind::Ucx);
         check::<Ob1Like>(Kind::Ob1);
+    }
+
+    #[test]
+    fn the_hash_floor_matches_its_workloads_like_the_engine() {
+        for w in Workload::ALL
+            .into_iter()
+            .filter(|&w| HashFloor::supports(w))
+        {
+            for n in [1, 2, 7, 64, 1000] {
+                for peers in [None, Some(3)] {
+                    let mut p = Params::new(n);
+                    p.peers = peers;
+                    let want = Prepared::new(w, &p).run();
+                    let mut b = BaselinePrepared::<HashFloor>::new(w, &p);
+                    assert!(b.setup_heap_bytes > 0, "{w} n={n}");
+                    assert_eq!(b.run_range(0, b.ops()), want, "{w} n={n}");
+                    assert_eq!(b.baseline().depths(), (0, 0), "{w} n={n}");
+                    assert_eq!(b.baseline().unsupported(), 0, "{w} n={n}");
+                    assert!(b.again(), "{w} n={n}");
+                    assert_eq!(b.run_range(0, b.ops()), want, "{w} n={n}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_hash_floor_counts_what_it_does_not_do() {
+        // The wildcard workloads are not its domain: their receives are counted.
+        for w in Workload::ALL
+            .into_iter()
+            .filter(|&w| !HashFloor::supports(w))
+        {
+            let mut p = Params::new(64);
+            p.wildcard_fraction = 0.5;
+            let mut b = BaselinePrepared::<HashFloor>::new(w, &p);
+            b.run_range(0, b.ops());
+            assert!(b.baseline().unsupported() > 0, "{w}");
+        }
+        let mut f = HashFloor::default();
+        let spec = RecvSpec::exact(1, 2, 3);
+        let env = Envelope::new(1, 2, 3);
+        // A second pending receive with the same key is not kept.
+        assert_eq!(f.post(spec, 0), None);
+        assert_eq!(f.post(spec, 1), None);
+        assert_eq!((f.unsupported(), f.depths()), (1, (1, 0)));
+        assert_eq!(f.arrive(env, 7), Some(0));
+        assert!(!f.cancel(0), "matched, no longer pending");
+        // Likewise a second stored message with the same key.
+        assert_eq!(f.arrive(env, 8), None);
+        assert_eq!(f.arrive(env, 9), None);
+        assert_eq!((f.unsupported(), f.depths()), (2, (0, 1)));
+        assert_eq!(f.post(spec, 2), Some(8));
+        // Cancel takes the receive out of the map: a message then is stored.
+        assert_eq!(f.post(spec, 3), None);
+        assert!(f.cancel(3));
+        assert!(!f.cancel(3));
+        assert!(!f.cancel(1_000_000), "never posted");
+        assert_eq!(f.arrive(env, 10), None);
+        assert_eq!(f.depths(), (0, 1));
+        // Wildcards are never matched nor stored.
+        assert_eq!(f.post(RecvSpec::new(1, None, Some(3)), 4), None);
+        assert_eq!((f.unsupported(), f.depths()), (3, (0, 1)));
     }
 
     #[test]

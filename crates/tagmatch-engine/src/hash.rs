@@ -44,7 +44,7 @@ pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
 
 /// Heap bytes of a hashbrown-backed map, from its capacity (buckets × (entry + control
 /// byte) + one SIMD group of control bytes). An estimate of the real layout.
-pub(crate) fn map_heap_bytes<K, V>(m: &FastMap<K, V>) -> usize {
+pub(crate) fn map_heap_bytes<K, V, S>(m: &HashMap<K, V, S>) -> usize {
     let cap = m.capacity();
     if cap == 0 {
         return 0;
