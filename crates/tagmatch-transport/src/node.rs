@@ -43,7 +43,15 @@ use crate::device::{DeviceEvent, RdmDevice};
 pub struct Node<D: RdmDevice> {
     ep: Endpoint,
     dev: D,
+    /// Completions [`Node::wait`] took out of the endpoint's queue (older than those left
+    /// there); [`Node::poll_completion`] hands them out first.
     completions: VecDeque<Completion>,
+    /// How many of the endpoint's queued completions (at its front) a pump found: those
+    /// are the node's ready completions, taken from the endpoint's queue by
+    /// [`Node::poll_completion`] without a copy into a queue of the node. Completions the
+    /// endpoint queued since the last pump are not ready yet (as when the pump moved
+    /// them).
+    counted: usize,
     /// Peers inserted through [`Node::add_peer`], by their whole address (connid included).
     exact: HashMap<([u8; 16], u16, u32), PeerId>,
     /// The endpoint's admission epoch when it refused the first packet the device holds
@@ -63,6 +71,7 @@ impl<D: RdmDevice> Node<D> {
             ep: Endpoint::new(cfg, dev.addr()),
             dev,
             completions: VecDeque::new(),
+            counted: 0,
             exact: HashMap::default(),
             refused_at: None,
             pumped: false,
@@ -156,9 +165,12 @@ impl<D: RdmDevice> Node<D> {
                     }
                 }
             }
-            while let Some(c) = self.ep.poll_completion() {
-                self.completions.push_back(c);
-                n += 1;
+            // The completions stay in the endpoint's queue: the new ones are counted
+            // (the owner takes them from there, see `counted`).
+            let queued = self.ep.completion_count();
+            if queued > self.counted {
+                n += queued - self.counted;
+                self.counted = queued;
             }
             if n == 0 {
                 return total;
@@ -174,11 +186,11 @@ impl<D: RdmDevice> Node<D> {
     /// Nothing is received. Events the device had queued are handed to the endpoint too
     /// (completions then wait in the node, as after a `progress`).
     pub fn send_now(&mut self) -> io::Result<()> {
-        let before = self.completions.len();
+        let before = self.counted;
         self.pump();
-        // Completions moved now would have made the next `progress` a pass without a
-        // wait (it would have moved them): it still is.
-        self.pumped |= self.completions.len() > before;
+        // Completions found now would have made the next `progress` a pass without a
+        // wait (it would have found them): it still is.
+        self.pumped |= self.counted > before;
         self.dev.send_soon(&mut self.ep)
     }
 
@@ -211,7 +223,7 @@ impl<D: RdmDevice> Node<D> {
         // What the endpoint answered (and the ACKs piggybacked on it) leaves now, not at
         // the owner's next progress, which may be far away.
         self.dev.flush_tx(&mut self.ep)?;
-        Ok(self.completions.len())
+        Ok(self.completions.len() + self.counted)
     }
 
     /// Whether the node has work of its own that the next [`Node::progress`] does
@@ -222,7 +234,7 @@ impl<D: RdmDevice> Node<D> {
     /// device (the in-process doorbell) must not sleep while this holds: nobody would
     /// wake it.
     pub fn has_own_work(&self) -> bool {
-        !self.completions.is_empty()
+        self.has_completions()
             || self.ep.has_output()
             || self
                 .refused_at
@@ -232,18 +244,34 @@ impl<D: RdmDevice> Node<D> {
     /// Whether completions wait to be taken ([`Node::poll_completion`]).
     #[inline]
     pub fn has_completions(&self) -> bool {
-        !self.completions.is_empty()
+        self.counted > 0 || !self.completions.is_empty()
     }
 
     /// The next completion.
+    #[inline]
     pub fn poll_completion(&mut self) -> Option<Completion> {
-        self.completions.pop_front()
+        if let Some(c) = self.completions.pop_front() {
+            return Some(c);
+        }
+        if self.counted == 0 {
+            return None;
+        }
+        self.counted -= 1;
+        self.ep.poll_completion()
     }
 
     /// Progresses until `op` completes (other completions stay queued) or `limit` passes.
     pub fn wait(&mut self, op: OpId, limit: Duration) -> io::Result<Completion> {
         let deadline = Instant::now() + limit;
         loop {
+            // The ready completions, in order, where they can be searched.
+            while self.counted > 0 {
+                self.counted -= 1;
+                match self.ep.poll_completion() {
+                    Some(c) => self.completions.push_back(c),
+                    None => self.counted = 0,
+                }
+            }
             if let Some(i) = self.completions.iter().position(|c| c.op == op) {
                 if let Some(c) = self.completions.remove(i) {
                     return Ok(c);

@@ -543,6 +543,12 @@ impl Endpoint {
         self.completions.pop_front()
     }
 
+    /// How many completions wait for [`Endpoint::poll_completion`].
+    #[inline]
+    pub fn completion_count(&self) -> usize {
+        self.completions.len()
+    }
+
     /// The subprotocol an operation chose (for the last [`PROTOCOL_MEMORY`] operations).
     pub fn protocol_of(&self, op: OpId) -> Option<Protocol> {
         match self.protocols.get(op.0 as usize % PROTOCOL_MEMORY) {
