@@ -325,12 +325,20 @@ impl<D: RdmDevice> Node<D> {
         self.dev.is_idle()
     }
 
+    /// Whether the endpoint holds output no pump handled yet: transmits, or completions it
+    /// queued since the last pump. The ready completions (`counted`) wait in its queue
+    /// for the owner, not for the node: they are none ([`Endpoint::has_output`] counts
+    /// them).
+    fn has_new_output(&self) -> bool {
+        self.ep.has_transmits() || self.ep.completion_count() > self.counted
+    }
+
     /// Whether [`Node::flush`] is done: the device is idle, or idle but for refused packets
     /// that wait for the application (the endpoint's admission epoch did not move since
     /// they were refused, so handing them in again would only have them refused again).
     fn flushed(&self) -> bool {
         self.dev.is_idle()
-            || (!self.ep.has_output()
+            || (!self.has_new_output()
                 && self
                     .refused_at
                     .is_none_or(|e| e == self.ep.admission_epoch())

@@ -537,6 +537,13 @@ impl Endpoint {
         !self.out.is_empty() || !self.completions.is_empty()
     }
 
+    /// Whether something waits for [`Endpoint::poll_transmit`] (completions aside, unlike
+    /// [`Endpoint::has_output`]).
+    #[inline]
+    pub fn has_transmits(&self) -> bool {
+        !self.out.is_empty()
+    }
+
     /// Next application completion.
     #[inline]
     pub fn poll_completion(&mut self) -> Option<Completion> {
