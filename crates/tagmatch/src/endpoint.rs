@@ -93,6 +93,10 @@ impl RdmDevice for Device {
         with_device!(self, d => d.is_idle())
     }
 
+    fn is_idle_apart_from_refused(&self) -> bool {
+        with_device!(self, d => d.is_idle_apart_from_refused())
+    }
+
     fn rx_count(&self) -> u64 {
         with_device!(self, d => d.rx_count())
     }
