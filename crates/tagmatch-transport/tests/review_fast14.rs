@@ -219,3 +219,67 @@ fn a_completion_found_by_send_now_makes_the_next_progress_not_wait() {
         "an idle progress waits"
     );
 }
+
+/// An owner that takes completions from the endpoint directly
+/// (`node.endpoint_mut().poll_completion()`, e.g. to take a cancel's at once) takes them
+/// from the queue the node's ready ones wait in: the node must not count them again.
+/// `progress` returns what `poll_completion` then hands out, `has_completions` does not
+/// claim one that is gone, and a completion queued later (a cancel) makes the next
+/// `progress` a pass without a wait (no `poll(2)`), as a pump that finds a completion
+/// always did.
+///
+/// Catches: 662fb38 as committed (`counted` kept the taken completion: `progress`
+/// returned 1 with none to take, `has_completions` held, and the cancel's completion,
+/// one in a queue of one where one was counted, was not seen as new: `progress` slept).
+#[test]
+fn completions_taken_from_the_endpoint_directly_are_not_counted_again() {
+    let mut a = common::udp_node("127.0.0.1:0", 1500, config());
+    let mut b = common::udp_node("127.0.0.1:0", 1500, config());
+    let ab = a.add_peer(b.addr());
+    let r = b.endpoint_mut().trecv(None, 1, !0, 16).expect("trecv");
+    a.endpoint_mut()
+        .tsend(ab, 1, payload(16, 1), SendOpts::default())
+        .expect("tsend");
+    let mut ready = 0;
+    for _ in 0..10_000 {
+        a.progress(Some(Duration::from_millis(1)))
+            .expect("progress");
+        ready = b.progress(Some(Duration::ZERO)).expect("progress");
+        if ready > 0 {
+            break;
+        }
+    }
+    assert_eq!(ready, 1, "the receive completed");
+    // Every completion comes out once, through either queue.
+    let mut taken = Vec::new();
+    taken.extend(b.endpoint_mut().poll_completion().map(|c| c.op));
+    let n = b.progress(Some(Duration::ZERO)).expect("progress");
+    let mut via_node = 0;
+    while let Some(c) = b.poll_completion() {
+        taken.push(c.op);
+        via_node += 1;
+    }
+    assert_eq!(taken, [r], "once");
+    assert_eq!(
+        n, via_node,
+        "progress counted what poll_completion handed out"
+    );
+    assert!(!b.has_completions());
+    // A cancel's completion, queued outside a pump, is found by the next progress
+    // without a wait.
+    let late = b.endpoint_mut().trecv(None, 2, !0, 16).expect("trecv");
+    b.endpoint_mut().cancel(late).expect("cancel");
+    let polls = b.device().stats().sock.poll_calls;
+    assert_eq!(
+        b.progress(Some(Duration::from_millis(200)))
+            .expect("progress"),
+        1
+    );
+    assert_eq!(
+        b.device().stats().sock.poll_calls,
+        polls,
+        "progress waited with a completion ready"
+    );
+    assert_eq!(b.poll_completion().map(|c| c.op), Some(late));
+    assert!(b.poll_completion().is_none() && !b.has_completions());
+}
