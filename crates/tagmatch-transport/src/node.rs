@@ -52,6 +52,11 @@ pub struct Node<D: RdmDevice> {
     /// endpoint queued since the last pump are not ready yet (as when the pump moved
     /// them).
     counted: usize,
+    /// [`Endpoint::completions_taken`] as of the node's own takes: more means the owner
+    /// took completions from the endpoint directly (`endpoint_mut().poll_completion()`),
+    /// from the front of its queue, where the counted ones are; the next pump forgets
+    /// them.
+    taken: u64,
     /// Peers inserted through [`Node::add_peer`], by their whole address (connid included).
     exact: HashMap<([u8; 16], u16, u32), PeerId>,
     /// The endpoint's admission epoch when it refused the first packet the device holds
@@ -72,6 +77,7 @@ impl<D: RdmDevice> Node<D> {
             dev,
             completions: VecDeque::new(),
             counted: 0,
+            taken: 0,
             exact: HashMap::default(),
             refused_at: None,
             pumped: false,
@@ -100,6 +106,11 @@ impl<D: RdmDevice> Node<D> {
     }
 
     /// The endpoint, to submit operations.
+    ///
+    /// Take completions through [`Node::poll_completion`]: the node's ready ones wait in
+    /// the endpoint's queue, so [`Endpoint::poll_completion`] hands out those first (the
+    /// oldest), not only what the endpoint queued since the last pump; the node stops
+    /// counting them at its next pump.
     pub fn endpoint_mut(&mut self) -> &mut Endpoint {
         &mut self.ep
     }
@@ -120,10 +131,24 @@ impl<D: RdmDevice> Node<D> {
     /// owner, there is nothing to move and no pass is made.)
     #[inline]
     fn pump(&mut self) -> usize {
+        if self.ep.completions_taken() != self.taken {
+            self.forget_taken();
+        }
         if !self.ep.has_output() && !self.dev.has_events() {
             return 0;
         }
         self.pump_passes()
+    }
+
+    /// Completions the owner took from the endpoint directly were the oldest in its queue:
+    /// the counted ones first (they are not counted again).
+    #[cold]
+    fn forget_taken(&mut self) {
+        let direct = self.ep.completions_taken() - self.taken;
+        self.taken += direct;
+        self.counted = self
+            .counted
+            .saturating_sub(usize::try_from(direct).unwrap_or(usize::MAX));
     }
 
     /// [`Node::pump`] when something is queued.
@@ -257,7 +282,9 @@ impl<D: RdmDevice> Node<D> {
             return None;
         }
         self.counted -= 1;
-        self.ep.poll_completion()
+        let c = self.ep.poll_completion();
+        self.taken += u64::from(c.is_some());
+        c
     }
 
     /// Progresses until `op` completes (other completions stay queued) or `limit` passes.
@@ -268,7 +295,10 @@ impl<D: RdmDevice> Node<D> {
             while self.counted > 0 {
                 self.counted -= 1;
                 match self.ep.poll_completion() {
-                    Some(c) => self.completions.push_back(c),
+                    Some(c) => {
+                        self.taken += 1;
+                        self.completions.push_back(c);
+                    }
                     None => self.counted = 0,
                 }
             }
