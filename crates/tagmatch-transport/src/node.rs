@@ -46,17 +46,14 @@ pub struct Node<D: RdmDevice> {
     /// Completions [`Node::wait`] took out of the endpoint's queue (older than those left
     /// there); [`Node::poll_completion`] hands them out first.
     completions: VecDeque<Completion>,
-    /// How many of the endpoint's queued completions (at its front) a pump found: those
-    /// are the node's ready completions, taken from the endpoint's queue by
-    /// [`Node::poll_completion`] without a copy into a queue of the node. Completions the
-    /// endpoint queued since the last pump are not ready yet (as when the pump moved
-    /// them).
-    counted: usize,
-    /// [`Endpoint::completions_taken`] as of the node's own takes: more means the owner
-    /// took completions from the endpoint directly (`endpoint_mut().poll_completion()`),
-    /// from the front of its queue, where the counted ones are; the next pump forgets
-    /// them.
-    taken: u64,
+    /// The end of the node's ready completions in the endpoint's queue, counted in the
+    /// sequence of every completion the endpoint queued ([`Endpoint::completions_taken`]
+    /// is where its queue begins): those the queue still holds before it are ready, taken
+    /// from there by [`Node::poll_completion`] without a copy into a queue of the node;
+    /// those the endpoint queued since the last pump are behind it, not ready yet (as
+    /// when the pump moved them). Ready completions the owner took from the endpoint
+    /// directly are simply gone (they were the oldest).
+    ready_end: u64,
     /// Peers inserted through [`Node::add_peer`], by their whole address (connid included).
     exact: HashMap<([u8; 16], u16, u32), PeerId>,
     /// The endpoint's admission epoch when it refused the first packet the device holds
@@ -76,8 +73,7 @@ impl<D: RdmDevice> Node<D> {
             ep: Endpoint::new(cfg, dev.addr()),
             dev,
             completions: VecDeque::new(),
-            counted: 0,
-            taken: 0,
+            ready_end: 0,
             exact: HashMap::default(),
             refused_at: None,
             pumped: false,
@@ -131,24 +127,10 @@ impl<D: RdmDevice> Node<D> {
     /// owner, there is nothing to move and no pass is made.)
     #[inline]
     fn pump(&mut self) -> usize {
-        if self.ep.completions_taken() != self.taken {
-            self.forget_taken();
-        }
         if !self.ep.has_output() && !self.dev.has_events() {
             return 0;
         }
         self.pump_passes()
-    }
-
-    /// Completions the owner took from the endpoint directly were the oldest in its queue:
-    /// the counted ones first (they are not counted again).
-    #[cold]
-    fn forget_taken(&mut self) {
-        let direct = self.ep.completions_taken() - self.taken;
-        self.taken += direct;
-        self.counted = self
-            .counted
-            .saturating_sub(usize::try_from(direct).unwrap_or(usize::MAX));
     }
 
     /// [`Node::pump`] when something is queued.
@@ -190,13 +172,17 @@ impl<D: RdmDevice> Node<D> {
                     }
                 }
             }
-            // The completions stay in the endpoint's queue: the new ones are counted
-            // (the owner takes them from there, see `counted`).
-            let queued = self.ep.completion_count();
-            if queued > self.counted {
-                n += queued - self.counted;
-                self.counted = queued;
+            // The completions stay in the endpoint's queue: the new ones become ready
+            // (the owner takes them from there, see `ready_end`). The end of the queue
+            // never moves back; ones the owner took directly past `ready_end` are not
+            // new.
+            let taken = self.ep.completions_taken();
+            let end = taken + self.ep.completion_count() as u64;
+            let from = self.ready_end.max(taken);
+            if end > from {
+                n += (end - from) as usize;
             }
+            self.ready_end = end;
             if n == 0 {
                 return total;
             }
@@ -211,11 +197,11 @@ impl<D: RdmDevice> Node<D> {
     /// Nothing is received. Events the device had queued are handed to the endpoint too
     /// (completions then wait in the node, as after a `progress`).
     pub fn send_now(&mut self) -> io::Result<()> {
-        let before = self.counted;
+        let before = self.ready();
         self.pump();
         // Completions found now would have made the next `progress` a pass without a
         // wait (it would have found them): it still is.
-        self.pumped |= self.counted > before;
+        self.pumped |= self.ready() > before;
         self.dev.send_soon(&mut self.ep)
     }
 
@@ -248,7 +234,7 @@ impl<D: RdmDevice> Node<D> {
         // What the endpoint answered (and the ACKs piggybacked on it) leaves now, not at
         // the owner's next progress, which may be far away.
         self.dev.flush_tx(&mut self.ep)?;
-        Ok(self.completions.len() + self.counted)
+        Ok(self.completions.len() + self.ready())
     }
 
     /// Whether the node has work of its own that the next [`Node::progress`] does
@@ -269,7 +255,7 @@ impl<D: RdmDevice> Node<D> {
     /// Whether completions wait to be taken ([`Node::poll_completion`]).
     #[inline]
     pub fn has_completions(&self) -> bool {
-        self.counted > 0 || !self.completions.is_empty()
+        self.ready_end > self.ep.completions_taken() || !self.completions.is_empty()
     }
 
     /// The next completion.
@@ -278,13 +264,16 @@ impl<D: RdmDevice> Node<D> {
         if let Some(c) = self.completions.pop_front() {
             return Some(c);
         }
-        if self.counted == 0 {
-            return None;
+        if self.ready_end > self.ep.completions_taken() {
+            return self.ep.poll_completion();
         }
-        self.counted -= 1;
-        let c = self.ep.poll_completion();
-        self.taken += u64::from(c.is_some());
-        c
+        None
+    }
+
+    /// How many of the endpoint's queued completions are ready (see `ready_end`).
+    #[inline]
+    fn ready(&self) -> usize {
+        self.ready_end.saturating_sub(self.ep.completions_taken()) as usize
     }
 
     /// Progresses until `op` completes (other completions stay queued) or `limit` passes.
@@ -292,14 +281,10 @@ impl<D: RdmDevice> Node<D> {
         let deadline = Instant::now() + limit;
         loop {
             // The ready completions, in order, where they can be searched.
-            while self.counted > 0 {
-                self.counted -= 1;
+            while self.ready_end > self.ep.completions_taken() {
                 match self.ep.poll_completion() {
-                    Some(c) => {
-                        self.taken += 1;
-                        self.completions.push_back(c);
-                    }
-                    None => self.counted = 0,
+                    Some(c) => self.completions.push_back(c),
+                    None => break,
                 }
             }
             if let Some(i) = self.completions.iter().position(|c| c.op == op) {
@@ -356,11 +341,12 @@ impl<D: RdmDevice> Node<D> {
     }
 
     /// Whether the endpoint holds output no pump handled yet: transmits, or completions it
-    /// queued since the last pump. The ready completions (`counted`) wait in its queue
+    /// queued since the last pump. The ready completions (`ready_end`) wait in its queue
     /// for the owner, not for the node: they are none ([`Endpoint::has_output`] counts
     /// them).
     fn has_new_output(&self) -> bool {
-        self.ep.has_transmits() || self.ep.completion_count() > self.counted
+        self.ep.has_transmits()
+            || self.ep.completions_taken() + self.ep.completion_count() as u64 > self.ready_end
     }
 
     /// Whether [`Node::flush`] is done: the device is idle, or idle but for refused packets
