@@ -59,8 +59,8 @@ pub struct Node<D: RdmDevice> {
     /// The endpoint's admission epoch when it refused the first packet the device holds
     /// since the device was last asked to retry (see [`Node::progress`]).
     refused_at: Option<u64>,
-    /// [`Node::send_now`] moved completions into `completions`: the next
-    /// [`Node::progress`] must not block (as it would not have had it moved them itself).
+    /// [`Node::send_now`]'s pump found new completions (made them ready): the next
+    /// [`Node::progress`] must not block (as it would not have had it found them itself).
     pumped: bool,
 }
 
