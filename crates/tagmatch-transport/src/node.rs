@@ -43,14 +43,24 @@ use crate::device::{DeviceEvent, RdmDevice};
 pub struct Node<D: RdmDevice> {
     ep: Endpoint,
     dev: D,
+    /// Completions [`Node::wait`] took out of the endpoint's queue (older than those left
+    /// there); [`Node::poll_completion`] hands them out first.
     completions: VecDeque<Completion>,
+    /// The end of the node's ready completions in the endpoint's queue, counted in the
+    /// sequence of every completion the endpoint queued ([`Endpoint::completions_taken`]
+    /// is where its queue begins): those the queue still holds before it are ready, taken
+    /// from there by [`Node::poll_completion`] without a copy into a queue of the node;
+    /// those the endpoint queued since the last pump are behind it, not ready yet (as
+    /// when the pump moved them). Ready completions the owner took from the endpoint
+    /// directly are simply gone (they were the oldest).
+    ready_end: u64,
     /// Peers inserted through [`Node::add_peer`], by their whole address (connid included).
     exact: HashMap<([u8; 16], u16, u32), PeerId>,
     /// The endpoint's admission epoch when it refused the first packet the device holds
     /// since the device was last asked to retry (see [`Node::progress`]).
     refused_at: Option<u64>,
-    /// [`Node::send_now`] moved completions into `completions`: the next
-    /// [`Node::progress`] must not block (as it would not have had it moved them itself).
+    /// [`Node::send_now`]'s pump found new completions (made them ready): the next
+    /// [`Node::progress`] must not block (as it would not have had it found them itself).
     pumped: bool,
 }
 
@@ -63,6 +73,7 @@ impl<D: RdmDevice> Node<D> {
             ep: Endpoint::new(cfg, dev.addr()),
             dev,
             completions: VecDeque::new(),
+            ready_end: 0,
             exact: HashMap::default(),
             refused_at: None,
             pumped: false,
@@ -91,6 +102,11 @@ impl<D: RdmDevice> Node<D> {
     }
 
     /// The endpoint, to submit operations.
+    ///
+    /// Take completions through [`Node::poll_completion`]: the node's ready ones wait in
+    /// the endpoint's queue, so [`Endpoint::poll_completion`] hands out those first (the
+    /// oldest), not only what the endpoint queued since the last pump; the node stops
+    /// counting them at its next pump.
     pub fn endpoint_mut(&mut self) -> &mut Endpoint {
         &mut self.ep
     }
@@ -156,10 +172,17 @@ impl<D: RdmDevice> Node<D> {
                     }
                 }
             }
-            while let Some(c) = self.ep.poll_completion() {
-                self.completions.push_back(c);
-                n += 1;
+            // The completions stay in the endpoint's queue: the new ones become ready
+            // (the owner takes them from there, see `ready_end`). The end of the queue
+            // never moves back; ones the owner took directly past `ready_end` are not
+            // new.
+            let taken = self.ep.completions_taken();
+            let end = taken + self.ep.completion_count() as u64;
+            let from = self.ready_end.max(taken);
+            if end > from {
+                n += (end - from) as usize;
             }
+            self.ready_end = end;
             if n == 0 {
                 return total;
             }
@@ -174,11 +197,11 @@ impl<D: RdmDevice> Node<D> {
     /// Nothing is received. Events the device had queued are handed to the endpoint too
     /// (completions then wait in the node, as after a `progress`).
     pub fn send_now(&mut self) -> io::Result<()> {
-        let before = self.completions.len();
+        let before = self.ready();
         self.pump();
-        // Completions moved now would have made the next `progress` a pass without a
-        // wait (it would have moved them): it still is.
-        self.pumped |= self.completions.len() > before;
+        // Completions found now would have made the next `progress` a pass without a
+        // wait (it would have found them): it still is.
+        self.pumped |= self.ready() > before;
         self.dev.send_soon(&mut self.ep)
     }
 
@@ -211,7 +234,7 @@ impl<D: RdmDevice> Node<D> {
         // What the endpoint answered (and the ACKs piggybacked on it) leaves now, not at
         // the owner's next progress, which may be far away.
         self.dev.flush_tx(&mut self.ep)?;
-        Ok(self.completions.len())
+        Ok(self.completions.len() + self.ready())
     }
 
     /// Whether the node has work of its own that the next [`Node::progress`] does
@@ -222,7 +245,7 @@ impl<D: RdmDevice> Node<D> {
     /// device (the in-process doorbell) must not sleep while this holds: nobody would
     /// wake it.
     pub fn has_own_work(&self) -> bool {
-        !self.completions.is_empty()
+        self.has_completions()
             || self.ep.has_output()
             || self
                 .refused_at
@@ -232,18 +255,38 @@ impl<D: RdmDevice> Node<D> {
     /// Whether completions wait to be taken ([`Node::poll_completion`]).
     #[inline]
     pub fn has_completions(&self) -> bool {
-        !self.completions.is_empty()
+        self.ready_end > self.ep.completions_taken() || !self.completions.is_empty()
     }
 
     /// The next completion.
+    #[inline]
     pub fn poll_completion(&mut self) -> Option<Completion> {
-        self.completions.pop_front()
+        if let Some(c) = self.completions.pop_front() {
+            return Some(c);
+        }
+        if self.ready_end > self.ep.completions_taken() {
+            return self.ep.poll_completion();
+        }
+        None
+    }
+
+    /// How many of the endpoint's queued completions are ready (see `ready_end`).
+    #[inline]
+    fn ready(&self) -> usize {
+        self.ready_end.saturating_sub(self.ep.completions_taken()) as usize
     }
 
     /// Progresses until `op` completes (other completions stay queued) or `limit` passes.
     pub fn wait(&mut self, op: OpId, limit: Duration) -> io::Result<Completion> {
         let deadline = Instant::now() + limit;
         loop {
+            // The ready completions, in order, where they can be searched.
+            while self.ready_end > self.ep.completions_taken() {
+                match self.ep.poll_completion() {
+                    Some(c) => self.completions.push_back(c),
+                    None => break,
+                }
+            }
             if let Some(i) = self.completions.iter().position(|c| c.op == op) {
                 if let Some(c) = self.completions.remove(i) {
                     return Ok(c);
@@ -297,12 +340,21 @@ impl<D: RdmDevice> Node<D> {
         self.dev.is_idle()
     }
 
+    /// Whether the endpoint holds output no pump handled yet: transmits, or completions it
+    /// queued since the last pump. The ready completions (`ready_end`) wait in its queue
+    /// for the owner, not for the node: they are none ([`Endpoint::has_output`] counts
+    /// them).
+    fn has_new_output(&self) -> bool {
+        self.ep.has_transmits()
+            || self.ep.completions_taken() + self.ep.completion_count() as u64 > self.ready_end
+    }
+
     /// Whether [`Node::flush`] is done: the device is idle, or idle but for refused packets
     /// that wait for the application (the endpoint's admission epoch did not move since
     /// they were refused, so handing them in again would only have them refused again).
     fn flushed(&self) -> bool {
         self.dev.is_idle()
-            || (!self.ep.has_output()
+            || (!self.has_new_output()
                 && self
                     .refused_at
                     .is_none_or(|e| e == self.ep.admission_epoch())

@@ -806,3 +806,49 @@ fn mail_flag_tells_whether_the_network_queued_something() {
     b.progress(Some(Duration::ZERO)).expect("progress");
     assert!(!b.device().has_mail(), "an idle progress finds nothing");
 }
+
+/// The node's ready completions are the endpoint's queued ones that a pump found (they
+/// stay in the endpoint's queue): one the endpoint queued outside a pump (a cancel) is
+/// not ready before the next `progress`; `wait` takes one out of the middle and the
+/// others still come in completion order, the cancel's last.
+#[test]
+fn completions_are_ready_after_a_pump_and_come_in_order_around_wait() {
+    let net = MemNetwork::new(3);
+    let mut a = Node::new(config(), net.device());
+    let mut b = Node::new(config(), net.device());
+    let ab = a.add_peer(b.addr());
+    let r: Vec<OpId> = (0..3)
+        .map(|_| b.endpoint_mut().recv(None, 16).expect("recv"))
+        .collect();
+    let late = b.endpoint_mut().recv(None, 16).expect("recv");
+    for i in 0..3u8 {
+        a.endpoint_mut()
+            .send(ab, vec![i; 4], SendOpts::default())
+            .expect("send");
+    }
+    let mut ready = 0;
+    for _ in 0..10_000 {
+        a.progress(Some(Duration::ZERO)).expect("progress");
+        ready = b.progress(Some(Duration::ZERO)).expect("progress");
+        if ready >= 3 {
+            break;
+        }
+    }
+    assert_eq!(ready, 3, "three receives completed");
+    assert!(b.has_completions());
+    // Queued by the endpoint now, outside a pump: not ready yet.
+    b.endpoint_mut().cancel(late).expect("cancel");
+    let second = b.wait(r[1], Duration::from_secs(1)).expect("wait");
+    assert_eq!((second.op, &second.data[..4]), (r[1], &[1u8; 4][..]));
+    let first = b.poll_completion().expect("first");
+    assert_eq!((first.op, &first.data[..4]), (r[0], &[0u8; 4][..]));
+    let third = b.poll_completion().expect("third");
+    assert_eq!((third.op, &third.data[..4]), (r[2], &[2u8; 4][..]));
+    assert!(b.poll_completion().is_none(), "the cancel waits for a pump");
+    assert!(!b.has_completions());
+    assert_eq!(b.progress(Some(Duration::ZERO)).expect("progress"), 1);
+    let c = b.poll_completion().expect("the cancel");
+    assert_eq!(c.op, late);
+    assert!(c.result.is_err());
+    assert!(b.poll_completion().is_none());
+}

@@ -93,6 +93,10 @@ impl RdmDevice for Device {
         with_device!(self, d => d.is_idle())
     }
 
+    fn is_idle_apart_from_refused(&self) -> bool {
+        with_device!(self, d => d.is_idle_apart_from_refused())
+    }
+
     fn rx_count(&self) -> u64 {
         with_device!(self, d => d.rx_count())
     }
@@ -1799,6 +1803,11 @@ impl Endpoint {
     /// [`Endpoint::take_completion`] when `req`'s is not the first one.
     fn take_completion_behind(&mut self, req: Request) -> Option<Completion> {
         let i = self.ready.iter().position(|c| c.request == req)?;
+        if i + 1 == self.ready.len() {
+            // The newest (a receive's completion behind a send's that came with its
+            // message's ACK): no shifting.
+            return self.ready.pop_back();
+        }
         self.ready.remove(i)
     }
 

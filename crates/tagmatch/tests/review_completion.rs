@@ -360,3 +360,35 @@ fn held_windows_that_wrap_grow_and_lose_receives_match_the_protocol_path() {
         assert_eq!(fast, proto, "script {n}: {script:?}");
     }
 }
+
+/// `take_completion` of a request behind the first ready one, in the middle and at the
+/// end of the ready queue: each takes exactly its own completion and the others stay
+/// queued in order.
+#[test]
+fn take_completion_behind_the_first_takes_its_own_in_the_middle_and_at_the_end() {
+    let f = MemFabric::new();
+    let (mut a, mut b) = (ep(&f, false), ep(&f, false));
+    let ab = a.insert_peer(&b.address()).unwrap();
+    let ba = b.insert_peer(&a.address()).unwrap();
+    let r: Vec<Request> = (0..4u64).map(|t| b.trecv(ba, t, 16).unwrap()).collect();
+    for t in 0..4u64 {
+        let _ = a.tsend(ab, t, vec![t as u8; 4]).unwrap();
+    }
+    let mut ready = 0;
+    for _ in 0..10_000 {
+        a.progress().unwrap();
+        ready = b.progress().unwrap();
+        if ready == 4 {
+            break;
+        }
+    }
+    assert_eq!(ready, 4);
+    let got = |c: Option<Completion>| c.map(|c| (c.request, c.data));
+    // In the middle, then at the end, then the end again, then the front.
+    assert_eq!(got(b.take_completion(r[1])), Some((r[1], vec![1u8; 4])));
+    assert_eq!(got(b.take_completion(r[3])), Some((r[3], vec![3u8; 4])));
+    assert_eq!(got(b.take_completion(r[3])), None);
+    assert_eq!(got(b.take_completion(r[2])), Some((r[2], vec![2u8; 4])));
+    assert_eq!(got(b.poll_completion()), Some((r[0], vec![0u8; 4])));
+    assert_eq!(got(b.poll_completion()), None);
+}

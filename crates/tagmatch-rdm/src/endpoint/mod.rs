@@ -388,6 +388,8 @@ pub struct Endpoint {
     rdmas: HashMap<u64, RdmaOwner>,
     next_token: u64,
     completions: VecDeque<Completion>,
+    /// Completions [`Endpoint::poll_completion`] handed out so far.
+    completions_taken: u64,
     stats: Stats,
     next_op: u64,
     /// The protocols of the last [`PROTOCOL_MEMORY`] operations, slot `op % PROTOCOL_MEMORY`
@@ -432,6 +434,7 @@ impl Endpoint {
             rdmas: HashMap::default(),
             next_token: 1,
             completions: VecDeque::new(),
+            completions_taken: 0,
             stats: Stats::default(),
             next_op: 1,
             protocols: Vec::new(),
@@ -537,10 +540,33 @@ impl Endpoint {
         !self.out.is_empty() || !self.completions.is_empty()
     }
 
+    /// Whether something waits for [`Endpoint::poll_transmit`] (completions aside, unlike
+    /// [`Endpoint::has_output`]).
+    #[inline]
+    pub fn has_transmits(&self) -> bool {
+        !self.out.is_empty()
+    }
+
     /// Next application completion.
     #[inline]
     pub fn poll_completion(&mut self) -> Option<Completion> {
-        self.completions.pop_front()
+        let c = self.completions.pop_front();
+        self.completions_taken += u64::from(c.is_some());
+        c
+    }
+
+    /// How many completions [`Endpoint::poll_completion`] handed out so far (an owner
+    /// that leaves its ready completions in the queue learns from it that someone else
+    /// took some).
+    #[inline]
+    pub fn completions_taken(&self) -> u64 {
+        self.completions_taken
+    }
+
+    /// How many completions wait for [`Endpoint::poll_completion`].
+    #[inline]
+    pub fn completion_count(&self) -> usize {
+        self.completions.len()
     }
 
     /// The subprotocol an operation chose (for the last [`PROTOCOL_MEMORY`] operations).

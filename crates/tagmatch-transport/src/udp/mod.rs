@@ -111,6 +111,8 @@ mod window;
 
 #[cfg(test)]
 mod review_direct13;
+#[cfg(test)]
+mod review_fast14;
 
 use foldhash::{HashMap, HashSet};
 use std::collections::VecDeque;
@@ -1467,19 +1469,28 @@ impl UdpDevice {
         let mut latest: Option<u64> = None;
         let events = x.events;
         let spare = x.spare;
+        let mut acked = false;
         while let Some((_, f)) = c.unacked.pop_first_upto(ack as u64) {
             c.on_acked(f, now, &mut latest, events, spare, dmax);
-            *x.fill_due = true;
+            acked = true;
         }
         if sack != 0 {
             for i in 0..64u64 {
                 if sack & (1 << i) != 0 {
                     if let Some(f) = c.unacked.remove(&(ack as u64 + 2 + i)) {
                         c.on_acked(f, now, &mut latest, events, spare, dmax);
-                        *x.fill_due = true;
+                        acked = true;
                     }
                 }
             }
+        }
+        // The window opened: `fill_windows` has work only if this connection has frames
+        // to move into it (waiting frames, served reads to stream or to finish; the acks
+        // change none of those). Without any, the walk over the connections would find
+        // nothing to do here (`fill_due` stays clear only while no connection has both
+        // frames and room, and this one has no frames).
+        if acked && (!c.waiting.is_empty() || !c.reads.is_empty() || !c.finishing.is_empty()) {
+            *x.fill_due = true;
         }
         // Loss detection by transmission order (RACK-like): a frame sent more than
         // REORDER_THRESHOLD transmissions before a frame that is now acknowledged, still
@@ -3012,6 +3023,50 @@ mod tests {
             }
         }
         v
+    }
+
+    /// An acknowledgement that opens a window asks for the walk over the connections
+    /// (`fill_due`) only when its connection has frames waiting to enter it: the frame
+    /// behind a full window goes out after the ACK; the ACK of the last frame in flight,
+    /// with nothing waiting, leaves the walk off.
+    #[test]
+    fn an_ack_asks_for_the_window_walk_only_with_frames_waiting() {
+        let mut a = dev_with(|u| u.max_inflight = 1);
+        let mut b = dev();
+        let t0 = Instant::now();
+        send(&mut a, &b, b"one", 1, t0);
+        send(&mut a, &b, b"two", 2, t0);
+        let k = *a.conns.keys().next().expect("a connection");
+        assert_eq!(
+            (a.conns[&k].unacked.len(), a.conns[&k].waiting.len()),
+            (1, 1)
+        );
+        let f1 = wire(&mut a);
+        assert_eq!(headers(&f1).iter().map(|h| h.seq).collect::<Vec<_>>(), [1]);
+        deliver(&a, &mut b, &f1, t0);
+        let t1 = t0 + Duration::from_secs(1);
+        b.acks(Some(t1));
+        let acks = wire(&mut b);
+        assert_eq!(
+            headers(&acks).iter().map(|h| h.ack).collect::<Vec<_>>(),
+            [1]
+        );
+        a.fill_due = false;
+        deliver(&b, &mut a, &acks, t1);
+        assert!(a.fill_due, "frame 2 waits for the window the ACK opened");
+        a.fill_windows(&NoMem(Vec::new()), Some(t1));
+        let f2 = wire(&mut a);
+        assert_eq!(headers(&f2).iter().map(|h| h.seq).collect::<Vec<_>>(), [2]);
+        assert_eq!(send_done(&mut a), [(SendToken(1), SendOutcome::Ok)]);
+        deliver(&a, &mut b, &f2, t1);
+        let t2 = t1 + Duration::from_secs(1);
+        b.acks(Some(t2));
+        let acks = wire(&mut b);
+        a.fill_due = false;
+        deliver(&b, &mut a, &acks, t2);
+        assert!(!a.fill_due, "nothing waits: no walk");
+        assert!(a.conns[&k].unacked.is_empty() && a.conns[&k].waiting.is_empty());
+        assert_eq!(send_done(&mut a), [(SendToken(2), SendOutcome::Ok)]);
     }
 
     #[test]
