@@ -1573,11 +1573,6 @@ impl UdpDevice {
             self.on_rnr(k, body, now);
             return;
         }
-        let peer = UdpAddr {
-            sock: from,
-            connid: h.src_connid,
-        }
-        .to_raw();
         // One look-up of the connection (it was three).
         let full = self.conns.len() >= self.cfg.max_conns;
         let c = match self.conns.entry(k) {
@@ -1587,6 +1582,11 @@ impl UdpDevice {
                     self.stats.conn_limit += 1;
                     return;
                 }
+                let peer = UdpAddr {
+                    sock: from,
+                    connid: h.src_connid,
+                }
+                .to_raw();
                 e.insert(Conn::new(
                     peer,
                     from,
@@ -1594,6 +1594,18 @@ impl UdpDevice {
                 ))
             }
         };
+        // The sender's raw address, as `UdpAddr::to_raw` makes it of `k`: the
+        // connection's (made of `k`, or of a raw address whose UDP address is `k`, which
+        // maps back to the same GID, QPN and QKEY) without the `next` bytes.
+        let peer = RawAddr { next: 0, ..c.peer };
+        debug_assert_eq!(
+            peer,
+            UdpAddr {
+                sock: from,
+                connid: h.src_connid,
+            }
+            .to_raw()
+        );
         Self::ack_conn(c, k, h.ack, h.sack, now, ack_ctx!(self));
         let seq = h.seq;
         let delay = self.cfg.ack_delay;
