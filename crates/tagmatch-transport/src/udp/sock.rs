@@ -427,8 +427,14 @@ impl Sock {
         // the kernel look the route up again).
         let connected = self.peer.is_some();
         if let [(a, iov)] = msgs {
-            let a = SockaddrStorage::from(*a);
-            let to = if connected { None } else { Some(&a) };
+            // (The address is converted only when it is passed.)
+            let storage;
+            let to = if connected {
+                None
+            } else {
+                storage = SockaddrStorage::from(*a);
+                Some(&storage)
+            };
             return sendmsg(fd, iov, &[], MsgFlags::MSG_DONTWAIT, to)
                 .map(|_| 1)
                 .map_err(to_io);
