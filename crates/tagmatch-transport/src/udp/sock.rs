@@ -581,6 +581,38 @@ impl Sock {
         }
     }
 
+    /// [`Sock::recv_batch`] with the one buffer `b`, without the `got` list: what it
+    /// returns, with its one entry (sender, length) when the datagram was kept. Counts
+    /// alike.
+    pub fn recv_single(
+        &mut self,
+        b: &mut [u8],
+    ) -> io::Result<(usize, Option<(SocketAddr, usize)>)> {
+        self.stats.recv_calls += 1;
+        match self.sock.recv_from(b) {
+            Ok((len, _)) if len >= b.len() => {
+                // Cut (see `recv_one`): dropped and counted.
+                self.stats.rx_truncated += 1;
+                Ok((1, None))
+            }
+            Ok((len, a)) => {
+                self.stats.rx_datagrams += 1;
+                Ok((1, Some((a, len))))
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::Interrupted
+                        | io::ErrorKind::ConnectionRefused
+                ) =>
+            {
+                Ok((0, None))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// `recvfrom` into `b`. The buffers are longer than any datagram the device sends
     /// ([`RX_BUF`] above the largest path's, [`RX_BUF_LOOPBACK`] above UDP's 65,507-byte
     /// limit), so a datagram that fills `b` was cut: dropped and counted.
@@ -875,6 +907,26 @@ mod tests {
                 assert_eq!(s.recv_batch(&mut bufs, &mut got).expect("recv"), 0);
             }
         }
+    }
+
+    /// `recv_single` takes one datagram with its sender and length (counted as
+    /// `recv_batch` counts it), drops and counts one its buffer cuts, and finds nothing
+    /// in an empty socket.
+    #[test]
+    fn a_single_receive_takes_one_datagram_and_counts_like_a_batch() {
+        let mut s = Sock::bind("127.0.0.1:0".parse().expect("v4")).expect("bind");
+        let to = s.local_addr().expect("addr");
+        let from = send_some(to, 2);
+        let mut b = vec![0u8; 64];
+        assert_eq!(s.recv_single(&mut b).expect("recv"), (1, Some((from, 10))));
+        assert!(b[..10].iter().all(|&x| x == 0));
+        assert_eq!((s.stats.recv_calls, s.stats.rx_datagrams), (1, 1));
+        // The second (11 bytes) does not fit 11 bytes of buffer: cut, dropped.
+        let mut small = vec![0u8; 11];
+        assert_eq!(s.recv_single(&mut small).expect("recv"), (1, None));
+        assert_eq!(s.stats.rx_truncated, 1);
+        assert_eq!(s.recv_single(&mut b).expect("recv"), (0, None));
+        assert_eq!((s.stats.recv_calls, s.stats.rx_datagrams), (3, 1));
     }
 
     /// More buffers than one call takes: a call receives at most `RECV_BATCH_MAX`
