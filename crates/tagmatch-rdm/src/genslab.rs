@@ -72,6 +72,16 @@ impl<T> GenSlab<T> {
         Some(self.slab.remove(idx).1)
     }
 
+    /// Removes and drops the live entry named by `id`; `false` if there is none.
+    #[inline]
+    pub(crate) fn discard(&mut self, id: u32) -> bool {
+        if self.get(id).is_none() {
+            return false;
+        }
+        let (idx, _) = Self::split(id);
+        self.slab.try_remove(idx).is_some()
+    }
+
     /// Number of live entries.
     pub(crate) fn len(&self) -> usize {
         self.slab.len()
@@ -131,5 +141,26 @@ mod tests {
         assert_eq!(s.get(b), Some(&"b"));
         assert_eq!(s.len(), 1);
         assert_eq!(s.ids(), vec![b]);
+    }
+
+    /// `discard` drops the live entry (its value's destructor runs) and frees the slot;
+    /// a stale or unknown id discards nothing.
+    #[test]
+    fn discard_drops_the_live_entry_only() {
+        let mut s = GenSlab::default();
+        let v = std::rc::Rc::new(());
+        let a = s.insert(v.clone()).unwrap();
+        let b = s.insert(v.clone()).unwrap();
+        assert_eq!(std::rc::Rc::strong_count(&v), 3);
+        assert!(s.discard(a));
+        assert_eq!(std::rc::Rc::strong_count(&v), 2, "dropped");
+        assert!(!s.discard(a), "stale");
+        let c = s.insert(v.clone()).unwrap();
+        assert_eq!(a & INDEX_MASK, c & INDEX_MASK, "slot is reused");
+        assert!(!s.discard(a), "stale id of a reused slot");
+        assert!(s.get(c).is_some());
+        assert!(!s.discard(c | INDEX_MASK), "unknown");
+        assert_eq!((s.len(), s.ids()), (2, vec![c, b]));
+        assert_eq!(std::rc::Rc::strong_count(&v), 3);
     }
 }
