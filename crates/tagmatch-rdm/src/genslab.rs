@@ -31,6 +31,9 @@ impl<T> Default for GenSlab<T> {
 
 impl<T> GenSlab<T> {
     /// Inserts and returns the wire id, or `None` when the index space is exhausted.
+    /// (Always inlined: the caller's operation record, ~250 bytes, is then built in
+    /// place instead of on the stack and copied into the slot.)
+    #[inline(always)]
     pub(crate) fn insert(&mut self, value: T) -> Option<u32> {
         let entry = self.slab.vacant_entry();
         let idx = entry.key();
