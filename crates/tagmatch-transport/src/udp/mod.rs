@@ -2358,11 +2358,13 @@ impl UdpDevice {
             // One frame queued, not a served read's (a ping-pong's message or answer): what
             // the loop below does with it, without its batch machinery. Such a frame needs
             // no `check_frames` and is never spliced; it goes alone through its
-            // connection's socket slot.
+            // connection's socket slot. (Done with, it leaves the queue by `pop_front`:
+            // the queue's only entry, a frame, has nothing to drop, where `clear` walks
+            // the queue to drop each entry.)
             if let Some(o @ Out::Frame(_, _, false)) = self.txq.front() {
                 let Some(p) = Self::piece(&self.conns, &self.socks, 0, o, mem, my_connid) else {
                     // Acknowledged (or its connection failed) since it was queued.
-                    self.txq.clear();
+                    self.txq.pop_front();
                     return Ok(());
                 };
                 let msgs = [gather(&p)];
@@ -2370,7 +2372,7 @@ impl UdpDevice {
                 match sock.send_gather(&msgs) {
                     Ok(0) => {} // (never for one datagram) the loop below tries again
                     Ok(_) => {
-                        self.txq.clear();
+                        self.txq.pop_front();
                         return Ok(());
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -2380,7 +2382,7 @@ impl UdpDevice {
                     Err(e) => {
                         tracing::trace!(error = %e, "UDP send refused");
                         sock.count_refused();
-                        self.txq.clear();
+                        self.txq.pop_front();
                         return Ok(());
                     }
                 }
