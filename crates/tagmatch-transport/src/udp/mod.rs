@@ -111,6 +111,8 @@ mod window;
 
 #[cfg(test)]
 mod review_direct13;
+#[cfg(test)]
+mod review_fast14b;
 
 use foldhash::{HashMap, HashSet};
 use std::collections::VecDeque;
