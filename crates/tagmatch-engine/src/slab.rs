@@ -93,7 +93,7 @@ impl<T: Generational> GenSlab<T> {
 
     /// Inserts the entry `make` builds with its generation; returns (index, generation).
     /// The caller keeps `len` at most `MAX_ENTRIES` (indices fit the 23-bit links).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn insert(&mut self, make: impl FnOnce(NonZeroU32) -> T) -> (u32, u32) {
         self.len += 1;
         if self.free != NONE {

@@ -590,28 +590,34 @@ impl Endpoint {
         if !t.all_queued || t.inflight > 0 || t.await_receipt || t.await_eor || t.rdma_left > 0 {
             return;
         }
-        let Some(t) = self.tx.remove(id) else { return };
-        if t.borrowed {
+        // What the completion needs, read in place: the record itself is dropped where
+        // it lies (not moved out whole).
+        let (op, tx_kind, error, len, tag, borrowed, mem) =
+            (t.op, t.kind, t.error, t.len, t.tag, t.borrowed, t.mem);
+        if !self.tx.discard(id) {
+            return;
+        }
+        if borrowed {
             // The caller's region stays registered and theirs.
-            if let Some(r) = self.mem.get_mut(t.mem) {
+            if let Some(r) = self.mem.get_mut(mem) {
                 r.users = r.users.saturating_sub(1);
             }
         } else {
-            self.free_region(t.mem);
+            self.free_region(mem);
         }
-        let kind = match t.kind {
+        let kind = match tx_kind {
             TxKind::Send { .. } => OpKind::Send,
             TxKind::Write => OpKind::Write,
             TxKind::AtomicWrite => OpKind::AtomicWrite,
             TxKind::ReadResponder => return,
         };
         self.completions.push_back(Completion {
-            op: t.op,
+            op,
             kind,
-            result: t.error.map_or(Ok(()), Err),
+            result: error.map_or(Ok(()), Err),
             data: Vec::new(),
-            len: t.len,
-            tag: t.tag,
+            len,
+            tag,
             src: None,
             cq_data: None,
         });

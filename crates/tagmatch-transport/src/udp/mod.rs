@@ -113,6 +113,8 @@ mod window;
 mod review_direct13;
 #[cfg(test)]
 mod review_fast14;
+#[cfg(test)]
+mod review_fast14b;
 
 use foldhash::{HashMap, HashSet};
 use std::collections::VecDeque;
@@ -1575,11 +1577,6 @@ impl UdpDevice {
             self.on_rnr(k, body, now);
             return;
         }
-        let peer = UdpAddr {
-            sock: from,
-            connid: h.src_connid,
-        }
-        .to_raw();
         // One look-up of the connection (it was three).
         let full = self.conns.len() >= self.cfg.max_conns;
         let c = match self.conns.entry(k) {
@@ -1589,6 +1586,11 @@ impl UdpDevice {
                     self.stats.conn_limit += 1;
                     return;
                 }
+                let peer = UdpAddr {
+                    sock: from,
+                    connid: h.src_connid,
+                }
+                .to_raw();
                 e.insert(Conn::new(
                     peer,
                     from,
@@ -1596,6 +1598,18 @@ impl UdpDevice {
                 ))
             }
         };
+        // The sender's raw address, as `UdpAddr::to_raw` makes it of `k`: the
+        // connection's (made of `k`, or of a raw address whose UDP address is `k`, which
+        // maps back to the same GID, QPN and QKEY) without the `next` bytes.
+        let peer = RawAddr { next: 0, ..c.peer };
+        debug_assert_eq!(
+            peer,
+            UdpAddr {
+                sock: from,
+                connid: h.src_connid,
+            }
+            .to_raw()
+        );
         Self::ack_conn(c, k, h.ack, h.sack, now, ack_ctx!(self));
         let seq = h.seq;
         let delay = self.cfg.ack_delay;
@@ -1855,6 +1869,26 @@ impl UdpDevice {
         first: usize,
         width: usize,
     ) -> io::Result<usize> {
+        if max_calls == 1 && first <= 1 {
+            // One datagram (a busy-poll's receive): the call below makes one
+            // one-buffer `recv_batch`, done here without the batch bookkeeping.
+            let Some(slot) = self.rx_bufs.first_mut() else {
+                return Ok(0);
+            };
+            let mut buf = std::mem::take(slot);
+            let r = match self.socks.get_mut(i) {
+                Some(s) => s.recv_single(&mut buf),
+                None => Ok((0, None)),
+            };
+            if let Ok((_, Some((from, len)))) = r {
+                let now = Instant::now();
+                self.on_datagram(from, &buf[..len], mem, now);
+            }
+            if let Some(slot) = self.rx_bufs.first_mut() {
+                *slot = buf;
+            }
+            return r.map(|(n, _)| n);
+        }
         if self.socks.get_mut(i).is_none() {
             return Ok(0);
         }
@@ -2323,8 +2357,42 @@ impl UdpDevice {
         }
         self.tx_blocked = None;
         self.send_soon = false;
-        let batch = self.cfg.batch.max(1);
         let my_connid = self.addr.connid;
+        if self.txq.len() == 1 {
+            // One frame queued, not a served read's (a ping-pong's message or answer): what
+            // the loop below does with it, without its batch machinery. Such a frame needs
+            // no `check_frames` and is never spliced; it goes alone through its
+            // connection's socket slot. (Done with, it leaves the queue by `pop_front`:
+            // the queue's only entry, a frame, has nothing to drop, where `clear` walks
+            // the queue to drop each entry.)
+            if let Some(o @ Out::Frame(_, _, false)) = self.txq.front() {
+                let Some(p) = Self::piece(&self.conns, &self.socks, 0, o, mem, my_connid) else {
+                    // Acknowledged (or its connection failed) since it was queued.
+                    self.txq.pop_front();
+                    return Ok(());
+                };
+                let msgs = [gather(&p)];
+                let sock = self.socks.get_or_listener(p.1);
+                match sock.send_gather(&msgs) {
+                    Ok(0) => {} // (never for one datagram) the loop below tries again
+                    Ok(_) => {
+                        self.txq.pop_front();
+                        return Ok(());
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        self.tx_blocked = Some(p.1);
+                        return Ok(());
+                    }
+                    Err(e) => {
+                        tracing::trace!(error = %e, "UDP send refused");
+                        sock.count_refused();
+                        self.txq.pop_front();
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        let batch = self.cfg.batch.max(1);
         let splice = self.cfg.splice && sock::PEEK;
         while !self.txq.is_empty() {
             let n = self.txq.len().min(batch);
@@ -3067,6 +3135,59 @@ mod tests {
         assert!(!a.fill_due, "nothing waits: no walk");
         assert!(a.conns[&k].unacked.is_empty() && a.conns[&k].waiting.is_empty());
         assert_eq!(send_done(&mut a), [(SendToken(2), SendOutcome::Ok)]);
+    }
+
+    /// A lone queued frame is sent by itself (`flush_queued`'s one-frame path): it
+    /// reaches the peer's socket and leaves the queue; one acknowledged while it waited
+    /// in the queue is dropped from it without a send.
+    #[test]
+    fn a_lone_queued_frame_is_sent_or_dropped_once_acknowledged() {
+        let mut a = dev();
+        let mut b = dev();
+        let mut mem = NoMem(Vec::new());
+        let t0 = Instant::now();
+        send(&mut a, &b, b"one", 1, t0);
+        assert_eq!(a.txq.len(), 1);
+        let before = a.socks.stats().tx_datagrams;
+        a.flush_tx(&mut mem).expect("flush");
+        assert!(a.txq.is_empty());
+        assert_eq!(a.socks.stats().tx_datagrams, before + 1);
+        let start = Instant::now();
+        let mut got = Vec::new();
+        while got.is_empty() {
+            assert!(start.elapsed() < Duration::from_secs(10), "not delivered");
+            b.progress(&mut mem, Some(Duration::from_millis(1)))
+                .expect("progress");
+            while let Some(ev) = b.poll_event() {
+                if let DeviceEvent::Recv { bytes, .. } = ev {
+                    got.push(bytes);
+                }
+            }
+        }
+        assert_eq!(got, [b"one".to_vec()]);
+        // Frame 2 is queued; its copy reaches b by hand and b's ACK comes back before a
+        // flushes: the queued entry is dropped, nothing is sent.
+        let t1 = t0 + Duration::from_secs(1);
+        send(&mut a, &b, b"two", 2, t1);
+        assert_eq!(a.txq.len(), 1);
+        let queued = a.txq.clone();
+        let copy = wire(&mut a);
+        a.txq = queued;
+        assert_eq!(
+            headers(&copy).iter().map(|h| h.seq).collect::<Vec<_>>(),
+            [2]
+        );
+        deliver(&a, &mut b, &copy, t1);
+        let t2 = t1 + Duration::from_secs(1);
+        b.acks(Some(t2));
+        let acks = wire(&mut b);
+        deliver(&b, &mut a, &acks, t2);
+        let k = *a.conns.keys().next().expect("a connection");
+        assert!(a.conns[&k].unacked.is_empty(), "frame 2 acknowledged");
+        let before = a.socks.stats().tx_datagrams;
+        a.flush_tx(&mut mem).expect("flush");
+        assert!(a.txq.is_empty(), "the acknowledged frame left the queue");
+        assert_eq!(a.socks.stats().tx_datagrams, before, "and was not sent");
     }
 
     #[test]

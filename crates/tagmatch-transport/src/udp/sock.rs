@@ -82,6 +82,10 @@ fn socket_addr(a: nix::sys::socket::SockaddrStorage) -> Option<SocketAddr> {
 /// Most datagrams one batched receive call ([`Sock::recv_batch`]) returns.
 pub const RECV_BATCH_MAX: usize = 32;
 
+/// Widest receive call whose iovecs are set up for that width only (see
+/// `Sock::recv_raw`): the device's probe after a one-datagram receive (`RX_PROBE`).
+const RECV_NARROW: usize = 4;
+
 /// `recvmmsg` message headers kept between calls. `nix`'s `MultiHeaders` holds raw
 /// pointers (it is not `Send`), so it cannot live in the device, which must be; it is
 /// kept per thread instead (preallocating it on every call cost ~2,500 instructions and
@@ -423,8 +427,14 @@ impl Sock {
         // the kernel look the route up again).
         let connected = self.peer.is_some();
         if let [(a, iov)] = msgs {
-            let a = SockaddrStorage::from(*a);
-            let to = if connected { None } else { Some(&a) };
+            // (The address is converted only when it is passed.)
+            let storage;
+            let to = if connected {
+                None
+            } else {
+                storage = SockaddrStorage::from(*a);
+                Some(&storage)
+            };
             return sendmsg(fd, iov, &[], MsgFlags::MSG_DONTWAIT, to)
                 .map(|_| 1)
                 .map_err(to_io);
@@ -571,6 +581,38 @@ impl Sock {
         }
     }
 
+    /// [`Sock::recv_batch`] with the one buffer `b`, without the `got` list: what it
+    /// returns, with its one entry (sender, length) when the datagram was kept. Counts
+    /// alike.
+    pub fn recv_single(
+        &mut self,
+        b: &mut [u8],
+    ) -> io::Result<(usize, Option<(SocketAddr, usize)>)> {
+        self.stats.recv_calls += 1;
+        match self.sock.recv_from(b) {
+            Ok((len, _)) if len >= b.len() => {
+                // Cut (see `recv_one`): dropped and counted.
+                self.stats.rx_truncated += 1;
+                Ok((1, None))
+            }
+            Ok((len, a)) => {
+                self.stats.rx_datagrams += 1;
+                Ok((1, Some((a, len))))
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::Interrupted
+                        | io::ErrorKind::ConnectionRefused
+                ) =>
+            {
+                Ok((0, None))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// `recvfrom` into `b`. The buffers are longer than any datagram the device sends
     /// ([`RX_BUF`] above the largest path's, [`RX_BUF_LOOPBACK`] above UDP's 65,507-byte
     /// limit), so a datagram that fills `b` was cut: dropped and counted.
@@ -597,6 +639,21 @@ impl Sock {
         if let [b] = bufs {
             return self.recv_one(b, got);
         }
+        // A narrow call (a probe of a few datagrams) sets up iovecs for its width only.
+        if bufs.len() <= RECV_NARROW {
+            return self.recv_mmsg::<RECV_NARROW>(bufs, got);
+        }
+        self.recv_mmsg::<RECV_BATCH_MAX>(bufs, got)
+    }
+
+    /// [`Sock::recv_raw`] of up to `N` (at most [`RECV_BATCH_MAX`]) datagrams with
+    /// `recvmmsg`: the first `min(N, bufs.len())` buffers.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    fn recv_mmsg<const N: usize>(
+        &mut self,
+        bufs: &mut [Vec<u8>],
+        got: &mut Vec<(usize, SocketAddr, usize)>,
+    ) -> io::Result<usize> {
         use nix::sys::socket::{recvmmsg, MsgFlags};
         use std::io::IoSliceMut;
         use std::os::fd::AsRawFd;
@@ -605,14 +662,14 @@ impl Sock {
         // The iovecs on the stack (at most RECV_BATCH_MAX datagrams a call; a caller with
         // more buffers calls again), the message headers from this thread's cache: no
         // allocation per call.
-        let w = bufs.len().min(RECV_BATCH_MAX);
+        let w = bufs.len().min(N).min(RECV_BATCH_MAX);
         RX_HEADERS.with(|cell| {
             let mut cache = cell.borrow_mut();
             if cache.as_ref().is_some_and(|h| h.ipv6 != ipv6) {
                 *cache = None;
             }
             let hdrs = cache.get_or_insert_with(|| RxHeaders::new(ipv6));
-            let mut iovs: [[IoSliceMut<'_>; 1]; RECV_BATCH_MAX] =
+            let mut iovs: [[IoSliceMut<'_>; 1]; N] =
                 std::array::from_fn(|_| [IoSliceMut::new(&mut [])]);
             for (v, b) in iovs.iter_mut().zip(bufs.iter_mut()) {
                 v[0] = IoSliceMut::new(&mut b[..]);
@@ -825,6 +882,51 @@ mod tests {
                 assert!(got.is_empty());
             }
         }
+    }
+
+    /// Narrow calls (`RECV_NARROW` buffers or fewer, iovecs for that width only) on both
+    /// families: each takes as many datagrams as it has buffers, in order, with their
+    /// senders and lengths, and the next call the rest.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    #[test]
+    fn narrow_batches_on_both_families_take_their_width_in_order() {
+        for bind in ["127.0.0.1:0", "[::1]:0"] {
+            let mut s = Sock::bind(bind.parse().expect("addr")).expect("bind");
+            let to = s.local_addr().expect("addr");
+            for width in 2..=RECV_NARROW {
+                let from = send_some(to, width + 1);
+                let mut bufs = vec![vec![0u8; 256]; width];
+                let mut got = Vec::new();
+                assert_eq!(s.recv_batch(&mut bufs, &mut got).expect("recv"), width);
+                for (i, &(j, a, len)) in got.iter().enumerate() {
+                    assert_eq!((j, a, len), (i, from, 10 + i), "{to} width {width}");
+                    assert!(bufs[j][..len].iter().all(|&b| b == i as u8));
+                }
+                assert_eq!(s.recv_batch(&mut bufs, &mut got).expect("recv"), 1);
+                assert_eq!(got, [(0, from, 10 + width)]);
+                assert_eq!(s.recv_batch(&mut bufs, &mut got).expect("recv"), 0);
+            }
+        }
+    }
+
+    /// `recv_single` takes one datagram with its sender and length (counted as
+    /// `recv_batch` counts it), drops and counts one its buffer cuts, and finds nothing
+    /// in an empty socket.
+    #[test]
+    fn a_single_receive_takes_one_datagram_and_counts_like_a_batch() {
+        let mut s = Sock::bind("127.0.0.1:0".parse().expect("v4")).expect("bind");
+        let to = s.local_addr().expect("addr");
+        let from = send_some(to, 2);
+        let mut b = vec![0u8; 64];
+        assert_eq!(s.recv_single(&mut b).expect("recv"), (1, Some((from, 10))));
+        assert!(b[..10].iter().all(|&x| x == 0));
+        assert_eq!((s.stats.recv_calls, s.stats.rx_datagrams), (1, 1));
+        // The second (11 bytes) does not fit 11 bytes of buffer: cut, dropped.
+        let mut small = vec![0u8; 11];
+        assert_eq!(s.recv_single(&mut small).expect("recv"), (1, None));
+        assert_eq!(s.stats.rx_truncated, 1);
+        assert_eq!(s.recv_single(&mut b).expect("recv"), (0, None));
+        assert_eq!((s.stats.recv_calls, s.stats.rx_datagrams), (3, 1));
     }
 
     /// More buffers than one call takes: a call receives at most `RECV_BATCH_MAX`
