@@ -1781,7 +1781,7 @@ impl Endpoint {
     }
 
     /// The next completion, in completion order.
-    #[inline]
+    #[inline(always)]
     pub fn poll_completion(&mut self) -> Option<Completion> {
         if self.ready.is_empty() {
             self.take_node();
