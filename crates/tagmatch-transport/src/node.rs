@@ -99,7 +99,9 @@ impl<D: RdmDevice> Node<D> {
         &self.ep
     }
 
-    /// The endpoint, to submit operations.
+    /// The endpoint, to submit operations. Take its completions through
+    /// [`Node::poll_completion`], not the endpoint's own: the node counts which of those
+    /// queued in the endpoint are ready (found by a pump).
     pub fn endpoint_mut(&mut self) -> &mut Endpoint {
         &mut self.ep
     }
