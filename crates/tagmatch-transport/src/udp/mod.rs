@@ -2271,6 +2271,9 @@ impl UdpDevice {
     /// the acknowledgement state of the moment, its length, and the payload where it lies.
     /// `None`: a frame acknowledged (or a connection failed) since it was queued, or a
     /// served read's range gone (checked by `check_frames` just before).
+    /// (Always inlined: the piece, ~100 bytes with its header, is then built where the
+    /// caller keeps it instead of returned through memory.)
+    #[inline(always)]
     fn piece<'a>(
         conns: &'a HashMap<ConnKey, Conn>,
         socks: &Socks,
