@@ -1460,6 +1460,10 @@ impl UdpDevice {
 
     /// [`UdpDevice::on_ack`] for connection `c` (found already), with the parts of the
     /// device it needs.
+    /// (Always inlined into its two callers: its context, eight references, is then not
+    /// built in memory for the call, and the acknowledged frames' accounting is
+    /// compiled with the caller's.)
+    #[inline(always)]
     fn ack_conn(c: &mut Conn, k: ConnKey, ack: u32, sack: u64, now: Instant, x: AckCtx<'_>) {
         let dmax = x.dmax;
         // Each acknowledged frame is accounted for as it leaves the window (no list of
