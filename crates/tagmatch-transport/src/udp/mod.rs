@@ -1533,6 +1533,7 @@ impl UdpDevice {
         }
     }
 
+    #[inline(always)]
     fn on_datagram(
         &mut self,
         from: SocketAddr,
