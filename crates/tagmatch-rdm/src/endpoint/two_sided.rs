@@ -586,6 +586,10 @@ impl Endpoint {
     }
 
     /// Completes a TX op when nothing is outstanding.
+    /// (Always inlined: called on every send completion, and its record is then
+    /// dropped in its slot with only the fields the completion needs read, see
+    /// `GenSlab::discard`.)
+    #[inline(always)]
     pub(super) fn tx_check(&mut self, id: u32) {
         let Some(t) = self.tx.get(id) else { return };
         if !t.all_queued || t.inflight > 0 || t.await_receipt || t.await_eor || t.rdma_left > 0 {
