@@ -76,7 +76,7 @@ impl<T> GenSlab<T> {
     }
 
     /// Removes and drops the live entry named by `id`; `false` if there is none.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn discard(&mut self, id: u32) -> bool {
         if self.get(id).is_none() {
             return false;

@@ -589,13 +589,23 @@ impl Endpoint {
     }
 
     /// Remembers the protocol of the last [`PROTOCOL_MEMORY`] operations.
+    #[inline]
     fn note_protocol(&mut self, op: OpId, proto: Protocol) {
         // A slot per operation id, overwritten by the operation PROTOCOL_MEMORY ids later:
         // no hashing and no eviction queue on the send path.
-        if self.protocols.is_empty() {
-            self.protocols = vec![(0, Protocol::Eager); PROTOCOL_MEMORY];
+        if self.protocols.len() != PROTOCOL_MEMORY {
+            self.alloc_protocols();
         }
-        self.protocols[op.0 as usize % PROTOCOL_MEMORY] = (op.0, proto);
+        if let Some(slot) = self.protocols.get_mut(op.0 as usize % PROTOCOL_MEMORY) {
+            *slot = (op.0, proto);
+        }
+    }
+
+    /// The table of [`Endpoint::note_protocol`], made at the first operation.
+    #[cold]
+    #[inline(never)]
+    fn alloc_protocols(&mut self) {
+        self.protocols = vec![(0, Protocol::Eager); PROTOCOL_MEMORY];
     }
 
     fn new_op(&mut self) -> OpId {

@@ -982,6 +982,7 @@ impl Endpoint {
     }
 
     /// Completes a receive-side op: application completion, RECEIPT for DC.
+    #[inline(always)]
     pub(super) fn rx_finish(&mut self, id: u32) {
         let Some(r) = self.rx.remove(id) else { return };
         if let Some(peer) = r.peer {

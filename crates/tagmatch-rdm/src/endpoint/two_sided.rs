@@ -163,6 +163,7 @@ impl Endpoint {
     }
 
     /// Starts a TX op now, or after the peer's handshake when it needs the peer's features.
+    #[inline(always)]
     pub(super) fn tx_begin(&mut self, id: u32) {
         let Some(t) = self.tx.get(id) else { return };
         let peer = t.peer;
@@ -585,6 +586,10 @@ impl Endpoint {
     }
 
     /// Completes a TX op when nothing is outstanding.
+    /// (Always inlined: called on every send completion, and its record is then
+    /// dropped in its slot with only the fields the completion needs read, see
+    /// `GenSlab::discard`.)
+    #[inline(always)]
     pub(super) fn tx_check(&mut self, id: u32) {
         let Some(t) = self.tx.get(id) else { return };
         if !t.all_queued || t.inflight > 0 || t.await_receipt || t.await_eor || t.rdma_left > 0 {
@@ -807,6 +812,7 @@ impl Endpoint {
 
     /// Posts receive op `id` to the matching engine: it matches an unexpected message now
     /// or waits. `Err`: the engine's receive limit refused it (the caller undoes the op).
+    #[inline(always)]
     fn post_rx(&mut self, comm: u32, src: Option<PeerId>, tag: TagSel, id: u32) -> Result<(), ()> {
         // A refused message may match this receive, or the unexpected message it takes
         // frees budget.
