@@ -2799,7 +2799,7 @@ mod tests {
     use super::*;
     use tagmatch_rdm::MemHandle;
 
-    struct NoMem(Vec<u8>);
+    pub(super) struct NoMem(pub(super) Vec<u8>);
 
     impl MemoryAccess for NoMem {
         fn region(&self, mem: MemHandle) -> Option<&[u8]> {
@@ -2810,7 +2810,7 @@ mod tests {
         }
     }
 
-    fn dev() -> UdpDevice {
+    pub(super) fn dev() -> UdpDevice {
         UdpDevice::bind(UdpConfig::new("127.0.0.1:0".parse().expect("addr"))).expect("bind")
     }
 
@@ -3031,14 +3031,20 @@ mod tests {
 
     const US: Duration = Duration::from_micros(1);
 
-    fn dev_with(f: impl FnOnce(&mut UdpConfig)) -> UdpDevice {
+    pub(super) fn dev_with(f: impl FnOnce(&mut UdpConfig)) -> UdpDevice {
         let mut u = UdpConfig::new("127.0.0.1:0".parse().expect("addr"));
         f(&mut u);
         UdpDevice::bind(u).expect("bind")
     }
 
     /// `from` queues a packet of `body` for `to` at `now` (what `submit` does).
-    fn send(from: &mut UdpDevice, to: &UdpDevice, body: &[u8], token: u64, now: Instant) {
+    pub(super) fn send(
+        from: &mut UdpDevice,
+        to: &UdpDevice,
+        body: &[u8],
+        token: u64,
+        now: Instant,
+    ) {
         let dest = to.addr.to_raw();
         assert!(from.enqueue(
             &dest,
@@ -3052,7 +3058,7 @@ mod tests {
     }
 
     /// Takes the frames `d` queued for the wire, as `flush` would send them.
-    fn wire(d: &mut UdpDevice) -> Vec<Vec<u8>> {
+    pub(super) fn wire(d: &mut UdpDevice) -> Vec<Vec<u8>> {
         let outs: Vec<Out> = d.txq.drain(..).collect();
         outs.into_iter()
             .filter_map(|o| match o {
@@ -3078,13 +3084,13 @@ mod tests {
     }
 
     /// Hands `frames` to `to` at `now`, as sent by `from`.
-    fn deliver(from: &UdpDevice, to: &mut UdpDevice, frames: &[Vec<u8>], now: Instant) {
+    pub(super) fn deliver(from: &UdpDevice, to: &mut UdpDevice, frames: &[Vec<u8>], now: Instant) {
         for f in frames {
             to.on_datagram(from.addr.sock, f, &mut NoMem(Vec::new()), now);
         }
     }
 
-    fn headers(frames: &[Vec<u8>]) -> Vec<Header> {
+    pub(super) fn headers(frames: &[Vec<u8>]) -> Vec<Header> {
         frames
             .iter()
             .map(|f| Header::parse(f).expect("frame").0)

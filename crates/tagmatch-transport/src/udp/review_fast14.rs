@@ -3,84 +3,16 @@
 //! to finish). Sans-IO: datagrams carried by hand, times given as arguments.
 use std::time::{Duration, Instant};
 
-use tagmatch_rdm::{MemHandle, SendToken};
+use tagmatch_rdm::MemHandle;
 
 use super::*;
 
-struct Mem(Vec<u8>);
-
-impl MemoryAccess for Mem {
-    fn region(&self, mem: MemHandle) -> Option<&[u8]> {
-        (mem.0 == 0).then_some(&self.0[..])
-    }
-    fn region_mut(&mut self, mem: MemHandle) -> Option<&mut [u8]> {
-        (mem.0 == 0).then_some(&mut self.0[..])
-    }
-}
-
-fn dev_with(f: impl FnOnce(&mut UdpConfig)) -> UdpDevice {
-    let mut u = UdpConfig::new("127.0.0.1:0".parse().expect("addr"));
-    f(&mut u);
-    UdpDevice::bind(u).expect("bind")
-}
-
-fn dev() -> UdpDevice {
-    dev_with(|_| {})
-}
+use super::tests::{deliver, dev, dev_with, headers, wire, NoMem as Mem};
 
 /// `from` queues a packet for `to` at `now` and fills its windows (as `submit` does,
-/// without the direct entry).
+/// without the direct entry): eight bytes of the token.
 fn send(from: &mut UdpDevice, to: &UdpDevice, token: u64, now: Instant) {
-    let dest = to.addr.to_raw();
-    assert!(from.enqueue(
-        &dest,
-        KIND_PKT,
-        vec![token as u8; 8],
-        Some(SendToken(token)),
-        true,
-        false
-    ));
-    from.fill_windows(&Mem(Vec::new()), Some(now));
-}
-
-/// The frames `d` queued for the wire (byte bodies only), with their headers as `flush`
-/// builds them; pure ACKs as they are.
-fn wire(d: &mut UdpDevice) -> Vec<Vec<u8>> {
-    let outs: Vec<Out> = d.txq.drain(..).collect();
-    outs.into_iter()
-        .filter_map(|o| match o {
-            Out::Dgram(_, _, b) => Some(b),
-            Out::Frame(k, seq, _) => {
-                let c = d.conns.get(&k)?;
-                let f = c.unacked.get(&seq)?;
-                let Body::Bytes(b) = &f.body else {
-                    return None;
-                };
-                let h = Header {
-                    kind: f.kind,
-                    src_connid: d.addr.connid,
-                    dst_connid: c.peer.qkey,
-                    seq: seq as u32,
-                    ack: c.cum,
-                    sack: c.sack(),
-                };
-                Some(h.datagram(b))
-            }
-        })
-        .collect()
-}
-
-fn deliver(from: &UdpDevice, to: &mut UdpDevice, frames: &[Vec<u8>], now: Instant) {
-    for f in frames {
-        to.on_datagram(from.addr.sock, f, &mut Mem(Vec::new()), now);
-    }
-}
-
-fn headers(frames: &[Vec<u8>]) -> Vec<Header> {
-    frames
-        .iter()
-        .map(|f| Header::parse(f).expect("frame").0)
-        .collect()
+    super::tests::send(from, to, &[token as u8; 8], token, now);
 }
 
 fn conn_to(b: &UdpDevice) -> ConnKey {
