@@ -567,16 +567,7 @@ impl Sock {
                 self.stats.rx_datagrams += got.len() as u64;
                 Ok(n)
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::Interrupted
-                        | io::ErrorKind::ConnectionRefused
-                ) =>
-            {
-                Ok(0)
-            }
+            Err(e) if nothing_received(&e) => Ok(0),
             Err(e) => Err(e),
         }
     }
@@ -599,16 +590,7 @@ impl Sock {
                 self.stats.rx_datagrams += 1;
                 Ok((1, Some((a, len))))
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::Interrupted
-                        | io::ErrorKind::ConnectionRefused
-                ) =>
-            {
-                Ok((0, None))
-            }
+            Err(e) if nothing_received(&e) => Ok((0, None)),
             Err(e) => Err(e),
         }
     }
@@ -710,6 +692,15 @@ impl Sock {
             None => Ok(0),
         }
     }
+}
+
+/// A receive error that means "nothing received": no datagram waiting, a signal, or
+/// (on a connected socket) an ICMP port-unreachable left by an earlier send.
+fn nothing_received(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted | io::ErrorKind::ConnectionRefused
+    )
 }
 
 #[cfg(test)]
