@@ -7,7 +7,7 @@ use tagmatch_rdm::{MemHandle, PeerId, SendOutcome, SendToken, Transmit};
 
 use super::*;
 
-struct NoMem;
+pub(super) struct NoMem;
 
 impl MemoryAccess for NoMem {
     fn region(&self, _: MemHandle) -> Option<&[u8]> {
@@ -22,7 +22,7 @@ fn dev() -> UdpDevice {
     UdpDevice::bind(UdpConfig::new("127.0.0.1:0".parse().expect("addr"))).expect("bind")
 }
 
-fn submit(from: &mut UdpDevice, to: RawAddr, token: u64, body: &[u8]) {
+pub(super) fn submit(from: &mut UdpDevice, to: RawAddr, token: u64, body: &[u8]) {
     from.submit(
         Transmit::Send {
             token: SendToken(token),

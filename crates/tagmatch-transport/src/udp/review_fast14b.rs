@@ -5,37 +5,14 @@
 use std::io::IoSlice;
 use std::time::{Duration, Instant};
 
-use tagmatch_rdm::{MemHandle, PeerId, SendToken, Transmit};
-
 use super::*;
 
-struct NoMem;
-
-impl MemoryAccess for NoMem {
-    fn region(&self, _: MemHandle) -> Option<&[u8]> {
-        None
-    }
-    fn region_mut(&mut self, _: MemHandle) -> Option<&mut [u8]> {
-        None
-    }
-}
+use super::review_direct13::{submit, NoMem};
 
 fn dev_at(bind: &str, f: impl FnOnce(&mut UdpConfig)) -> UdpDevice {
     let mut u = UdpConfig::new(bind.parse().expect("addr"));
     f(&mut u);
     UdpDevice::bind(u).expect("bind")
-}
-
-fn submit(from: &mut UdpDevice, to: RawAddr, token: u64, body: &[u8]) {
-    from.submit(
-        Transmit::Send {
-            token: SendToken(token),
-            peer: PeerId(0),
-            dest: to,
-            bytes: body.to_vec(),
-        },
-        &mut NoMem,
-    );
 }
 
 /// Progresses `d` until it handed up a packet (at most 10 s): its source and bytes.
