@@ -1464,6 +1464,10 @@ impl Endpoint {
             self.node.get_mut().endpoint_mut().unhold_memory(mem);
         }
         if let RecvBuf::Slot { idx, .. } = ctx.buf {
+            // A completion with an error, as `Out::push` counts one (and as the protocol
+            // path counts a slot's cancel, in `convert`); the slot takes it.
+            self.counters.completed += 1;
+            self.counters.failed += 1;
             self.slot_deliver(
                 idx as usize,
                 Completion::recv_failed(req, OpError::Canceled),
