@@ -1816,7 +1816,8 @@ impl Endpoint {
 
     /// Progresses until `req` completes (others stay queued for
     /// [`Endpoint::poll_completion`]); a failed operation is [`Error::Failed`], no
-    /// completion within the builder's wait limit is [`Error::Timeout`].
+    /// completion within the builder's wait limit is [`Error::Timeout`], a request of
+    /// another endpoint is [`Error::UnknownRequest`] (at once).
     pub fn wait(&mut self, req: Request) -> Result<Completion> {
         self.wait_with(req, &mut [])
     }
@@ -1840,6 +1841,10 @@ impl Endpoint {
         others: &mut [&mut Endpoint],
         limit: Duration,
     ) -> Result<Completion> {
+        if req.ep != self.id {
+            // Another endpoint's: it never completes here (as `cancel` answers).
+            return Err(Error::UnknownRequest(req));
+        }
         let _span = tracing::trace_span!("wait", request = req.id()).entered();
         let start = Instant::now();
         let mut spins = 0u32;
