@@ -1474,13 +1474,20 @@ impl Endpoint {
             );
             return Ok(());
         }
+        let mut c = Completion::recv_failed(req, OpError::Canceled);
+        if let RecvBuf::Into(mut b) = ctx.buf {
+            // The caller's buffer goes back, empty, as the protocol path hands it back
+            // (`trecv_into`: a loop reuses it without allocating).
+            b.clear();
+            c.data = b;
+        }
         Out {
             ready: &mut self.ready,
             slots: &mut self.slots,
             counters: &mut self.counters,
             ep,
         }
-        .push(Completion::recv_failed(req, OpError::Canceled));
+        .push(c);
         Ok(())
     }
 
