@@ -1925,13 +1925,19 @@ impl Endpoint {
     /// Counters of every layer: facade, RDM protocol, device.
     pub fn stats(&self) -> Stats {
         let ep = self.node.endpoint();
-        let (tx, rx, unexpected) = ep.in_flight();
+        let (tx, rx, inbound) = ep.in_flight();
         let (regions, sends, rdmas) = ep.resources();
         let mut matching = ep.matching_stats();
-        let mut unexpected = unexpected;
+        // The protocol endpoint's messages received and not received yet, less the
+        // claimed ones: those wait for their `mrecv`, not in the unexpected queue.
+        let mut unexpected = inbound.saturating_sub(matching.claimed_depth);
         let mut lanes = (0, 0);
         let mut facade = self.counters.clone();
         if let Some(f) = &self.fast {
+            // With the fast path every claim in the protocol endpoint is the fast path's
+            // own (it claims each protocol-path message into its engine, which counts it
+            // as unexpected, or claimed by the application, until received).
+            matching.claimed_depth = 0;
             unexpected += f.add_matching(&mut matching);
             f.add_facade(&mut facade);
             lanes = f.lanes();
