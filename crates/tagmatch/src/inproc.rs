@@ -1018,6 +1018,18 @@ fn drain_lanes(f: &mut Fast, node: &mut ProtoNode, out: &mut Out<'_>, reap: bool
     }
 }
 
+/// Messages the protocol endpoint received and the fast path has not claimed yet (its
+/// claims stay in the protocol endpoint until their `mrecv`: they are not to be looked
+/// for again, which would be two engine searches, counted as misses, per progress call
+/// for as long as a claimed message waits for its receive).
+#[inline]
+fn unclaimed(node: &ProtoNode) -> usize {
+    let ep = node.endpoint();
+    ep.in_flight()
+        .2
+        .saturating_sub(ep.matching_stats().claimed_depth)
+}
+
 impl Endpoint {
     /// Whether messages to `pid` take the fast path (decided at the first message, then
     /// fixed: every message of the pair takes the same path, so order holds).
@@ -1554,15 +1566,16 @@ impl Endpoint {
         // quiet (every mutable access marks it: `ProtoNode::get_mut`).
         if self.node.busy() {
             let ep = self.node.endpoint();
-            let (tx, rx, inbound) = ep.in_flight();
+            let (tx, rx, _) = ep.in_flight();
             let (_, sends, rdmas) = ep.resources();
             if self.node.has_own_work() || tx + rx + sends + rdmas > 0 {
                 f.dev_skip = 0;
                 return true;
             }
             // Unexpected protocol messages are the fast path's to claim (its general
-            // pass, which `fast_progress` enters while the node is busy and some wait).
-            if inbound == 0 {
+            // pass, which `fast_progress` enters while the node is busy and some wait);
+            // those it claimed already wait in its engine.
+            if unclaimed(&self.node) == 0 {
                 self.node.set_quiet();
             }
         }
@@ -1619,7 +1632,7 @@ impl Endpoint {
             || f.any_waiting
             || f.reap
             || !f.proto_stalled.is_empty()
-            || (node.busy() && node.endpoint().in_flight().2 > 0)
+            || (node.busy() && unclaimed(node) > 0)
         {
             return self.fast_progress_all();
         }
@@ -1724,7 +1737,7 @@ impl Endpoint {
         let reap = f.reap;
         // Protocol-path messages (from peers without the fast path), in the protocol
         // endpoint's order: claim each and let this engine match it.
-        if !f.proto_stalled.is_empty() || node.endpoint().in_flight().2 > 0 {
+        if !f.proto_stalled.is_empty() || unclaimed(node) > 0 {
             'claims: loop {
                 let s = match f.proto_stalled.pop_front() {
                     Some(s) => s,
