@@ -1934,10 +1934,17 @@ impl Endpoint {
         let mut lanes = (0, 0);
         let mut facade = self.counters.clone();
         if let Some(f) = &self.fast {
-            // With the fast path every claim in the protocol endpoint is the fast path's
-            // own (it claims each protocol-path message into its engine, which counts it
-            // as unexpected, or claimed by the application, until received).
+            // With the fast path the protocol endpoint's engine only passes protocol-path
+            // messages on: every receive, probe and claim of the application is the fast
+            // path's engine's, and so is the search of every message (each is claimed
+            // into it). The protocol engine's claims (the fast path's own) and its
+            // searches (the arrivals before the claim, the claims) would count them
+            // twice.
             matching.claimed_depth = 0;
+            matching.match_attempts = 0;
+            matching.hits = 0;
+            matching.misses = 0;
+            matching.cancelled = 0;
             unexpected += f.add_matching(&mut matching);
             f.add_facade(&mut facade);
             lanes = f.lanes();
