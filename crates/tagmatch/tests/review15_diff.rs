@@ -58,16 +58,23 @@ fn err_name(e: &Error) -> String {
 /// Both endpoints progress for a while (in-process: every message sent so far has
 /// arrived and been matched or queued).
 fn settle(a: &mut Endpoint, b: &mut Endpoint) {
-    for _ in 0..24 {
+    for _ in 0..60 {
         a.progress().unwrap();
         b.progress().unwrap();
     }
 }
 
-fn run(kind: &str, seed: u64) -> Vec<Seen> {
+/// `budget`: the receiver holds at most this many unexpected messages (the rest wait at
+/// their sender, fast path, or are refused and redelivered, protocol path); `big`: some
+/// sends are medium and long messages.
+fn run(kind: &str, seed: u64, budget: Option<usize>, big: bool) -> Vec<Seen> {
     let f = MemFabric::new();
     let mut a = ep(&f, kind == "fast");
-    let mut b = ep(&f, kind != "proto");
+    let mut bb = Endpoint::builder().mem(&f).fast_path(kind != "proto");
+    if let Some(n) = budget {
+        bb = bb.memory_budget(1 << 24, n);
+    }
+    let mut b = bb.build().unwrap();
     let ab = a.insert_peer(&b.address()).unwrap();
     let ba = b.insert_peer(&a.address()).unwrap();
     let me = b.insert_peer(&b.address()).unwrap();
@@ -96,15 +103,34 @@ fn run(kind: &str, seed: u64) -> Vec<Seen> {
         cq_data: Some(0xcd),
         delivery_complete: true,
     };
+    let trace = std::env::var("REVIEW15_TRACE").is_ok();
     for step in 0..70usize {
+        if trace {
+            println!(
+                "{kind} step {step}: unexpected {} claimed {} posted {} refused {} seen {:?}",
+                b.stats().unexpected,
+                b.stats().matching.claimed_depth,
+                b.stats().matching.posted_depth,
+                b.stats().rdm.rx_refused,
+                seen.last()
+            );
+        }
         let src: Source = match g.pick(3) {
             0 => ANY_SOURCE,
             1 => ba.into(),
             _ => me.into(),
         };
         let sel = sels[g.pick(sels.len() as u64) as usize];
-        let len = [0usize, 4, 8, 40][g.pick(4) as usize];
-        match g.pick(14) {
+        let len = if big && g.pick(4) == 0 {
+            [10_000usize, 300_000][g.pick(2) as usize]
+        } else {
+            [0usize, 4, 8, 40][g.pick(4) as usize]
+        };
+        let op = g.pick(14);
+        if trace {
+            println!("  op {op} src {src:?} sel {sel:?} len {len}");
+        }
+        match op {
             0..=2 => {
                 let r = b.trecv(src, sel, len);
                 seen.push(Seen::Posted(r.as_ref().map(|_| ()).map_err(err_name)));
@@ -129,11 +155,21 @@ fn run(kind: &str, seed: u64) -> Vec<Seen> {
             }
             5..=8 => {
                 let tag = tags[g.pick(tags.len() as u64) as usize];
-                let n = [0usize, 5, 8, 33][g.pick(4) as usize];
-                let data: Vec<u8> = (0..n).map(|i| (step * 3 + i) as u8).collect();
-                let own = g.pick(3) == 0;
+                let n = if big && g.pick(5) == 0 {
+                    [20_000usize, 200_000][g.pick(2) as usize]
+                } else {
+                    [0usize, 5, 8, 33][g.pick(4) as usize]
+                };
+                let data: Vec<u8> = (0..n).map(|i| (step * 3 + i * 7) as u8).collect();
+                // With a budget, one sender only: messages of two senders that both
+                // wait for room may enter in either order (no order across sources).
+                let own = g.pick(3) == 0 && budget.is_none();
                 let (x, to) = if own { (&mut b, me) } else { (&mut a, ab) };
-                match g.pick(4) {
+                let how = g.pick(4);
+                if trace {
+                    println!("  send own {own} tag {tag} len {n} how {how}");
+                }
+                match how {
                     0 => x.tinject(to, tag, &data).unwrap(),
                     1 => sends.push(x.tsend_with(to, tag, data, dc).unwrap()),
                     2 if tag == 3 => x.inject(to, &data).unwrap(),
@@ -186,6 +222,20 @@ fn run(kind: &str, seed: u64) -> Vec<Seen> {
             }
         }
         settle(&mut a, &mut b);
+    }
+    if trace {
+        let (sa, sb) = (a.stats(), b.stats());
+        println!(
+            "{kind} end: b unexpected {} posted {} claimed {} rdm refused {} in_flight rx {} fast_backpressure {}; a tx {} sends pending {}",
+            sb.unexpected,
+            sb.matching.posted_depth,
+            sb.matching.claimed_depth,
+            sb.rdm.rx_refused,
+            sb.rx_in_flight,
+            sb.facade.fast_backpressure,
+            sa.tx_in_flight,
+            sa.device_sends_pending
+        );
     }
     // Every receive's outcome, by the step that posted it (those still waiting: none).
     let mut outcomes: Vec<(usize, Seen)> = Vec::new();
@@ -255,7 +305,9 @@ fn run(kind: &str, seed: u64) -> Vec<Seen> {
     seen
 }
 
-/// The three paths agree on every step of 60 random sequences. Guards: any difference
+/// The three paths agree on every step of 60 random sequences (a third of them against
+/// a receiver whose budget holds 3 unexpected messages, from one sender; a third with
+/// medium and long messages). Guards: any difference
 /// between the fast path's matcher (receives held aside, windows, slots, self-sends
 /// delivered inside the call, claims of protocol messages) and the protocol endpoint's
 /// matching, cancel or truncation.
@@ -264,7 +316,12 @@ fn random_sequences_come_out_the_same_on_every_path() {
     // How often each kind of outcome occurred (the sequences must reach them all).
     let mut kinds = std::collections::BTreeMap::<String, u32>::new();
     for seed in 0..60 {
-        let proto = run("proto", seed);
+        let (budget, big) = match seed % 3 {
+            0 => (None, false),
+            1 => (Some(3), false),
+            _ => (None, true),
+        };
+        let proto = run("proto", seed, budget, big);
         for s in &proto {
             let k = match s {
                 Seen::Recv(Ok(()), ..) => "received".to_string(),
@@ -277,9 +334,13 @@ fn random_sequences_come_out_the_same_on_every_path() {
             };
             *kinds.entry(k).or_default() += 1;
         }
-        let fast = run("fast", seed);
-        let mixed = run("mixed", seed);
+        let fast = run("fast", seed, budget, big);
+        let mixed = run("mixed", seed, budget, big);
         for (kind, got) in [("fast", &fast), ("mixed", &mixed)] {
+            if kind == "mixed" && budget.is_some() {
+                // See `a_full_mixed_receiver_matches_as_the_protocol_path`.
+                continue;
+            }
             if let Some(i) = (0..proto.len().max(got.len())).find(|&i| proto.get(i) != got.get(i)) {
                 panic!(
                     "seed {seed}: {kind} differs from proto at entry {i}: {:?} vs {:?}\nproto {proto:?}\n{kind} {got:?}",
@@ -301,4 +362,31 @@ fn random_sequences_come_out_the_same_on_every_path() {
     ] {
         assert!(kinds.get(k).is_some_and(|n| *n >= 5), "{k}: {kinds:?}");
     }
+}
+
+/// The budget sequences with a fast-path receiver and a protocol-path sender: 6 of the
+/// 20 (seeds 25, 28, 37, 52, 55, 58) differ from the protocol path, each at an untagged
+/// message of `a` that the protocol path delivered to a waiting receive (or showed to a
+/// probe) and the mixed path left unclaimed. Found in review 15, not fixed: the protocol
+/// path admits a peer's messages in order (one refused for the budget holds back the
+/// later ones, tagged or not), while with the fast path the protocol endpoint admits up
+/// to its own budget of unclaimed messages beyond the fast engine's, and the fast path
+/// claims them tagged first, then untagged, stopping at the first its full engine
+/// refuses. Claiming each kind apart (one stalled message per kind) flipped the
+/// difference (seeds 4, 37, 43, 55: the mixed path then delivered what the protocol
+/// path held back): matching the protocol path needs the claims in the peer's arrival
+/// order across both kinds, which the protocol endpoint's `tmprobe`/`mprobe` do not
+/// give. `REVIEW15_TRACE=1` prints each step.
+#[test]
+#[ignore = "known divergence, under investigation (review 15)"]
+fn a_full_mixed_receiver_matches_as_the_protocol_path() {
+    let mut wrong = Vec::new();
+    for seed in (1..60).step_by(3) {
+        let proto = run("proto", seed, Some(3), false);
+        let mixed = run("mixed", seed, Some(3), false);
+        if let Some(i) = (0..proto.len().max(mixed.len())).find(|&i| proto.get(i) != mixed.get(i)) {
+            wrong.push((seed, i, proto.get(i).cloned(), mixed.get(i).cloned()));
+        }
+    }
+    assert!(wrong.is_empty(), "(seed, entry, proto, mixed): {wrong:?}");
 }
