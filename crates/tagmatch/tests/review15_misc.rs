@@ -349,3 +349,42 @@ fn a_cancelled_receive_into_a_buffer_gives_the_buffer_back() {
         done(&mut a, s, &mut [&mut b]).into_result().unwrap();
     }
 }
+
+/// Waiting again on a request whose completion was already taken (by `wait`,
+/// `poll_completion`, or a cancel's `wait`) finds nothing: `wait_for` ends in `Timeout`
+/// naming that request, takes no other request's completion (one queued behind stays
+/// there), and nothing panics. Guards: a wait that returns the first queued completion
+/// rather than its own, or that panics on an unknown request.
+#[test]
+fn waiting_again_on_a_finished_request_takes_nothing_else() {
+    let limit = std::time::Duration::from_millis(20);
+    for kind in PATHS {
+        let (mut a, mut b, ab, ba, _f) = pair(kind);
+        let r = b.trecv(ba, 1u64, 8).unwrap();
+        let s = a.tsend(ab, 1, vec![1; 8]).unwrap();
+        done(&mut b, r, &mut [&mut a]).into_result().unwrap();
+        let x = b.trecv(ba, 2u64, 8).unwrap();
+        b.cancel(x).unwrap();
+        assert!(b.wait(x).is_err(), "{kind}");
+        // Queued behind: a completed receive nobody took yet.
+        let q = b.trecv(ba, 3u64, 8).unwrap();
+        let s3 = a.tsend(ab, 3, vec![3; 8]).unwrap();
+        for _ in 0..20_000 {
+            a.progress().unwrap();
+            b.progress().unwrap();
+            if b.stats().ready_completions > 0 {
+                break;
+            }
+        }
+        for old in [r, x] {
+            match b.wait_for(old, limit) {
+                Err(Error::Timeout { request, .. }) => assert_eq!(request, old, "{kind}"),
+                other => panic!("{kind}: waiting again on {old:?}: {other:?}"),
+            }
+        }
+        assert_eq!(done(&mut b, q, &mut [&mut a]).data, vec![3; 8], "{kind}");
+        for s in [s, s3] {
+            done(&mut a, s, &mut [&mut b]).into_result().unwrap();
+        }
+    }
+}
