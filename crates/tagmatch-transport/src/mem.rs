@@ -29,7 +29,7 @@ use std::collections::VecDeque;
 
 use foldhash::HashMap;
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -134,6 +134,10 @@ struct Waiting {
 #[derive(Debug)]
 struct Hub {
     rng: XorShift,
+    /// Mixed into every connid this network hands out: a different value per network of
+    /// the process (see [`MemNetwork::with_faults`]), so that an address of one network
+    /// names no device of another (their GIDs and QPNs count from the same start).
+    connid_salt: u32,
     step: u64,
     faults: MemFaults,
     addrs: Vec<RawAddr>,
@@ -267,8 +271,14 @@ impl MemNetwork {
 
     /// A network with the given faults.
     pub fn with_faults(seed: u64, faults: MemFaults) -> MemNetwork {
+        // Networks of one process: the first keeps the connids its seed gives, the
+        // others differ (an address handed to an endpoint of another network must not
+        // reach that network's device with the same GID and QPN).
+        static NETWORKS: AtomicU32 = AtomicU32::new(0);
+        let n = NETWORKS.fetch_add(1, Ordering::Relaxed);
         MemNetwork(Arc::new(Mutex::new(Hub {
             rng: XorShift::new(seed),
+            connid_salt: n.wrapping_mul(0x9e37_79b9),
             step: 0,
             faults,
             addrs: Vec::new(),
@@ -313,7 +323,7 @@ impl MemNetwork {
         let addr = RawAddr {
             gid,
             qpn: (n as u16).wrapping_add(1),
-            qkey: hub.rng.next_u64() as u32,
+            qkey: hub.rng.next_u64() as u32 ^ hub.connid_salt,
             next: 0,
         };
         hub.addrs.push(addr);

@@ -13,8 +13,10 @@ use crate::Error;
 /// command line, a bootstrap socket):
 ///
 /// - `udp://IP:PORT/0xCONNID` for the UDP transport;
-/// - `mem://[fe80::N]:QPN/0xCONNID` for the in-process transport (meaningful only inside
-///   the process that made the [`crate::MemFabric`]);
+/// - `mem://[fe80::N]:QPN/0xCONNID` for the in-process transport (meaningful only to
+///   endpoints of the [`crate::MemFabric`] that made it: each fabric numbers its
+///   endpoints from the same start, the connid tells fabrics apart, and an endpoint of
+///   another fabric reaches nobody with it);
 /// - `verbs://[GID]:QPN/0xCONNID` for the verbs transport (the port GID and the UD QP).
 ///
 /// ```

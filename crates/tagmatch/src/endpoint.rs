@@ -27,6 +27,12 @@ use crate::{Address, Builder, Error, Result};
 /// leaves the core to a peer that shares it.
 const WAIT_YIELD_SPIN: Duration = Duration::from_micros(20);
 
+/// Receive and read buffers at least this long are tried before the protocol endpoint
+/// allocates them (zeroed, at their full length, when the operation is posted): a length
+/// no allocation can honour is refused ([`Error::BufferTooLarge`]) instead of aborting
+/// the process. (Shorter ones fail only when the whole system runs out of memory.)
+const CHECKED_ALLOC: usize = 1 << 16;
+
 /// The device under an endpoint (one per endpoint: the size difference does not matter).
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
@@ -846,6 +852,15 @@ impl Endpoint {
         self.insert_peer(&a)
     }
 
+    /// Refuses a buffer of `len` bytes that cannot be allocated (see [`CHECKED_ALLOC`]).
+    fn alloc_check(&mut self, len: usize) -> Result<()> {
+        if len >= CHECKED_ALLOC && Vec::<u8>::new().try_reserve_exact(len).is_err() {
+            self.counters.call_errors += 1;
+            return Err(Error::BufferTooLarge { len });
+        }
+        Ok(())
+    }
+
     pub(crate) fn req(
         &mut self,
         r: std::result::Result<OpId, tagmatch_rdm::CallError>,
@@ -935,7 +950,8 @@ impl Endpoint {
 
     /// Tagged receive of up to `len` bytes (`ucp_tag_recv_nbx`, `fi_trecv`) from `source`
     /// ([`ANY_SOURCE`] or a peer) with tags accepted by `tag` ([`ANY_TAG`], an exact `u64`,
-    /// or a [`TagMatch`]).
+    /// or a [`TagMatch`]). Off the in-process fast path the buffer is allocated when the
+    /// receive is posted: a `len` no allocation can honour is [`Error::BufferTooLarge`].
     pub fn trecv(
         &mut self,
         source: impl Into<Source>,
@@ -948,6 +964,7 @@ impl Endpoint {
         if self.fast.is_some() {
             return self.fast_post(Some(tag), src, crate::inproc::RecvBuf::Alloc(len));
         }
+        self.alloc_check(len)?;
         let r = self
             .node
             .get_mut()
@@ -956,12 +973,13 @@ impl Endpoint {
         self.req(r, None)
     }
 
-    /// Untagged receive of up to `len` bytes (`fi_recv`).
+    /// Untagged receive of up to `len` bytes (`fi_recv`); see [`Endpoint::trecv`].
     pub fn recv(&mut self, source: impl Into<Source>, len: usize) -> Result<Request> {
         let src = self.src(source.into())?;
         if self.fast.is_some() {
             return self.fast_post(None, src, crate::inproc::RecvBuf::Alloc(len));
         }
+        self.alloc_check(len)?;
         let r = self.node.get_mut().endpoint_mut().recv(src, len);
         self.req(r, None)
     }
@@ -1043,9 +1061,19 @@ impl Endpoint {
     }
 
     /// Receives a claimed message into a buffer of `len` bytes (`ucp_tag_msg_recv_nbx`).
+    /// A `len` no allocation can honour is [`Error::ClaimKept`] with
+    /// [`Error::BufferTooLarge`] (the message still claimed).
     pub fn mrecv(&mut self, msg: Message, len: usize) -> Result<Request> {
         if msg.ep != self.id {
             return Err(Error::StaleMessage);
+        }
+        if matches!(msg.claim, MsgClaim::Rdm(_)) {
+            if let Err(e) = self.alloc_check(len) {
+                return Err(Error::ClaimKept {
+                    message: msg,
+                    error: Box::new(e),
+                });
+            }
         }
         let claim = match msg.claim {
             MsgClaim::Rdm(c) => c,
@@ -1484,7 +1512,8 @@ impl Endpoint {
     }
 
     /// RMA read of `len` bytes from the peer's `remote` (`fi_read`, `ucp_get_nbx`); the
-    /// completion's `data` holds them.
+    /// completion's `data` holds them (allocated when the read is posted: a `len` no
+    /// allocation can honour is [`Error::BufferTooLarge`]).
     ///
     /// A `remote` the peer does not accept (a key it never issued or deregistered, a
     /// region it registered local-only, a range outside the region) is refused there and
@@ -1495,6 +1524,7 @@ impl Endpoint {
     pub fn read(&mut self, peer: Peer, len: usize, remote: RemoteAddr) -> Result<Request> {
         trace!(peer = peer.index(), len, "read");
         let pid = self.pid(peer)?;
+        self.alloc_check(len)?;
         let r = self.node.get_mut().endpoint_mut().read(pid, len, remote);
         let r = self.req(r, Some(peer));
         self.sent();
@@ -1614,7 +1644,9 @@ impl Endpoint {
         }
         let protocol = self.node.endpoint().protocol_of(c.op);
         if !self.adjust(&mut c) {
-            self.counters.note(&c, protocol);
+            // An injected send that succeeded: no completion is delivered, so none is
+            // counted (`Counters::completed` counts completions delivered; the fast
+            // path's injected sends count none either).
             return None;
         }
         self.counters.note(&c, protocol);
@@ -1816,7 +1848,8 @@ impl Endpoint {
 
     /// Progresses until `req` completes (others stay queued for
     /// [`Endpoint::poll_completion`]); a failed operation is [`Error::Failed`], no
-    /// completion within the builder's wait limit is [`Error::Timeout`].
+    /// completion within the builder's wait limit is [`Error::Timeout`], a request of
+    /// another endpoint is [`Error::UnknownRequest`] (at once).
     pub fn wait(&mut self, req: Request) -> Result<Completion> {
         self.wait_with(req, &mut [])
     }
@@ -1840,6 +1873,10 @@ impl Endpoint {
         others: &mut [&mut Endpoint],
         limit: Duration,
     ) -> Result<Completion> {
+        if req.ep != self.id {
+            // Another endpoint's: it never completes here (as `cancel` answers).
+            return Err(Error::UnknownRequest(req));
+        }
         let _span = tracing::trace_span!("wait", request = req.id()).entered();
         let start = Instant::now();
         let mut spins = 0u32;
@@ -1918,13 +1955,26 @@ impl Endpoint {
     /// Counters of every layer: facade, RDM protocol, device.
     pub fn stats(&self) -> Stats {
         let ep = self.node.endpoint();
-        let (tx, rx, unexpected) = ep.in_flight();
+        let (tx, rx, inbound) = ep.in_flight();
         let (regions, sends, rdmas) = ep.resources();
         let mut matching = ep.matching_stats();
-        let mut unexpected = unexpected;
+        // The protocol endpoint's messages received and not received yet, less the
+        // claimed ones: those wait for their `mrecv`, not in the unexpected queue.
+        let mut unexpected = inbound.saturating_sub(matching.claimed_depth);
         let mut lanes = (0, 0);
         let mut facade = self.counters.clone();
         if let Some(f) = &self.fast {
+            // With the fast path the protocol endpoint's engine only passes protocol-path
+            // messages on: every receive, probe and claim of the application is the fast
+            // path's engine's, and so is the search of every message (each is claimed
+            // into it). The protocol engine's claims (the fast path's own) and its
+            // searches (the arrivals before the claim, the claims) would count them
+            // twice.
+            matching.claimed_depth = 0;
+            matching.match_attempts = 0;
+            matching.hits = 0;
+            matching.misses = 0;
+            matching.cancelled = 0;
             unexpected += f.add_matching(&mut matching);
             f.add_facade(&mut facade);
             lanes = f.lanes();

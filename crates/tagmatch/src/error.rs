@@ -67,6 +67,14 @@ pub enum Error {
         /// Operand bytes.
         len: usize,
     },
+    /// A receive or read buffer of this length cannot be allocated (the receive or read
+    /// allocates it when posted, off the in-process fast path): refused instead of
+    /// aborting the process. Receive into a buffer of your own
+    /// ([`crate::Endpoint::trecv_into`]) or a registered region for other sizes.
+    BufferTooLarge {
+        /// The length asked for.
+        len: usize,
+    },
     /// A memory registration failed.
     RegistrationFailed,
     /// A byte range does not lie inside the memory region.
@@ -166,6 +174,9 @@ impl fmt::Display for Error {
                     f,
                     "atomic operand of {len} bytes does not fit in one packet"
                 )
+            }
+            Error::BufferTooLarge { len } => {
+                write!(f, "a buffer of {len} bytes cannot be allocated")
             }
             Error::RegistrationFailed => write!(f, "memory registration failed"),
             Error::RegionRange { start, end, len } => write!(

@@ -32,6 +32,10 @@ impl Future for CompletionFuture<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
+        if this.req.ep != this.ep.id {
+            // Another endpoint's request never completes here.
+            return Poll::Ready(Err(crate::Error::UnknownRequest(this.req)));
+        }
         if let Some(c) = this.ep.take_completion(this.req) {
             return Poll::Ready(c.into_result());
         }
@@ -64,7 +68,8 @@ impl Future for CompletionFuture<'_> {
 }
 
 impl Endpoint {
-    /// A future resolving to `req`'s completion (failed operations: [`crate::Error::Failed`]).
+    /// A future resolving to `req`'s completion (failed operations: [`crate::Error::Failed`];
+    /// a request of another endpoint: [`crate::Error::UnknownRequest`]).
     pub fn completion(&mut self, req: Request) -> CompletionFuture<'_> {
         CompletionFuture { ep: self, req }
     }

@@ -1018,6 +1018,18 @@ fn drain_lanes(f: &mut Fast, node: &mut ProtoNode, out: &mut Out<'_>, reap: bool
     }
 }
 
+/// Messages the protocol endpoint received and the fast path has not claimed yet (its
+/// claims stay in the protocol endpoint until their `mrecv`: they are not to be looked
+/// for again, which would be two engine searches, counted as misses, per progress call
+/// for as long as a claimed message waits for its receive).
+#[inline]
+fn unclaimed(node: &ProtoNode) -> usize {
+    let ep = node.endpoint();
+    ep.in_flight()
+        .2
+        .saturating_sub(ep.matching_stats().claimed_depth)
+}
+
 impl Endpoint {
     /// Whether messages to `pid` take the fast path (decided at the first message, then
     /// fixed: every message of the pair takes the same path, so order holds).
@@ -1464,11 +1476,22 @@ impl Endpoint {
             self.node.get_mut().endpoint_mut().unhold_memory(mem);
         }
         if let RecvBuf::Slot { idx, .. } = ctx.buf {
+            // A completion with an error, as `Out::push` counts one (and as the protocol
+            // path counts a slot's cancel, in `convert`); the slot takes it.
+            self.counters.completed += 1;
+            self.counters.failed += 1;
             self.slot_deliver(
                 idx as usize,
                 Completion::recv_failed(req, OpError::Canceled),
             );
             return Ok(());
+        }
+        let mut c = Completion::recv_failed(req, OpError::Canceled);
+        if let RecvBuf::Into(mut b) = ctx.buf {
+            // The caller's buffer goes back, empty, as the protocol path hands it back
+            // (`trecv_into`: a loop reuses it without allocating).
+            b.clear();
+            c.data = b;
         }
         Out {
             ready: &mut self.ready,
@@ -1476,7 +1499,7 @@ impl Endpoint {
             counters: &mut self.counters,
             ep,
         }
-        .push(Completion::recv_failed(req, OpError::Canceled));
+        .push(c);
         Ok(())
     }
 
@@ -1543,15 +1566,16 @@ impl Endpoint {
         // quiet (every mutable access marks it: `ProtoNode::get_mut`).
         if self.node.busy() {
             let ep = self.node.endpoint();
-            let (tx, rx, inbound) = ep.in_flight();
+            let (tx, rx, _) = ep.in_flight();
             let (_, sends, rdmas) = ep.resources();
             if self.node.has_own_work() || tx + rx + sends + rdmas > 0 {
                 f.dev_skip = 0;
                 return true;
             }
             // Unexpected protocol messages are the fast path's to claim (its general
-            // pass, which `fast_progress` enters while the node is busy and some wait).
-            if inbound == 0 {
+            // pass, which `fast_progress` enters while the node is busy and some wait);
+            // those it claimed already wait in its engine.
+            if unclaimed(&self.node) == 0 {
                 self.node.set_quiet();
             }
         }
@@ -1608,7 +1632,7 @@ impl Endpoint {
             || f.any_waiting
             || f.reap
             || !f.proto_stalled.is_empty()
-            || (node.busy() && node.endpoint().in_flight().2 > 0)
+            || (node.busy() && unclaimed(node) > 0)
         {
             return self.fast_progress_all();
         }
@@ -1713,7 +1737,7 @@ impl Endpoint {
         let reap = f.reap;
         // Protocol-path messages (from peers without the fast path), in the protocol
         // endpoint's order: claim each and let this engine match it.
-        if !f.proto_stalled.is_empty() || node.endpoint().in_flight().2 > 0 {
+        if !f.proto_stalled.is_empty() || unclaimed(node) > 0 {
             'claims: loop {
                 let s = match f.proto_stalled.pop_front() {
                     Some(s) => s,

@@ -148,7 +148,8 @@ pub struct Stats {
     pub tx_in_flight: usize,
     /// Receiver-side operations in flight (posted receives included).
     pub rx_in_flight: usize,
-    /// Unexpected messages queued.
+    /// Unexpected messages queued for a receive (a message claimed by `tmprobe` /
+    /// `mprobe` is not: `matching.claimed_depth` counts it until its `mrecv`).
     pub unexpected: usize,
     /// Memory regions held by the protocol endpoint.
     pub regions: usize,
