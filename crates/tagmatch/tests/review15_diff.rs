@@ -388,19 +388,6 @@ fn random_sequences_come_out_the_same_on_every_path() {
     }
 }
 
-/// The budget sequences with a fast-path receiver and a protocol-path sender: 6 of the
-/// 20 (seeds 25, 28, 37, 52, 55, 58) differ from the protocol path, each at an untagged
-/// message of `a` that the protocol path delivered to a waiting receive (or showed to a
-/// probe) and the mixed path left unclaimed. Found in review 15, not fixed: the protocol
-/// path admits a peer's messages in order (one refused for the budget holds back the
-/// later ones, tagged or not), while with the fast path the protocol endpoint admits up
-/// to its own budget of unclaimed messages beyond the fast engine's, and the fast path
-/// claims them tagged first, then untagged, stopping at the first its full engine
-/// refuses. Claiming each kind apart (one stalled message per kind) flipped the
-/// difference (seeds 4, 37, 43, 55: the mixed path then delivered what the protocol
-/// path held back): matching the protocol path needs the claims in the peer's arrival
-/// order across both kinds, which the protocol endpoint's `tmprobe`/`mprobe` do not
-/// give. `REVIEW15_TRACE=1` prints each step.
 /// The protocol path over UDP against the same path in process, on sequences with one
 /// sender (a self-send's arrival relative to a UDP peer's depends on timing): with every
 /// datagram acknowledged between steps, both come out the same. Guards: the UDP device's
@@ -426,16 +413,35 @@ fn udp_sequences_come_out_as_in_process() {
     }
 }
 
+/// The budget sequences with a fast-path receiver and a protocol-path sender: 6 of the
+/// 20 (seeds 25, 28, 37, 52, 55, 58) differ from the protocol path, each at an untagged
+/// message of `a` that the protocol path delivered to a waiting receive (or showed to a
+/// probe) and the mixed path left unclaimed. Found in review 15, not fixed: the protocol
+/// path admits a peer's messages in order (one refused for the budget holds back the
+/// later ones, tagged or not), while with the fast path the protocol endpoint admits up
+/// to its own budget of unclaimed messages beyond the fast engine's, and the fast path
+/// claims them tagged first, then untagged, stopping at the first its full engine
+/// refuses. Claiming each kind apart (one stalled message per kind) flipped the
+/// difference (seeds 4, 37, 43, 55: the mixed path then delivered what the protocol
+/// path held back): matching the protocol path needs the claims in the peer's arrival
+/// order across both kinds, which the protocol endpoint's `tmprobe`/`mprobe` do not
+/// give. `REVIEW15_TRACE=1` prints each step.
+///
+/// Until that is done this test pins the divergence down: exactly those six seeds
+/// differ. It fails when one more differs (a regression) and when one stops differing
+/// (then narrow or drop this list, or turn the test back into "none differ").
 #[test]
-#[ignore = "known divergence, under investigation (review 15)"]
-fn a_full_mixed_receiver_matches_as_the_protocol_path() {
-    let mut wrong = Vec::new();
+fn a_full_mixed_receiver_differs_from_the_protocol_path_only_where_known() {
+    const KNOWN: [u64; 6] = [25, 28, 37, 52, 55, 58];
+    let mut differ = Vec::new();
+    let mut at = Vec::new();
     for seed in (1..60).step_by(3) {
         let proto = run("proto", seed, Some(3), false);
         let mixed = run("mixed", seed, Some(3), false);
         if let Some(i) = (0..proto.len().max(mixed.len())).find(|&i| proto.get(i) != mixed.get(i)) {
-            wrong.push((seed, i, proto.get(i).cloned(), mixed.get(i).cloned()));
+            differ.push(seed);
+            at.push((seed, i, proto.get(i).cloned(), mixed.get(i).cloned()));
         }
     }
-    assert!(wrong.is_empty(), "(seed, entry, proto, mixed): {wrong:?}");
+    assert_eq!(differ, KNOWN, "(seed, entry, proto, mixed): {at:?}");
 }
