@@ -253,6 +253,19 @@ impl Dense {
         Some((pos(comm as usize, x), v))
     }
 
+    /// [`Dense::slot_mut`] for arrays that are all in the directory (see
+    /// [`Dense::near_get`]).
+    #[inline(always)]
+    pub(crate) fn near_slot_mut(&mut self, comm: u64, x: u64) -> Option<Slot<'_>> {
+        debug_assert!(self.near_only);
+        let a = self.near.get_mut(comm as usize)?;
+        let v = a.heads.get_mut(x as usize)?;
+        Some(Slot {
+            v,
+            live: &mut a.live,
+        })
+    }
+
     /// The value of `(comm, x)` (`EMPTY` if none) if an array covers it; `None` when
     /// the key's list head, if any, is in the hash index.
     #[inline(always)]
@@ -309,6 +322,13 @@ impl Dense {
             self.deferred = self.deferred.saturating_add(1);
         }
         refused
+    }
+
+    /// Counts a growth that the caller refused for its own reason (as [`Dense::grow`]
+    /// counts its refusals): the list it left in the hash index counts toward the next
+    /// growth.
+    pub(crate) fn refused(&mut self) {
+        self.deferred = self.deferred.saturating_add(1);
     }
 
     /// Allocates or grows the array of `comm` to cover key `x` (not covered yet) if the

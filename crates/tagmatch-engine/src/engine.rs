@@ -768,7 +768,8 @@ impl<R, M> Engine<R, M> {
     #[inline(never)]
     fn dense_grow(&mut self, k: usize, o: u64, x: u64) -> Option<usize> {
         let entries = self.posted.len() + self.unexp.len();
-        if k == K_EXACT && entries <= self.exact_reserved {
+        if k == K_EXACT && entries < self.exact_reserved {
+            self.dense[dn(k)].refused();
             return None;
         }
         if self.dense[dn(k)].refuses(x, entries) {
@@ -857,7 +858,13 @@ impl<R, M> Engine<R, M> {
                 Unlinked::Inner => return,
                 _ => dense_key(k, e),
             };
-            if let Some(mut s) = x.and_then(|x| self.dense[dn(k)].slot_mut(owner(k, e), x)) {
+            let d = &mut self.dense[dn(k)];
+            let slot = if k == K_EXACT {
+                d.near_slot_mut(exact_owner(e.comm, e.src), e.tag)
+            } else {
+                x.and_then(|x| d.slot_mut(owner(k, e), x))
+            };
+            if let Some(mut s) = slot {
                 match u {
                     Unlinked::NewHead(h) => s.set(h | (old & POSTED)),
                     _ => s.clear(),
@@ -1023,7 +1030,11 @@ impl<R, M> Engine<R, M> {
     /// Bucket of the key of `e` in index `k` (or its dense slot), and its value.
     #[inline(always)]
     fn index_find(&self, k: usize, e: &Envelope) -> Option<(usize, u32)> {
-        if let Some(pos) = self.dense_covers(k, e) {
+        if k == K_EXACT {
+            if let Some((pos, v)) = self.exact_dense(e) {
+                return (v != EMPTY).then_some((pos, v));
+            }
+        } else if let Some(pos) = self.dense_covers(k, e) {
             let v = self.dense[dn(k)].value_at(pos);
             return (v != EMPTY).then_some((pos, v));
         }
@@ -3400,6 +3411,171 @@ mod tests {
                 );
             }
         }
+        // The (comm, src, tag) heads likewise (a deferred entry, whose message slot is
+        // vacant, has no key to check).
+        let _ = e.dense[dn(K_EXACT)].len();
+        for v in e.ix[K_EXACT].values() {
+            let key = if v & POSTED != 0 {
+                e.posted.at(v & !POSTED).key_env()
+            } else {
+                match e.unexp.get(v) {
+                    Some(n) => n.env,
+                    None => continue,
+                }
+            };
+            assert_eq!(
+                e.exact_dense(&key),
+                None,
+                "{key:?} hashed although an array covers it"
+            );
+        }
+    }
+
+    /// The (comm, src, tag) list heads in the arrays and the hash index: every list
+    /// head is in one of them, once; returns (lists in arrays, lists hashed).
+    fn exact_heads(e: &Engine<u32, u32>) -> (usize, usize) {
+        check_dense_heads(e);
+        (e.dense[dn(K_EXACT)].len(), e.ix[K_EXACT].len())
+    }
+
+    /// The (comm, src, tag) lists of small tags start in the hash index while the
+    /// memory rule refuses an array (12 queued entries pay for 16 slots and source 0's
+    /// directory entry: 96 bytes at 8 per entry), and the array that the 12th pays for takes them
+    /// over and frees the index; keys no array may cover (tags from `DENSE_KEYS`,
+    /// owners past the directory: other communicators, large ranks) stay hashed; each
+    /// list keeps its order through the move.
+    #[test]
+    fn exact_arrays_take_over_hashed_lists_once_the_entries_pay() {
+        let mut e: Engine<u32, u32> = Engine::default();
+        for t in 0..11u64 {
+            e.post(RecvSpec::exact(0, 0, t), t as u32).unwrap();
+        }
+        // A second receive on tag 4: the list, not only its head, moves.
+        e.post(RecvSpec::exact(0, 0, 4), 100).unwrap();
+        assert_eq!(exact_heads(&e), (0, 11), "refused by the memory rule");
+        assert!(e.ix[K_EXACT].buckets() > 0);
+        e.post(RecvSpec::exact(0, 0, 11), 11).unwrap();
+        assert_eq!(exact_heads(&e), (12, 0));
+        assert_eq!(e.ix[K_EXACT].buckets(), 0, "the emptied index is freed");
+        assert_eq!(e.dense[dn(K_EXACT)].heap_bytes(), 4 * 16 + 32);
+        // 40 receives of communicator 1 (past the directory: hashed) pay for 64 slots.
+        for t in 0..40u64 {
+            e.post(RecvSpec::exact(1, 3, t), 1000).unwrap();
+        }
+        assert_eq!(exact_heads(&e), (12, 40));
+        // Past the array (16 slots): 40 grows it to 64 (within 4 · 12 + 64); 5000
+        // would pass that rule, 2^16 is past every array, source 5000 is past the
+        // directory: hashed.
+        for (src, t, id) in [
+            (0, 40, 40),
+            (0, 5000, 5000),
+            (0, DENSE_KEYS, 65_536),
+            (5000, 1, 7),
+        ] {
+            e.post(RecvSpec::exact(0, src, t), id).unwrap();
+        }
+        assert_eq!(exact_heads(&e), (13, 43));
+        let d = &e.dense[dn(K_EXACT)];
+        assert!(d.near_get(exact_owner(0, 0), 63).is_some());
+        assert!(d.near_get(exact_owner(0, 0), 64).is_none());
+        // Every receive matches its message, in posting order per key.
+        for (src, t, want) in [
+            (0, 4, 4),
+            (0, 4, 100),
+            (0, 40, 40),
+            (0, 5000, 5000),
+            (0, DENSE_KEYS, 65_536),
+            (5000, 1, 7),
+            (0, 10, 10),
+        ] {
+            let m = e.arrive(Envelope::new(0, src, t), 0, 0).unwrap();
+            assert!(
+                matches!(m, Arrived::Matched(x) if x.recv == want),
+                "{src} {t}"
+            );
+            check_dense_heads(&e);
+        }
+        assert_eq!(exact_heads(&e), (10, 40));
+        // Messages too: stored in array slots when covered, taken by exact receives.
+        for t in [0u64, 60, 1 << 20] {
+            e.arrive(Envelope::new(0, 0, t + 100), 0, t as u32).unwrap();
+        }
+        assert_eq!(exact_heads(&e), (10, 43));
+        e.arrive(Envelope::new(0, 0, 50), 0, 50).unwrap();
+        assert_eq!(exact_heads(&e), (11, 43));
+        for t in [50u64, 100, 160, (1 << 20) + 100] {
+            let r = e.post(RecvSpec::exact(0, 0, t), 0).unwrap();
+            assert!(matches!(r, Posted::Matched(_)), "{t}");
+        }
+        assert_eq!(exact_heads(&e), (10, 40));
+    }
+
+    /// `Engine::reserve`: up to the reserved depth the (comm, src, tag) lists stay in
+    /// the reserved index (no array is allocated: the heap does not grow); past it an
+    /// array may take them over, and the reserved index is kept.
+    #[test]
+    fn a_reserved_index_keeps_the_exact_lists_to_its_depth() {
+        let mut e: Engine<u32, u32> = Engine::default();
+        e.reserve(0, 100);
+        let before = e.heap_bytes();
+        for t in 0..100u64 {
+            e.arrive(Envelope::new(0, 0, t), 0, 0).unwrap();
+        }
+        assert_eq!(exact_heads(&e), (0, 100));
+        assert_eq!(e.heap_bytes(), before);
+        let buckets = e.ix[K_EXACT].buckets();
+        e.arrive(Envelope::new(0, 0, 100), 0, 0).unwrap();
+        assert_eq!(exact_heads(&e), (101, 0));
+        assert_eq!(e.ix[K_EXACT].buckets(), buckets);
+    }
+
+    /// Cancels, `cancel_where`, mprobe and the purges empty the array slots of the
+    /// lists they empty (the arrays' counts stay exact, `Dense::len`), and keep the
+    /// lists they leave.
+    #[test]
+    fn cancel_probe_and_purges_go_through_the_exact_arrays() {
+        let mut e: Engine<u32, u32> = Engine::default();
+        let mut h = Vec::new();
+        for t in 0..300u64 {
+            match e.post(RecvSpec::exact(0, 2, t % 150), t as u32).unwrap() {
+                Posted::Pending(x) => h.push(x),
+                _ => unreachable!(),
+            }
+        }
+        for t in 0..100u64 {
+            e.arrive(Envelope::new(0, 4, t), 0, t as u32).unwrap();
+        }
+        assert_eq!(exact_heads(&e), (250, 0));
+        // Cancelling the first receive of tags 0..50 leaves their lists (the second);
+        // the second of tags 0..25 empties them.
+        for x in &h[..50] {
+            e.cancel(*x).unwrap();
+        }
+        for x in &h[150..175] {
+            e.cancel(*x).unwrap();
+        }
+        assert_eq!(exact_heads(&e), (225, 0));
+        let m = e.arrive(Envelope::new(0, 2, 30), 0, 0).unwrap();
+        assert!(matches!(m, Arrived::Matched(x) if x.recv == 180));
+        assert_eq!(
+            e.cancel_where(|s, _| s.tag == TagSel::Exact(140), |_, _| {}),
+            2
+        );
+        assert_eq!(exact_heads(&e), (223, 0));
+        // A claimed message leaves its list.
+        let c = e.mprobe(&RecvSpec::exact(0, 4, 7)).unwrap();
+        assert_eq!(exact_heads(&e), (222, 0));
+        assert_eq!(e.mrecv(c.handle).unwrap().msg, 7);
+        assert_eq!(e.purge_peer(2, |_| {}), 300 - 50 - 25 - 1 - 2);
+        assert_eq!(exact_heads(&e), (99, 0));
+        // An ANY_SOURCE receive takes a message out of its array slot.
+        let r = e.post(RecvSpec::new(0, None, Some(8)), 0).unwrap();
+        assert!(matches!(r, Posted::Matched(x) if x.msg == 8));
+        assert_eq!(exact_heads(&e), (98, 0));
+        assert_eq!(e.purge_comm(0, |_| {}), 98);
+        assert_eq!(exact_heads(&e), (0, 0));
+        assert!(e.post(RecvSpec::exact(0, 4, 9), 0).is_ok());
+        assert_eq!(exact_heads(&e), (1, 0));
     }
 
     /// Review of merge 10cc56f (kinds kept across an empty queue): every queued
