@@ -588,10 +588,12 @@ pub struct Engine<R, M> {
     /// both `c.match_attempts` and `c.hits`, which [`Engine::counters`] adds it to.
     one_try_hits: u64,
     /// One intrusive hash index per key kind (`K_*`): the head of each FIFO, except the
-    /// (comm, src) and (comm, tag) lists of small keys.
+    /// lists whose heads are in the dense arrays (`dense`).
     ix: [Index; 5],
     /// The heads of the (comm, src) (`[0]`) and (comm, tag) (`[1]`) lists whose source
-    /// rank or tag is below `DENSE_KEYS`, posted or unexpected (see `dense`).
+    /// rank or tag is below `DENSE_KEYS`, posted or unexpected, and of the (comm, src,
+    /// tag) lists (`[2]`) of small tags whose (comm, src) has an array (see `dense`):
+    /// a key an array covers has its list head there, never in the hash index.
     dense: [Dense; 3],
     cfg: Config,
     /// Ceiling on stored messages (the slab's length): [`MAX_ENTRIES`], lowered by tests.
@@ -2039,8 +2041,8 @@ impl<R, M> Engine<R, M> {
     /// caller, so the common case pays no call: while no wildcard list of unexpected
     /// messages is kept, a message that matches is on one list only, its (comm, src,
     /// tag) list (of which it is the head: the earliest arrived of its key), and is
-    /// taken here with one probe of the exact index and one slab
-    /// access. Otherwise (a wildcard list kept, a message stored with held bytes other
+    /// taken here with one lookup of its list head (an array slot, see `dense`, or a
+    /// probe of the exact index) and one slab access. Otherwise (a wildcard list kept, a message stored with held bytes other
     /// than its length, or no message of this key queued) the
     /// out-of-line paths do the rest: [`Engine::post_keyed`], or
     /// [`Engine::queue_keyed`] with this probe's answer (the index is not probed twice).
@@ -2286,8 +2288,9 @@ impl<R, M> Engine<R, M> {
         Ok(Arrived::Unexpected(env))
     }
 
-    /// [`Engine::arrive`] when only exact receives are posted: one hash probe finds the
-    /// receive, removes it from the index or stores the message.
+    /// [`Engine::arrive`] when only exact receives are posted: one lookup of the list
+    /// head (an array slot, see `dense`, or a probe of the hash index) finds the
+    /// receive, removes it there or stores the message.
     #[inline(always)]
     fn arrive_exact_only(
         &mut self,
