@@ -192,6 +192,9 @@ pub(crate) struct Dense {
     /// whose owners (see [`exact_owner`]) past the directory go to the hash index, so
     /// that an uncovered exact key costs a bounds check, not a map lookup.
     near_only: bool,
+    /// With `near_only`: the owners below it may be filed now (see
+    /// [`Dense::may_file`]).
+    file_below: u64,
 }
 
 /// The owner of the array of a (comm, src, tag) list (`Engine::dense[2]`): the
@@ -205,10 +208,12 @@ pub(crate) fn exact_owner(comm: u32, src: u32) -> u64 {
 impl Dense {
     /// Arrays kept in the directory only (see `Dense::near_only`).
     pub(crate) fn near_only() -> Self {
-        Dense {
+        let mut d = Dense {
             near_only: true,
             ..Dense::default()
-        }
+        };
+        d.set_file_below();
+        d
     }
 
     /// Non-empty slots of all the arrays (O(arrays): for sizing, not per operation).
@@ -354,6 +359,31 @@ impl Dense {
         refused
     }
 
+    /// For arrays kept in the directory only (`near_only`): whether owner `comm` has
+    /// an array or the directory may now be widened to file one (the test of
+    /// [`Dense::cost`] for the least growth, `MIN_LEN` slots, without the budget: a
+    /// larger growth, which could widen it further, is then not tried). When not, a
+    /// push to its keys would be refused by [`Dense::grow`]: the caller leaves the key
+    /// in the hash index without calling it (its estimate, ~200 instructions, was paid
+    /// by every new list of an owner past the directory: `many-peers`' 4 lists per
+    /// source, 485 instructions per post at depth 65,536 before, 707 with it). Not
+    /// counted as a refused growth: the lists of such owners do not pay for another
+    /// owner's array.
+    #[inline(always)]
+    pub(crate) fn may_file(&self, comm: u64) -> bool {
+        comm < self.file_below
+    }
+
+    /// Sets `file_below` from the directory and the slots (after they change): an
+    /// owner below it has a directory entry, or the directory may be widened to it,
+    /// `dir_len(comm) <= max((slots + MIN_LEN) / 8, DIR_MIN)` (both powers of two
+    /// bound the same owners).
+    fn set_file_below(&mut self) {
+        let most = ((self.slots + MIN_LEN) / 8).max(DIR_MIN);
+        let widen = (1usize << most.ilog2()).min(DIR_COMMS as usize);
+        self.file_below = self.near.len().max(widen) as u64;
+    }
+
     /// Counts a growth that the caller refused for its own reason (as [`Dense::grow`]
     /// counts its refusals): the list it left in the hash index counts toward the next
     /// growth.
@@ -438,6 +468,7 @@ impl Dense {
         let old = a.len();
         a.resize(want, EMPTY);
         self.slots += want - old;
+        self.set_file_below();
         Some((pos(t, x), old as u64..want as u64))
     }
 

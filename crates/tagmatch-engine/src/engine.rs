@@ -774,6 +774,9 @@ impl<R, M> Engine<R, M> {
             self.dense[dn(k)].refused();
             return None;
         }
+        if k == K_EXACT && !self.dense[dn(k)].may_file(o) {
+            return None;
+        }
         if self.dense[dn(k)].refuses(x, entries) {
             return None;
         }
@@ -2174,11 +2177,11 @@ impl<R, M> Engine<R, M> {
     /// (the hash index answered the empty bucket `pos`, for hash `h`): a dense slot if
     /// the key is small and its array may grow to cover it (see [`Engine::dense_grow`]),
     /// else the bucket, after growing the index if it is full.
-    #[cold]
-    #[inline(never)]
+    #[inline(always)]
     fn exact_new_list(&mut self, key: &Envelope, h: u64, pos: usize) -> usize {
-        if key.tag < DENSE_KEYS {
-            if let Some(d) = self.dense_grow(K_EXACT, exact_owner(key.comm, key.src), key.tag) {
+        let o = exact_owner(key.comm, key.src);
+        if key.tag < DENSE_KEYS && self.dense[dn(K_EXACT)].may_file(o) {
+            if let Some(d) = self.dense_grow(K_EXACT, o, key.tag) {
                 return d;
             }
         }
