@@ -689,8 +689,10 @@ impl<R, M> Engine<R, M> {
     /// matching up to that depth allocates nothing. The wildcard lists' heads are not
     /// pre-allocated: the per-communicator arrays of the ANY_TAG / ANY_SOURCE lists are
     /// allocated by the first such list of each communicator and grow with the lists it
-    /// holds, and the (comm) index with the communicators. The counts are capped at
-    /// [`Config::max_posted`] and [`Config::max_messages`].
+    /// holds, and the (comm) index with the communicators. Up to the reserved depth the
+    /// (comm, src, tag) lists stay in the reserved index (no array of tags is allocated
+    /// for them, see `dense`); past it they may move into arrays. The counts are capped
+    /// at [`Config::max_posted`] and [`Config::max_messages`].
     pub fn reserve(&mut self, posted: usize, unexpected: usize) {
         self.flush();
         let posted = posted.min(self.cfg.max_posted);
