@@ -1,5 +1,6 @@
 //! Dense list heads: per-communicator arrays indexed by a small key (a source rank or a
-//! tag), for the (comm, src) and (comm, tag) list kinds.
+//! tag), for the (comm, src) and (comm, tag) list kinds, and per-(comm, src) arrays
+//! indexed by the tag for the (comm, src, tag) kind (see the last section).
 //!
 //! matching-notes §1.3 (ob1): "**Per (comm, peer)** `mca_pml_ob1_comm_proc_t`:
 //! `specific_receives`, `unexpected_frags`" — ob1 finds a peer's lists by indexing a
@@ -42,6 +43,35 @@
 //!
 //! A position (`pos`) names one slot across the arrays: `DPOS | table << 16 | key`; the
 //! `DPOS` bit tells it from a bucket number of the hash index.
+//!
+//! # (comm, src, tag) lists
+//!
+//! The same machinery holds the heads of the (comm, src, tag) lists of small tags
+//! (`Engine::dense[2]`): the array's owner is the (comm, src) pair ([`exact_owner`]:
+//! the communicator in the upper 32 bits) instead of a communicator, its key the tag.
+//! Why: in the hash index an exact match hashes the key, probes (the probe's branch on
+//! what the buckets hold was mispredicted ~0.6 times per match under callgrind's branch
+//! simulation, 92 % of the mispredictions of `posted-exact`), compares the key in the
+//! node and shifts the cluster back on removal: 160–190 instructions per match of
+//! `posted-exact` / `unexpected-exact` at depth 4,096–65,536 (`ir_per_op`, whole timed
+//! loop), and a random index cache line per 4 matches at depth 65,536. Through an
+//! array, a match is two dependent loads (directory entry, slot) and one store, with no
+//! branch on the data: 101 and 117 instructions at every depth from 64 up, ~0.001
+//! mispredictions per match, and consecutive tags touch consecutive slots.
+//!
+//! The arrays of this kind are all in the directory (`near_only`): an owner is filed
+//! only if its number is below the directory's length (communicator 0, the world
+//! communicator's context id in ob1 and MPICH, with sources below `DIR_COMMS`), and an
+//! owner past it stays in the hash index, so that a key with no array costs the exact
+//! paths a bounds check (~3 instructions per match of `many-peers`, whose sources have
+//! no array: 4 lists each), not a map lookup. The growth and memory rules are those
+//! above (8 bytes per queued entry for this kind's arrays and directory), and the
+//! engine frees the hash index when a growth leaves it empty (the arrays hold every
+//! (comm, src, tag) list): an array's slots then replace the index's buckets instead of
+//! adding to them (`posted-exact` at depth 4,096: 44.5 bytes per receive against 48.5;
+//! without the freeing the arrays pushed `unexpected-exact` at depth 13 to 64.3). Up to
+//! the depth [`Engine::reserve`](crate::Engine::reserve) reserved, the lists stay in
+//! the reserved index (its promise: no allocation up to that depth).
 
 use crate::hash::{map_heap_bytes, FastMap};
 
@@ -57,7 +87,7 @@ pub(crate) const DENSE_KEYS: u64 = 1 << KEY_BITS;
 const KEY_BITS: u32 = 16;
 
 /// Communicator ids below this may index the directory of arrays (32 bytes an entry).
-const DIR_COMMS: u32 = 1 << 12;
+const DIR_COMMS: u64 = 1 << 12;
 
 /// Smallest directory worth its entries: communicators below it may always be filed in
 /// the directory (128 bytes at most).
@@ -144,10 +174,10 @@ pub(crate) struct Dense {
     /// The array of communicator `c < DIR_COMMS`, at `near[c]` (empty: none).
     near: Vec<Arr>,
     /// The number in `far` of the array of each other communicator.
-    sparse: FastMap<u32, u32>,
+    sparse: FastMap<u64, u32>,
     far: Vec<Arr>,
     /// The communicator of each array of `far`.
-    far_comm: Vec<u32>,
+    far_comm: Vec<u64>,
     /// Slots of all the arrays.
     slots: usize,
     /// The total of slots past which the next allocation or growth first frees the
@@ -158,13 +188,43 @@ pub(crate) struct Dense {
     /// toward a growth only up to it, so that the slots a growth takes beyond 4 per
     /// list of its array (plus `SLACK`) were paid for by as many operations.
     deferred: usize,
+    /// Arrays only in the directory (no far arrays): set for the (comm, src, tag) kind,
+    /// whose owners (see [`exact_owner`]) past the directory go to the hash index, so
+    /// that an uncovered exact key costs a bounds check, not a map lookup.
+    near_only: bool,
+    /// With `near_only`: the owners below it may be filed now (see
+    /// [`Dense::may_file`]).
+    file_below: u64,
+}
+
+/// The owner of the array of a (comm, src, tag) list (`Engine::dense[2]`): the
+/// (comm, src) pair, the communicator in the upper half, so that communicator 0's
+/// sources below the directory's length index it.
+#[inline(always)]
+pub(crate) fn exact_owner(comm: u32, src: u32) -> u64 {
+    (u64::from(comm) << 32) | u64::from(src)
 }
 
 impl Dense {
+    /// Arrays kept in the directory only (see `Dense::near_only`).
+    pub(crate) fn near_only() -> Self {
+        let mut d = Dense {
+            near_only: true,
+            ..Dense::default()
+        };
+        d.set_file_below();
+        d
+    }
+
+    /// Non-empty slots of all the arrays (O(arrays): for sizing, not per operation).
+    pub(crate) fn lists(&self) -> usize {
+        self.near.iter().chain(&self.far).map(|a| a.live).sum()
+    }
+
     /// The array of communicator `comm` and its number (`comm` itself, or `FAR` | its
     /// number in `far`).
     #[inline(always)]
-    fn array(&self, comm: u32) -> Option<(usize, &Arr)> {
+    fn array(&self, comm: u64) -> Option<(usize, &Arr)> {
         match self.near.get(comm as usize) {
             Some(a) => Some((comm as usize, a)),
             None if self.far.is_empty() => None,
@@ -175,14 +235,14 @@ impl Dense {
     /// [`Dense::array`] of a communicator id past the directory (out of line: the
     /// directory's lookups stay small where they are inlined).
     #[inline(never)]
-    fn far_array(&self, comm: u32) -> Option<(usize, &Arr)> {
+    fn far_array(&self, comm: u64) -> Option<(usize, &Arr)> {
         let t = *self.sparse.get(&comm)? as usize;
         Some((FAR | t, &self.far[t]))
     }
 
     /// The array of communicator `comm`, mutably.
     #[inline(always)]
-    fn array_mut(&mut self, comm: u32) -> Option<&mut Arr> {
+    fn array_mut(&mut self, comm: u64) -> Option<&mut Arr> {
         if (comm as usize) < self.near.len() {
             Some(&mut self.near[comm as usize])
         } else if self.far.is_empty() {
@@ -193,7 +253,7 @@ impl Dense {
     }
 
     #[inline(never)]
-    fn far_array_mut(&mut self, comm: u32) -> Option<&mut Arr> {
+    fn far_array_mut(&mut self, comm: u64) -> Option<&mut Arr> {
         let t = *self.sparse.get(&comm)? as usize;
         Some(&mut self.far[t])
     }
@@ -211,21 +271,46 @@ impl Dense {
     /// Position of the slot of `(comm, x)` if an array covers it (the slot may be
     /// empty); `None` when the key's list head, if any, is in the hash index.
     #[inline(always)]
-    pub(crate) fn covers(&self, comm: u32, x: u64) -> Option<usize> {
+    pub(crate) fn covers(&self, comm: u64, x: u64) -> Option<usize> {
         let (t, a) = self.array(comm)?;
         (x < a.heads.len() as u64).then(|| pos(t, x))
+    }
+
+    /// The position and value (`EMPTY` if none) of `(comm, x)` if an array of the
+    /// directory covers it: [`Dense::covers`] and [`Dense::value_at`] for arrays that
+    /// are all in the directory (`near_only`), with no far lookup and no key check
+    /// (an array is shorter than `DENSE_KEYS`).
+    #[inline(always)]
+    pub(crate) fn near_get(&self, comm: u64, x: u64) -> Option<(usize, u32)> {
+        debug_assert!(self.near_only);
+        let a = self.near.get(comm as usize)?;
+        let v = *a.heads.get(x as usize)?;
+        Some((pos(comm as usize, x), v))
+    }
+
+    /// [`Dense::slot_mut`] for arrays that are all in the directory (see
+    /// [`Dense::near_get`]).
+    #[inline(always)]
+    pub(crate) fn near_slot_mut(&mut self, comm: u64, x: u64) -> Option<Slot<'_>> {
+        debug_assert!(self.near_only);
+        let a = self.near.get_mut(comm as usize)?;
+        let v = a.heads.get_mut(x as usize)?;
+        Some(Slot {
+            v,
+            live: &mut a.live,
+        })
     }
 
     /// The value of `(comm, x)` (`EMPTY` if none) if an array covers it; `None` when
     /// the key's list head, if any, is in the hash index.
     #[inline(always)]
-    pub(crate) fn get(&self, comm: u32, x: u64) -> Option<u32> {
+    pub(crate) fn get(&self, comm: u64, x: u64) -> Option<u32> {
         self.array(comm)?.1.heads.get(x as usize).copied()
     }
 
     /// The slot of `(comm, x)` if an array covers it.
     #[inline(always)]
-    pub(crate) fn slot_mut(&mut self, comm: u32, x: u64) -> Option<Slot<'_>> {
+    pub(crate) fn slot_mut(&mut self, comm: u64, x: u64) -> Option<Slot<'_>> {
         let a = self.array_mut(comm)?;
         let v = a.heads.get_mut(x as usize)?;
         Some(Slot {
@@ -238,7 +323,7 @@ impl Dense {
     /// for a caller that visits many keys of one communicator (see [`Slot`] for the
     /// count's rule: a slot set from `EMPTY` counts one more).
     #[inline(always)]
-    pub(crate) fn heads_mut(&mut self, comm: u32) -> Option<(&mut [u32], &mut usize)> {
+    pub(crate) fn heads_mut(&mut self, comm: u64) -> Option<(&mut [u32], &mut usize)> {
         let a = self.array_mut(comm)?;
         Some((&mut a.heads, &mut a.live))
     }
@@ -247,7 +332,7 @@ impl Dense {
     /// (`EMPTY` when there was no list: the slot is then set to `v`, the new list's
     /// head); `None` when the key is not covered.
     #[inline(always)]
-    pub(crate) fn push(&mut self, comm: u32, x: u64, v: u32) -> Option<u32> {
+    pub(crate) fn push(&mut self, comm: u64, x: u64, v: u32) -> Option<u32> {
         Some(self.slot_mut(comm, x)?.push(v))
     }
 
@@ -274,6 +359,38 @@ impl Dense {
         refused
     }
 
+    /// For arrays kept in the directory only (`near_only`): whether owner `comm` has
+    /// an array or the directory may now be widened to file one (the test of
+    /// [`Dense::cost`] for the least growth, `MIN_LEN` slots, without the budget: a
+    /// larger growth, which could widen it further, is then not tried). When not, a
+    /// push to its keys would be refused by [`Dense::grow`]: the caller leaves the key
+    /// in the hash index without calling it (its estimate, ~200 instructions, was paid
+    /// by every new list of an owner past the directory: `many-peers`' 4 lists per
+    /// source, 485 instructions per post at depth 65,536 before, 707 with it). Not
+    /// counted as a refused growth: the lists of such owners do not pay for another
+    /// owner's array.
+    #[inline(always)]
+    pub(crate) fn may_file(&self, comm: u64) -> bool {
+        comm < self.file_below
+    }
+
+    /// Sets `file_below` from the directory and the slots (after they change): an
+    /// owner below it has a directory entry, or the directory may be widened to it,
+    /// `dir_len(comm) <= max((slots + MIN_LEN) / 8, DIR_MIN)` (both powers of two
+    /// bound the same owners).
+    fn set_file_below(&mut self) {
+        let most = ((self.slots + MIN_LEN) / 8).max(DIR_MIN);
+        let widen = (1usize << most.ilog2()).min(DIR_COMMS as usize);
+        self.file_below = self.near.len().max(widen) as u64;
+    }
+
+    /// Counts a growth that the caller refused for its own reason (as [`Dense::grow`]
+    /// counts its refusals): the list it left in the hash index counts toward the next
+    /// growth.
+    pub(crate) fn refused(&mut self) {
+        self.deferred = self.deferred.saturating_add(1);
+    }
+
     /// Allocates or grows the array of `comm` to cover key `x` (not covered yet) if the
     /// growth rule allows it with `entries` posted receives and stored messages queued
     /// and `hashed` lists in the hash index of the same kind (see the module
@@ -284,7 +401,7 @@ impl Dense {
     #[inline(never)]
     pub(crate) fn grow(
         &mut self,
-        comm: u32,
+        comm: u64,
         x: u64,
         entries: usize,
         hashed: usize,
@@ -329,7 +446,7 @@ impl Dense {
             }
         }
         let slots = self.slots + (want - len);
-        let near = (comm as usize + 1).next_power_of_two();
+        let near = dir_len(comm);
         if slots > self.sweep_at {
             self.refile(self.near.len(), true);
             self.sweep_at = (2 * (self.slots + want)).max(SWEEP_MIN);
@@ -351,6 +468,7 @@ impl Dense {
         let old = a.len();
         a.resize(want, EMPTY);
         self.slots += want - old;
+        self.set_file_below();
         Some((pos(t, x), old as u64..want as u64))
     }
 
@@ -359,17 +477,20 @@ impl Dense {
     /// directory is then widened to file `comm` (it is if it then takes at most as much
     /// as the arrays, or `DIR_MIN` entries, and the budget pays for it; else a new array
     /// is filed past it).
-    fn cost(&self, comm: u32, len: usize, want: usize, budget: usize) -> Option<bool> {
+    fn cost(&self, comm: u64, len: usize, want: usize, budget: usize) -> Option<bool> {
         let slots = self.slots + (want - len);
-        let near = (comm as usize + 1).next_power_of_two();
-        let widen = comm < DIR_COMMS && near > self.near.len() && near <= (slots / 8).max(DIR_MIN);
+        let near = dir_len(comm);
+        let widen = near > self.near.len() && near <= (slots / 8).max(DIR_MIN);
         let fixed = self.near.capacity() * ARR + self.far_bytes();
         if widen && 4 * slots + fixed + (near - self.near.len()) * ARR <= budget {
             return Some(true);
         }
+        if self.near_only && (comm as usize) >= self.near.len() {
+            return None;
+        }
         let fixed = if len == 0 && (comm as usize) >= self.near.len() {
             // One more far array: its entry, its communicator and the map's growth.
-            fixed + self.far_bytes() + ARR + 4 + 64
+            fixed + self.far_bytes() + ARR + 8 + 64
         } else {
             fixed
         };
@@ -378,7 +499,7 @@ impl Dense {
 
     /// Bytes of the far arrays' entries, communicators and map (not their slots).
     fn far_bytes(&self) -> usize {
-        self.far.capacity() * ARR + self.far_comm.capacity() * 4 + map_heap_bytes(&self.sparse)
+        self.far.capacity() * ARR + self.far_comm.capacity() * 8 + map_heap_bytes(&self.sparse)
     }
 
     /// Files the arrays anew: the directory widened to `near` entries (exactly), taking
@@ -475,6 +596,17 @@ impl Dense {
     }
 }
 
+/// The directory's length that files owner `comm` (0 past `DIR_COMMS`: owners of the
+/// (comm, src, tag) kind reach 2^64 − 1).
+#[inline]
+fn dir_len(comm: u64) -> usize {
+    if comm < DIR_COMMS {
+        (comm as usize + 1).next_power_of_two()
+    } else {
+        0
+    }
+}
+
 /// Position of key `x` in array number `t`.
 #[inline(always)]
 fn pos(t: usize, x: u64) -> usize {
@@ -495,12 +627,12 @@ mod tests {
     const MANY: usize = 1 << 30;
 
     /// The value at `(comm, x)`, stored through `covers`, else `grow`.
-    fn put(d: &mut Dense, comm: u32, x: u64, v: u32) -> bool {
+    fn put(d: &mut Dense, comm: u64, x: u64, v: u32) -> bool {
         put_with(d, comm, x, v, MANY)
     }
 
     /// [`put`] with `entries` queued.
-    fn put_with(d: &mut Dense, comm: u32, x: u64, v: u32, entries: usize) -> bool {
+    fn put_with(d: &mut Dense, comm: u64, x: u64, v: u32, entries: usize) -> bool {
         let p = match d.covers(comm, x) {
             Some(p) => p,
             None => match d.grow(comm, x, entries, 0) {
@@ -516,7 +648,7 @@ mod tests {
         true
     }
 
-    fn get(d: &Dense, comm: u32, x: u64) -> Option<u32> {
+    fn get(d: &Dense, comm: u64, x: u64) -> Option<u32> {
         let v = d.value_at(d.covers(comm, x)?);
         assert_eq!(d.get(comm, x), Some(v));
         (v != EMPTY).then_some(v)
@@ -525,7 +657,13 @@ mod tests {
     #[test]
     fn arrays_of_directory_and_sparse_communicators_are_distinct_and_grow_in_proportion() {
         let mut d = Dense::default();
-        let keys = [(0u32, 0u64), (0, 63), (1, 5), (DIR_COMMS, 0), (u32::MAX, 7)];
+        let keys = [
+            (0u64, 0u64),
+            (0, 63),
+            (1, 5),
+            (DIR_COMMS, 0),
+            (u64::from(u32::MAX), 7),
+        ];
         for (i, &(c, x)) in keys.iter().enumerate() {
             assert_eq!(get(&d, c, x), None);
             assert!(put(&mut d, c, x, i as u32), "{c} {x}");

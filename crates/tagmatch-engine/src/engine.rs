@@ -1,6 +1,6 @@
 //! The matching engine.
 
-use crate::dense::{Dense, DENSE_KEYS, DPOS, EMPTY};
+use crate::dense::{exact_owner, Dense, DENSE_KEYS, DPOS, EMPTY};
 use crate::hash::{map_heap_bytes, FastMap};
 use crate::index::{Index, Saturated};
 use crate::list::{self, Link, Linked, Packed4, Unlinked, Wide};
@@ -24,22 +24,44 @@ const K_COMM: usize = 3; // (comm)           posted: ANY_SOURCE + ANY_TAG
 const K_MASKED: usize = 4; // (comm), posted only: general masks, scanned
 
 /// The key of list kind `k` for `e` in the dense arrays (see `dense`): the source rank
-/// of a (comm, src) list, the tag of a (comm, tag) list, when below `DENSE_KEYS`; `None`
-/// when the list's head can only be in the hash index `k`.
+/// of a (comm, src) list, the tag of a (comm, tag) or (comm, src, tag) list, when below
+/// `DENSE_KEYS`; `None` when the list's head can only be in the hash index `k`.
 #[inline(always)]
 fn dense_key(k: usize, e: &Envelope) -> Option<u64> {
     let x = match k {
         K_SRC => u64::from(e.src),
-        K_TAG => e.tag,
+        K_TAG | K_EXACT => e.tag,
         _ => return None,
     };
     (x < DENSE_KEYS).then_some(x)
 }
 
-/// The dense arrays (`Engine::dense`) of list kind `k` (`K_SRC` or `K_TAG`).
+/// The owner of the array of list kind `k` (`K_EXACT`, `K_SRC` or `K_TAG`) for `e`:
+/// its communicator, or for a (comm, src, tag) list its (comm, src) pair
+/// ([`exact_owner`]).
+#[inline(always)]
+fn owner(k: usize, e: &Envelope) -> u64 {
+    if k == K_EXACT {
+        exact_owner(e.comm, e.src)
+    } else {
+        u64::from(e.comm)
+    }
+}
+
+/// The dense arrays (`Engine::dense`) of list kind `k` (`K_SRC`, `K_TAG` or `K_EXACT`).
 #[inline(always)]
 fn dn(k: usize) -> usize {
-    usize::from(k == K_TAG)
+    match k {
+        K_SRC => 0,
+        K_TAG => 1,
+        _ => 2,
+    }
+}
+
+/// Whether list kind `k` has dense arrays (a position with `DPOS` set is theirs).
+#[inline(always)]
+fn has_dense(k: usize) -> bool {
+    k == K_EXACT || k == K_SRC || k == K_TAG
 }
 
 /// The key of index `k`: the envelope with the fields that index ignores zeroed.
@@ -566,11 +588,13 @@ pub struct Engine<R, M> {
     /// both `c.match_attempts` and `c.hits`, which [`Engine::counters`] adds it to.
     one_try_hits: u64,
     /// One intrusive hash index per key kind (`K_*`): the head of each FIFO, except the
-    /// (comm, src) and (comm, tag) lists of small keys.
+    /// lists whose heads are in the dense arrays (`dense`).
     ix: [Index; 5],
     /// The heads of the (comm, src) (`[0]`) and (comm, tag) (`[1]`) lists whose source
-    /// rank or tag is below `DENSE_KEYS`, posted or unexpected (see `dense`).
-    dense: [Dense; 2],
+    /// rank or tag is below `DENSE_KEYS`, posted or unexpected, and of the (comm, src,
+    /// tag) lists (`[2]`) of small tags whose (comm, src) has an array (see `dense`):
+    /// a key an array covers has its list head there, never in the hash index.
+    dense: [Dense; 3],
     cfg: Config,
     /// Ceiling on stored messages (the slab's length): [`MAX_ENTRIES`], lowered by tests.
     max_stored: usize,
@@ -594,6 +618,11 @@ pub struct Engine<R, M> {
     stale: Option<Box<Stale>>,
     /// [`STALE_MIN_BUCKETS`], or what [`Engine::defer_removals_from`] set.
     stale_min: usize,
+    /// The largest depth [`Engine::reserve`] reserved the (comm, src, tag) index for:
+    /// up to it, the (comm, src, tag) lists stay in that index (no array is allocated
+    /// for them, so that exact matching up to that depth allocates nothing), and the
+    /// index is never freed when arrays take its lists over.
+    exact_reserved: usize,
 }
 
 impl<R, M> Default for Engine<R, M> {
@@ -615,7 +644,7 @@ impl<R, M> Engine<R, M> {
             posted: GenSlab::new(),
             unexp: GenSlab::new(),
             ix: Default::default(),
-            dense: Default::default(),
+            dense: [Dense::default(), Dense::default(), Dense::near_only()],
             masks: FastMap::default(),
             held: FastMap::default(),
             held_any: false,
@@ -633,6 +662,7 @@ impl<R, M> Engine<R, M> {
             scratch: Vec::new(),
             stale: None,
             stale_min: STALE_MIN_BUCKETS,
+            exact_reserved: 0,
             c: Counters::default(),
             one_try_hits: 0,
             claims: 0,
@@ -659,8 +689,10 @@ impl<R, M> Engine<R, M> {
     /// matching up to that depth allocates nothing. The wildcard lists' heads are not
     /// pre-allocated: the per-communicator arrays of the ANY_TAG / ANY_SOURCE lists are
     /// allocated by the first such list of each communicator and grow with the lists it
-    /// holds, and the (comm) index with the communicators. The counts are capped at
-    /// [`Config::max_posted`] and [`Config::max_messages`].
+    /// holds, and the (comm) index with the communicators. Up to the reserved depth the
+    /// (comm, src, tag) lists stay in the reserved index (no array of tags is allocated
+    /// for them, see `dense`); past it they may move into arrays. The counts are capped
+    /// at [`Config::max_posted`] and [`Config::max_messages`].
     pub fn reserve(&mut self, posted: usize, unexpected: usize) {
         self.flush();
         let posted = posted.min(self.cfg.max_posted);
@@ -672,6 +704,7 @@ impl<R, M> Engine<R, M> {
         // allocated per communicator when first used (see `dense`): their hash indexes
         // stay empty unless keys are large.
         self.ix[K_EXACT].reserve(posted.max(unexpected), rehasher(p, u, &self.stale, K_EXACT));
+        self.exact_reserved = self.exact_reserved.max(posted.max(unexpected));
         // The arrival log (see `Engine::log_push`) grows only when, full, more than half
         // of it is queued: twice the queue's depth never grows.
         if !self.cfg.eager_wildcard_lists {
@@ -685,7 +718,7 @@ impl<R, M> Engine<R, M> {
 
     #[inline]
     fn index_get(&self, k: usize, e: &Envelope) -> Option<u32> {
-        if let Some(v) = dense_key(k, e).and_then(|x| self.dense[dn(k)].get(e.comm, x)) {
+        if let Some(v) = dense_key(k, e).and_then(|x| self.dense[dn(k)].get(owner(k, e), x)) {
             return (v != EMPTY).then_some(v);
         }
         let key = proj(k, e);
@@ -711,7 +744,7 @@ impl<R, M> Engine<R, M> {
     #[inline(always)]
     fn dense_covers(&self, k: usize, e: &Envelope) -> Option<usize> {
         let x = dense_key(k, e)?;
-        self.dense[dn(k)].covers(e.comm, x)
+        self.dense[dn(k)].covers(owner(k, e), x)
     }
 
     /// Appends value `v` to the list of the key of `e` in list kind `k` if an array
@@ -721,51 +754,78 @@ impl<R, M> Engine<R, M> {
     #[inline(always)]
     fn dense_push(&mut self, k: usize, e: &Envelope, v: u32) -> Option<u32> {
         let x = dense_key(k, e)?;
-        match self.dense[dn(k)].push(e.comm, x, v) {
+        let o = owner(k, e);
+        match self.dense[dn(k)].push(o, x, v) {
             Some(old) => Some(old),
             None => {
-                let pos = self.dense_grow(k, e.comm, x)?;
+                let pos = self.dense_grow(k, o, x)?;
                 Some(self.dense[dn(k)].push_at(pos, v))
             }
         }
     }
 
-    /// Grows the array of `comm` in list kind `k` to cover key `x`, if allowed, and
-    /// moves the lists of the newly covered keys out of the hash index `k` (a key's head
-    /// is in the array whenever the array covers it). Returns the slot of `x`.
+    /// Grows the array of owner `o` (see [`owner`]) in list kind `k` to cover key `x`,
+    /// if allowed, and moves the lists of the newly covered keys out of the hash index
+    /// `k` (a key's head is in the array whenever the array covers it). Returns the
+    /// slot of `x`.
     #[cold]
     #[inline(never)]
-    fn dense_grow(&mut self, k: usize, comm: u32, x: u64) -> Option<usize> {
+    fn dense_grow(&mut self, k: usize, o: u64, x: u64) -> Option<usize> {
         let entries = self.posted.len() + self.unexp.len();
+        if k == K_EXACT && entries < self.exact_reserved {
+            self.dense[dn(k)].refused();
+            return None;
+        }
+        if k == K_EXACT && !self.dense[dn(k)].may_file(o) {
+            return None;
+        }
         if self.dense[dn(k)].refuses(x, entries) {
             return None;
         }
+        // The (comm, src, tag) lists are pushed to only by paths that did the deferred
+        // removals first (a deferred entry of a newly covered key would be left in the
+        // hash index; its callers also hold a bucket position, which a flush moves).
+        debug_assert!(k != K_EXACT || !self.deferred());
         let hashed = self.ix[k].len();
-        let (pos, keys) = self.dense[dn(k)].grow(comm, x, entries, hashed)?;
+        let (pos, keys) = self.dense[dn(k)].grow(o, x, entries, hashed)?;
         if self.ix[k].len() > 0 {
             for y in keys {
                 let e = match k {
-                    K_SRC => Envelope::new(comm, y as u32, 0),
-                    _ => Envelope::new(comm, 0, y),
+                    K_EXACT => Envelope::new((o >> 32) as u32, o as u32, y),
+                    K_SRC => Envelope::new(o as u32, y as u32, 0),
+                    _ => Envelope::new(o as u32, 0, y),
                 };
                 if let Some((hpos, v)) = self.index_find_hash(k, &e) {
                     self.index_remove_at(k, hpos);
                     let d = &mut self.dense[dn(k)];
-                    match d.covers(comm, y) {
+                    match d.covers(o, y) {
                         Some(p) => d.at_mut(p).set(v),
                         None => unreachable!("engine invariant: the grown array covers {y}"),
                     }
                 }
+            }
+            if k == K_EXACT
+                && self.ix[k].len() == 0
+                && self.ix[k].tombs() == 0
+                && self.exact_reserved == 0
+            {
+                // Every (comm, src, tag) list is now in the arrays: the hash index, sized
+                // for them, is freed (allocated again by the first key no array covers),
+                // so that an array does not cost its entries on top of the index they
+                // left (`memory_per_entry`: 64.3 bytes per message at depth 13 else).
+                self.ix[k] = Index::default();
             }
         }
         Some(pos)
     }
 
     /// [`Engine::index_remove_at`] of a position that may be a dense slot (see
-    /// `dense`).
-    #[inline]
+    /// `dense`). Inlined: a dense slot is emptied in place (one store and the array's
+    /// count), no call (out of line, the call and its spills were ~40 of the ~140
+    /// instructions of a `posted-exact` match).
+    #[inline(always)]
     fn index_remove_at_any(&mut self, k: usize, pos: usize) {
-        if (k == K_SRC || k == K_TAG) && pos & DPOS != 0 {
+        if has_dense(k) && pos & DPOS != 0 {
             self.dense[dn(k)].at_mut(pos).clear();
         } else {
             self.index_remove_at(k, pos);
@@ -775,7 +835,7 @@ impl<R, M> Engine<R, M> {
     /// Replaces the value at `pos` of index `k` (a hash bucket or a dense slot).
     #[inline(always)]
     fn index_set_at(&mut self, k: usize, pos: usize, v: u32) {
-        if (k == K_SRC || k == K_TAG) && pos & DPOS != 0 {
+        if has_dense(k) && pos & DPOS != 0 {
             self.dense[dn(k)].at_mut(pos).set(v);
         } else {
             self.ix[k].set_at(pos, v);
@@ -800,12 +860,18 @@ impl<R, M> Engine<R, M> {
     /// of key `e`.
     #[inline(always)]
     fn index_after_unlink(&mut self, k: usize, e: &Envelope, u: Unlinked, old: u32) {
-        if k == K_SRC || k == K_TAG {
+        if has_dense(k) {
             let x = match u {
                 Unlinked::Inner => return,
                 _ => dense_key(k, e),
             };
-            if let Some(mut s) = x.and_then(|x| self.dense[dn(k)].slot_mut(e.comm, x)) {
+            let d = &mut self.dense[dn(k)];
+            let slot = if k == K_EXACT {
+                d.near_slot_mut(exact_owner(e.comm, e.src), e.tag)
+            } else {
+                x.and_then(|x| d.slot_mut(owner(k, e), x))
+            };
+            if let Some(mut s) = slot {
                 match u {
                     Unlinked::NewHead(h) => s.set(h | (old & POSTED)),
                     _ => s.clear(),
@@ -863,7 +929,7 @@ impl<R, M> Engine<R, M> {
         if x >= DENSE_KEYS {
             return false;
         }
-        let Some(mut slot) = self.dense[dn(K)].slot_mut(comm, x) else {
+        let Some(mut slot) = self.dense[dn(K)].slot_mut(u64::from(comm), x) else {
             return false;
         };
         match slot.get() {
@@ -971,7 +1037,11 @@ impl<R, M> Engine<R, M> {
     /// Bucket of the key of `e` in index `k` (or its dense slot), and its value.
     #[inline(always)]
     fn index_find(&self, k: usize, e: &Envelope) -> Option<(usize, u32)> {
-        if let Some(pos) = self.dense_covers(k, e) {
+        if k == K_EXACT {
+            if let Some((pos, v)) = self.exact_dense(e) {
+                return (v != EMPTY).then_some((pos, v));
+            }
+        } else if let Some(pos) = self.dense_covers(k, e) {
             let v = self.dense[dn(k)].value_at(pos);
             return (v != EMPTY).then_some((pos, v));
         }
@@ -1203,7 +1273,12 @@ impl<R, M> Engine<R, M> {
     /// the exact paths pay nothing for it.
     #[inline(always)]
     fn unlink_exact_for_wild(&mut self, idx: u32, env: &Envelope, l: Link) {
-        if l.next == idx && self.ix[K_EXACT].buckets() >= self.stale_min {
+        // A list head in a dense slot is removed in place (one store): only hashed
+        // heads are deferred.
+        if l.next == idx
+            && self.ix[K_EXACT].buckets() >= self.stale_min
+            && self.exact_dense(env).is_none()
+        {
             let st = self.stale.get_or_insert_with(|| Box::new(Stale::new()));
             if st.worth_it() {
                 // Kept, then done when the set is full, this entry included: its message
@@ -1542,7 +1617,8 @@ impl<R, M> Engine<R, M> {
             // ranks and tags go to the dense arrays (see `dense`), so an index that holds
             // no large key yet is left to grow only if large keys come.
             let queued = self.unexp.len() - self.c.claimed_depth;
-            let keys = self.ix[k].len() + queued.min(self.ix[K_EXACT].len());
+            let exact_keys = self.ix[K_EXACT].len() + self.dense[dn(K_EXACT)].lists();
+            let keys = self.ix[k].len() + queued.min(exact_keys);
             let (p, u) = (&self.posted, &self.unexp);
             self.ix[k].reserve(keys, rehasher(p, u, &self.stale, k));
         }
@@ -1608,7 +1684,7 @@ impl<R, M> Engine<R, M> {
             if K != K_COMM && x < DENSE_KEYS {
                 if arr.as_ref().is_none_or(|a| a.0 != comm) {
                     arr = self.dense[dn(K)]
-                        .heads_mut(comm)
+                        .heads_mut(u64::from(comm))
                         .map(|(heads, live)| (comm, heads, live));
                 }
                 if let Some((_, heads, live)) = arr.as_mut() {
@@ -1806,7 +1882,7 @@ impl<R, M> Engine<R, M> {
         if x >= DENSE_KEYS {
             return self.post_keyed::<K>(comm, src, tag, recv);
         }
-        let Some(mut slot) = self.dense[dn(K)].slot_mut(comm, x) else {
+        let Some(mut slot) = self.dense[dn(K)].slot_mut(u64::from(comm), x) else {
             return self.post_wild_uncovered::<K>(comm, src, tag, recv);
         };
         self.c.match_attempts += 1;
@@ -1853,7 +1929,7 @@ impl<R, M> Engine<R, M> {
         recv: R,
     ) -> Result<Posted<R, M>, PostRejected<R>> {
         let x = if K == K_SRC { u64::from(src) } else { tag };
-        match self.dense_grow(K, comm, x) {
+        match self.dense_grow(K, u64::from(comm), x) {
             Some(_) => self.post_wild::<K>(comm, src, tag, recv),
             None => self.post_keyed::<K>(comm, src, tag, recv),
         }
@@ -1880,7 +1956,7 @@ impl<R, M> Engine<R, M> {
             .posted
             .insert(|g| PNode::new(seq, K, K == K_TAG, key, g, recv));
         if head == EMPTY {
-            match self.dense[dn(K)].slot_mut(key.comm, x) {
+            match self.dense[dn(K)].slot_mut(u64::from(key.comm), x) {
                 Some(mut slot) => slot.set(idx | POSTED),
                 None => unreachable!("engine invariant: the array covers {x}"),
             }
@@ -1911,13 +1987,24 @@ impl<R, M> Engine<R, M> {
             self.flush();
         }
         self.c.match_attempts += 1;
-        let h = hash_key(k, &key);
-        let (p, u) = (&self.posted, &self.unexp);
-        let pos = self.ix[k].find_value(
-            h,
-            #[inline(always)]
-            |v| proj(k, &key_of(p, u, v)) == key,
-        );
+        let (h, pos) = match if K == K_EXACT {
+            self.exact_dense(&key)
+        } else {
+            None
+        } {
+            Some((pos, EMPTY)) => (0, Err(pos)),
+            Some((pos, v)) => (0, Ok((pos, v))),
+            None => {
+                let h = hash_key(k, &key);
+                let (p, u) = (&self.posted, &self.unexp);
+                let pos = self.ix[k].find_value(
+                    h,
+                    #[inline(always)]
+                    |v| proj(k, &key_of(p, u, v)) == key,
+                );
+                (h, pos)
+            }
+        };
         let (pos, found) = match pos {
             Ok((pos, idx)) if idx & POSTED == 0 => (pos, idx),
             pos => return self.queue_keyed::<K>(key, h, pos.map(|(_, head)| head), recv),
@@ -1959,8 +2046,8 @@ impl<R, M> Engine<R, M> {
     /// caller, so the common case pays no call: while no wildcard list of unexpected
     /// messages is kept, a message that matches is on one list only, its (comm, src,
     /// tag) list (of which it is the head: the earliest arrived of its key), and is
-    /// taken here with one probe of the exact index and one slab
-    /// access. Otherwise (a wildcard list kept, a message stored with held bytes other
+    /// taken here with one lookup of its list head (an array slot, see `dense`, or a
+    /// probe of the exact index) and one slab access. Otherwise (a wildcard list kept, a message stored with held bytes other
     /// than its length, or no message of this key queued) the
     /// out-of-line paths do the rest: [`Engine::post_keyed`], or
     /// [`Engine::queue_keyed`] with this probe's answer (the index is not probed twice).
@@ -1978,13 +2065,22 @@ impl<R, M> Engine<R, M> {
         // MPI 4.0 §3.5 / matching-notes §1.0: the earliest-arrived matching message is
         // the head of the (comm, src, tag) list, the value of its key's bucket.
         let key = Envelope::new(comm, src, tag);
-        let h = hash_key(K_EXACT, &key);
-        let (p, u) = (&self.posted, &self.unexp);
-        let pos = self.ix[K_EXACT].find_value(
-            h,
-            #[inline(always)]
-            |v| key_of(p, u, v) == key,
-        );
+        // A small tag whose (comm, src) has an array: the list head is a slot of it (see
+        // `dense`), else it is in the hash index.
+        let (h, pos) = match self.exact_dense(&key) {
+            Some((pos, EMPTY)) => (0, Err(pos)),
+            Some((pos, v)) => (0, Ok((pos, v))),
+            None => {
+                let h = hash_key(K_EXACT, &key);
+                let (p, u) = (&self.posted, &self.unexp);
+                let pos = self.ix[K_EXACT].find_value(
+                    h,
+                    #[inline(always)]
+                    |v| key_of(p, u, v) == key,
+                );
+                (h, pos)
+            }
+        };
         let (pos, found) = match pos {
             Ok((pos, idx)) if idx & POSTED == 0 => (pos, idx),
             pos => {
@@ -2030,10 +2126,17 @@ impl<R, M> Engine<R, M> {
         self.next_seq += 1;
         let src_any = K == K_TAG || K == K_COMM;
         // The index may grow before the receive is in the slab: its entries are all
-        // stored nodes.
+        // stored nodes. A (comm, src, tag) key may start its list in a dense slot: one
+        // already covering it (`pos` with `DPOS`), or one of an array grown for it.
         let pos = pos.map_err(|pos| {
-            let (p, u) = (&self.posted, &self.unexp);
-            self.ix[K].reserve_at(h, pos, rehasher(p, u, &self.stale, K))
+            if K == K_EXACT && pos & DPOS != 0 {
+                pos
+            } else if K == K_EXACT {
+                self.exact_new_list(&key, h, pos)
+            } else {
+                let (p, u) = (&self.posted, &self.unexp);
+                self.ix[K].reserve_at(h, pos, rehasher(p, u, &self.stale, K))
+            }
         });
         let (idx, gen) = self
             .posted
@@ -2041,7 +2144,11 @@ impl<R, M> Engine<R, M> {
         match pos {
             Ok(head) => list::push_back(&mut self.posted, K, Some(head & !POSTED), idx),
             Err(pos) => {
-                self.ix[K].insert_at(pos, h, idx | POSTED);
+                if K == K_EXACT && pos & DPOS != 0 {
+                    self.dense[dn(K)].at_mut(pos).set(idx | POSTED);
+                } else {
+                    self.ix[K].insert_at(pos, h, idx | POSTED);
+                }
                 list::push_back(&mut self.posted, K, None, idx);
             }
         }
@@ -2054,10 +2161,34 @@ impl<R, M> Engine<R, M> {
     #[inline(always)]
     fn unlink_head_at(&mut self, k: usize, pos: usize, idx: u32, l: Link) {
         match list::unlink_detached(&mut self.unexp, k, idx, l) {
-            Unlinked::Empty => self.index_remove_at(k, pos),
-            Unlinked::NewHead(h) => self.ix[k].set_at(pos, h),
+            Unlinked::Empty => self.index_remove_at_any(k, pos),
+            Unlinked::NewHead(h) => self.index_set_at(k, pos, h),
             Unlinked::Inner => {}
         }
+    }
+
+    /// The dense slot of the (comm, src, tag) list of `key` and its value (`EMPTY`: no
+    /// list) if an array covers the key (see `dense`); `None` when the list, if any, is
+    /// in the hash index.
+    #[inline(always)]
+    fn exact_dense(&self, key: &Envelope) -> Option<(usize, u32)> {
+        self.dense[dn(K_EXACT)].near_get(exact_owner(key.comm, key.src), key.tag)
+    }
+
+    /// Where a new (comm, src, tag) list of `key` starts when its key is not covered
+    /// (the hash index answered the empty bucket `pos`, for hash `h`): a dense slot if
+    /// the key is small and its array may grow to cover it (see [`Engine::dense_grow`]),
+    /// else the bucket, after growing the index if it is full.
+    #[inline(always)]
+    fn exact_new_list(&mut self, key: &Envelope, h: u64, pos: usize) -> usize {
+        let o = exact_owner(key.comm, key.src);
+        if key.tag < DENSE_KEYS && self.dense[dn(K_EXACT)].may_file(o) {
+            if let Some(d) = self.dense_grow(K_EXACT, o, key.tag) {
+                return d;
+            }
+        }
+        let (p, u) = (&self.posted, &self.unexp);
+        self.ix[K_EXACT].reserve_at(h, pos, rehasher(p, u, &self.stale, K_EXACT))
     }
 
     /// Processes one message that the caller guarantees is in send order for its source
@@ -2162,8 +2293,9 @@ impl<R, M> Engine<R, M> {
         Ok(Arrived::Unexpected(env))
     }
 
-    /// [`Engine::arrive`] when only exact receives are posted: one hash probe finds the
-    /// receive, removes it from the index or stores the message.
+    /// [`Engine::arrive`] when only exact receives are posted: one lookup of the list
+    /// head (an array slot, see `dense`, or a probe of the hash index) finds the
+    /// receive, removes it there or stores the message.
     #[inline(always)]
     fn arrive_exact_only(
         &mut self,
@@ -2173,21 +2305,29 @@ impl<R, M> Engine<R, M> {
         msg: M,
         check_budget: bool,
     ) -> Result<Arrived<R, M>, Rejected<M>> {
-        let h = hash_key(K_EXACT, &env);
-        let (p, u) = (&self.posted, &self.unexp);
-        let pos = self.ix[K_EXACT].find_value_or_reserve(
-            h,
-            #[inline(always)]
-            |v| key_of(p, u, v) == env,
-            rehasher(p, u, &self.stale, K_EXACT),
-        );
+        // A small tag whose (comm, src) has an array: the list head is a slot of it (see
+        // `dense`), else it is in the hash index.
+        let (h, pos) = match self.exact_dense(&env) {
+            Some((pos, EMPTY)) => (0, Err(pos)),
+            Some((pos, v)) => (0, Ok((pos, v))),
+            None => {
+                let h = hash_key(K_EXACT, &env);
+                let (p, u) = (&self.posted, &self.unexp);
+                let pos = self.ix[K_EXACT].find_value(
+                    h,
+                    #[inline(always)]
+                    |v| key_of(p, u, v) == env,
+                );
+                (h, pos)
+            }
+        };
         match pos {
             Ok((pos, v)) if v & POSTED != 0 => {
                 let idx = v & !POSTED;
                 let n = self.posted.take(idx);
                 match list::unlink_detached(&mut self.posted, K_EXACT, idx, n.link.get()) {
-                    Unlinked::Empty => self.index_remove_at(K_EXACT, pos),
-                    Unlinked::NewHead(h) => self.ix[K_EXACT].set_at(pos, h | POSTED),
+                    Unlinked::Empty => self.index_remove_at_any(K_EXACT, pos),
+                    Unlinked::NewHead(h) => self.index_set_at(K_EXACT, pos, h | POSTED),
                     Unlinked::Inner => {}
                 }
                 self.n_kind[K_EXACT] -= 1;
@@ -2218,10 +2358,11 @@ impl<R, M> Engine<R, M> {
     }
 
     /// The rest of [`Engine::arrive_exact_only`] when no receive matched: stores the
-    /// message as the answer of index `K_EXACT` for its key (hash `h`) says: `Ok(head)`,
-    /// behind the messages of its list, whose head is `head`, or `Err(pos)`, starting a
-    /// list in the empty bucket `pos`. Out of line, so that what callers inline is the
-    /// match.
+    /// message as the answer for its key (hash `h`) says: `Ok(head)`, behind the
+    /// messages of its list, whose head is `head`, or `Err(pos)`, starting a list in the
+    /// empty dense slot `pos` (with `DPOS`) or, if it is a bucket of index `K_EXACT`,
+    /// where [`Engine::exact_new_list`] says. Out of line, so that what callers inline
+    /// is the match.
     #[inline(never)]
     fn store_exact_unexp(
         &mut self,
@@ -2235,11 +2376,24 @@ impl<R, M> Engine<R, M> {
         let len32 = len.min(u32::MAX as usize) as u32;
         // No removal is deferred on the exact-only path (see `STALE_BIAS`).
         debug_assert!(!self.deferred());
+        // The index may grow (or an array take over its lists) before the message is
+        // in the slab: its entries are all stored nodes.
+        let pos = pos.map_err(|pos| {
+            if pos & DPOS != 0 {
+                pos
+            } else {
+                self.exact_new_list(&env, h, pos)
+            }
+        });
         let idx = self.unexp.insert(|_| UNode::new(env, len32, msg)).0;
         match pos {
             Ok(head) => list::push_back(&mut self.unexp, K_EXACT, Some(head), idx),
             Err(pos) => {
-                self.ix[K_EXACT].insert_at(pos, h, idx);
+                if pos & DPOS != 0 {
+                    self.dense[dn(K_EXACT)].at_mut(pos).set(idx);
+                } else {
+                    self.ix[K_EXACT].insert_at(pos, h, idx);
+                }
                 list::push_back(&mut self.unexp, K_EXACT, None, idx);
             }
         }
@@ -3265,6 +3419,171 @@ mod tests {
                 );
             }
         }
+        // The (comm, src, tag) heads likewise (a deferred entry, whose message slot is
+        // vacant, has no key to check).
+        let _ = e.dense[dn(K_EXACT)].len();
+        for v in e.ix[K_EXACT].values() {
+            let key = if v & POSTED != 0 {
+                e.posted.at(v & !POSTED).key_env()
+            } else {
+                match e.unexp.get(v) {
+                    Some(n) => n.env,
+                    None => continue,
+                }
+            };
+            assert_eq!(
+                e.exact_dense(&key),
+                None,
+                "{key:?} hashed although an array covers it"
+            );
+        }
+    }
+
+    /// The (comm, src, tag) list heads in the arrays and the hash index: every list
+    /// head is in one of them, once; returns (lists in arrays, lists hashed).
+    fn exact_heads(e: &Engine<u32, u32>) -> (usize, usize) {
+        check_dense_heads(e);
+        (e.dense[dn(K_EXACT)].len(), e.ix[K_EXACT].len())
+    }
+
+    /// The (comm, src, tag) lists of small tags start in the hash index while the
+    /// memory rule refuses an array (12 queued entries pay for 16 slots and source 0's
+    /// directory entry: 96 bytes at 8 per entry), and the array that the 12th pays for takes them
+    /// over and frees the index; keys no array may cover (tags from `DENSE_KEYS`,
+    /// owners past the directory: other communicators, large ranks) stay hashed; each
+    /// list keeps its order through the move.
+    #[test]
+    fn exact_arrays_take_over_hashed_lists_once_the_entries_pay() {
+        let mut e: Engine<u32, u32> = Engine::default();
+        for t in 0..11u64 {
+            e.post(RecvSpec::exact(0, 0, t), t as u32).unwrap();
+        }
+        // A second receive on tag 4: the list, not only its head, moves.
+        e.post(RecvSpec::exact(0, 0, 4), 100).unwrap();
+        assert_eq!(exact_heads(&e), (0, 11), "refused by the memory rule");
+        assert!(e.ix[K_EXACT].buckets() > 0);
+        e.post(RecvSpec::exact(0, 0, 11), 11).unwrap();
+        assert_eq!(exact_heads(&e), (12, 0));
+        assert_eq!(e.ix[K_EXACT].buckets(), 0, "the emptied index is freed");
+        assert_eq!(e.dense[dn(K_EXACT)].heap_bytes(), 4 * 16 + 32);
+        // 40 receives of communicator 1 (past the directory: hashed) pay for 64 slots.
+        for t in 0..40u64 {
+            e.post(RecvSpec::exact(1, 3, t), 1000).unwrap();
+        }
+        assert_eq!(exact_heads(&e), (12, 40));
+        // Past the array (16 slots): 40 grows it to 64 (within 4 · 12 + 64); 5000
+        // would pass that rule, 2^16 is past every array, source 5000 is past the
+        // directory: hashed.
+        for (src, t, id) in [
+            (0, 40, 40),
+            (0, 5000, 5000),
+            (0, DENSE_KEYS, 65_536),
+            (5000, 1, 7),
+        ] {
+            e.post(RecvSpec::exact(0, src, t), id).unwrap();
+        }
+        assert_eq!(exact_heads(&e), (13, 43));
+        let d = &e.dense[dn(K_EXACT)];
+        assert!(d.near_get(exact_owner(0, 0), 63).is_some());
+        assert!(d.near_get(exact_owner(0, 0), 64).is_none());
+        // Every receive matches its message, in posting order per key.
+        for (src, t, want) in [
+            (0, 4, 4),
+            (0, 4, 100),
+            (0, 40, 40),
+            (0, 5000, 5000),
+            (0, DENSE_KEYS, 65_536),
+            (5000, 1, 7),
+            (0, 10, 10),
+        ] {
+            let m = e.arrive(Envelope::new(0, src, t), 0, 0).unwrap();
+            assert!(
+                matches!(m, Arrived::Matched(x) if x.recv == want),
+                "{src} {t}"
+            );
+            check_dense_heads(&e);
+        }
+        assert_eq!(exact_heads(&e), (10, 40));
+        // Messages too: stored in array slots when covered, taken by exact receives.
+        for t in [0u64, 60, 1 << 20] {
+            e.arrive(Envelope::new(0, 0, t + 100), 0, t as u32).unwrap();
+        }
+        assert_eq!(exact_heads(&e), (10, 43));
+        e.arrive(Envelope::new(0, 0, 50), 0, 50).unwrap();
+        assert_eq!(exact_heads(&e), (11, 43));
+        for t in [50u64, 100, 160, (1 << 20) + 100] {
+            let r = e.post(RecvSpec::exact(0, 0, t), 0).unwrap();
+            assert!(matches!(r, Posted::Matched(_)), "{t}");
+        }
+        assert_eq!(exact_heads(&e), (10, 40));
+    }
+
+    /// `Engine::reserve`: up to the reserved depth the (comm, src, tag) lists stay in
+    /// the reserved index (no array is allocated: the heap does not grow); past it an
+    /// array may take them over, and the reserved index is kept.
+    #[test]
+    fn a_reserved_index_keeps_the_exact_lists_to_its_depth() {
+        let mut e: Engine<u32, u32> = Engine::default();
+        e.reserve(0, 100);
+        let before = e.heap_bytes();
+        for t in 0..100u64 {
+            e.arrive(Envelope::new(0, 0, t), 0, 0).unwrap();
+        }
+        assert_eq!(exact_heads(&e), (0, 100));
+        assert_eq!(e.heap_bytes(), before);
+        let buckets = e.ix[K_EXACT].buckets();
+        e.arrive(Envelope::new(0, 0, 100), 0, 0).unwrap();
+        assert_eq!(exact_heads(&e), (101, 0));
+        assert_eq!(e.ix[K_EXACT].buckets(), buckets);
+    }
+
+    /// Cancels, `cancel_where`, mprobe and the purges empty the array slots of the
+    /// lists they empty (the arrays' counts stay exact, `Dense::len`), and keep the
+    /// lists they leave.
+    #[test]
+    fn cancel_probe_and_purges_go_through_the_exact_arrays() {
+        let mut e: Engine<u32, u32> = Engine::default();
+        let mut h = Vec::new();
+        for t in 0..300u64 {
+            match e.post(RecvSpec::exact(0, 2, t % 150), t as u32).unwrap() {
+                Posted::Pending(x) => h.push(x),
+                _ => unreachable!(),
+            }
+        }
+        for t in 0..100u64 {
+            e.arrive(Envelope::new(0, 4, t), 0, t as u32).unwrap();
+        }
+        assert_eq!(exact_heads(&e), (250, 0));
+        // Cancelling the first receive of tags 0..50 leaves their lists (the second);
+        // the second of tags 0..25 empties them.
+        for x in &h[..50] {
+            e.cancel(*x).unwrap();
+        }
+        for x in &h[150..175] {
+            e.cancel(*x).unwrap();
+        }
+        assert_eq!(exact_heads(&e), (225, 0));
+        let m = e.arrive(Envelope::new(0, 2, 30), 0, 0).unwrap();
+        assert!(matches!(m, Arrived::Matched(x) if x.recv == 180));
+        assert_eq!(
+            e.cancel_where(|s, _| s.tag == TagSel::Exact(140), |_, _| {}),
+            2
+        );
+        assert_eq!(exact_heads(&e), (223, 0));
+        // A claimed message leaves its list.
+        let c = e.mprobe(&RecvSpec::exact(0, 4, 7)).unwrap();
+        assert_eq!(exact_heads(&e), (222, 0));
+        assert_eq!(e.mrecv(c.handle).unwrap().msg, 7);
+        assert_eq!(e.purge_peer(2, |_| {}), 300 - 50 - 25 - 1 - 2);
+        assert_eq!(exact_heads(&e), (99, 0));
+        // An ANY_SOURCE receive takes a message out of its array slot.
+        let r = e.post(RecvSpec::new(0, None, Some(8)), 0).unwrap();
+        assert!(matches!(r, Posted::Matched(x) if x.msg == 8));
+        assert_eq!(exact_heads(&e), (98, 0));
+        assert_eq!(e.purge_comm(0, |_| {}), 98);
+        assert_eq!(exact_heads(&e), (0, 0));
+        assert!(e.post(RecvSpec::exact(0, 4, 9), 0).is_ok());
+        assert_eq!(exact_heads(&e), (1, 0));
     }
 
     /// Review of merge 10cc56f (kinds kept across an empty queue): every queued
