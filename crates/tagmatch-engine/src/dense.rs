@@ -60,9 +60,10 @@
 //! mispredictions per match, and consecutive tags touch consecutive slots.
 //!
 //! The arrays of this kind are all in the directory (`near_only`): an owner is filed
-//! only if its number is below the directory's length (communicator 0, the world
-//! communicator's context id in ob1 and MPICH, with sources below `DIR_COMMS`), and an
-//! owner past it stays in the hash index, so that a key with no array costs the exact
+//! only if its number is below the directory's length (the sources below 4,096 of
+//! communicator 0, see [`exact_owner`]: the world communicator's point-to-point context
+//! id in MPICH and ob1, the `tagmatch` facade's tagged messages), and an owner past it
+//! stays in the hash index, so that a key with no array costs the exact
 //! paths a bounds check (~3 instructions per match of `many-peers`, whose sources have
 //! no array: 4 lists each), not a map lookup. The growth and memory rules are those
 //! above (8 bytes per queued entry for this kind's arrays and directory), and the
@@ -197,12 +198,45 @@ pub(crate) struct Dense {
     file_below: u64,
 }
 
+/// Communicators below this have (comm, src, tag) arrays: communicator 0 (see
+/// [`exact_owner`]).
+const EXACT_COMMS: u32 = 1 << EXACT_COMM_BITS;
+const EXACT_COMM_BITS: u32 = 0;
+
+/// Most directory entries of the (comm, src, tag) kind: sources below 4,096 of each of
+/// the [`EXACT_COMMS`] communicators (the other kinds': [`DIR_COMMS`]).
+const DIR_EXACT: u64 = 1 << (12 + EXACT_COMM_BITS);
+
 /// The owner of the array of a (comm, src, tag) list (`Engine::dense[2]`): the
-/// (comm, src) pair, the communicator in the upper half, so that communicator 0's
-/// sources below the directory's length index it.
+/// (comm, src) pair, `src << EXACT_COMM_BITS | comm` for the communicators below
+/// [`EXACT_COMMS`], so that their sources below 4,096 index the directory, and `comm <<
+/// 32 | src` (past every directory: hashed) for the others. Only communicator 0 (the
+/// world communicator's point-to-point context id in MPICH and ob1; the `tagmatch`
+/// facade's tagged messages): the directory widens only when its 32-byte entries take
+/// at most what the arrays do, so interleaving more communicators leaves entries unused
+/// when only one is in use (with 1 bit, communicators 0 and 1, the unit tests' 250
+/// lists of sources 2 and 4 of communicator 0 left 22 hashed that communicator 0 alone
+/// files in arrays).
 #[inline(always)]
 pub(crate) fn exact_owner(comm: u32, src: u32) -> u64 {
-    (u64::from(comm) << 32) | u64::from(src)
+    if comm < EXACT_COMMS {
+        (u64::from(src) << EXACT_COMM_BITS) | u64::from(comm)
+    } else {
+        (u64::from(comm) << 32) | u64::from(src)
+    }
+}
+
+/// The (comm, src) pair of an owner made by [`exact_owner`].
+#[inline]
+pub(crate) fn exact_owner_parts(o: u64) -> (u32, u32) {
+    if o >> 32 >= u64::from(EXACT_COMMS) {
+        ((o >> 32) as u32, o as u32)
+    } else {
+        (
+            (o & u64::from(EXACT_COMMS - 1)) as u32,
+            (o >> EXACT_COMM_BITS) as u32,
+        )
+    }
 }
 
 impl Dense {
@@ -359,6 +393,17 @@ impl Dense {
         refused
     }
 
+    /// Most directory entries: [`DIR_EXACT`] for the (comm, src, tag) kind (`near_only`),
+    /// [`DIR_COMMS`] for the others.
+    #[inline(always)]
+    fn dir_cap(&self) -> u64 {
+        if self.near_only {
+            DIR_EXACT
+        } else {
+            DIR_COMMS
+        }
+    }
+
     /// For arrays kept in the directory only (`near_only`): whether owner `comm` has
     /// an array or the directory may now be widened to file one (the test of
     /// [`Dense::cost`] for the least growth, `MIN_LEN` slots, without the budget: a
@@ -376,11 +421,14 @@ impl Dense {
 
     /// Sets `file_below` from the directory and the slots (after they change): an
     /// owner below it has a directory entry, or the directory may be widened to it,
-    /// `dir_len(comm) <= max((slots + MIN_LEN) / 8, DIR_MIN)` (both powers of two
+    /// `dir_len(comm) <= max((slots + SLACK) / 8, DIR_MIN)` (both powers of two
     /// bound the same owners).
     fn set_file_below(&mut self) {
-        let most = ((self.slots + MIN_LEN) / 8).max(DIR_MIN);
-        let widen = (1usize << most.ilog2()).min(DIR_COMMS as usize);
+        // A new owner's first array takes up to `SLACK` slots when its entries pay
+        // (`Dense::grow`): bounded with `MIN_LEN`, no owner from 4 up was ever filed
+        // on an engine without arrays (a job whose only sender is rank 4).
+        let most = ((self.slots + SLACK) / 8).max(DIR_MIN);
+        let widen = (1usize << most.ilog2()).min(self.dir_cap() as usize);
         self.file_below = self.near.len().max(widen) as u64;
     }
 
@@ -446,7 +494,7 @@ impl Dense {
             }
         }
         let slots = self.slots + (want - len);
-        let near = dir_len(comm);
+        let near = dir_len(comm, self.dir_cap());
         if slots > self.sweep_at {
             self.refile(self.near.len(), true);
             self.sweep_at = (2 * (self.slots + want)).max(SWEEP_MIN);
@@ -479,7 +527,7 @@ impl Dense {
     /// is filed past it).
     fn cost(&self, comm: u64, len: usize, want: usize, budget: usize) -> Option<bool> {
         let slots = self.slots + (want - len);
-        let near = dir_len(comm);
+        let near = dir_len(comm, self.dir_cap());
         let widen = near > self.near.len() && near <= (slots / 8).max(DIR_MIN);
         let fixed = self.near.capacity() * ARR + self.far_bytes();
         if widen && 4 * slots + fixed + (near - self.near.len()) * ARR <= budget {
@@ -596,11 +644,11 @@ impl Dense {
     }
 }
 
-/// The directory's length that files owner `comm` (0 past `DIR_COMMS`: owners of the
-/// (comm, src, tag) kind reach 2^64 − 1).
+/// The directory's length that files owner `comm` (0 from `cap`, the kind's most
+/// directory entries: owners of the (comm, src, tag) kind reach 2^64 − 1).
 #[inline]
-fn dir_len(comm: u64) -> usize {
-    if comm < DIR_COMMS {
+fn dir_len(comm: u64, cap: u64) -> usize {
+    if comm < cap {
         (comm as usize + 1).next_power_of_two()
     } else {
         0

@@ -1,6 +1,6 @@
 //! The matching engine.
 
-use crate::dense::{exact_owner, Dense, DENSE_KEYS, DPOS, EMPTY};
+use crate::dense::{exact_owner, exact_owner_parts, Dense, DENSE_KEYS, DPOS, EMPTY};
 use crate::hash::{map_heap_bytes, FastMap};
 use crate::index::{Index, Saturated};
 use crate::list::{self, Link, Linked, Packed4, Unlinked, Wide};
@@ -791,7 +791,10 @@ impl<R, M> Engine<R, M> {
         if self.ix[k].len() > 0 {
             for y in keys {
                 let e = match k {
-                    K_EXACT => Envelope::new((o >> 32) as u32, o as u32, y),
+                    K_EXACT => {
+                        let (comm, src) = exact_owner_parts(o);
+                        Envelope::new(comm, src, y)
+                    }
                     K_SRC => Envelope::new(o as u32, y as u32, 0),
                     _ => Envelope::new(o as u32, 0, y),
                 };
@@ -3466,9 +3469,10 @@ mod tests {
         assert_eq!(exact_heads(&e), (12, 0));
         assert_eq!(e.ix[K_EXACT].buckets(), 0, "the emptied index is freed");
         assert_eq!(e.dense[dn(K_EXACT)].heap_bytes(), 4 * 16 + 32);
-        // 40 receives of communicator 1 (past the directory: hashed) pay for 64 slots.
+        // 40 receives of communicator 8 (past the communicators with arrays: hashed) pay
+        // for 64 slots.
         for t in 0..40u64 {
-            e.post(RecvSpec::exact(1, 3, t), 1000).unwrap();
+            e.post(RecvSpec::exact(8, 3, t), 1000).unwrap();
         }
         assert_eq!(exact_heads(&e), (12, 40));
         // Past the array (16 slots): 40 grows it to 64 (within 4 · 12 + 64); 5000
@@ -3516,6 +3520,52 @@ mod tests {
             assert!(matches!(r, Posted::Matched(_)), "{t}");
         }
         assert_eq!(exact_heads(&e), (10, 40));
+    }
+
+    /// Communicator 0's sources below 8 get (comm, src, tag) arrays as the only sender
+    /// on a fresh engine (from 4 up they were never filed before any array existed);
+    /// other communicators stay hashed; owners decode back to their pair and no two
+    /// pairs share one.
+    #[test]
+    fn exact_arrays_file_communicator_0s_sources() {
+        for (comm, src) in [
+            (0u32, 0u32),
+            (1, 0),
+            (0, 4095),
+            (7, 3),
+            (0, u32::MAX),
+            (u32::MAX, u32::MAX),
+        ] {
+            assert_eq!(exact_owner_parts(exact_owner(comm, src)), (comm, src));
+        }
+        let owners: std::collections::HashSet<u64> = (0..20u32)
+            .flat_map(|c| (0..20u32).map(move |s| exact_owner(c, s)))
+            .collect();
+        assert_eq!(owners.len(), 400);
+        for (comm, src, n, arrays) in [
+            (0u32, 3u32, 1000u64, true),
+            (0, 7, 1000, true),
+            // The directory widens only as far as the arrays pay for (32 bytes an entry
+            // against 4 a slot): a lone sender from rank 8 up stays hashed on an engine
+            // with no arrays (a limit, not a goal: pinned so that a change shows).
+            (0, 8, 40_000, false),
+            (1, 0, 1000, false),
+        ] {
+            let mut e: Engine<u32, u32> = Engine::default();
+            for t in 0..n {
+                e.post(RecvSpec::exact(comm, src, t), t as u32).unwrap();
+            }
+            let n = n as usize;
+            let want = if arrays { (n, 0) } else { (0, n) };
+            assert_eq!(exact_heads(&e), want, "({comm}, {src})");
+            for t in (0..n as u64).rev() {
+                match e.arrive(Envelope::new(comm, src, t), 0, 0).unwrap() {
+                    Arrived::Matched(m) => assert_eq!(m.recv, t as u32),
+                    other => panic!("({comm}, {src}) tag {t}: {other:?}"),
+                }
+            }
+            assert_eq!(exact_heads(&e), (0, 0));
+        }
     }
 
     /// `Engine::reserve`: up to the reserved depth the (comm, src, tag) lists stay in

@@ -39,9 +39,11 @@ const FAST_BIT: u64 = 1 << 62;
 pub(crate) const MAX_LANE_WAITING: usize = 1 << 16;
 
 /// Communicators of the engine: untagged and tagged messages match separately, as on
-/// the protocol path (`fi_recv` never takes an `fi_tsend`).
-const COMM_MSG: u32 = 0;
-const COMM_TAG: u32 = 1;
+/// the protocol path (`fi_recv` never takes an `fi_tsend`). Tagged messages take
+/// communicator 0, the one whose exact matches have array list heads (the engine's
+/// `dense` module: `exact_owner`).
+const COMM_TAG: u32 = 0;
+const COMM_MSG: u32 = 1;
 
 /// See [`Endpoint::device_due`]: a safety net (what the network queues for the device is
 /// seen at once through its mail flag).

@@ -26,8 +26,10 @@ use crate::types::*;
 
 /// Communicator ids used with the matching engine: untagged and tagged messages match
 /// separately (`fi_recv` never takes an `fi_tsend`), and RTAs only use the reorder buffer.
-const COMM_MSG: u32 = 0;
-const COMM_TAG: u32 = 1;
+/// Tagged messages take communicator 0, the one whose exact matches have array list
+/// heads (the engine's `dense` module: `exact_owner`).
+const COMM_TAG: u32 = 0;
+const COMM_MSG: u32 = 1;
 const COMM_RTA: u32 = 2;
 
 /// READRSP / CTSDATA / ATOMRSP header sizes (wire-layouts §A.5).
