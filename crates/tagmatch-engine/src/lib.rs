@@ -70,7 +70,13 @@
 //! list per 4 slots (larger keys stay in the hash index), and are allocated or grown only when the queued entries pay
 //! for them (8 bytes per posted receive or stored message for each of the two kinds,
 //! their directory included): until then, as at a small depth, those lists' heads are in
-//! the hash index, and the array that the entries first pay for takes them over. A posted receive and an unexpected message with the same key never coexist (one would
+//! the hash index, and the array that the entries first pay for takes them over. The
+//! (comm, src, tag) heads of communicator 0's tags below 2^16 are, by the same rules,
+//! slots of per-(comm, src) arrays indexed by the tag (sources below 4,096, kept in the
+//! arrays' directory only): an exact match there is two dependent loads and a store,
+//! with no hash, probe or backward shift (101 instructions per `posted-exact` match at
+//! every depth from 64 against 144–177 through the hash index, and ~0.001 mispredicted
+//! branches against ~0.6). A posted receive and an unexpected message with the same key never coexist (one would
 //! have matched the other), so each key has one list. Nothing is allocated per operation
 //! once the slabs and indexes have grown to the working depth ([`Engine::reserve`]).
 //!
