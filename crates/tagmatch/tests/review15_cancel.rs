@@ -7,36 +7,12 @@ mod common;
 
 use std::time::Duration;
 
-use common::{done, ep, udp_pair};
-use tagmatch::{Endpoint, Error, MemFabric, OpError, Peer, Request, TagMatch, ANY_SOURCE};
-
-/// A pair of endpoints and each one's handle of the other: `kind` names the path
-/// (`"fast"`, `"proto"`: both on `mem` with the fast path on or off; `"mixed"`: a sender
-/// without the fast path into a fast-path receiver; `"udp"`).
-fn pair(kind: &str) -> (Endpoint, Endpoint, Peer, Peer, Option<MemFabric>) {
-    let (a, b, f) = match kind {
-        "udp" => {
-            let (a, b) = udp_pair();
-            (a, b, None)
-        }
-        _ => {
-            let f = MemFabric::new();
-            let a = ep(&f, kind == "fast");
-            let b = ep(&f, kind != "proto");
-            (a, b, Some(f))
-        }
-    };
-    let (mut a, mut b) = (a, b);
-    let ab = a.insert_peer(&b.address()).unwrap();
-    let ba = b.insert_peer(&a.address()).unwrap();
-    (a, b, ab, ba, f)
-}
+use common::{done, pair, udp_pair, PATHS};
+use tagmatch::{Endpoint, Error, MemFabric, OpError, Request, TagMatch, ANY_SOURCE};
 
 fn body(len: usize, k: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 31 + k * 7 + 1) as u8).collect()
 }
-
-const PATHS: [&str; 4] = ["fast", "proto", "mixed", "udp"];
 
 /// A receive is cancelled after `k` rounds of progress of its message (eager, medium,
 /// long): the cancel either wins (the receive completes `Canceled`, once, and the message

@@ -3,26 +3,8 @@
 
 mod common;
 
-use common::{done, ep, udp_pair};
-use tagmatch::{Endpoint, MemFabric, Peer, ANY_SOURCE, ANY_TAG};
-
-fn pair(kind: &str) -> (Endpoint, Endpoint, Peer, Peer, Option<MemFabric>) {
-    let (mut a, mut b, f) = match kind {
-        "udp" => {
-            let (a, b) = udp_pair();
-            (a, b, None)
-        }
-        _ => {
-            let f = MemFabric::new();
-            let a = ep(&f, kind == "fast");
-            let b = ep(&f, kind != "proto");
-            (a, b, Some(f))
-        }
-    };
-    let ab = a.insert_peer(&b.address()).unwrap();
-    let ba = b.insert_peer(&a.address()).unwrap();
-    (a, b, ab, ba, f)
-}
+use common::{done, pair};
+use tagmatch::{Endpoint, ANY_SOURCE, ANY_TAG};
 
 /// (unexpected, matching.unexpected_depth, matching.posted_depth, matching.claimed_depth,
 /// ready_completions, matching.bytes_held)

@@ -8,30 +8,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
-use common::{done, ep, udp_pair};
-use tagmatch::{
-    Endpoint, Error, MemFabric, OpError, Peer, SendOptions, TagMatch, ANY_SOURCE, ANY_TAG,
-};
-
-fn pair(kind: &str) -> (Endpoint, Endpoint, Peer, Peer, Option<MemFabric>) {
-    let (mut a, mut b, f) = match kind {
-        "udp" => {
-            let (a, b) = udp_pair();
-            (a, b, None)
-        }
-        _ => {
-            let f = MemFabric::new();
-            let a = ep(&f, kind == "fast");
-            let b = ep(&f, kind != "proto");
-            (a, b, Some(f))
-        }
-    };
-    let ab = a.insert_peer(&b.address()).unwrap();
-    let ba = b.insert_peer(&a.address()).unwrap();
-    (a, b, ab, ba, f)
-}
-
-const PATHS: [&str; 4] = ["fast", "proto", "mixed", "udp"];
+use common::{done, pair, PATHS};
+use tagmatch::{Endpoint, Error, OpError, SendOptions, TagMatch, ANY_SOURCE, ANY_TAG};
 
 /// A small deterministic generator (no dependency).
 struct Lcg(u64);

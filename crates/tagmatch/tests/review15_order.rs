@@ -4,33 +4,8 @@
 
 mod common;
 
-use common::{done, ep, udp_pair};
-use tagmatch::{
-    Endpoint, Error, MemFabric, OpError, Peer, SendOptions, TagMatch, ANY_SOURCE, ANY_TAG,
-};
-
-/// A pair and each one's handle of the other (see `review15_cancel`'s `pair`): `"fast"`,
-/// `"proto"` (`mem` with the fast path on / off), `"mixed"` (a sender without the fast
-/// path into a fast-path receiver), `"udp"`.
-fn pair(kind: &str) -> (Endpoint, Endpoint, Peer, Peer, Option<MemFabric>) {
-    let (mut a, mut b, f) = match kind {
-        "udp" => {
-            let (a, b) = udp_pair();
-            (a, b, None)
-        }
-        _ => {
-            let f = MemFabric::new();
-            let a = ep(&f, kind == "fast");
-            let b = ep(&f, kind != "proto");
-            (a, b, Some(f))
-        }
-    };
-    let ab = a.insert_peer(&b.address()).unwrap();
-    let ba = b.insert_peer(&a.address()).unwrap();
-    (a, b, ab, ba, f)
-}
-
-const PATHS: [&str; 4] = ["fast", "proto", "mixed", "udp"];
+use common::{done, ep, pair, PATHS};
+use tagmatch::{Endpoint, Error, MemFabric, OpError, SendOptions, TagMatch, ANY_SOURCE, ANY_TAG};
 
 /// Progresses both until `b` holds `n` unexpected messages.
 fn until_unexpected(a: &mut Endpoint, b: &mut Endpoint, n: usize, label: &str) {

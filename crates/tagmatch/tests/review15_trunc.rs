@@ -4,28 +4,8 @@
 
 mod common;
 
-use common::{done, ep, udp_pair};
-use tagmatch::{Completion, Endpoint, Error, MemFabric, OpError, Peer, SendOptions, ANY_SOURCE};
-
-fn pair(kind: &str) -> (Endpoint, Endpoint, Peer, Peer, Option<MemFabric>) {
-    let (mut a, mut b, f) = match kind {
-        "udp" => {
-            let (a, b) = udp_pair();
-            (a, b, None)
-        }
-        _ => {
-            let f = MemFabric::new();
-            let a = ep(&f, kind == "fast");
-            let b = ep(&f, kind != "proto");
-            (a, b, Some(f))
-        }
-    };
-    let ab = a.insert_peer(&b.address()).unwrap();
-    let ba = b.insert_peer(&a.address()).unwrap();
-    (a, b, ab, ba, f)
-}
-
-const PATHS: [&str; 4] = ["fast", "proto", "mixed", "udp"];
+use common::{done, pair, PATHS};
+use tagmatch::{Completion, Endpoint, Error, OpError, SendOptions, ANY_SOURCE};
 
 fn body(len: usize, salt: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 7 + salt * 29 + 3) as u8).collect()

@@ -320,3 +320,36 @@ pub fn finish_fan_out(
         a.wait_with(s, &mut others).unwrap();
     }
 }
+
+/// The facade's paths the review-15 tests compare: `"fast"`, `"proto"` (`mem` with the
+/// fast path on / off), `"mixed"` (a sender without the fast path into a fast-path
+/// receiver), `"udp"`.
+pub const PATHS: [&str; 4] = ["fast", "proto", "mixed", "udp"];
+
+/// A pair of endpoints on path `kind` (one of [`PATHS`]) and each one's handle of the
+/// other; the fabric of the in-process paths is returned to keep it alive.
+pub fn pair(
+    kind: &str,
+) -> (
+    Endpoint,
+    Endpoint,
+    tagmatch::Peer,
+    tagmatch::Peer,
+    Option<MemFabric>,
+) {
+    let (mut a, mut b, f) = match kind {
+        "udp" => {
+            let (a, b) = udp_pair();
+            (a, b, None)
+        }
+        _ => {
+            let f = MemFabric::new();
+            let a = ep(&f, kind == "fast");
+            let b = ep(&f, kind != "proto");
+            (a, b, Some(f))
+        }
+    };
+    let ab = a.insert_peer(&b.address()).unwrap();
+    let ba = b.insert_peer(&a.address()).unwrap();
+    (a, b, ab, ba, f)
+}
