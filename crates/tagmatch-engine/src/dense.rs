@@ -97,6 +97,10 @@ const DIR_MIN: usize = 4;
 /// The flag of a position in the arrays (never set in a hash bucket number).
 pub(crate) const DPOS: usize = 1 << 62;
 
+/// The flag of a position in the transposed (comm, src, tag) arrays (`Engine::dense[3]`,
+/// see [`exact_t_owner`]), with `DPOS`.
+pub(crate) const TPOS: usize = 1 << 61;
+
 /// An empty slot (no list). Values are slab references below 2^24.
 pub(crate) const EMPTY: u32 = u32::MAX;
 
@@ -161,7 +165,7 @@ impl Slot<'_> {
     /// Appends to the slot's list: the value before (`EMPTY`: the slot was empty and is
     /// now `v`, the new list's head).
     #[inline(always)]
-    fn push(mut self, v: u32) -> u32 {
+    pub(crate) fn push(mut self, v: u32) -> u32 {
         let old = self.get();
         if old == EMPTY {
             self.set(v);
@@ -196,6 +200,13 @@ pub(crate) struct Dense {
     /// With `near_only`: the owners below it may be filed now (see
     /// [`Dense::may_file`]).
     file_below: u64,
+    /// Flag set in every position given (`TPOS` for the transposed (comm, src, tag)
+    /// arrays, else 0), so that the engine tells their slots from the others'.
+    mark: usize,
+    /// Bytes taken by arrays that share this one's memory budget (the other
+    /// orientation of the (comm, src, tag) arrays), set by the engine before a growth:
+    /// the budget is what is left of `BYTES_PER_ENTRY` per entry after them.
+    pub(crate) lent: usize,
 }
 
 /// Communicators below this have (comm, src, tag) arrays: communicator 0 (see
@@ -226,6 +237,28 @@ pub(crate) fn exact_owner(comm: u32, src: u32) -> u64 {
     }
 }
 
+/// The owner of the transposed array (`Engine::dense[3]`) that may hold the (comm, src,
+/// tag) list of `(comm, tag)`, keyed by the source rank: the tag, for the tags below
+/// 4,096 of the communicators below [`EXACT_COMMS`]; `u64::MAX` (no array) for the
+/// others.
+///
+/// bench-workloads `many-peers`: "P = N peers, 4 receives posted per peer, exact | 4·P
+/// messages arrive round-robin over peers". Many sources with a few tags each is the
+/// shape of halo exchanges and all-to-all phases: an array per (comm, src) would cost
+/// its directory entry and its smallest array (16 slots) per source for 4 lists, which
+/// the memory rule refuses, so those lists stayed in the hash index, one random cache
+/// line per match at 65,536 peers (27 ns a match against 4.4 for `posted-exact`). An
+/// array per (comm, tag), indexed by the source, holds them at 4 bytes a list, and the
+/// round-robin arrivals walk it in order.
+#[inline(always)]
+pub(crate) fn exact_t_owner(comm: u32, tag: u64) -> u64 {
+    if comm < EXACT_COMMS && tag < DIR_EXACT {
+        tag
+    } else {
+        u64::MAX
+    }
+}
+
 /// The (comm, src) pair of an owner made by [`exact_owner`].
 #[inline]
 pub(crate) fn exact_owner_parts(o: u64) -> (u32, u32) {
@@ -248,6 +281,39 @@ impl Dense {
         };
         d.set_file_below();
         d
+    }
+
+    /// [`Dense::near_only`] for the transposed (comm, src, tag) arrays: owners from
+    /// [`exact_t_owner`], keys the source ranks, positions flagged with `TPOS`.
+    pub(crate) fn near_only_transposed() -> Self {
+        Dense {
+            mark: TPOS,
+            ..Dense::near_only()
+        }
+    }
+
+    /// Heap bytes of the arrays and their directory in O(1) (the slots counted at
+    /// their length; what [`Dense::lent`] carries to the other orientation).
+    pub(crate) fn bytes(&self) -> usize {
+        4 * self.slots + self.near.capacity() * ARR + self.far_bytes()
+    }
+
+    /// The budget of a growth with `entries` queued: `BYTES_PER_ENTRY` per entry less
+    /// what the arrays sharing it take ([`Dense::lent`]).
+    #[inline]
+    fn budget(&self, entries: usize) -> usize {
+        (BYTES_PER_ENTRY * entries).saturating_sub(self.lent)
+    }
+
+    /// Position of key `x` in array number `t`, with this set's mark.
+    #[inline(always)]
+    fn pos(&self, t: usize, x: u64) -> usize {
+        pos(t, x) | self.mark
+    }
+
+    /// Whether any array is allocated (then it may hold lists), in O(1).
+    pub(crate) fn lists_any(&self) -> bool {
+        self.slots > 0
     }
 
     /// Non-empty slots of all the arrays (O(arrays): for sizing, not per operation).
@@ -307,7 +373,7 @@ impl Dense {
     #[inline(always)]
     pub(crate) fn covers(&self, comm: u64, x: u64) -> Option<usize> {
         let (t, a) = self.array(comm)?;
-        (x < a.heads.len() as u64).then(|| pos(t, x))
+        (x < a.heads.len() as u64).then(|| self.pos(t, x))
     }
 
     /// The position and value (`EMPTY` if none) of `(comm, x)` if an array of the
@@ -319,7 +385,7 @@ impl Dense {
         debug_assert!(self.near_only);
         let a = self.near.get(comm as usize)?;
         let v = *a.heads.get(x as usize)?;
-        Some((pos(comm as usize, x), v))
+        Some((self.pos(comm as usize, x), v))
     }
 
     /// [`Dense::slot_mut`] for arrays that are all in the directory (see
@@ -386,7 +452,7 @@ impl Dense {
     #[inline]
     pub(crate) fn refuses(&mut self, x: u64, entries: usize) -> bool {
         let least = 4 * (self.slots + MIN_LEN) + self.near.capacity() * ARR;
-        let refused = x < DENSE_KEYS && least > BYTES_PER_ENTRY * entries;
+        let refused = x < DENSE_KEYS && least > self.budget(entries);
         if refused {
             self.deferred = self.deferred.saturating_add(1);
         }
@@ -477,7 +543,7 @@ impl Dense {
             return None;
         }
         // `x` is not covered (`x >= len`), so `want > len`.
-        let budget = BYTES_PER_ENTRY * entries;
+        let budget = self.budget(entries);
         let Some(mut widen) = self.cost(comm, len, want, budget) else {
             self.deferred = self.deferred.saturating_add(1);
             return None;
@@ -517,7 +583,7 @@ impl Dense {
         a.resize(want, EMPTY);
         self.slots += want - old;
         self.set_file_below();
-        Some((pos(t, x), old as u64..want as u64))
+        Some((self.pos(t, x), old as u64..want as u64))
     }
 
     /// Whether the arrays and their directory take at most `budget` bytes once the
@@ -664,7 +730,10 @@ fn pos(t: usize, x: u64) -> usize {
 /// Array number and key of a position.
 #[inline(always)]
 fn split(pos: usize) -> (usize, usize) {
-    ((pos & !DPOS) >> KEY_BITS, pos & ((1 << KEY_BITS) - 1))
+    (
+        (pos & !(DPOS | TPOS)) >> KEY_BITS,
+        pos & ((1 << KEY_BITS) - 1),
+    )
 }
 
 #[cfg(test)]

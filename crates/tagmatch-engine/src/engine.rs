@@ -1,6 +1,8 @@
 //! The matching engine.
 
-use crate::dense::{exact_owner, exact_owner_parts, Dense, DENSE_KEYS, DPOS, EMPTY};
+use crate::dense::{
+    exact_owner, exact_owner_parts, exact_t_owner, Dense, Slot, DENSE_KEYS, DPOS, EMPTY, TPOS,
+};
 use crate::hash::{map_heap_bytes, FastMap};
 use crate::index::{Index, Saturated};
 use crate::list::{self, Link, Linked, Packed4, Unlinked, Wide};
@@ -593,8 +595,11 @@ pub struct Engine<R, M> {
     /// The heads of the (comm, src) (`[0]`) and (comm, tag) (`[1]`) lists whose source
     /// rank or tag is below `DENSE_KEYS`, posted or unexpected, and of the (comm, src,
     /// tag) lists (`[2]`) of small tags whose (comm, src) has an array (see `dense`):
-    /// a key an array covers has its list head there, never in the hash index.
-    dense: [Dense; 3],
+    /// a key an array covers has its list head there, never in the hash index; and of
+    /// the (comm, src, tag) lists of small sources whose (comm, tag) has a transposed
+    /// array (`[3]`, see `dense::exact_t_owner`) when no array of `[2]` covers them
+    /// (`[2]` first: a key `[2]` covers is never in `[3]`).
+    dense: [Dense; 4],
     cfg: Config,
     /// Ceiling on stored messages (the slab's length): [`MAX_ENTRIES`], lowered by tests.
     max_stored: usize,
@@ -644,7 +649,12 @@ impl<R, M> Engine<R, M> {
             posted: GenSlab::new(),
             unexp: GenSlab::new(),
             ix: Default::default(),
-            dense: [Dense::default(), Dense::default(), Dense::near_only()],
+            dense: [
+                Dense::default(),
+                Dense::default(),
+                Dense::near_only(),
+                Dense::near_only_transposed(),
+            ],
             masks: FastMap::default(),
             held: FastMap::default(),
             held_any: false,
@@ -718,7 +728,12 @@ impl<R, M> Engine<R, M> {
 
     #[inline]
     fn index_get(&self, k: usize, e: &Envelope) -> Option<u32> {
-        if let Some(v) = dense_key(k, e).and_then(|x| self.dense[dn(k)].get(owner(k, e), x)) {
+        if k == K_EXACT {
+            if let Some((_, v)) = self.exact_dense(e) {
+                return (v != EMPTY).then_some(v);
+            }
+        } else if let Some(v) = dense_key(k, e).and_then(|x| self.dense[dn(k)].get(owner(k, e), x))
+        {
             return (v != EMPTY).then_some(v);
         }
         let key = proj(k, e);
@@ -743,6 +758,9 @@ impl<R, M> Engine<R, M> {
     /// index `k`.
     #[inline(always)]
     fn dense_covers(&self, k: usize, e: &Envelope) -> Option<usize> {
+        if k == K_EXACT {
+            return self.exact_dense(e).map(|(pos, _)| pos);
+        }
         let x = dense_key(k, e)?;
         self.dense[dn(k)].covers(owner(k, e), x)
     }
@@ -753,6 +771,13 @@ impl<R, M> Engine<R, M> {
     /// index.
     #[inline(always)]
     fn dense_push(&mut self, k: usize, e: &Envelope, v: u32) -> Option<u32> {
+        if k == K_EXACT {
+            let pos = match self.exact_dense(e) {
+                Some((pos, _)) => pos,
+                None => self.exact_grow(e)?,
+            };
+            return Some(self.dense_at(k, pos).push(v));
+        }
         let x = dense_key(k, e)?;
         let o = owner(k, e);
         match self.dense[dn(k)].push(o, x, v) {
@@ -779,6 +804,10 @@ impl<R, M> Engine<R, M> {
         if k == K_EXACT && !self.dense[dn(k)].may_file(o) {
             return None;
         }
+        if k == K_EXACT {
+            // Both orientations of the (comm, src, tag) arrays share one budget.
+            self.dense[dn(k)].lent = self.dense[3].bytes();
+        }
         if self.dense[dn(k)].refuses(x, entries) {
             return None;
         }
@@ -788,6 +817,24 @@ impl<R, M> Engine<R, M> {
         debug_assert!(k != K_EXACT || !self.deferred());
         let hashed = self.ix[k].len();
         let (pos, keys) = self.dense[dn(k)].grow(o, x, entries, hashed)?;
+        if k == K_EXACT && self.dense[3].lists_any() {
+            // A newly covered key's list may be in a transposed array (which holds only
+            // keys no array of `[2]` covered): it moves here, head and all.
+            let (comm, src) = exact_owner_parts(o);
+            for y in keys.clone() {
+                let t = &mut self.dense[3];
+                if let Some(mut s) = t.near_slot_mut(exact_t_owner(comm, y), u64::from(src)) {
+                    let v = s.get();
+                    if v != EMPTY {
+                        s.clear();
+                        match self.dense[dn(k)].covers(o, y) {
+                            Some(p) => self.dense[dn(k)].at_mut(p).set(v),
+                            None => unreachable!("engine invariant: the grown array covers {y}"),
+                        }
+                    }
+                }
+            }
+        }
         if self.ix[k].len() > 0 {
             for y in keys {
                 let e = match k {
@@ -807,19 +854,67 @@ impl<R, M> Engine<R, M> {
                     }
                 }
             }
-            if k == K_EXACT
-                && self.ix[k].len() == 0
-                && self.ix[k].tombs() == 0
-                && self.exact_reserved == 0
-            {
-                // Every (comm, src, tag) list is now in the arrays: the hash index, sized
-                // for them, is freed (allocated again by the first key no array covers),
-                // so that an array does not cost its entries on top of the index they
-                // left (`memory_per_entry`: 64.3 bytes per message at depth 13 else).
-                self.ix[k] = Index::default();
+            if k == K_EXACT {
+                self.free_empty_exact_index();
             }
         }
         Some(pos)
+    }
+
+    /// [`Engine::dense_grow`] for the transposed (comm, src, tag) arrays (`[3]`): grows
+    /// the array of tag owner `o` ([`exact_t_owner`]) of communicator `comm` to cover
+    /// source `x`, if allowed, and moves the lists of the newly covered sources out of
+    /// the hash index (those `[2]` covers are never there, nor here: they stay in
+    /// `[2]`). Returns the slot of `x`.
+    #[cold]
+    #[inline(never)]
+    fn dense_grow_t(&mut self, comm: u32, o: u64, x: u64) -> Option<usize> {
+        let entries = self.posted.len() + self.unexp.len();
+        if entries < self.exact_reserved {
+            self.dense[3].refused();
+            return None;
+        }
+        self.dense[3].lent = self.dense[dn(K_EXACT)].bytes();
+        if self.dense[3].refuses(x, entries) {
+            return None;
+        }
+        debug_assert!(!self.deferred());
+        let hashed = self.ix[K_EXACT].len();
+        let (pos, keys) = self.dense[3].grow(o, x, entries, hashed)?;
+        if self.ix[K_EXACT].len() > 0 {
+            for y in keys {
+                let e = Envelope::new(comm, y as u32, o);
+                if self.dense[dn(K_EXACT)]
+                    .near_get(exact_owner(comm, y as u32), o)
+                    .is_some()
+                {
+                    continue;
+                }
+                if let Some((hpos, v)) = self.index_find_hash(K_EXACT, &e) {
+                    self.index_remove_at(K_EXACT, hpos);
+                    let t = &mut self.dense[3];
+                    match t.covers(o, y) {
+                        Some(p) => t.at_mut(p).set(v),
+                        None => unreachable!("engine invariant: the grown array covers {y}"),
+                    }
+                }
+            }
+            self.free_empty_exact_index();
+        }
+        Some(pos)
+    }
+
+    /// Frees the (comm, src, tag) hash index when the arrays hold every list (see
+    /// [`Engine::dense_grow`]).
+    fn free_empty_exact_index(&mut self) {
+        if self.ix[K_EXACT].len() == 0 && self.ix[K_EXACT].tombs() == 0 && self.exact_reserved == 0
+        {
+            // Every (comm, src, tag) list is now in the arrays: the hash index, sized
+            // for them, is freed (allocated again by the first key no array covers),
+            // so that an array does not cost its entries on top of the index they
+            // left (`memory_per_entry`: 64.3 bytes per message at depth 13 else).
+            self.ix[K_EXACT] = Index::default();
+        }
     }
 
     /// [`Engine::index_remove_at`] of a position that may be a dense slot (see
@@ -829,7 +924,7 @@ impl<R, M> Engine<R, M> {
     #[inline(always)]
     fn index_remove_at_any(&mut self, k: usize, pos: usize) {
         if has_dense(k) && pos & DPOS != 0 {
-            self.dense[dn(k)].at_mut(pos).clear();
+            self.dense_at(k, pos).clear();
         } else {
             self.index_remove_at(k, pos);
         }
@@ -839,7 +934,7 @@ impl<R, M> Engine<R, M> {
     #[inline(always)]
     fn index_set_at(&mut self, k: usize, pos: usize, v: u32) {
         if has_dense(k) && pos & DPOS != 0 {
-            self.dense[dn(k)].at_mut(pos).set(v);
+            self.dense_at(k, pos).set(v);
         } else {
             self.ix[k].set_at(pos, v);
         }
@@ -868,11 +963,10 @@ impl<R, M> Engine<R, M> {
                 Unlinked::Inner => return,
                 _ => dense_key(k, e),
             };
-            let d = &mut self.dense[dn(k)];
             let slot = if k == K_EXACT {
-                d.near_slot_mut(exact_owner(e.comm, e.src), e.tag)
+                self.exact_slot_mut(e)
             } else {
-                x.and_then(|x| d.slot_mut(owner(k, e), x))
+                x.and_then(|x| self.dense[dn(k)].slot_mut(owner(k, e), x))
             };
             if let Some(mut s) = slot {
                 match u {
@@ -1620,7 +1714,8 @@ impl<R, M> Engine<R, M> {
             // ranks and tags go to the dense arrays (see `dense`), so an index that holds
             // no large key yet is left to grow only if large keys come.
             let queued = self.unexp.len() - self.c.claimed_depth;
-            let exact_keys = self.ix[K_EXACT].len() + self.dense[dn(K_EXACT)].lists();
+            let exact_keys =
+                self.ix[K_EXACT].len() + self.dense[dn(K_EXACT)].lists() + self.dense[3].lists();
             let keys = self.ix[k].len() + queued.min(exact_keys);
             let (p, u) = (&self.posted, &self.unexp);
             self.ix[k].reserve(keys, rehasher(p, u, &self.stale, k));
@@ -2148,7 +2243,7 @@ impl<R, M> Engine<R, M> {
             Ok(head) => list::push_back(&mut self.posted, K, Some(head & !POSTED), idx),
             Err(pos) => {
                 if K == K_EXACT && pos & DPOS != 0 {
-                    self.dense[dn(K)].at_mut(pos).set(idx | POSTED);
+                    self.dense_at(K, pos).set(idx | POSTED);
                 } else {
                     self.ix[K].insert_at(pos, h, idx | POSTED);
                 }
@@ -2175,7 +2270,51 @@ impl<R, M> Engine<R, M> {
     /// in the hash index.
     #[inline(always)]
     fn exact_dense(&self, key: &Envelope) -> Option<(usize, u32)> {
-        self.dense[dn(K_EXACT)].near_get(exact_owner(key.comm, key.src), key.tag)
+        match self.dense[dn(K_EXACT)].near_get(exact_owner(key.comm, key.src), key.tag) {
+            Some(r) => Some(r),
+            None => self.dense[3].near_get(exact_t_owner(key.comm, key.tag), u64::from(key.src)),
+        }
+    }
+
+    /// The dense slot of the (comm, src, tag) list of `key` if an array covers the key
+    /// (see [`Engine::exact_dense`]).
+    #[inline(always)]
+    fn exact_slot_mut(&mut self, key: &Envelope) -> Option<Slot<'_>> {
+        let [_, _, d, t] = &mut self.dense;
+        match d.near_slot_mut(exact_owner(key.comm, key.src), key.tag) {
+            Some(s) => Some(s),
+            None => t.near_slot_mut(exact_t_owner(key.comm, key.tag), u64::from(key.src)),
+        }
+    }
+
+    /// The dense slot at `pos` (with `DPOS`) of list kind `k`: of the transposed
+    /// (comm, src, tag) arrays if `pos` has `TPOS`.
+    #[inline(always)]
+    fn dense_at(&mut self, k: usize, pos: usize) -> Slot<'_> {
+        let i = if k == K_EXACT && pos & TPOS != 0 {
+            3
+        } else {
+            dn(k)
+        };
+        self.dense[i].at_mut(pos)
+    }
+
+    /// Grows an array to cover the (comm, src, tag) key of `key` (no array covers it):
+    /// its (comm, src)'s array (`[2]`) if the rules allow it, else its (comm, tag)'s
+    /// transposed array (`[3]`). Returns the slot's position.
+    #[inline(never)]
+    fn exact_grow(&mut self, key: &Envelope) -> Option<usize> {
+        let o = exact_owner(key.comm, key.src);
+        if key.tag < DENSE_KEYS && self.dense[dn(K_EXACT)].may_file(o) {
+            if let Some(d) = self.dense_grow(K_EXACT, o, key.tag) {
+                return Some(d);
+            }
+        }
+        let t = exact_t_owner(key.comm, key.tag);
+        if u64::from(key.src) < DENSE_KEYS && self.dense[3].may_file(t) {
+            return self.dense_grow_t(key.comm, t, u64::from(key.src));
+        }
+        None
     }
 
     /// Where a new (comm, src, tag) list of `key` starts when its key is not covered
@@ -2184,11 +2323,8 @@ impl<R, M> Engine<R, M> {
     /// else the bucket, after growing the index if it is full.
     #[inline(always)]
     fn exact_new_list(&mut self, key: &Envelope, h: u64, pos: usize) -> usize {
-        let o = exact_owner(key.comm, key.src);
-        if key.tag < DENSE_KEYS && self.dense[dn(K_EXACT)].may_file(o) {
-            if let Some(d) = self.dense_grow(K_EXACT, o, key.tag) {
-                return d;
-            }
+        if let Some(d) = self.exact_grow(key) {
+            return d;
         }
         let (p, u) = (&self.posted, &self.unexp);
         self.ix[K_EXACT].reserve_at(h, pos, rehasher(p, u, &self.stale, K_EXACT))
@@ -2393,7 +2529,7 @@ impl<R, M> Engine<R, M> {
             Ok(head) => list::push_back(&mut self.unexp, K_EXACT, Some(head), idx),
             Err(pos) => {
                 if pos & DPOS != 0 {
-                    self.dense[dn(K_EXACT)].at_mut(pos).set(idx);
+                    self.dense_at(K_EXACT, pos).set(idx);
                 } else {
                     self.ix[K_EXACT].insert_at(pos, h, idx);
                 }
