@@ -687,6 +687,20 @@ impl Dense {
         }
     }
 
+    /// The non-empty slots of the directory's arrays: (owner, key, value).
+    #[cfg(test)]
+    pub(crate) fn near_slots(&self) -> Vec<(u64, u64, u32)> {
+        let mut v = Vec::new();
+        for (o, a) in self.near.iter().enumerate() {
+            for (x, &h) in a.heads.iter().enumerate() {
+                if h != EMPTY {
+                    v.push((o as u64, x as u64, h));
+                }
+            }
+        }
+        v
+    }
+
     /// Non-empty slots.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {

@@ -3579,10 +3579,106 @@ mod tests {
     }
 
     /// The (comm, src, tag) list heads in the arrays and the hash index: every list
-    /// head is in one of them, once; returns (lists in arrays, lists hashed).
+    /// head is in one of them, once (a key the (comm, src) arrays cover is not in a
+    /// transposed array, and each transposed slot's list is the one of its key);
+    /// returns (lists in arrays, lists hashed).
     fn exact_heads(e: &Engine<u32, u32>) -> (usize, usize) {
         check_dense_heads(e);
-        (e.dense[dn(K_EXACT)].len(), e.ix[K_EXACT].len())
+        let _ = e.dense[3].len();
+        for (tag, src, v) in e.dense[3].near_slots() {
+            let key = key_of(&e.posted, &e.unexp, v);
+            assert_eq!((key.comm, key.src, key.tag), (0, src as u32, tag));
+            assert_eq!(
+                e.dense[dn(K_EXACT)].near_get(exact_owner(0, src as u32), tag),
+                None,
+                "{key:?} in a transposed array although a (comm, src) array covers it"
+            );
+        }
+        (
+            e.dense[dn(K_EXACT)].len() + e.dense[3].len(),
+            e.ix[K_EXACT].len(),
+        )
+    }
+
+    /// Many sources with a few tags each (bench-workloads `many-peers`): the (comm, src)
+    /// arrays are refused (16 slots and a directory entry for 4 lists), so the lists go
+    /// to the transposed (comm, tag) arrays, keyed by source, once the entries pay for
+    /// them; the hash index is freed when they hold every list; a source that then gets
+    /// many tags has its (comm, src) array take its lists over from the transposed ones,
+    /// each list's order kept; every receive matches its message.
+    #[test]
+    fn transposed_arrays_hold_many_sources_with_few_tags() {
+        let mut e: Engine<u32, u32> = Engine::default();
+        let peers = 3000u32;
+        for s in 0..peers {
+            for t in 0..4u64 {
+                e.post(RecvSpec::exact(0, s, t), s * 4 + t as u32).unwrap();
+            }
+        }
+        // A second receive of (5, 2): the list, not only its head, moves.
+        e.post(RecvSpec::exact(0, 5, 2), 1_000_000).unwrap();
+        let n = 4 * peers as usize;
+        assert_eq!(exact_heads(&e), (n, 0));
+        assert_eq!(e.dense[dn(K_EXACT)].len(), 0, "no (comm, src) array paid");
+        assert_eq!(e.ix[K_EXACT].buckets(), 0, "the emptied index is freed");
+        let arrays = e.dense[3].heap_bytes();
+        assert!(
+            arrays <= 8 * (n + 1),
+            "{arrays} bytes of arrays for {n} receives"
+        );
+        // Source 5 gets 200 more tags: its (comm, src) array takes tags 0..3 over.
+        for t in 4..204u64 {
+            e.post(RecvSpec::exact(0, 5, t), 2_000_000 + t as u32)
+                .unwrap();
+        }
+        assert_eq!(exact_heads(&e), (n + 200, 0));
+        assert!(e.dense[dn(K_EXACT)].len() >= 204, "source 5's lists moved");
+        assert_eq!(e.dense[3].len(), n - 4);
+        // Round-robin arrivals over the sources match in posting order per key.
+        for t in 0..4u64 {
+            for s in 0..peers {
+                match e.arrive(Envelope::new(0, s, t), 0, 0).unwrap() {
+                    Arrived::Matched(m) => assert_eq!(m.recv, s * 4 + t as u32),
+                    other => panic!("({s}, {t}): {other:?}"),
+                }
+            }
+        }
+        match e.arrive(Envelope::new(0, 5, 2), 0, 0).unwrap() {
+            Arrived::Matched(m) => assert_eq!(m.recv, 1_000_000),
+            other => panic!("second (5, 2): {other:?}"),
+        }
+        for t in 4..204u64 {
+            match e.arrive(Envelope::new(0, 5, t), 0, 0).unwrap() {
+                Arrived::Matched(m) => assert_eq!(m.recv, 2_000_000 + t as u32),
+                other => panic!("(5, {t}): {other:?}"),
+            }
+        }
+        assert_eq!(exact_heads(&e), (0, 0));
+        // The same shape as messages, then receives with one ANY_SOURCE among them
+        // (a wildcard receive unlinks its message from a transposed slot).
+        for t in 0..4u64 {
+            for s in 0..peers {
+                e.arrive(Envelope::new(0, s, t), 0, s * 4 + t as u32)
+                    .unwrap();
+            }
+        }
+        assert_eq!(exact_heads(&e), (n, 0));
+        match e.post(RecvSpec::new(0, None, Some(3)), 0).unwrap() {
+            Posted::Matched(m) => assert_eq!(m.msg, 3),
+            other => panic!("ANY_SOURCE: {other:?}"),
+        }
+        for s in 0..peers {
+            for t in 0..4u64 {
+                if (s, t) == (0, 3) {
+                    continue;
+                }
+                match e.post(RecvSpec::exact(0, s, t), 0).unwrap() {
+                    Posted::Matched(m) => assert_eq!(m.msg, s * 4 + t as u32),
+                    other => panic!("({s}, {t}): {other:?}"),
+                }
+            }
+        }
+        assert_eq!(exact_heads(&e), (0, 0));
     }
 
     /// The (comm, src, tag) lists of small tags start in the hash index while the
