@@ -73,6 +73,20 @@
 //! without the freeing the arrays pushed `unexpected-exact` at depth 13 to 64.3). Up to
 //! the depth [`Engine::reserve`](crate::Engine::reserve) reserved, the lists stay in
 //! the reserved index (its promise: no allocation up to that depth).
+//!
+//! # Transposed (comm, src, tag) arrays
+//!
+//! A second set (`Engine::dense[3]`, [`Dense::near_only_transposed`]) holds the heads
+//! of the (comm, src, tag) lists that no array of the first covers, in an array per
+//! (comm, tag) indexed by the source ([`exact_t_owner`]: communicator 0's tags below
+//! 4,096). Many sources with a few tags each is what the first set cannot hold: an
+//! array per source would cost 16 slots and a directory entry for a few lists, which
+//! the memory rule refuses. The first set has precedence: a key it covers is never in
+//! the second; when one of its arrays grows, it takes the lists of the newly covered
+//! keys over from the second set as well as from the hash index, and a growth of the
+//! second takes from the hash index only the keys the first does not cover. Both sets
+//! share one budget (8 bytes per queued entry, [`Dense::lent`]). Their positions are
+//! told apart by [`TPOS`].
 
 use crate::hash::{map_heap_bytes, FastMap};
 
