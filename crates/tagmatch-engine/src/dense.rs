@@ -214,9 +214,6 @@ pub(crate) struct Dense {
     /// With `near_only`: the owners below it may be filed now (see
     /// [`Dense::may_file`]).
     file_below: u64,
-    /// Flag set in every position given (`TPOS` for the transposed (comm, src, tag)
-    /// arrays, else 0), so that the engine tells their slots from the others'.
-    mark: usize,
     /// Bytes taken by arrays that share this one's memory budget (the other
     /// orientation of the (comm, src, tag) arrays), set by the engine before a growth:
     /// the budget is what is left of `BYTES_PER_ENTRY` per entry after them.
@@ -298,12 +295,10 @@ impl Dense {
     }
 
     /// [`Dense::near_only`] for the transposed (comm, src, tag) arrays: owners from
-    /// [`exact_t_owner`], keys the source ranks, positions flagged with `TPOS`.
+    /// [`exact_t_owner`], keys the source ranks (the engine flags their positions with
+    /// `TPOS`; [`Dense::at_mut`] and [`Dense::value_at`] ignore the flag).
     pub(crate) fn near_only_transposed() -> Self {
-        Dense {
-            mark: TPOS,
-            ..Dense::near_only()
-        }
+        Dense::near_only()
     }
 
     /// Heap bytes of the arrays and their directory in O(1) (the slots counted at
@@ -317,12 +312,6 @@ impl Dense {
     #[inline]
     fn budget(&self, entries: usize) -> usize {
         (BYTES_PER_ENTRY * entries).saturating_sub(self.lent)
-    }
-
-    /// Position of key `x` in array number `t`, with this set's mark.
-    #[inline(always)]
-    fn pos(&self, t: usize, x: u64) -> usize {
-        pos(t, x) | self.mark
     }
 
     /// Whether any array is allocated (then it may hold lists), in O(1).
@@ -387,7 +376,7 @@ impl Dense {
     #[inline(always)]
     pub(crate) fn covers(&self, comm: u64, x: u64) -> Option<usize> {
         let (t, a) = self.array(comm)?;
-        (x < a.heads.len() as u64).then(|| self.pos(t, x))
+        (x < a.heads.len() as u64).then(|| pos(t, x))
     }
 
     /// The position and value (`EMPTY` if none) of `(comm, x)` if an array of the
@@ -399,7 +388,7 @@ impl Dense {
         debug_assert!(self.near_only);
         let a = self.near.get(comm as usize)?;
         let v = *a.heads.get(x as usize)?;
-        Some((self.pos(comm as usize, x), v))
+        Some((pos(comm as usize, x), v))
     }
 
     /// [`Dense::slot_mut`] for arrays that are all in the directory (see
@@ -597,7 +586,7 @@ impl Dense {
         a.resize(want, EMPTY);
         self.slots += want - old;
         self.set_file_below();
-        Some((self.pos(t, x), old as u64..want as u64))
+        Some((pos(t, x), old as u64..want as u64))
     }
 
     /// Whether the arrays and their directory take at most `budget` bytes once the

@@ -2277,10 +2277,19 @@ impl<R, M> Engine<R, M> {
     /// in the hash index.
     #[inline(always)]
     fn exact_dense(&self, key: &Envelope) -> Option<(usize, u32)> {
-        match self.dense[dn(K_EXACT)].near_get(exact_owner(key.comm, key.src), key.tag) {
-            Some(r) => Some(r),
-            None => self.dense[3].near_get(exact_t_owner(key.comm, key.tag), u64::from(key.src)),
+        if let Some(r) = self.dense[dn(K_EXACT)].near_get(exact_owner(key.comm, key.src), key.tag) {
+            return Some(r);
         }
+        self.exact_dense_t(key)
+    }
+
+    /// The transposed part of [`Engine::exact_dense`] (its position flagged with
+    /// `TPOS`).
+    #[inline(always)]
+    fn exact_dense_t(&self, key: &Envelope) -> Option<(usize, u32)> {
+        self.dense[3]
+            .near_get(exact_t_owner(key.comm, key.tag), u64::from(key.src))
+            .map(|(pos, v)| (pos | TPOS, v))
     }
 
     /// The dense slot of the (comm, src, tag) list of `key` if an array covers the key
@@ -2298,12 +2307,14 @@ impl<R, M> Engine<R, M> {
     /// (comm, src, tag) arrays if `pos` has `TPOS`.
     #[inline(always)]
     fn dense_at(&mut self, k: usize, pos: usize) -> Slot<'_> {
-        let i = if k == K_EXACT && pos & TPOS != 0 {
-            3
+        // Only (comm, src, tag) positions have `TPOS`. A branch, not a computed index:
+        // the other arrays' positions then fold into their accesses as before (+5
+        // instructions per `posted-exact` match with the index computed).
+        if pos & TPOS != 0 {
+            self.dense[3].at_mut(pos)
         } else {
-            dn(k)
-        };
-        self.dense[i].at_mut(pos)
+            self.dense[dn(k)].at_mut(pos)
+        }
     }
 
     /// Grows an array to cover the (comm, src, tag) key of `key` (no array covers it):
@@ -2319,7 +2330,9 @@ impl<R, M> Engine<R, M> {
         }
         let t = exact_t_owner(key.comm, key.tag);
         if u64::from(key.src) < DENSE_KEYS && self.dense[3].may_file(t) {
-            return self.dense_grow_t(key.comm, t, u64::from(key.src));
+            return self
+                .dense_grow_t(key.comm, t, u64::from(key.src))
+                .map(|pos| pos | TPOS);
         }
         None
     }
