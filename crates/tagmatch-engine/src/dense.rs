@@ -666,33 +666,6 @@ impl Dense {
         self.sparse = sparse;
     }
 
-    /// Trims each array longer than `MIN_LEN` to its last list (at least `MIN_LEN`
-    /// slots), freeing the slots past it: the keys past the new end are not covered,
-    /// which is right since they hold no list in either place. For a bulk build, whose
-    /// growths doubled the arrays past their largest key. Positions given before are
-    /// invalid after it. O(slots).
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn trim(&mut self) {
-        for a in self.near.iter_mut().chain(self.far.iter_mut()) {
-            if a.heads.len() <= MIN_LEN {
-                continue;
-            }
-            let end = a
-                .heads
-                .iter()
-                .rposition(|&v| v != EMPTY)
-                .map_or(0, |p| p + 1)
-                .max(MIN_LEN);
-            if end < a.heads.len() {
-                self.slots -= a.heads.len() - end;
-                a.heads.truncate(end);
-                a.heads.shrink_to_fit();
-            }
-        }
-        self.set_file_below();
-    }
-
     /// The value at a position given by [`Dense::covers`] or [`Dense::grow`] (`EMPTY`
     /// if none).
     #[inline(always)]

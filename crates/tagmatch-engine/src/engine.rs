@@ -1740,13 +1740,6 @@ impl<R, M> Engine<R, M> {
             s.clear();
             self.scratch = s;
         }
-        if k != K_COMM {
-            // The build grew the kind's arrays a doubling at a time, to a power of two
-            // past its largest key: trimmed to their last list, they cost 4 bytes per
-            // key, not up to 8 (`unexpected-any-source` at depth 33,000: 68.5 bytes per
-            // message after its first receive, against 60.6 at the end of set-up).
-            self.dense[dn(k)].trim();
-        }
         self.built |= 1 << k;
     }
 
@@ -3618,39 +3611,6 @@ mod tests {
             e.dense[dn(K_EXACT)].len() + e.dense[3].len(),
             e.ix[K_EXACT].len(),
         )
-    }
-
-    /// A wildcard kind built at its first receive (its arrays grown a doubling at a
-    /// time) is trimmed to its last key: 4 bytes a key plus the directory, not a power
-    /// of two past the largest (33,000 tags: 132 KB, not 262 KB); later keys past the
-    /// trimmed end grow it again and match.
-    #[test]
-    fn a_built_wildcard_kind_is_trimmed_to_its_last_key() {
-        let mut e: Engine<u32, u32> = Engine::default();
-        let n = 33_000u32;
-        for i in 0..n {
-            e.arrive(Envelope::new(0, i % 7, u64::from(i)), 0, i)
-                .unwrap();
-        }
-        match e.post(RecvSpec::new(0, None, Some(5)), 0).unwrap() {
-            Posted::Matched(m) => assert_eq!(m.msg, 5),
-            other => panic!("ANY_SOURCE: {other:?}"),
-        }
-        let tag_arrays = e.dense[dn(K_TAG)].heap_bytes();
-        assert!(
-            tag_arrays <= 4 * n as usize + 4 * 32,
-            "{tag_arrays} bytes for {n} tags"
-        );
-        check_dense_heads(&e);
-        e.arrive(Envelope::new(0, 3, 40_000), 0, 40_000).unwrap();
-        check_dense_heads(&e);
-        for t in [40_000u64, u64::from(n - 1), 0] {
-            match e.post(RecvSpec::new(0, None, Some(t)), 0).unwrap() {
-                Posted::Matched(m) => assert_eq!(u64::from(m.msg), t),
-                other => panic!("ANY_SOURCE tag {t}: {other:?}"),
-            }
-        }
-        check_dense_heads(&e);
     }
 
     /// Many sources with a few tags each (bench-workloads `many-peers`): the (comm, src)
