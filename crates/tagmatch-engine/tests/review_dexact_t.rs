@@ -12,30 +12,9 @@
 
 mod model;
 
-use model::walk::{each_seed, Bytes, Opts, Walk};
-use model::{Model, Rng};
+use model::walk::{each_seed, Walk};
+use model::Rng;
 use tagmatch_engine::*;
-
-fn pair(defer: bool) -> Walk {
-    let cfg = Config::default()
-        .reorder_window(8)
-        .max_messages(1 << 22)
-        .max_posted(1 << 22)
-        .initial_seq(0);
-    let opts = Opts {
-        bytes: Bytes::Model,
-        pressure: false,
-        check_each: false,
-        held_api: false,
-        retire: true,
-        swap_remove: true,
-    };
-    let mut w = Walk::with_model(cfg, Model::new(8, usize::MAX, 1 << 22, 1 << 22, 0), opts);
-    if !defer {
-        w.e.defer_removals_from(usize::MAX);
-    }
-    w
-}
 
 fn comm(r: &mut Rng, pure: bool) -> u32 {
     if pure {
@@ -126,7 +105,7 @@ fn burst_tags(w: &mut Walk, r: &mut Rng, c: u32, s: u32, n: u64, pure: bool) {
 /// `pure`: communicator 0, sources below 3000 and tags below 6 only (a rare tag 4096):
 /// the transposed arrays take over every hashed list and the hash index is freed.
 fn walk(seed: u64, defer: bool, pure: bool, steps: usize) {
-    let mut w = pair(defer);
+    let mut w = Walk::for_exact_arrays(defer);
     let mut r = Rng::new(seed);
     for step in 0..steps {
         let e = Envelope::new(comm(&mut r, pure), src(&mut r, pure), tag(&mut r, pure));
@@ -211,18 +190,7 @@ fn walk(seed: u64, defer: bool, pure: bool, steps: usize) {
         }
         w.check("step");
     }
-    let srcs: Vec<u32> = w.in_flight.keys().copied().collect();
-    for s in srcs {
-        while w.deliver(s, 0).is_some() {}
-    }
-    for c in [0, 1, 7] {
-        w.purge_comm(c);
-    }
-    while !w.claims.is_empty() {
-        w.mrecv(w.claims.len() - 1);
-    }
-    w.check("end");
-    w.stale_handles();
+    w.finish(&[0, 1, 7]);
 }
 
 /// Random walks biased to the transposed arrays agree with the model, wildcard removals

@@ -613,6 +613,49 @@ impl Walk {
         assert!(self.m.unexp.is_empty());
     }
 
+    /// A walk for the reviews of the dense (comm, src, tag) arrays (`review_dexact*`):
+    /// reorder window 8, budgets of 2^22 entries, sequence numbers from 0, the model's
+    /// byte accounting, no pressure; with `defer` false, every wildcard removal done in
+    /// place.
+    pub fn for_exact_arrays(defer: bool) -> Walk {
+        let cfg = Config::default()
+            .reorder_window(8)
+            .max_messages(1 << 22)
+            .max_posted(1 << 22)
+            .initial_seq(0);
+        let opts = Opts {
+            bytes: Bytes::Model,
+            pressure: false,
+            check_each: false,
+            held_api: false,
+            retire: true,
+            swap_remove: true,
+        };
+        let mut w = Walk::with_model(cfg, Model::new(8, usize::MAX, 1 << 22, 1 << 22, 0), opts);
+        if !defer {
+            w.e.defer_removals_from(usize::MAX);
+        }
+        w
+    }
+
+    /// Delivers everything in flight (each source's messages in order), purges
+    /// `comms`, receives every claimed message, and checks the end state and the dead
+    /// handles.
+    pub fn finish(&mut self, comms: &[u32]) {
+        let srcs: Vec<u32> = self.in_flight.keys().copied().collect();
+        for s in srcs {
+            while self.deliver(s, 0).is_some() {}
+        }
+        for &c in comms {
+            self.purge_comm(c);
+        }
+        while !self.claims.is_empty() {
+            self.mrecv(self.claims.len() - 1);
+        }
+        self.check("end");
+        self.stale_handles();
+    }
+
     /// Every dead handle is refused by every handle-taking call (the slots they named
     /// may hold new receives / messages by now); live ones still name their own.
     pub fn stale_handles(&mut self) {
