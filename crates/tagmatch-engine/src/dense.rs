@@ -218,6 +218,10 @@ pub(crate) struct Dense {
     /// orientation of the (comm, src, tag) arrays), set by the engine before a growth:
     /// the budget is what is left of `BYTES_PER_ENTRY` per entry after them.
     pub(crate) lent: usize,
+    /// During a bulk build ([`Dense::begin_bulk`]): the owner and prior length of each
+    /// array grown since, so that [`Dense::end_bulk`] can trim what the doublings
+    /// added past the last list, never below the length before the build.
+    bulk: Option<Vec<(u64, usize)>>,
 }
 
 /// Communicators below this have (comm, src, tag) arrays: communicator 0 (see
@@ -586,7 +590,57 @@ impl Dense {
         a.resize(want, EMPTY);
         self.slots += want - old;
         self.set_file_below();
+        if let Some(grown) = self.bulk.as_mut() {
+            grown.push((comm, old));
+        }
         Some((pos(t, x), old as u64..want as u64))
+    }
+
+    /// Starts a bulk build: a wildcard kind's lists built at its first use (see
+    /// `Engine::build_unexp`), whose pushes grow the arrays a doubling at a time.
+    pub(crate) fn begin_bulk(&mut self) {
+        self.bulk = Some(Vec::new());
+    }
+
+    /// Ends a bulk build: each array grown since [`Dense::begin_bulk`] is trimmed to
+    /// its last list, but never below its length before the build (nor `MIN_LEN`).
+    /// Freshly grown by doubling, an array sized by the build's largest key costs up
+    /// to 8 bytes a key; trimmed, 4 (issue #3: `unexpected-any-source` at depth 33,000
+    /// held 68.5 bytes per message after its first receive). An array only ever
+    /// shrinks to at least what it was before the build, so a program that builds a
+    /// kind again in every period reaches a steady size and then allocates nothing
+    /// (trimming every array to its last list did not: review_wild2,
+    /// `periods_of_kept_and_forgotten_kinds_reach_a_steady_heap`). The keys past the
+    /// new end hold no list in either place. Positions given before are invalid
+    /// after it. O(growths + slots trimmed).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn end_bulk(&mut self) {
+        let Some(mut grown) = self.bulk.take() else {
+            return;
+        };
+        // The first growth of each owner during the build has its prior length.
+        grown.sort_unstable();
+        grown.dedup_by_key(|g| g.0);
+        for (comm, before) in grown {
+            let Some(a) = self.array_mut(comm) else {
+                continue;
+            };
+            let end = a
+                .heads
+                .iter()
+                .rposition(|&v| v != EMPTY)
+                .map_or(0, |p| p + 1)
+                .max(before)
+                .max(MIN_LEN);
+            if end < a.heads.len() {
+                let cut = a.heads.len() - end;
+                a.heads.truncate(end);
+                a.heads.shrink_to_fit();
+                self.slots -= cut;
+            }
+        }
+        self.set_file_below();
     }
 
     /// Whether the arrays and their directory take at most `budget` bytes once the

@@ -17,6 +17,14 @@ const POSTED: u32 = 1 << 23;
 /// `Engine::built` with every wildcard kind of unexpected messages kept.
 const ALL_WILD: u8 = (1 << K_SRC) | (1 << K_TAG) | (1 << K_COMM);
 
+/// `Engine::built` bit (above the kinds' bits): the arrival log is not kept; queued
+/// messages carry arrival stamps instead (see [`Engine::drop_log`]).
+const LOGLESS: u8 = 1 << 7;
+
+/// Where arrival stamps wrap (see [`Engine::stamp_arrival`]): they stay below
+/// [`NO_LOG_POS`]. The crate's unit tests use 64, so that they renumber often.
+const STAMP_END: u32 = if cfg!(test) { 64 } else { u32::MAX };
+
 /// Index (and list slot) numbers. Unexpected messages are on all four of the first lists;
 /// a posted receive is on exactly one list, chosen by what it asks for.
 const K_EXACT: usize = 0; // (comm, src, tag)
@@ -225,6 +233,39 @@ impl Stale {
 
 /// The envelope-shaped key of an index value (a posted receive or an unexpected message).
 #[inline(always)]
+/// Sorts `stamp << 32 | slab index` keys (distinct stamps) by stamp, for
+/// [`Engine::restore_log`]: a least-significant-digit radix sort over the stamp's four
+/// bytes, skipping the bytes that every key shares (a queue's stamps usually span less
+/// than 2^24), so O(keys) where a comparison sort is O(keys log keys) per build. Small
+/// inputs use the standard sort. Hand-written (16 lines): what a radix-sort crate would
+/// add is this loop.
+fn sort_by_stamp(v: &mut Vec<u64>) {
+    if v.len() <= 64 {
+        v.sort_unstable();
+        return;
+    }
+    let mut tmp = vec![0u64; v.len()];
+    for shift in [32u32, 40, 48, 56] {
+        let mut count = [0usize; 256];
+        for &x in v.iter() {
+            count[(x >> shift) as usize & 0xFF] += 1;
+        }
+        if count.contains(&v.len()) {
+            continue;
+        }
+        let mut sum = 0;
+        for c in count.iter_mut() {
+            (*c, sum) = (sum, sum + *c);
+        }
+        for &x in v.iter() {
+            let d = (x >> shift) as usize & 0xFF;
+            tmp[count[d]] = x;
+            count[d] += 1;
+        }
+        core::mem::swap(v, &mut tmp);
+    }
+}
+
 fn key_of<R, M>(posted: &GenSlab<PNode<R>>, unexp: &GenSlab<UNode<M>>, v: u32) -> Envelope {
     if v & POSTED != 0 {
         posted.at(v & !POSTED).key_env()
@@ -605,6 +646,11 @@ pub struct Engine<R, M> {
     max_stored: usize,
     /// Last claim id given by [`Engine::mprobe`].
     claims: u32,
+    /// While the arrival log is not kept (`LOGLESS`, see [`Engine::drop_log`]): the
+    /// next arrival stamp.
+    stamp: u32,
+    /// [`STAMP_END`], or what [`Engine::wrap_stamps_at`] set.
+    stamp_end: u32,
     /// Masks of the posted general-mask receives, by slab index.
     masks: FastMap<u32, u64>,
     peers: FastMap<u32, Peer<M>>,
@@ -676,7 +722,21 @@ impl<R, M> Engine<R, M> {
             c: Counters::default(),
             one_try_hits: 0,
             claims: 0,
+            stamp: 0,
+            stamp_end: STAMP_END,
             max_stored: MAX_ENTRIES,
+        }
+    }
+
+    /// Test hook: arrival stamps (kept instead of the arrival log once a wildcard
+    /// kind is built) are renumbered when they reach `end` (at least 2) instead of
+    /// 2^32 − 1, so that tests run the renumbering at small depths.
+    #[doc(hidden)]
+    pub fn wrap_stamps_at(&mut self, end: u32) {
+        self.stamp_end = end.max(2);
+        if self.stamp >= self.stamp_end {
+            self.restore_log();
+            self.drop_log();
         }
     }
 
@@ -717,7 +777,7 @@ impl<R, M> Engine<R, M> {
         self.exact_reserved = self.exact_reserved.max(posted.max(unexpected));
         // The arrival log (see `Engine::log_push`) grows only when, full, more than half
         // of it is queued: twice the queue's depth never grows.
-        if !self.cfg.eager_wildcard_lists {
+        if !self.cfg.eager_wildcard_lists && self.built & LOGLESS == 0 {
             let want = 2 * unexpected;
             self.arrivals
                 .reserve(want.saturating_sub(self.arrivals.len()));
@@ -1612,7 +1672,7 @@ impl<R, M> Engine<R, M> {
     #[inline(never)]
     fn link_unexp_kept(&mut self, idx: u32, env: &Envelope) -> bool {
         if self.unexp.len() - self.c.claimed_depth == 1 && !self.cfg.eager_wildcard_lists {
-            self.built &= self.wild_used;
+            self.built &= self.wild_used | LOGLESS;
             self.wild_used = 0;
             let both = (1 << K_SRC) | (1 << K_TAG);
             if self.built & (1 << K_COMM) != 0
@@ -1643,7 +1703,76 @@ impl<R, M> Engine<R, M> {
             self.index_push_unexp(K_COMM, env, idx);
             return true;
         }
+        if self.built & LOGLESS != 0 {
+            self.stamp_arrival(idx);
+            return true;
+        }
         false
+    }
+
+    /// While the arrival log is not kept (see [`Engine::drop_log`]): gives queued
+    /// message `idx` the next arrival stamp, in its (comm) pair's `prev` word (where
+    /// the log keeps positions). Stamps restart at 0 when the queue was empty and are
+    /// renumbered from 0 in arrival order when they reach the end of their range
+    /// (O(queue) once per 2^32 − 1 arrivals), so they stay below [`NO_LOG_POS`].
+    #[inline]
+    fn stamp_arrival(&mut self, idx: u32) {
+        if self.unexp.len() - self.c.claimed_depth == 1 {
+            self.stamp = 0;
+        }
+        self.unexp.at_mut(idx).links.stash(K_COMM, self.stamp);
+        self.stamp += 1;
+        if self.stamp >= self.stamp_end {
+            self.restore_log();
+            self.drop_log();
+        }
+    }
+
+    /// Frees the arrival log once a wildcard kind is built (from it, or from the kept
+    /// (comm) lists) while the message slab is in proportion to the queue (see
+    /// [`Engine::build_unexp_slow`]): its positions, already in the queued messages' (comm) pairs,
+    /// become their arrival stamps, and later arrivals take the next ones
+    /// ([`Engine::stamp_arrival`], one store, as a log append was). A later build of
+    /// another kind puts the log back together from the stamps for the time of the
+    /// build ([`Engine::restore_log`]).
+    ///
+    /// Issue #3: at most 64 bytes of engine memory per entry. The log's 4 bytes per
+    /// message sat on top of the list heads the first wildcard receive allocates:
+    /// `unexpected-any-source` and `unexpected-any-tag` held up to 68.5 bytes per
+    /// message after their first receive (depths 12,289, 33,000, 50,000). The
+    /// alternative, keeping the (comm) lists from the first build on, cost a link and
+    /// an unlink per message (+3.5 ns per wildcard receive at depth 65,536).
+    fn drop_log(&mut self) {
+        // Every live position is below the log's length.
+        self.stamp = self.arrivals.len() as u32;
+        self.arrivals = Vec::new();
+        self.built |= LOGLESS;
+    }
+
+    /// Puts the arrival log back from the queued messages' arrival stamps (see
+    /// [`Engine::drop_log`]): their slab indices sorted by stamp, each stamp rewritten
+    /// to its position. O(queue + slab slots) with a radix sort ([`sort_by_stamp`]),
+    /// like the log walk of the build it serves.
+    #[cold]
+    #[inline(never)]
+    fn restore_log(&mut self) {
+        let mut keys: Vec<u64> = Vec::with_capacity(self.unexp.len() - self.c.claimed_depth);
+        for idx in self.unexp.indices() {
+            let n = self.unexp.at(idx);
+            if !n.is_claimed() {
+                keys.push(u64::from(n.links.stashed(K_COMM)) << 32 | u64::from(idx));
+            }
+        }
+        sort_by_stamp(&mut keys);
+        let mut log = Vec::with_capacity(keys.len());
+        for (pos, key) in keys.into_iter().enumerate() {
+            let idx = key as u32;
+            // Positions fit the stash word: fewer than MAX_ENTRIES messages are queued.
+            self.unexp.at_mut(idx).links.stash(K_COMM, pos as u32);
+            log.push(idx);
+        }
+        self.arrivals = log;
+        self.built &= !LOGLESS;
     }
 
     /// Makes sure the unexpected messages' lists of kind `k` are kept (the (comm, src,
@@ -1688,9 +1817,34 @@ impl<R, M> Engine<R, M> {
         self.ix[K_COMM].buckets() > 4 * (queued + 16)
     }
 
+    /// Builds kind `k`: from the arrival log (put back from the arrival stamps if it
+    /// was freed) or the (comm) lists; then frees the log (see [`Engine::drop_log`])
+    /// unless the message slab is outsized.
     #[cold]
     #[inline(never)]
     fn build_unexp_slow(&mut self, k: usize) {
+        if self.built & (1 << K_COMM) == 0 && self.built & LOGLESS != 0 {
+            self.restore_log();
+        }
+        self.build_kind(k);
+        // The log is put back from the stamps by visiting every slot of the message
+        // slab (`restore_log`): freed only while the slab is in proportion to the
+        // queue, so that a later restore costs what this build did plus the arrivals
+        // since (a past burst's slab, much larger than a small queue, would make every
+        // later build of a forgotten kind pay for the burst again).
+        let queued = self.unexp.len() - self.c.claimed_depth;
+        if self.unexp.slots() <= 2 * queued + 64 {
+            self.drop_log();
+        } else if self.built & (1 << K_COMM) != 0 {
+            // Kept (comm) lists hold the arrival order: the log is not used.
+            self.arrivals.clear();
+        }
+    }
+
+    /// The part of [`Engine::build_unexp_slow`] that builds kind `k` (and first the
+    /// (comm, src) and (comm, tag) kinds when `k` is the (comm) kind and its index is
+    /// outsized).
+    fn build_kind(&mut self, k: usize) {
         if k == K_COMM {
             // The (comm) lists take over the arrival log's link pair: a kind built
             // after them finds every communicator's list by visiting the (comm) index's
@@ -1702,7 +1856,7 @@ impl<R, M> Engine<R, M> {
             if self.comm_index_outsized(self.unexp.len() - self.c.claimed_depth) {
                 for j in [K_SRC, K_TAG] {
                     if self.built & (1 << j) == 0 {
-                        self.build_unexp_slow(j);
+                        self.build_kind(j);
                     }
                 }
             }
@@ -1719,6 +1873,9 @@ impl<R, M> Engine<R, M> {
             let keys = self.ix[k].len() + queued.min(exact_keys);
             let (p, u) = (&self.posted, &self.unexp);
             self.ix[k].reserve(keys, rehasher(p, u, &self.stale, k));
+        }
+        if k != K_COMM {
+            self.dense[dn(k)].begin_bulk();
         }
         if self.built & (1 << K_COMM) == 0 {
             // Walk the arrival log's live entries. For the (comm) lists themselves, each
@@ -1739,6 +1896,9 @@ impl<R, M> Engine<R, M> {
             }
             s.clear();
             self.scratch = s;
+        }
+        if k != K_COMM {
+            self.dense[dn(k)].end_bulk();
         }
         self.built |= 1 << k;
     }
@@ -2157,7 +2317,7 @@ impl<R, M> Engine<R, M> {
         tag: u64,
         recv: R,
     ) -> Result<Posted<R, M>, PostRejected<R>> {
-        if self.built != 0 || self.held_any {
+        if self.built & ALL_WILD != 0 || self.held_any {
             return self.post_keyed::<K_EXACT>(comm, src, tag, recv);
         }
         // MPI 4.0 §3.5 / matching-notes §1.0: the earliest-arrived matching message is
@@ -3393,14 +3553,14 @@ mod tests {
                 // alone is not kept over a (comm) index this large: forgotten), the
                 // next period's first arrival forgets them.
                 e.arrive(Envelope::new(0, 1, 100 + round), 0, 0).unwrap();
-                assert_eq!(e.built, if round == 0 { 0 } else { all });
+                assert_eq!(e.built & ALL_WILD, if round == 0 { 0 } else { all });
                 let r = e.post(RecvSpec::exact(0, 1, 100 + round), 0);
                 assert!(matches!(r, Ok(Posted::Matched(_))));
                 // One message: the store resets the kinds, the ANY/ANY probe builds.
                 e.arrive(Envelope::new(0, 1, round), 0, 0).unwrap();
-                assert_eq!(e.built, 0);
+                assert_eq!(e.built & ALL_WILD, 0);
                 assert!(e.probe(&RecvSpec::new(0, None, None)).is_some());
-                assert_eq!(e.built, all, "posted {posted} round {round}");
+                assert_eq!(e.built & ALL_WILD, all, "posted {posted} round {round}");
                 assert!(e.probe(&RecvSpec::new(0, Some(1), None)).is_some());
                 assert!(e.probe(&RecvSpec::new(0, None, Some(round))).is_some());
                 let r = e.post(RecvSpec::exact(0, 1, round), 0);
@@ -3414,9 +3574,9 @@ mod tests {
                 .unwrap();
         }
         assert!(e.probe(&RecvSpec::new(1, None, None)).is_some());
-        assert_eq!(e.built, 1 << K_COMM);
+        assert_eq!(e.built & ALL_WILD, 1 << K_COMM);
         assert!(e.probe(&RecvSpec::new(1, Some(2), None)).is_some());
-        assert_eq!(e.built, (1 << K_COMM) | (1 << K_SRC));
+        assert_eq!(e.built & ALL_WILD, (1 << K_COMM) | (1 << K_SRC));
     }
 
     /// The same bound with the (comm) kind kept across empty queues (review of merge
@@ -3458,7 +3618,7 @@ mod tests {
                     );
                     assert!(e.probe(&spec).is_some());
                 }
-                assert_eq!(e.built & all, e.built);
+                assert_eq!(e.built & (all | LOGLESS), e.built);
                 let r = e.post(RecvSpec::exact(0, 1, round), 0);
                 assert!(matches!(r, Ok(Posted::Matched(_))));
             }
@@ -3883,10 +4043,14 @@ mod tests {
 
     /// Review of merge 10cc56f (kinds kept across an empty queue): every queued
     /// message is on its list of each kind built, and while the (comm) kind is not
-    /// built, its arrival log entry is live (the lazy build's source); claimed messages
-    /// are on no list and have no live entry.
+    /// built, its arrival log entry is live (the lazy build's source) or, with the log
+    /// freed, its arrival stamp is its own and later than those of the messages before
+    /// it on every list; claimed messages are on no list and have no live entry.
     fn check_kept_lists(e: &Engine<u32, u32>) {
         check_dense_heads(e);
+        let stamped = e.built & LOGLESS != 0 && e.built & (1 << K_COMM) == 0;
+        let stamp = |i: u32| e.unexp.at(i).links.stashed(K_COMM);
+        let mut stamps = std::collections::HashSet::new();
         for idx in e.unexp.indices() {
             let n = e.unexp.at(idx);
             if n.is_claimed() {
@@ -3903,6 +4067,12 @@ mod tests {
                 };
                 let mut cur = head;
                 while cur != idx {
+                    assert!(
+                        !stamped || stamp(cur) < stamp(idx),
+                        "kind {k}: {cur} (stamp {}) before {idx} (stamp {})",
+                        stamp(cur),
+                        stamp(idx)
+                    );
                     match list::next(&e.unexp, k, head, cur) {
                         Some(nx) => cur = nx,
                         None => panic!("kind {k} built, queued {idx} {:?} not on it", n.env),
@@ -3910,8 +4080,17 @@ mod tests {
                 }
             }
             if e.built & (1 << K_COMM) == 0 {
-                let pos = n.links.stashed(K_COMM) as usize;
-                assert_eq!(e.arrivals.get(pos), Some(&idx), "log entry of {idx}");
+                let pos = n.links.stashed(K_COMM);
+                if e.built & LOGLESS == 0 {
+                    assert_eq!(
+                        e.arrivals.get(pos as usize),
+                        Some(&idx),
+                        "log entry of {idx}"
+                    );
+                } else {
+                    assert!(pos < e.stamp, "stamp {pos} of {idx}, next {}", e.stamp);
+                    assert!(stamps.insert(pos), "stamp {pos} of {idx} twice");
+                }
             }
         }
     }

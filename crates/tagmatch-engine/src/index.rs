@@ -25,7 +25,8 @@
 //! hashing. Only an entry 15 or more buckets from its home has its home recomputed from
 //! its node's key (the caller's `rehash`; [`Index::remove_at`] stops and hands it back),
 //! as does every entry when the table grows. The table is kept at most
-//! 3/4 full and its size is a power of two. Removal uses backward-shift deletion, so
+//! 3/4 full (7/8 up to [`SMALL_TABLE`] buckets, see [`fits`]) and its size is a power
+//! of two. Removal uses backward-shift deletion, so
 //! the table does not degrade under churn (but see tombstones below). It never shrinks
 //! and grows by doubling, so a steady state allocates nothing.
 //!
@@ -52,6 +53,21 @@ const TOMB: u32 = (SAT << DIST_SHIFT) | VAL;
 /// Buckets of the smallest table: two, so that one key costs 8 bytes, not 64 (a queue of
 /// one message or receive stays within 64 bytes of engine memory per entry).
 const MIN_BUCKETS: usize = 2;
+/// Largest table held to 7/8 full instead of 3/4 ([`fits`]).
+const SMALL_TABLE: usize = 16;
+
+/// Whether `used` entries (tombstones included) fit a table of `buckets` buckets: at
+/// most 3/4 full, or 7/8 up to [`SMALL_TABLE`] buckets (7 entries in 8 buckets, 14 in
+/// 16, where 3/4 takes 16 and 32). In a table that small a probe reads at most one
+/// cache line whatever its load, and the load limit decides the bytes per key of small
+/// queues: `unexpected-any-source` at depths 7 and 13 held 66.3 and 65.2 bytes per
+/// message after its first receive with 3/4 (issue #3: at most 64). Every table keeps
+/// an empty bucket, which ends every probe.
+#[inline]
+fn fits(used: usize, buckets: usize) -> bool {
+    used * 4 <= buckets * 3 || (buckets <= SMALL_TABLE && used * 8 <= buckets * 7)
+}
+
 /// Bits of the caller's value (reference and side flag).
 const VAL: u32 = (1 << 24) - 1;
 const FP_SHIFT: u32 = 24;
@@ -342,10 +358,10 @@ impl Index {
     }
 
     /// Grows (or rebuilds without tombstones) so that one more entry keeps the load,
-    /// tombstones included, ≤ 3/4.
+    /// tombstones included, within [`fits`].
     #[inline]
     pub(crate) fn reserve_one(&mut self, rehash: impl FnMut(u32) -> u64) {
-        if (self.used() + 1) * 4 > self.slots.len() * 3 {
+        if !fits(self.used() + 1, self.slots.len()) {
             // Live entries at most 5/8 of the buckets: clearing the tombstones in place
             // frees an eighth of them or more (amortised O(1)); more live entries than
             // that, doubled.
@@ -383,14 +399,15 @@ impl Index {
     /// rebuild the table. Tombstones take room too: when `n` entries and them would pass
     /// the load limit, the table is rebuilt without them (at its size if that holds `n`).
     pub(crate) fn reserve(&mut self, n: usize, rehash: impl FnMut(u32) -> u64) {
-        let want = (n.saturating_mul(4) / 3 + 1)
+        let mut want = (n.saturating_mul(4) / 3 + 1)
             .next_power_of_two()
             .max(MIN_BUCKETS);
+        if want / 2 >= MIN_BUCKETS && fits(n, want / 2) {
+            want /= 2;
+        }
         if want > self.slots.len() {
             self.grow(want, rehash);
-        } else if self.tombs > 0
-            && n.saturating_add(self.tombs as usize).saturating_mul(4) > self.slots.len() * 3
-        {
+        } else if self.tombs > 0 && !fits(n.saturating_add(self.tombs as usize), self.slots.len()) {
             self.purge_tombs(rehash);
         }
     }
@@ -543,7 +560,7 @@ mod tests {
         let mask = ix.mask();
         let tombs = ix.slots.iter().filter(|&&b| b == TOMB).count();
         assert_eq!(tombs, ix.tombs as usize);
-        assert!((ix.len() + tombs) * 4 <= ix.buckets() * 3);
+        assert!(fits(ix.len() + tombs, ix.buckets()));
         for (i, &b) in ix.slots.iter().enumerate() {
             if b != EMPTY && b != TOMB {
                 let true_d = i.wrapping_sub(Index::home(rh(b), mask)) & mask;

@@ -203,6 +203,12 @@ impl<T: Generational> GenSlab<T> {
         }
     }
 
+    /// Slots, occupied or vacant (the high-water mark: what [`GenSlab::indices`]
+    /// visits).
+    pub(crate) fn slots(&self) -> usize {
+        self.slots.len()
+    }
+
     /// Occupied indices, in slot order.
     pub(crate) fn indices(&self) -> impl Iterator<Item = u32> + '_ {
         self.slots.iter().enumerate().filter_map(|(i, s)| match s {
