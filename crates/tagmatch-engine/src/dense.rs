@@ -218,10 +218,6 @@ pub(crate) struct Dense {
     /// orientation of the (comm, src, tag) arrays), set by the engine before a growth:
     /// the budget is what is left of `BYTES_PER_ENTRY` per entry after them.
     pub(crate) lent: usize,
-    /// During a bulk build ([`Dense::begin_bulk`]): the owner and prior length of each
-    /// array grown since, so that [`Dense::end_bulk`] can trim what the doublings
-    /// added past the last list, never below the length before the build.
-    bulk: Option<Vec<(u64, usize)>>,
 }
 
 /// Communicators below this have (comm, src, tag) arrays: communicator 0 (see
@@ -590,20 +586,19 @@ impl Dense {
         a.resize(want, EMPTY);
         self.slots += want - old;
         self.set_file_below();
-        if let Some(grown) = self.bulk.as_mut() {
-            grown.push((comm, old));
-        }
         Some((pos(t, x), old as u64..want as u64))
     }
 
-    /// Starts a bulk build: a wildcard kind's lists built at its first use (see
-    /// `Engine::build_unexp`), whose pushes grow the arrays a doubling at a time.
-    pub(crate) fn begin_bulk(&mut self) {
-        self.bulk = Some(Vec::new());
-    }
-
-    /// Ends a bulk build: each array grown since [`Dense::begin_bulk`] is trimmed to
-    /// its last list, but never below its length before the build (nor `MIN_LEN`).
+    /// After a bulk build (a wildcard kind's lists built at its first use, see
+    /// `Engine::build_unexp`, whose pushes grow the arrays a doubling at a time): each
+    /// array grown during it, `grown` holding its owner and its length before each
+    /// growth (the start of the key range [`Dense::grow`] returned), is trimmed to its
+    /// last list (nor below `MIN_LEN`): never below its length before the build, since
+    /// a growth covers a key past the old end whose list the build then holds (the
+    /// bound is kept explicitly all the same). Arrays the build did not grow are left
+    /// as they are.
+    /// (The record is kept by the engine: a field here made `Dense` larger, and the
+    /// engine's arrays of them are indexed by kind on the hot paths.)
     /// Freshly grown by doubling, an array sized by the build's largest key costs up
     /// to 8 bytes a key; trimmed, 4 (issue #3: `unexpected-any-source` at depth 33,000
     /// held 68.5 bytes per message after its first receive). An array only ever
@@ -612,13 +607,10 @@ impl Dense {
     /// (trimming every array to its last list did not: review_wild2,
     /// `periods_of_kept_and_forgotten_kinds_reach_a_steady_heap`). The keys past the
     /// new end hold no list in either place. Positions given before are invalid
-    /// after it. O(growths + slots trimmed).
+    /// after it. O(growths + slots of the grown arrays).
     #[cold]
     #[inline(never)]
-    pub(crate) fn end_bulk(&mut self) {
-        let Some(mut grown) = self.bulk.take() else {
-            return;
-        };
+    pub(crate) fn trim_grown(&mut self, mut grown: Vec<(u64, usize)>) {
         // The first growth of each owner during the build has its prior length.
         grown.sort_unstable();
         grown.dedup_by_key(|g| g.0);

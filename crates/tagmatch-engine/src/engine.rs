@@ -651,6 +651,10 @@ pub struct Engine<R, M> {
     stamp: u32,
     /// [`STAMP_END`], or what [`Engine::wrap_stamps_at`] set.
     stamp_end: u32,
+    /// During a build of a (comm, src) or (comm, tag) kind: the owner and prior length
+    /// of each of its arrays grown since the build began, trimmed after it
+    /// ([`Dense::trim_grown`]).
+    bulk_grown: Option<Vec<(u64, usize)>>,
     /// Masks of the posted general-mask receives, by slab index.
     masks: FastMap<u32, u64>,
     peers: FastMap<u32, Peer<M>>,
@@ -724,6 +728,7 @@ impl<R, M> Engine<R, M> {
             claims: 0,
             stamp: 0,
             stamp_end: STAMP_END,
+            bulk_grown: None,
             max_stored: MAX_ENTRIES,
         }
     }
@@ -877,6 +882,11 @@ impl<R, M> Engine<R, M> {
         debug_assert!(k != K_EXACT || !self.deferred());
         let hashed = self.ix[k].len();
         let (pos, keys) = self.dense[dn(k)].grow(o, x, entries, hashed)?;
+        if let Some(grown) = self.bulk_grown.as_mut() {
+            // A build of kind `k` (only then is this set): see `Dense::trim_grown`.
+            debug_assert!(k != K_EXACT);
+            grown.push((o, keys.start as usize));
+        }
         if k == K_EXACT && self.dense[3].lists_any() {
             // A newly covered key's list may be in a transposed array (which holds only
             // keys no array of `[2]` covered): it moves here, head and all.
@@ -1875,7 +1885,7 @@ impl<R, M> Engine<R, M> {
             self.ix[k].reserve(keys, rehasher(p, u, &self.stale, k));
         }
         if k != K_COMM {
-            self.dense[dn(k)].begin_bulk();
+            self.bulk_grown = Some(Vec::new());
         }
         if self.built & (1 << K_COMM) == 0 {
             // Walk the arrival log's live entries. For the (comm) lists themselves, each
@@ -1897,8 +1907,8 @@ impl<R, M> Engine<R, M> {
             s.clear();
             self.scratch = s;
         }
-        if k != K_COMM {
-            self.dense[dn(k)].end_bulk();
+        if let Some(grown) = self.bulk_grown.take() {
+            self.dense[dn(k)].trim_grown(grown);
         }
         self.built |= 1 << k;
     }

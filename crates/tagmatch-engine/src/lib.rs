@@ -55,7 +55,13 @@
 //! (comm) index is much larger than the queue, so that no later build visits a large
 //! index; for the same reason the (comm) kind is not kept alone (without both others)
 //! across an empty queue over such an index: it is built again from the arrival log.
-//! Each
+//! Once a kind is built the log itself is freed (while the message slab is in
+//! proportion to the queue): its positions stay in the queued messages as arrival
+//! stamps, later arrivals take the next stamp, and a later build of another kind puts
+//! the log back from the stamps with a radix sort, O(queue) — so the first wildcard
+//! receive on a deep queue adds its kind's list heads (4 bytes a key, the arrays
+//! trimmed to their last key after the build) and gives back the log's 4 bytes a
+//! message. Each
 //! message is linked into each kind at most once, so, like an index doubling, the build
 //! is amortised O(1) per message. Each posted receive sits on the one FIFO of its kind;
 //! an arrival looks at (at most) four list heads and takes the lowest posting sequence

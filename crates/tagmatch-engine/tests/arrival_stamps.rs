@@ -132,19 +132,37 @@ fn the_first_wildcard_receive_trims_its_arrays_and_frees_the_log() {
         after <= before + 4 * n as usize,
         "{before} bytes before the first ANY_SOURCE receive, {after} after"
     );
-    // Periods: drained, refilled to fewer tags, built again: the heap stays.
+    // Periods of the queue: filled to `top` and an ANY_SOURCE receive (the kind built
+    // again, having been forgotten), drained by exact receives; then a period with no
+    // wildcard receive (the kind is forgotten at the next period's first arrival).
+    // `top` alternates, so a build that trimmed arrays it did not grow (the trim of
+    // 11f8fa7) would shrink them in one period and grow them back in the next.
     let mut sizes = Vec::new();
-    for round in 0..6u32 {
-        while let Ok(Posted::Matched(_)) = e.post(RecvSpec::new(0, None, None), 0) {}
-        let top = n - 1 - 1000 * (round % 2);
+    let fill = |e: &mut Engine<u32, u32>, top: u32| {
         for i in 0..=top {
             e.arrive(Envelope::new(0, i, u64::from(i)), 0, i).unwrap();
         }
+    };
+    let drain = |e: &mut Engine<u32, u32>, top: u32| {
+        for i in 0..=top {
+            if let Ok(Posted::Pending(_)) = e.post(RecvSpec::exact(0, i, u64::from(i)), 0) {
+                panic!("message {i} lost");
+            }
+        }
+        assert_eq!(e.counters().unexpected_depth, 0);
+    };
+    drain(&mut e, n - 2);
+    for round in 0..6u32 {
+        let top = n - 1 - 5000 * (round % 2);
+        fill(&mut e, top);
         match e.post(RecvSpec::new(0, None, Some(u64::from(top))), 0) {
             Ok(Posted::Matched(m)) => assert_eq!(m.msg, top),
             _ => panic!("round {round}: ANY_SOURCE receive of tag {top}"),
         }
         sizes.push(e.heap_bytes());
+        drain(&mut e, top - 1);
+        fill(&mut e, top);
+        drain(&mut e, top);
     }
     assert!(
         sizes[1..].iter().all(|&s| s == sizes[1]),
