@@ -655,6 +655,9 @@ pub struct Engine<R, M> {
     /// of each of its arrays grown since the build began, trimmed after it
     /// ([`Dense::trim_grown`]).
     bulk_grown: Option<Vec<(u64, usize)>>,
+    /// Entries of arrival log [`Engine::reserve`] promised room for (twice the
+    /// unexpected depth reserved).
+    log_reserved: usize,
     /// Masks of the posted general-mask receives, by slab index.
     masks: FastMap<u32, u64>,
     peers: FastMap<u32, Peer<M>>,
@@ -729,6 +732,7 @@ impl<R, M> Engine<R, M> {
             stamp: 0,
             stamp_end: STAMP_END,
             bulk_grown: None,
+            log_reserved: 0,
             max_stored: MAX_ENTRIES,
         }
     }
@@ -739,7 +743,10 @@ impl<R, M> Engine<R, M> {
     #[doc(hidden)]
     pub fn wrap_stamps_at(&mut self, end: u32) {
         self.stamp_end = end.max(2);
-        if self.stamp >= self.stamp_end {
+        if self.built & LOGLESS != 0
+            && self.built & (1 << K_COMM) == 0
+            && self.stamp >= self.stamp_end
+        {
             self.restore_log();
             self.drop_log();
         }
@@ -781,11 +788,16 @@ impl<R, M> Engine<R, M> {
         self.ix[K_EXACT].reserve(posted.max(unexpected), rehasher(p, u, &self.stale, K_EXACT));
         self.exact_reserved = self.exact_reserved.max(posted.max(unexpected));
         // The arrival log (see `Engine::log_push`) grows only when, full, more than half
-        // of it is queued: twice the queue's depth never grows.
-        if !self.cfg.eager_wildcard_lists && self.built & LOGLESS == 0 {
+        // of it is queued: twice the queue's depth never grows. While it is freed
+        // (arrival stamps, see `Engine::drop_log`) exact matching does not use it; a
+        // build that keeps it again gives it this room (`Engine::build_unexp_slow`).
+        if !self.cfg.eager_wildcard_lists {
             let want = 2 * unexpected;
-            self.arrivals
-                .reserve(want.saturating_sub(self.arrivals.len()));
+            self.log_reserved = self.log_reserved.max(want);
+            if self.built & LOGLESS == 0 {
+                self.arrivals
+                    .reserve(want.saturating_sub(self.arrivals.len()));
+            }
         }
     }
 
@@ -1664,6 +1676,12 @@ impl<R, M> Engine<R, M> {
     /// [`Engine::build_unexp`]).
     #[inline]
     fn link_unexp_rest(&mut self, idx: u32, env: &Envelope) {
+        if self.built == LOGLESS {
+            // No kind kept, the log freed: a stamp, inline (the exact-only traffic of a
+            // program that used a wildcard once pays what a log append cost).
+            self.stamp_arrival(idx);
+            return;
+        }
         if self.built != 0 && self.link_unexp_kept(idx, env) {
             return;
         }
@@ -1760,12 +1778,30 @@ impl<R, M> Engine<R, M> {
     }
 
     /// Puts the arrival log back from the queued messages' arrival stamps (see
-    /// [`Engine::drop_log`]): their slab indices sorted by stamp, each stamp rewritten
-    /// to its position. O(queue + slab slots) with a radix sort ([`sort_by_stamp`]),
-    /// like the log walk of the build it serves.
+    /// [`Engine::drop_log`]), O(queue + slab slots + stamps given since the log was
+    /// freed), like the log walk of the build it serves. While the stamps given are
+    /// at most twice the queue (plus 64), each message's slab index is put at its
+    /// stamp in a log of that length (the stamps are the positions; the unused ones
+    /// are dead entries, `EMPTY` names no slot): one pass over the slab, 4 bytes a
+    /// stamp. Else (a long-lived queue, or stamps about to wrap) the stamps are sorted
+    /// ([`sort_by_stamp`]) and renumbered from 0.
     #[cold]
     #[inline(never)]
     fn restore_log(&mut self) {
+        let queued = self.unexp.len() - self.c.claimed_depth;
+        if self.stamp as usize <= 2 * queued + 64 && self.stamp < self.stamp_end {
+            let mut log = vec![EMPTY; self.stamp as usize];
+            for idx in self.unexp.indices() {
+                let n = self.unexp.at(idx);
+                if !n.is_claimed() {
+                    // Every stamp given is below `stamp` and none is given twice.
+                    log[n.links.stashed(K_COMM) as usize] = idx;
+                }
+            }
+            self.arrivals = log;
+            self.built &= !LOGLESS;
+            return;
+        }
         let mut keys: Vec<u64> = Vec::with_capacity(self.unexp.len() - self.c.claimed_depth);
         for idx in self.unexp.indices() {
             let n = self.unexp.at(idx);
@@ -1845,9 +1881,16 @@ impl<R, M> Engine<R, M> {
         let queued = self.unexp.len() - self.c.claimed_depth;
         if self.unexp.slots() <= 2 * queued + 64 {
             self.drop_log();
-        } else if self.built & (1 << K_COMM) != 0 {
+            return;
+        }
+        if self.built & (1 << K_COMM) != 0 {
             // Kept (comm) lists hold the arrival order: the log is not used.
             self.arrivals.clear();
+        }
+        // The log is kept (or was put back): the room `Engine::reserve` promised.
+        if self.arrivals.capacity() < self.log_reserved {
+            let len = self.arrivals.len();
+            self.arrivals.reserve_exact(self.log_reserved - len);
         }
     }
 
