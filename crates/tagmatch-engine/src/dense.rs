@@ -591,14 +591,11 @@ impl Dense {
 
     /// After a bulk build (a wildcard kind's lists built at its first use, see
     /// `Engine::build_unexp`, whose pushes grow the arrays a doubling at a time): each
-    /// array grown during it, `grown` holding its owner and its length before each
-    /// growth (the start of the key range [`Dense::grow`] returned), is trimmed to its
-    /// last list (nor below `MIN_LEN`): never below its length before the build, since
-    /// a growth covers a key past the old end whose list the build then holds (the
-    /// bound is kept explicitly all the same). Arrays the build did not grow are left
-    /// as they are.
-    /// (The record is kept by the engine: a field here made `Dense` larger, and the
-    /// engine's arrays of them are indexed by kind on the hot paths.)
+    /// array grown during it (`grown`: the owner of each growth, as recorded by the
+    /// engine, which knows when a build runs) is trimmed to its last list (not below
+    /// `MIN_LEN`). That is never below its length before the build: a growth covers a
+    /// key past the old end, whose list the build then holds. Arrays the build did not
+    /// grow are left as they are.
     /// Freshly grown by doubling, an array sized by the build's largest key costs up
     /// to 8 bytes a key; trimmed, 4 (issue #3: `unexpected-any-source` at depth 33,000
     /// held 68.5 bytes per message after its first receive). An array only ever
@@ -610,11 +607,10 @@ impl Dense {
     /// after it. O(growths + slots of the grown arrays).
     #[cold]
     #[inline(never)]
-    pub(crate) fn trim_grown(&mut self, mut grown: Vec<(u64, usize)>) {
-        // The first growth of each owner during the build has its prior length.
+    pub(crate) fn trim_grown(&mut self, mut grown: Vec<u64>) {
         grown.sort_unstable();
-        grown.dedup_by_key(|g| g.0);
-        for (comm, before) in grown {
+        grown.dedup();
+        for comm in grown {
             let Some(a) = self.array_mut(comm) else {
                 continue;
             };
@@ -623,7 +619,6 @@ impl Dense {
                 .iter()
                 .rposition(|&v| v != EMPTY)
                 .map_or(0, |p| p + 1)
-                .max(before)
                 .max(MIN_LEN);
             if end < a.heads.len() {
                 let cut = a.heads.len() - end;

@@ -651,10 +651,9 @@ pub struct Engine<R, M> {
     stamp: u32,
     /// [`STAMP_END`], or what [`Engine::wrap_stamps_at`] set.
     stamp_end: u32,
-    /// During a build of a (comm, src) or (comm, tag) kind: the owner and prior length
-    /// of each of its arrays grown since the build began, trimmed after it
-    /// ([`Dense::trim_grown`]).
-    bulk_grown: Option<Vec<(u64, usize)>>,
+    /// During a build of a (comm, src) or (comm, tag) kind: the owner of each of its
+    /// arrays grown since the build began, trimmed after it ([`Dense::trim_grown`]).
+    bulk_grown: Option<Vec<u64>>,
     /// Entries of arrival log [`Engine::reserve`] promised room for (twice the
     /// unexpected depth reserved).
     log_reserved: usize,
@@ -897,7 +896,7 @@ impl<R, M> Engine<R, M> {
         if let Some(grown) = self.bulk_grown.as_mut() {
             // A build of kind `k` (only then is this set): see `Dense::trim_grown`.
             debug_assert!(k != K_EXACT);
-            grown.push((o, keys.start as usize));
+            grown.push(o);
         }
         if k == K_EXACT && self.dense[3].lists_any() {
             // A newly covered key's list may be in a transposed array (which holds only
