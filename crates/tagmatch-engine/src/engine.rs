@@ -746,8 +746,7 @@ impl<R, M> Engine<R, M> {
             && self.built & (1 << K_COMM) == 0
             && self.stamp >= self.stamp_end
         {
-            self.restore_log();
-            self.drop_log();
+            self.renumber_stamps();
         }
     }
 
@@ -1750,9 +1749,25 @@ impl<R, M> Engine<R, M> {
         self.unexp.at_mut(idx).links.stash(K_COMM, self.stamp);
         self.stamp += 1;
         if self.stamp >= self.stamp_end {
-            self.restore_log();
-            self.drop_log();
+            self.renumber_stamps();
         }
+    }
+
+    /// Renumbers the queued messages' arrival stamps from 0 in arrival order (the log
+    /// put back, sorted, and freed again), at the end of the stamps' range.
+    #[cold]
+    fn renumber_stamps(&mut self) {
+        self.restore_log();
+        self.drop_log();
+    }
+
+    /// The arrival stamp (or log position) and slab index of each queued message, in
+    /// slab order (claimed messages have none).
+    fn queued_stamps(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.unexp.indices().filter_map(|idx| {
+            let n = self.unexp.at(idx);
+            (!n.is_claimed()).then(|| (n.links.stashed(K_COMM), idx))
+        })
     }
 
     /// Frees the arrival log once a wildcard kind is built (from it, or from the kept
@@ -1790,24 +1805,19 @@ impl<R, M> Engine<R, M> {
         let queued = self.unexp.len() - self.c.claimed_depth;
         if self.stamp as usize <= 2 * queued + 64 && self.stamp < self.stamp_end {
             let mut log = vec![EMPTY; self.stamp as usize];
-            for idx in self.unexp.indices() {
-                let n = self.unexp.at(idx);
-                if !n.is_claimed() {
-                    // Every stamp given is below `stamp` and none is given twice.
-                    log[n.links.stashed(K_COMM) as usize] = idx;
-                }
+            for (stamp, idx) in self.queued_stamps() {
+                // Every stamp given is below `stamp` and none is given twice.
+                log[stamp as usize] = idx;
             }
             self.arrivals = log;
             self.built &= !LOGLESS;
             return;
         }
-        let mut keys: Vec<u64> = Vec::with_capacity(self.unexp.len() - self.c.claimed_depth);
-        for idx in self.unexp.indices() {
-            let n = self.unexp.at(idx);
-            if !n.is_claimed() {
-                keys.push(u64::from(n.links.stashed(K_COMM)) << 32 | u64::from(idx));
-            }
-        }
+        let mut keys: Vec<u64> = Vec::with_capacity(queued);
+        keys.extend(
+            self.queued_stamps()
+                .map(|(stamp, idx)| u64::from(stamp) << 32 | u64::from(idx)),
+        );
         sort_by_stamp(&mut keys);
         let mut log = Vec::with_capacity(keys.len());
         for (pos, key) in keys.into_iter().enumerate() {
