@@ -542,8 +542,9 @@ enum Item<M> {
 #[derive(Debug)]
 struct Peer<M> {
     expected: u32,
-    /// Ring of `window` slots, allocated at the first out-of-order arrival; slot
-    /// `(head + d) % window` holds sequence number `expected + d`.
+    /// Ring of a power of two of slots (at most the reorder window's), allocated at the
+    /// first admitted out-of-order arrival and grown to cover the furthest offset held
+    /// ([`Peer::cover`]); slot `(head + d) % len` holds sequence number `expected + d`.
     ring: Vec<Held<M>>,
     head: usize,
     /// Non-empty slots (messages, controls and skips).
@@ -574,10 +575,50 @@ impl<M> Peer<M> {
         self.expected = self.expected.wrapping_add(1);
         self.span = self.span.saturating_sub(1);
         if !self.ring.is_empty() {
-            self.head = (self.head + 1) % self.ring.len();
+            self.head = (self.head + 1) & (self.ring.len() - 1);
+        }
+    }
+
+    /// Grows the ring, if needed, to hold offset `d` (below the reorder window): to the
+    /// power of two above `d` (at least [`RING_MIN`] slots), the held items keeping their
+    /// offsets (the ring starts at `expected` again). So a source's ring is as large as
+    /// the furthest it got ahead, not the window: one swapped pair costs [`RING_MIN`]
+    /// slots, not 16,384 (the RDM endpoint's window) or 65,536; and since an
+    /// out-of-order message is admitted only with room in the message budget for it and
+    /// every gap below it, the rings' slots follow the budget (controls excepted: they
+    /// take no budget, within the window).
+    fn cover(&mut self, d: u32) {
+        let len = self.ring.len();
+        if (d as usize) < len {
+            return;
+        }
+        let new_len = (d as usize + 1).next_power_of_two().max(RING_MIN);
+        let mut ring = Vec::with_capacity(new_len);
+        ring.extend((0..len).map(|off| {
+            core::mem::replace(&mut self.ring[(self.head + off) & (len - 1)], Held::Empty)
+        }));
+        ring.resize_with(new_len, || Held::Empty);
+        self.ring = ring;
+        self.head = 0;
+    }
+
+    /// After the source's held items were all released: a ring larger than
+    /// [`RING_KEEP`] slots is freed (one burst of deep reordering does not keep its
+    /// memory); a smaller one stays, so that steady reordering within it allocates
+    /// nothing.
+    fn release(&mut self) {
+        if self.occupied == 0 && self.ring.len() > RING_KEEP {
+            self.ring = Vec::new();
+            self.head = 0;
         }
     }
 }
+
+/// Smallest reorder ring of a source (slots).
+const RING_MIN: usize = 4;
+
+/// Largest reorder ring a source keeps once nothing of it is held (slots).
+const RING_KEEP: usize = 64;
 
 /// Largest accepted reorder window (ob1's 16-bit sequence space allows 2^16 − 1).
 pub const MAX_REORDER_WINDOW: u32 = 1 << 16;
@@ -2947,6 +2988,7 @@ impl<R, M> Engine<R, M> {
             while let Some(peer) = self.peers.get_mut(&src) {
                 peer.advance();
                 if peer.occupied == 0 || peer.ring.is_empty() {
+                    peer.release();
                     break;
                 }
                 let h = peer.head;
@@ -2987,12 +3029,13 @@ impl<R, M> Engine<R, M> {
             self.c.rejected_sequence += 1;
             return Err((RejectReason::WindowOverflow, item));
         }
-        if peer.ring.is_empty() {
-            peer.ring.resize_with(window as usize, || Held::Empty);
-            peer.head = 0;
-        }
-        let slot = (peer.head + d as usize) % peer.ring.len();
-        if !matches!(peer.ring[slot], Held::Empty) {
+        // A slot past the ring's end is empty: nothing was held that far ahead.
+        if (d as usize) < peer.ring.len()
+            && !matches!(
+                peer.ring[(peer.head + d as usize) & (peer.ring.len() - 1)],
+                Held::Empty
+            )
+        {
             self.c.rejected_sequence += 1;
             return Err((RejectReason::Duplicate, item));
         }
@@ -3013,6 +3056,10 @@ impl<R, M> Engine<R, M> {
             self.c.rejected_backpressure += 1;
             return Err((RejectReason::Backpressure, item));
         }
+        // Only an admitted item allocates: the ring covers the offsets held so far (see
+        // `Peer::cover`), so a rejected item leaves the engine as it was.
+        peer.cover(d);
+        let slot = (peer.head + d as usize) & (peer.ring.len() - 1);
         peer.ring[slot] = match item {
             Item::Msg {
                 env,

@@ -358,7 +358,15 @@ impl std::error::Error for EngineError {}
 pub struct Config {
     /// Reorder window per source, in messages: a sequenced arrival with
     /// `seq - expected` (wrapping) in `1..window` is held; beyond it is an error.
-    /// 0 and 1 both mean "no out-of-order arrival accepted".
+    /// 0 and 1 both mean "no out-of-order arrival accepted". At most
+    /// [`MAX_REORDER_WINDOW`](crate::MAX_REORDER_WINDOW) (65,536, ob1's 16-bit sequence
+    /// space): [`Engine::new`](crate::Engine::new) clamps larger values to it, and
+    /// [`Engine::config`](crate::Engine::config) shows the window in force.
+    ///
+    /// Memory: a source's buffer is allocated at its first admitted out-of-order
+    /// arrival and grows (by powers of two, from 4 slots) to the furthest offset it held,
+    /// not to the window; it is freed once drained if larger than 64 slots. A rejected
+    /// arrival allocates nothing.
     pub reorder_window: u32,
     /// Budget of payload bytes held by the engine (unexpected + reorder buffer + claimed).
     /// One exception: [`Engine::deliver`](crate::Engine::deliver) admits a source's next
@@ -436,7 +444,8 @@ impl Config {
         self
     }
 
-    /// Sets [`Config::reorder_window`].
+    /// Sets [`Config::reorder_window`] (at most
+    /// [`MAX_REORDER_WINDOW`](crate::MAX_REORDER_WINDOW); larger values are clamped).
     pub fn reorder_window(mut self, w: u32) -> Self {
         self.reorder_window = w;
         self
