@@ -42,6 +42,12 @@ const DATA: u64 = 0x7A6D_0000_0000_0003;
 const ACK: u64 = 0x7A6D_0000_0000_0004;
 const CTRL_LEN: usize = 32;
 const QUIT: u8 = 255;
+/// Largest `--window` a run may announce: the server ignores a control message with a
+/// larger one (as one asking for more iterations than [`MAX_ITERS`]), so the client
+/// refuses it up front.
+const MAX_WINDOW: u64 = 1 << 16;
+/// Largest `--iters` a run may announce (see [`MAX_WINDOW`]).
+const MAX_ITERS: u64 = 1 << 32;
 /// How long a UDP side busy-polls (progresses without blocking) in a wait of the latency
 /// test before it blocks in poll(2). Every wait of a run is far shorter, so both sides
 /// busy-poll through the ping-pong, as `ucx_perftest` and `fi_pingpong` do: a side that
@@ -723,8 +729,8 @@ impl Server {
         let problem = match test {
             None => Some(format!("unknown test code {}", c.data[0])),
             Some(_) if size > 1 << 30 => Some(format!("size {size} is larger than 1 GiB")),
-            Some(_) if iters == 0 || iters > 1 << 32 => Some(format!("iterations {iters}")),
-            Some(_) if window == 0 || window > 1 << 16 => Some(format!("window {window}")),
+            Some(_) if iters == 0 || iters > MAX_ITERS => Some(format!("iterations {iters}")),
+            Some(_) if window == 0 || window > MAX_WINDOW => Some(format!("window {window}")),
             Some(_) => None,
         };
         let (Some(test), None) = (test, &problem) else {
@@ -1136,7 +1142,7 @@ impl Client {
         let start = Instant::now();
         match test {
             Test::TagLat => {
-                rtts.reserve(iters as usize);
+                reserve_laps(&mut rtts, iters)?;
                 let slot = self.slot(size);
                 let mut t0 = laps.ticks();
                 for i in 0..iters {
@@ -1227,7 +1233,7 @@ impl Client {
                 // `msg`, progress until the reply completes (driving the in-process
                 // server, which receives into its own recycled buffer and injects the
                 // reply).
-                rtts.reserve(iters as usize);
+                reserve_laps(&mut rtts, iters)?;
                 let msg = vec![0xa5u8; size];
                 let slot = self.slot(size);
                 // One clock read per iteration, as ucx_perftest: an iteration's round
@@ -1262,7 +1268,7 @@ impl Client {
                 // sent from one registered region and received into another (registered
                 // local: the UDP device receives a read's datagrams straight into it), no
                 // allocation or zeroing per message, one registration each per run.
-                rtts.reserve(iters as usize);
+                reserve_laps(&mut rtts, iters)?;
                 let tx = self.ep.register(vec![0xa5u8; size.max(1)])?;
                 let rx = self.ep.register_local(vec![0u8; size.max(1)])?;
                 let mut t0 = laps.ticks();
@@ -1429,6 +1435,23 @@ impl LapClock {
     }
 }
 
+/// Makes room in `laps` for the round trips of `iters` iterations up front (none is
+/// allocated in the timed loop), or says that they do not fit in memory: up to
+/// [`MAX_ITERS`] iterations can be asked for, 8 bytes each, which would abort the process
+/// in an infallible reservation.
+fn reserve_laps(laps: &mut Vec<u64>, iters: u64) -> Result<(), tagmatch::Error> {
+    usize::try_from(iters)
+        .ok()
+        .and_then(|n| laps.try_reserve_exact(n).ok())
+        .ok_or_else(|| tagmatch::Error::Io {
+            context: "perf client",
+            source: std::io::Error::other(format!(
+                "no memory for the round-trip times of {iters} iterations (8 bytes each): \
+                 lower --iters"
+            )),
+        })
+}
+
 /// The 50th and 99th percentiles of `v` (reordered), as a full sort would give them
 /// (`v[percentile_index]` of the sorted values) but in linear time: two selections, the
 /// second among the values at or above the median.
@@ -1481,8 +1504,18 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
     if a.window == 0 {
         return Err(Error::new(ctx, "--window: must be at least 1"));
     }
-    if a.iters == Some(0) {
-        return Err(Error::new(ctx, "--iters: must be at least 1"));
+    if a.window > MAX_WINDOW {
+        return Err(Error::new(
+            ctx,
+            format!("--window {}: at most {MAX_WINDOW}", a.window),
+        ));
+    }
+    match a.iters {
+        Some(0) => return Err(Error::new(ctx, "--iters: must be at least 1")),
+        Some(n) if n > MAX_ITERS => {
+            return Err(Error::new(ctx, format!("--iters {n}: at most {MAX_ITERS}")))
+        }
+        _ => {}
     }
     if matches!(a.test, Test::PutBw | Test::GetBw) && sizes.contains(&0) {
         return Err(Error::new(
@@ -2126,7 +2159,14 @@ mod tests {
         a.size = "8".into();
         a.window = 0;
         assert!(measure(&a).unwrap_err().to_string().contains("--window"));
+        a.window = MAX_WINDOW + 1;
+        let e = measure(&a).unwrap_err().to_string();
+        assert!(e.contains("--window 65537: at most 65536"), "{e}");
         a.window = 1;
+        a.iters = Some(MAX_ITERS + 1);
+        let e = measure(&a).unwrap_err().to_string();
+        assert!(e.contains("--iters 4294967297: at most 4294967296"), "{e}");
+        a.iters = Some(20);
         a.transport = "tcp".into();
         assert!(measure(&a).unwrap_err().to_string().contains("--transport"));
         a.transport = "udp".into();

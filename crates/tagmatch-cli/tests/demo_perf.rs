@@ -203,6 +203,40 @@ fn perf_rejects_bad_arguments() {
     assert!(c(&["--test", "put_bw", "--size", "0"]).contains("--size 0"));
     assert!(c(&["--window", "0"]).contains("--window"));
     assert!(c(&["--iters", "0"]).contains("--iters"));
+    // Beyond what the server accepts (it would ignore the run, the client waiting 30 s
+    // for its answer): refused up front, naming the flag, the value and the limit, over
+    // UDP before anything is sent.
+    for transport in [&["--transport", "mem"][..], &["udp://127.0.0.1:9/0x1"][..]] {
+        let mut a = vec!["perf", "client"];
+        a.extend_from_slice(transport);
+        let with = |extra: &[&str]| {
+            let mut a = a.clone();
+            a.extend_from_slice(extra);
+            fails(&a)
+        };
+        let err = with(&["--window", "65537"]);
+        assert!(err.contains("--window 65537: at most 65536"), "{err}");
+        let err = with(&["--iters", "4294967297"]);
+        assert!(
+            err.contains("--iters 4294967297: at most 4294967296"),
+            "{err}"
+        );
+    }
+    // The largest window is accepted (a run of fewer iterations posts fewer receives).
+    let out = ok(&[
+        "perf",
+        "client",
+        "--transport",
+        "mem",
+        "--test",
+        "tag_bw",
+        "--window",
+        "65536",
+        "--iters",
+        "10",
+        "--json",
+    ]);
+    assert_eq!(out.lines().count(), 1, "{out}");
     assert!(fails(&["perf", "client", "udp://nowhere"]).contains("invalid address"));
     assert!(fails(&["perf", "client"]).contains("missing the server address"));
     assert!(fails(&["perf", "server", "--bind", "nope"]).contains("--bind"));
