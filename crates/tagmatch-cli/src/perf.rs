@@ -1473,6 +1473,19 @@ fn p50_p99(v: &mut [u64]) -> (f64, f64) {
     (p50 as f64, p99 as f64)
 }
 
+/// Whether a run's error means that the server is unreachable or gone: an operation to
+/// it failed in the transport (a send or RDMA operation not taken within the peer
+/// timeout), or a wait for it ran to its limit.
+fn is_peer_failure(e: &tagmatch::Error) -> bool {
+    matches!(
+        e,
+        tagmatch::Error::Failed {
+            error: tagmatch::OpError::SendFailed | tagmatch::OpError::RdmaFailed,
+            ..
+        } | tagmatch::Error::Timeout { .. }
+    )
+}
+
 /// Runs the tests of `a` and returns one row per size (used by the command and tests).
 pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
     let ctx = "perf client";
@@ -1663,6 +1676,8 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
     };
     let mut rows = Vec::new();
     let mut result = Ok(());
+    // Whether the run failed because the server is unreachable or gone.
+    let mut peer_gone = false;
     for &size in &sizes {
         let iters = a.iters.unwrap_or_else(|| default_iters(a.test, size));
         let warm = (iters / 10).clamp(1, 2000);
@@ -1691,6 +1706,7 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
                     ),
                     _ => String::new(),
                 };
+                peer_gone = is_peer_failure(&e);
                 result = Err(Error::new(
                     ctx,
                     format!("{} size {size}: {e}{hint}", a.test.name()),
@@ -1731,14 +1747,23 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
         }
         rows.push(row);
     }
-    // Tell the server we are done, whatever happened (it does not answer QUIT).
+    // Tell the server we are done (it does not answer QUIT): after a run that passed, a
+    // wait for the QUIT's send, then for its acknowledgement (at most 2 s); after one that
+    // failed only the flush, the sends of the run left behind; and nothing to a server
+    // that is unreachable or gone, as a send to it would fail only after another peer
+    // timeout (the error took one already), nor after a failed run to an in-process
+    // server (it ends with this process, and only a wait would drive it to take QUIT).
     let mut quit = vec![0u8; CTRL_LEN];
     quit[0] = QUIT;
-    if client.looped {
-        // No server.
+    if client.looped || peer_gone || (result.is_err() && client.local.is_some()) {
+        // No server, or none that would take it.
     } else if let Ok(s) = client.ep.tsend(client.server, CTRL, quit) {
-        client.sends.push_back(s);
-        let _ = client.reap_sends(0);
+        if result.is_ok() {
+            client.sends.push_back(s);
+            let _ = client.reap_sends(0);
+        } else {
+            client.sends.clear();
+        }
         let _ = client.ep.flush(Duration::from_secs(2));
     }
     if a.stats {
