@@ -1353,28 +1353,48 @@ impl Client {
 
 /// A running line on stderr when it is a terminal and the run is long.
 struct Progress {
-    on: bool,
     label: String,
     last: Instant,
     shown: bool,
+    /// Iterations between two looks at the clock ([`progress_step`]).
+    step: u64,
+    /// The iteration count at which the next look is due (`u64::MAX`: never).
+    next: u64,
+}
+
+/// Iterations between two looks of [`Progress`] at the clock in a run of `total`:
+/// every 256 in a long run (the cost of the look is negligible per message), but at
+/// least 100 looks per run, so that a run of few long iterations (sizes of 2 MiB and
+/// more default to 100) shows its line too.
+fn progress_step(total: u64) -> u64 {
+    (total / 100).clamp(1, 256)
 }
 
 impl Progress {
-    /// A progress line that never shows (warm-up runs, tests).
-    fn quiet() -> Progress {
+    /// A progress line for a run of `total` iterations labelled `label`, shown when
+    /// `on` (stderr is a terminal).
+    fn new(on: bool, label: String, total: u64) -> Progress {
+        let step = progress_step(total);
         Progress {
-            on: false,
-            label: String::new(),
+            label,
             last: Instant::now(),
             shown: false,
+            step,
+            next: if on { step } else { u64::MAX },
         }
     }
 
-    /// Called per message: the test of whether to look at the clock is inlined, the
-    /// rest is not.
+    /// A progress line that never shows (warm-up runs, tests).
+    fn quiet() -> Progress {
+        Progress::new(false, String::new(), 1)
+    }
+
+    /// Called per message: one compare with the precomputed next due count (no
+    /// division) is inlined, the rest is not.
     #[inline]
     fn tick(&mut self, done: u64, total: u64) {
-        if self.on && done % 256 == 0 {
+        if done >= self.next {
+            self.next = done.saturating_add(self.step);
             self.show(done, total);
         }
     }
@@ -1681,12 +1701,11 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
     for &size in &sizes {
         let iters = a.iters.unwrap_or_else(|| default_iters(a.test, size));
         let warm = (iters / 10).clamp(1, 2000);
-        let mut progress = Progress {
-            on: std::io::stderr().is_terminal(),
-            label: format!("{} {size} B", a.test.name()),
-            last: Instant::now(),
-            shown: false,
-        };
+        let mut progress = Progress::new(
+            std::io::stderr().is_terminal(),
+            format!("{} {size} B", a.test.name()),
+            iters,
+        );
         let mut quiet = Progress::quiet();
         let r = client
             .run(a.test, size, warm, a.window, &mut quiet)
@@ -1991,6 +2010,46 @@ mod tests {
             }
         }
         assert_eq!(p50_p99(&mut []), (0.0, 0.0));
+    }
+
+    /// A run of `total` iterations looks at the clock every `progress_step(total)`
+    /// iterations: at least 100 times (every iteration in runs of up to 199), at most
+    /// every 256 iterations; a quiet one never does.
+    #[test]
+    fn progress_looks_at_least_a_hundred_times_per_run() {
+        for (total, step) in [
+            (1, 1),
+            (99, 1),
+            (100, 1),
+            (199, 1),
+            (200, 2),
+            (1_000, 10),
+            (25_599, 255),
+            (25_600, 256),
+            (1_000_000, 256),
+            (MAX_ITERS, 256),
+        ] {
+            assert_eq!(progress_step(total), step, "{total}");
+        }
+        for total in [1u64, 7, 100, 150, 2_000, 30_000] {
+            let mut p = Progress::new(true, "t".into(), total);
+            // The line itself never draws: its last drawing is in the future.
+            p.last = Instant::now() + Duration::from_secs(3600);
+            let mut looks = 0;
+            for done in 1..=total {
+                let next = p.next;
+                p.tick(done, total);
+                looks += u64::from(p.next != next);
+            }
+            assert_eq!(looks, total / progress_step(total), "{total}");
+            assert!(looks >= total.min(100), "{total}: {looks}");
+            assert!(!p.shown);
+            let mut q = Progress::quiet();
+            for done in 1..=total {
+                q.tick(done, total);
+            }
+            assert_eq!(q.next, u64::MAX, "{total}");
+        }
     }
 
     fn args(test: Test, size: &str) -> ClientArgs {
