@@ -1918,14 +1918,44 @@ pub fn run(args: Args) -> Result<(), Error> {
     match args.role {
         Role::Server(a) => run_server(a),
         Role::Client(a) => {
-            let rows = measure(&a)?;
+            let ctx = "perf client";
+            let plot_error = |p: &std::path::Path, e: std::io::Error| {
+                Error::new(ctx, format!("--plot {}: {e}", p.display()))
+            };
+            // The plot's file is opened (created if it does not exist, not truncated yet)
+            // before the run, so that a path that cannot be written fails at once instead
+            // of after every size has run.
+            let plot = match &a.plot {
+                Some(p) => {
+                    let existed = p.exists();
+                    let f = std::fs::OpenOptions::new()
+                        .write(true)
+                        .create(true)
+                        .truncate(false)
+                        .open(p)
+                        .map_err(|e| plot_error(p, e))?;
+                    Some((p, f, existed))
+                }
+                None => None,
+            };
+            let rows = match measure(&a) {
+                Ok(rows) => rows,
+                Err(e) => {
+                    // A file this run created is not left behind empty.
+                    if let Some((p, f, false)) = plot {
+                        drop(f);
+                        let _ = std::fs::remove_file(p);
+                    }
+                    return Err(e);
+                }
+            };
             if !a.json {
-                input::print_line(&table(&rows)).map_err(|e| Error::new("perf client", e))?;
+                input::print_line(&table(&rows)).map_err(|e| Error::new(ctx, e))?;
             }
-            if let Some(p) = &a.plot {
-                std::fs::write(p, svg(&rows)).map_err(|e| {
-                    Error::new("perf client", format!("--plot {}: {e}", p.display()))
-                })?;
+            if let Some((p, mut f, _)) = plot {
+                f.set_len(0)
+                    .and_then(|()| f.write_all(svg(&rows).as_bytes()))
+                    .map_err(|e| plot_error(p, e))?;
             }
             Ok(())
         }

@@ -128,6 +128,52 @@ fn perf_in_process_json_table_and_plot() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `--plot` to a path that cannot be written fails before the run (nothing measured,
+/// nothing printed: the JSON rows are printed as each size is measured), naming the path;
+/// a plot file the client created is removed when the run fails.
+#[test]
+fn perf_plot_path_is_checked_before_the_run() {
+    let o = run(&[
+        "perf",
+        "client",
+        "--transport",
+        "mem",
+        "--size",
+        "8,1k",
+        "--iters",
+        "20",
+        "--json",
+        "--plot",
+        "/nonexistent/x.svg",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        o.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--plot /nonexistent/x.svg: "), "{err}");
+    let dir = std::env::temp_dir().join(format!("tagmatch-plot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("failed.svg");
+    let err = fails(&[
+        "perf",
+        "client",
+        "--transport",
+        "mem",
+        "--test",
+        "put_bw",
+        "--size",
+        "0",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(err.contains("--size 0"), "{err}");
+    assert!(!svg.exists(), "the failed run left {}", svg.display());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn perf_server_and_client_over_loopback_udp() {
     let (mut server, addr) = perf_server(&[]);
