@@ -3,10 +3,11 @@
 //! - `tagmatch perf server [--bind ADDR]` prints its address and serves one client
 //!   (`--forever`: any number, one after the other);
 //! - `tagmatch perf client ADDR --test T --size N[,N…] [--iters K] [--window W] [--json]
-//!   [--plot FILE.svg]`; `--transport mem` runs both sides in this process (one thread,
-//!   two endpoints: client and server); `--transport self` runs both roles on ONE
-//!   endpoint that sends to itself (like-for-like with `ucx_perftest -l` over UCX's
-//!   `self` transport, one worker; tag tests only); `--transport verbs [--device
+//!   [--plot FILE.svg] [--bind ADDR]` (over UDP the client binds, unless told, the local
+//!   address of its route to the server); `--transport mem` runs both sides in this
+//!   process (one thread, two endpoints: client and server); `--transport self` runs both
+//!   roles on ONE endpoint that sends to itself (like-for-like with `ucx_perftest -l` over
+//!   UCX's `self` transport, one worker; tag tests only); `--transport verbs [--device
 //!   NAME]` (with the `verbs` feature, also for `server`) runs over an RDMA device, both
 //!   sides in this process when no address is given.
 //!
@@ -27,6 +28,7 @@
 
 use std::collections::VecDeque;
 use std::io::{IsTerminal, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -212,6 +214,65 @@ pub struct ClientArgs {
     /// taken for unreachable and the client stops with an error (default 10).
     #[arg(long, value_name = "SECONDS")]
     pub peer_timeout: Option<f64>,
+    /// `--transport udp`: the local address to bind (a concrete IP of the server's
+    /// family; port 0 picks one). Default: the address of the interface the route to the
+    /// server leaves by (the server answers to it), loopback for a loopback server.
+    #[arg(long, value_name = "IP:PORT")]
+    pub bind: Option<String>,
+}
+
+/// The local address of `perf client`'s UDP endpoint for a server at `server`: `bind`
+/// (`--bind`) when given, which must be a concrete IP of the server's family; otherwise
+/// loopback for a loopback server and, for any other, the source address the kernel
+/// picks for the route to the server ([`route_source`]), port 0.
+fn client_bind(server: SocketAddr, bind: Option<&str>) -> Result<SocketAddr, String> {
+    let family = |a: &SocketAddr| if a.is_ipv4() { "IPv4" } else { "IPv6" };
+    if let Some(b) = bind {
+        let addr: SocketAddr = b
+            .parse()
+            .map_err(|_| format!("--bind {b:?}: not IP:PORT (e.g. 10.0.0.2:0)"))?;
+        if addr.is_ipv4() != server.is_ipv4() {
+            return Err(format!(
+                "--bind {addr}: an {} address, but the server {server} is {}",
+                family(&addr),
+                family(&server)
+            ));
+        }
+        if addr.ip().is_unspecified() {
+            return Err(format!(
+                "--bind {addr}: bind a concrete IP (the server answers to it)"
+            ));
+        }
+        return Ok(addr);
+    }
+    match server.ip() {
+        IpAddr::V4(ip) if ip.is_loopback() => Ok((Ipv4Addr::LOCALHOST, 0).into()),
+        IpAddr::V6(ip) if ip.is_loopback() => Ok((Ipv6Addr::LOCALHOST, 0).into()),
+        _ => route_source(server).map_err(|e| {
+            format!(
+                "no local address to reach the server {server} from ({e}): give one with \
+                 --bind IP:0"
+            )
+        }),
+    }
+}
+
+/// The local address (port 0) the kernel sends from to reach `server`: the address of a
+/// UDP socket connected to it (a connect sends nothing; it looks the route up).
+fn route_source(server: SocketAddr) -> std::io::Result<SocketAddr> {
+    let any: SocketAddr = if server.is_ipv4() {
+        (Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let probe = std::net::UdpSocket::bind(any)?;
+    probe.connect(server)?;
+    let mut local = probe.local_addr()?;
+    if local.ip().is_unspecified() {
+        return Err(std::io::Error::other("the route has no source address"));
+    }
+    local.set_port(0);
+    Ok(local)
 }
 
 /// Parses `8,4k,1m`.
@@ -1519,6 +1580,12 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
     if a.peer_timeout.is_some() && a.transport != "udp" {
         return Err(Error::new(ctx, "--peer-timeout goes with --transport udp"));
     }
+    if let (Some(b), false) = (&a.bind, a.transport == "udp") {
+        return Err(Error::new(
+            ctx,
+            format!("--bind {b:?} goes with --transport udp"),
+        ));
+    }
     let peer_timeout = match a.peer_timeout {
         Some(t) if !(t.is_finite() && t > 0.0 && t <= 86_400.0) => {
             return Err(Error::new(
@@ -1592,11 +1659,16 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
         "udp" => {
             let addr = a.addr.as_deref().ok_or_else(|| Error::new(ctx, "missing the server address (udp://IP:PORT/CONNID, as `tagmatch perf server` prints it)"))?;
             let server: tagmatch::Address = addr.parse().map_err(fe(ctx))?;
-            let bind = match server {
-                tagmatch::Address::Udp(u) if u.sock.is_ipv6() => "[::1]:0",
-                _ => "127.0.0.1:0",
+            let tagmatch::Address::Udp(udp) = &server else {
+                return Err(Error::new(
+                    ctx,
+                    tagmatch::Error::WrongTransport {
+                        address: addr.to_owned(),
+                        endpoint: "udp",
+                    },
+                ));
             };
-            let bind = bind.parse().map_err(|_| Error::new(ctx, "bind address"))?;
+            let bind = client_bind(udp.sock, a.bind.as_deref()).map_err(|e| Error::new(ctx, e))?;
             let mut b = Endpoint::builder()
                 .udp(bind)
                 .path_mtu(a.path_mtu.unwrap_or(DEFAULT_PATH_MTU));
@@ -1605,7 +1677,9 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
                 ucfg.peer_timeout = t;
                 b = b.udp_config(ucfg);
             }
-            let mut ep = b.build().map_err(fe(ctx))?;
+            let mut ep = b
+                .build()
+                .map_err(|e| Error::new(ctx, format!("UDP endpoint on {bind}: {e}")))?;
             let peer = ep.insert_peer(&server).map_err(fe(ctx))?;
             (
                 "udp",
@@ -2097,6 +2171,7 @@ mod tests {
             stats: false,
             no_fast_path: false,
             peer_timeout: None,
+            bind: None,
         }
     }
 
@@ -2264,6 +2339,52 @@ mod tests {
         }
         c.take_completion(s).unwrap().into_result().unwrap();
         assert!(server.done());
+    }
+
+    /// The client's UDP endpoint binds loopback for a loopback server, the source
+    /// address of the route for another (for a loopback server that is loopback too),
+    /// and `--bind` when given: of the server's family, a concrete IP.
+    #[test]
+    fn the_client_binds_where_the_server_can_answer() {
+        let v4: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let v6: SocketAddr = "[::1]:9".parse().unwrap();
+        assert_eq!(
+            client_bind(v4, None).unwrap(),
+            "127.0.0.1:0".parse().unwrap()
+        );
+        assert_eq!(client_bind(v6, None).unwrap(), "[::1]:0".parse().unwrap());
+        // Another loopback address of the server is reached from 127.0.0.1 as well.
+        let other: SocketAddr = "127.0.0.2:9".parse().unwrap();
+        assert_eq!(
+            client_bind(other, None).unwrap(),
+            "127.0.0.1:0".parse().unwrap()
+        );
+        // The route's source address, port 0: for a loopback destination, loopback.
+        assert_eq!(route_source(v4).unwrap(), "127.0.0.1:0".parse().unwrap());
+        let src = route_source(other).unwrap();
+        assert!(src.ip().is_loopback() && src.port() == 0, "{src}");
+        // An explicit --bind is honoured, port included.
+        assert_eq!(
+            client_bind(v4, Some("127.0.0.3:4567")).unwrap(),
+            "127.0.0.3:4567".parse().unwrap()
+        );
+        for (server, bind, want) in [
+            (
+                v4,
+                "[::1]:0",
+                "--bind [::1]:0: an IPv6 address, but the server 127.0.0.1:9 is IPv4",
+            ),
+            (
+                v6,
+                "127.0.0.1:0",
+                "--bind 127.0.0.1:0: an IPv4 address, but the server [::1]:9 is IPv6",
+            ),
+            (v4, "0.0.0.0:0", "--bind 0.0.0.0:0: bind a concrete IP"),
+            (v4, "10.0.0.1", "--bind \"10.0.0.1\": not IP:PORT"),
+        ] {
+            let e = client_bind(server, Some(bind)).unwrap_err();
+            assert!(e.starts_with(want), "{bind}: {e}");
+        }
     }
 
     #[test]

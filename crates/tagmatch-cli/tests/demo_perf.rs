@@ -185,6 +185,55 @@ fn perf_server_and_client_over_loopback_udp() {
     assert!(server.wait().unwrap().success());
 }
 
+/// `perf client --bind` binds the address given: the server, bound to 127.0.0.2, is told
+/// the client's address 127.0.0.3 and answers there (a port of it taken by a socket of
+/// this test first, the client's bind fails naming it). A `--bind` goes with UDP only,
+/// and must be of the server's address family.
+#[test]
+fn perf_client_binds_the_address_given() {
+    let (mut server, addr) =
+        common::spawn_perf_server(&["--bind", "127.0.0.2:0"], "udp://127.0.0.2:");
+    let out = ok(&[
+        "perf",
+        "client",
+        &addr,
+        "--bind",
+        "127.0.0.3:0",
+        "--iters",
+        "20",
+        "--json",
+    ]);
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(server.wait().unwrap().success());
+    let taken = std::net::UdpSocket::bind("127.0.0.3:0").unwrap();
+    let bind = taken.local_addr().unwrap().to_string();
+    let err = fails(&["perf", "client", &addr, "--bind", &bind, "--iters", "20"]);
+    assert!(
+        err.contains(&format!("UDP endpoint on {bind}: udp bind: ")),
+        "{err}"
+    );
+    assert!(fails(&[
+        "perf",
+        "client",
+        "--transport",
+        "mem",
+        "--bind",
+        "127.0.0.1:0"
+    ])
+    .contains("--bind \"127.0.0.1:0\" goes with --transport udp"));
+    let err = fails(&[
+        "perf",
+        "client",
+        "udp://127.0.0.1:9/0x1",
+        "--bind",
+        "[::1]:0",
+    ]);
+    assert!(
+        err.contains("--bind [::1]:0: an IPv6 address, but the server 127.0.0.1:9 is IPv4"),
+        "{err}"
+    );
+}
+
 /// A `--forever` server serves one client after another, its receive region growing for a
 /// larger size and serving smaller ones after: latency at 8 B, 64 KiB and 1 MiB
 /// (long-read into the region), then streaming 1 MiB and 8 B with a window of receives
