@@ -95,7 +95,7 @@ pub fn stages() -> Vec<Stage> {
         },
         Stage {
             name: "netns",
-            about: "cargo xtask netns: tagmatch-transport across two network namespaces (root)",
+            about: "cargo xtask netns: tagmatch-transport and tagmatch perf across two network namespaces (root)",
             run: |ctx| crate::netns::run(&ctx.root),
         },
         Stage {

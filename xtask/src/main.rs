@@ -46,8 +46,9 @@ COMMANDS:
                       for every target in fuzz/ (skipped if fuzz/ does not exist)
             Stops at the first failing stage and prints a summary.
     fuzz    Run only the fuzz smoke stage.
-    netns   The multi-host test of tagmatch-transport in two network namespaces
-            (veth pair) with TAGMATCH_NETNS_REQUIRED=1; needs root (skipped otherwise).
+    netns   The multi-host tests of tagmatch-transport and of tagmatch perf (server
+            and client) in two network namespaces (veth pair) with
+            TAGMATCH_NETNS_REQUIRED=1; needs root (skipped otherwise).
     soak    The long tagmatch-rdm soak: 100,000 operations per seed of random sizes and
             subprotocols under reordering and faults, release build
             (--messages N, --seed S). CI runs a 20,000-operation version.

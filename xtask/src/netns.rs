@@ -1,7 +1,9 @@
-//! `cargo xtask netns`: the multi-host test of `tagmatch-transport` (two network namespaces
-//! joined by a veth pair, a UDP-device peer process in each; the test creates and removes
-//! the namespaces itself) with `TAGMATCH_NETNS_REQUIRED=1`, so that a host where namespaces
-//! cannot be made fails instead of skipping. Needs root and iproute2 (installed if missing).
+//! `cargo xtask netns`: the multi-host tests (two network namespaces joined by a veth pair;
+//! each test creates and removes its namespaces itself) with `TAGMATCH_NETNS_REQUIRED=1`,
+//! so that a host where namespaces cannot be made fails instead of skipping: that of
+//! `tagmatch-transport` (a UDP-device peer process in each namespace), then `tagmatch
+//! perf` server and client on two hosts (`tagmatch-cli`'s `perf_netns`). Needs root and
+//! iproute2 (installed if missing).
 
 use std::path::Path;
 
@@ -9,7 +11,7 @@ use crate::ci::Outcome;
 use crate::cmd::Cmd;
 use crate::Result;
 
-/// Runs the netns test; skipped (with the reason) when not root.
+/// Runs the netns tests; skipped (with the reason) when not root.
 pub fn run(root: &Path) -> Result<Outcome> {
     let uid = Cmd::new("id")
         .arg("-u")
@@ -21,10 +23,15 @@ pub fn run(root: &Path) -> Result<Outcome> {
         ));
     }
     crate::apt::ensure_apt(&["iproute2"])?;
-    Cmd::cargo()
-        .args(["test", "-p", "tagmatch-transport", "--test", "netns"])
-        .env("TAGMATCH_NETNS_REQUIRED", "1")
-        .current_dir(root)
-        .run()?;
+    for (package, test) in [
+        ("tagmatch-transport", "netns"),
+        ("tagmatch-cli", "perf_netns"),
+    ] {
+        Cmd::cargo()
+            .args(["test", "-p", package, "--test", test])
+            .env("TAGMATCH_NETNS_REQUIRED", "1")
+            .current_dir(root)
+            .run()?;
+    }
     Ok(Outcome::Ok)
 }

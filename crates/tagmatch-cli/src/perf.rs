@@ -3,10 +3,11 @@
 //! - `tagmatch perf server [--bind ADDR]` prints its address and serves one client
 //!   (`--forever`: any number, one after the other);
 //! - `tagmatch perf client ADDR --test T --size N[,N…] [--iters K] [--window W] [--json]
-//!   [--plot FILE.svg]`; `--transport mem` runs both sides in this process (one thread,
-//!   two endpoints: client and server); `--transport self` runs both roles on ONE
-//!   endpoint that sends to itself (like-for-like with `ucx_perftest -l` over UCX's
-//!   `self` transport, one worker; tag tests only); `--transport verbs [--device
+//!   [--plot FILE.svg] [--bind ADDR]` (over UDP the client binds, unless told, the local
+//!   address of its route to the server); `--transport mem` runs both sides in this
+//!   process (one thread, two endpoints: client and server); `--transport self` runs both
+//!   roles on ONE endpoint that sends to itself (like-for-like with `ucx_perftest -l` over
+//!   UCX's `self` transport, one worker; tag tests only); `--transport verbs [--device
 //!   NAME]` (with the `verbs` feature, also for `server`) runs over an RDMA device, both
 //!   sides in this process when no address is given.
 //!
@@ -27,6 +28,7 @@
 
 use std::collections::VecDeque;
 use std::io::{IsTerminal, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -42,6 +44,12 @@ const DATA: u64 = 0x7A6D_0000_0000_0003;
 const ACK: u64 = 0x7A6D_0000_0000_0004;
 const CTRL_LEN: usize = 32;
 const QUIT: u8 = 255;
+/// Largest `--window` a run may announce: the server ignores a control message with a
+/// larger one (as one asking for more iterations than [`MAX_ITERS`]), so the client
+/// refuses it up front.
+const MAX_WINDOW: u64 = 1 << 16;
+/// Largest `--iters` a run may announce (see [`MAX_WINDOW`]).
+const MAX_ITERS: u64 = 1 << 32;
 /// How long a UDP side busy-polls (progresses without blocking) in a wait of the latency
 /// test before it blocks in poll(2). Every wait of a run is far shorter, so both sides
 /// busy-poll through the ping-pong, as `ucx_perftest` and `fi_pingpong` do: a side that
@@ -206,6 +214,65 @@ pub struct ClientArgs {
     /// taken for unreachable and the client stops with an error (default 10).
     #[arg(long, value_name = "SECONDS")]
     pub peer_timeout: Option<f64>,
+    /// `--transport udp`: the local address to bind (a concrete IP of the server's
+    /// family; port 0 picks one). Default: the address of the interface the route to the
+    /// server leaves by (the server answers to it), loopback for a loopback server.
+    #[arg(long, value_name = "IP:PORT")]
+    pub bind: Option<String>,
+}
+
+/// The local address of `perf client`'s UDP endpoint for a server at `server`: `bind`
+/// (`--bind`) when given, which must be a concrete IP of the server's family; otherwise
+/// loopback for a loopback server and, for any other, the source address the kernel
+/// picks for the route to the server ([`route_source`]), port 0.
+fn client_bind(server: SocketAddr, bind: Option<&str>) -> Result<SocketAddr, String> {
+    let family = |a: &SocketAddr| if a.is_ipv4() { "IPv4" } else { "IPv6" };
+    if let Some(b) = bind {
+        let addr: SocketAddr = b
+            .parse()
+            .map_err(|_| format!("--bind {b:?}: not IP:PORT (e.g. 10.0.0.2:0)"))?;
+        if addr.is_ipv4() != server.is_ipv4() {
+            return Err(format!(
+                "--bind {addr}: an {} address, but the server {server} is {}",
+                family(&addr),
+                family(&server)
+            ));
+        }
+        if addr.ip().is_unspecified() {
+            return Err(format!(
+                "--bind {addr}: bind a concrete IP (the server answers to it)"
+            ));
+        }
+        return Ok(addr);
+    }
+    match server.ip() {
+        IpAddr::V4(ip) if ip.is_loopback() => Ok((Ipv4Addr::LOCALHOST, 0).into()),
+        IpAddr::V6(ip) if ip.is_loopback() => Ok((Ipv6Addr::LOCALHOST, 0).into()),
+        _ => route_source(server).map_err(|e| {
+            format!(
+                "no local address to reach the server {server} from ({e}): give one with \
+                 --bind IP:0"
+            )
+        }),
+    }
+}
+
+/// The local address (port 0) the kernel sends from to reach `server`: the address of a
+/// UDP socket connected to it (a connect sends nothing; it looks the route up).
+fn route_source(server: SocketAddr) -> std::io::Result<SocketAddr> {
+    let any: SocketAddr = if server.is_ipv4() {
+        (Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let probe = std::net::UdpSocket::bind(any)?;
+    probe.connect(server)?;
+    let mut local = probe.local_addr()?;
+    if local.ip().is_unspecified() {
+        return Err(std::io::Error::other("the route has no source address"));
+    }
+    local.set_port(0);
+    Ok(local)
 }
 
 /// Parses `8,4k,1m`.
@@ -723,8 +790,8 @@ impl Server {
         let problem = match test {
             None => Some(format!("unknown test code {}", c.data[0])),
             Some(_) if size > 1 << 30 => Some(format!("size {size} is larger than 1 GiB")),
-            Some(_) if iters == 0 || iters > 1 << 32 => Some(format!("iterations {iters}")),
-            Some(_) if window == 0 || window > 1 << 16 => Some(format!("window {window}")),
+            Some(_) if iters == 0 || iters > MAX_ITERS => Some(format!("iterations {iters}")),
+            Some(_) if window == 0 || window > MAX_WINDOW => Some(format!("window {window}")),
             Some(_) => None,
         };
         let (Some(test), None) = (test, &problem) else {
@@ -1136,7 +1203,7 @@ impl Client {
         let start = Instant::now();
         match test {
             Test::TagLat => {
-                rtts.reserve(iters as usize);
+                reserve_laps(&mut rtts, iters)?;
                 let slot = self.slot(size);
                 let mut t0 = laps.ticks();
                 for i in 0..iters {
@@ -1227,7 +1294,7 @@ impl Client {
                 // `msg`, progress until the reply completes (driving the in-process
                 // server, which receives into its own recycled buffer and injects the
                 // reply).
-                rtts.reserve(iters as usize);
+                reserve_laps(&mut rtts, iters)?;
                 let msg = vec![0xa5u8; size];
                 let slot = self.slot(size);
                 // One clock read per iteration, as ucx_perftest: an iteration's round
@@ -1262,7 +1329,7 @@ impl Client {
                 // sent from one registered region and received into another (registered
                 // local: the UDP device receives a read's datagrams straight into it), no
                 // allocation or zeroing per message, one registration each per run.
-                rtts.reserve(iters as usize);
+                reserve_laps(&mut rtts, iters)?;
                 let tx = self.ep.register(vec![0xa5u8; size.max(1)])?;
                 let rx = self.ep.register_local(vec![0u8; size.max(1)])?;
                 let mut t0 = laps.ticks();
@@ -1347,28 +1414,48 @@ impl Client {
 
 /// A running line on stderr when it is a terminal and the run is long.
 struct Progress {
-    on: bool,
     label: String,
     last: Instant,
     shown: bool,
+    /// Iterations between two looks at the clock ([`progress_step`]).
+    step: u64,
+    /// The iteration count at which the next look is due (`u64::MAX`: never).
+    next: u64,
+}
+
+/// Iterations between two looks of [`Progress`] at the clock in a run of `total`:
+/// every 256 in a long run (the cost of the look is negligible per message), but at
+/// least 100 looks per run, so that a run of few long iterations (sizes of 2 MiB and
+/// more default to 100) shows its line too.
+fn progress_step(total: u64) -> u64 {
+    (total / 100).clamp(1, 256)
 }
 
 impl Progress {
-    /// A progress line that never shows (warm-up runs, tests).
-    fn quiet() -> Progress {
+    /// A progress line for a run of `total` iterations labelled `label`, shown when
+    /// `on` (stderr is a terminal).
+    fn new(on: bool, label: String, total: u64) -> Progress {
+        let step = progress_step(total);
         Progress {
-            on: false,
-            label: String::new(),
+            label,
             last: Instant::now(),
             shown: false,
+            step,
+            next: if on { step } else { u64::MAX },
         }
     }
 
-    /// Called per message: the test of whether to look at the clock is inlined, the
-    /// rest is not.
+    /// A progress line that never shows (warm-up runs, tests).
+    fn quiet() -> Progress {
+        Progress::new(false, String::new(), 1)
+    }
+
+    /// Called per message: one compare with the precomputed next due count (no
+    /// division) is inlined, the rest is not.
     #[inline]
     fn tick(&mut self, done: u64, total: u64) {
-        if self.on && done % 256 == 0 {
+        if done >= self.next {
+            self.next = done.saturating_add(self.step);
             self.show(done, total);
         }
     }
@@ -1429,6 +1516,23 @@ impl LapClock {
     }
 }
 
+/// Makes room in `laps` for the round trips of `iters` iterations up front (none is
+/// allocated in the timed loop), or says that they do not fit in memory: up to
+/// [`MAX_ITERS`] iterations can be asked for, 8 bytes each, which would abort the process
+/// in an infallible reservation.
+fn reserve_laps(laps: &mut Vec<u64>, iters: u64) -> Result<(), tagmatch::Error> {
+    usize::try_from(iters)
+        .ok()
+        .and_then(|n| laps.try_reserve_exact(n).ok())
+        .ok_or_else(|| tagmatch::Error::Io {
+            context: "perf client",
+            source: std::io::Error::other(format!(
+                "no memory for the round-trip times of {iters} iterations (8 bytes each): \
+                 lower --iters"
+            )),
+        })
+}
+
 /// The 50th and 99th percentiles of `v` (reordered), as a full sort would give them
 /// (`v[percentile_index]` of the sorted values) but in linear time: two selections, the
 /// second among the values at or above the median.
@@ -1450,6 +1554,19 @@ fn p50_p99(v: &mut [u64]) -> (f64, f64) {
     (p50 as f64, p99 as f64)
 }
 
+/// Whether a run's error means that the server is unreachable or gone: an operation to
+/// it failed in the transport (a send or RDMA operation not taken within the peer
+/// timeout), or a wait for it ran to its limit.
+fn is_peer_failure(e: &tagmatch::Error) -> bool {
+    matches!(
+        e,
+        tagmatch::Error::Failed {
+            error: tagmatch::OpError::SendFailed | tagmatch::OpError::RdmaFailed,
+            ..
+        } | tagmatch::Error::Timeout { .. }
+    )
+}
+
 /// Runs the tests of `a` and returns one row per size (used by the command and tests).
 pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
     let ctx = "perf client";
@@ -1462,6 +1579,12 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
     }
     if a.peer_timeout.is_some() && a.transport != "udp" {
         return Err(Error::new(ctx, "--peer-timeout goes with --transport udp"));
+    }
+    if let (Some(b), false) = (&a.bind, a.transport == "udp") {
+        return Err(Error::new(
+            ctx,
+            format!("--bind {b:?} goes with --transport udp"),
+        ));
     }
     let peer_timeout = match a.peer_timeout {
         Some(t) if !(t.is_finite() && t > 0.0 && t <= 86_400.0) => {
@@ -1481,8 +1604,18 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
     if a.window == 0 {
         return Err(Error::new(ctx, "--window: must be at least 1"));
     }
-    if a.iters == Some(0) {
-        return Err(Error::new(ctx, "--iters: must be at least 1"));
+    if a.window > MAX_WINDOW {
+        return Err(Error::new(
+            ctx,
+            format!("--window {}: at most {MAX_WINDOW}", a.window),
+        ));
+    }
+    match a.iters {
+        Some(0) => return Err(Error::new(ctx, "--iters: must be at least 1")),
+        Some(n) if n > MAX_ITERS => {
+            return Err(Error::new(ctx, format!("--iters {n}: at most {MAX_ITERS}")))
+        }
+        _ => {}
     }
     if matches!(a.test, Test::PutBw | Test::GetBw) && sizes.contains(&0) {
         return Err(Error::new(
@@ -1526,11 +1659,16 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
         "udp" => {
             let addr = a.addr.as_deref().ok_or_else(|| Error::new(ctx, "missing the server address (udp://IP:PORT/CONNID, as `tagmatch perf server` prints it)"))?;
             let server: tagmatch::Address = addr.parse().map_err(fe(ctx))?;
-            let bind = match server {
-                tagmatch::Address::Udp(u) if u.sock.is_ipv6() => "[::1]:0",
-                _ => "127.0.0.1:0",
+            let tagmatch::Address::Udp(udp) = &server else {
+                return Err(Error::new(
+                    ctx,
+                    tagmatch::Error::WrongTransport {
+                        address: addr.to_owned(),
+                        endpoint: "udp",
+                    },
+                ));
             };
-            let bind = bind.parse().map_err(|_| Error::new(ctx, "bind address"))?;
+            let bind = client_bind(udp.sock, a.bind.as_deref()).map_err(|e| Error::new(ctx, e))?;
             let mut b = Endpoint::builder()
                 .udp(bind)
                 .path_mtu(a.path_mtu.unwrap_or(DEFAULT_PATH_MTU));
@@ -1539,7 +1677,9 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
                 ucfg.peer_timeout = t;
                 b = b.udp_config(ucfg);
             }
-            let mut ep = b.build().map_err(fe(ctx))?;
+            let mut ep = b
+                .build()
+                .map_err(|e| Error::new(ctx, format!("UDP endpoint on {bind}: {e}")))?;
             let peer = ep.insert_peer(&server).map_err(fe(ctx))?;
             (
                 "udp",
@@ -1630,15 +1770,16 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
     };
     let mut rows = Vec::new();
     let mut result = Ok(());
+    // Whether the run failed because the server is unreachable or gone.
+    let mut peer_gone = false;
     for &size in &sizes {
         let iters = a.iters.unwrap_or_else(|| default_iters(a.test, size));
         let warm = (iters / 10).clamp(1, 2000);
-        let mut progress = Progress {
-            on: std::io::stderr().is_terminal(),
-            label: format!("{} {size} B", a.test.name()),
-            last: Instant::now(),
-            shown: false,
-        };
+        let mut progress = Progress::new(
+            std::io::stderr().is_terminal(),
+            format!("{} {size} B", a.test.name()),
+            iters,
+        );
         let mut quiet = Progress::quiet();
         let r = client
             .run(a.test, size, warm, a.window, &mut quiet)
@@ -1658,6 +1799,7 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
                     ),
                     _ => String::new(),
                 };
+                peer_gone = is_peer_failure(&e);
                 result = Err(Error::new(
                     ctx,
                     format!("{} size {size}: {e}{hint}", a.test.name()),
@@ -1698,14 +1840,23 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
         }
         rows.push(row);
     }
-    // Tell the server we are done, whatever happened (it does not answer QUIT).
+    // Tell the server we are done (it does not answer QUIT): after a run that passed, a
+    // wait for the QUIT's send, then for its acknowledgement (at most 2 s); after one that
+    // failed only the flush, the sends of the run left behind; and nothing to a server
+    // that is unreachable or gone, as a send to it would fail only after another peer
+    // timeout (the error took one already), nor after a failed run to an in-process
+    // server (it ends with this process, and only a wait would drive it to take QUIT).
     let mut quit = vec![0u8; CTRL_LEN];
     quit[0] = QUIT;
-    if client.looped {
-        // No server.
+    if client.looped || peer_gone || (result.is_err() && client.local.is_some()) {
+        // No server, or none that would take it.
     } else if let Ok(s) = client.ep.tsend(client.server, CTRL, quit) {
-        client.sends.push_back(s);
-        let _ = client.reap_sends(0);
+        if result.is_ok() {
+            client.sends.push_back(s);
+            let _ = client.reap_sends(0);
+        } else {
+            client.sends.clear();
+        }
         let _ = client.ep.flush(Duration::from_secs(2));
     }
     if a.stats {
@@ -1841,14 +1992,44 @@ pub fn run(args: Args) -> Result<(), Error> {
     match args.role {
         Role::Server(a) => run_server(a),
         Role::Client(a) => {
-            let rows = measure(&a)?;
+            let ctx = "perf client";
+            let plot_error = |p: &std::path::Path, e: std::io::Error| {
+                Error::new(ctx, format!("--plot {}: {e}", p.display()))
+            };
+            // The plot's file is opened (created if it does not exist, not truncated yet)
+            // before the run, so that a path that cannot be written fails at once instead
+            // of after every size has run.
+            let plot = match &a.plot {
+                Some(p) => {
+                    let existed = p.exists();
+                    let f = std::fs::OpenOptions::new()
+                        .write(true)
+                        .create(true)
+                        .truncate(false)
+                        .open(p)
+                        .map_err(|e| plot_error(p, e))?;
+                    Some((p, f, existed))
+                }
+                None => None,
+            };
+            let rows = match measure(&a) {
+                Ok(rows) => rows,
+                Err(e) => {
+                    // A file this run created is not left behind empty.
+                    if let Some((p, f, false)) = plot {
+                        drop(f);
+                        let _ = std::fs::remove_file(p);
+                    }
+                    return Err(e);
+                }
+            };
             if !a.json {
-                input::print_line(&table(&rows)).map_err(|e| Error::new("perf client", e))?;
+                input::print_line(&table(&rows)).map_err(|e| Error::new(ctx, e))?;
             }
-            if let Some(p) = &a.plot {
-                std::fs::write(p, svg(&rows)).map_err(|e| {
-                    Error::new("perf client", format!("--plot {}: {e}", p.display()))
-                })?;
+            if let Some((p, mut f, _)) = plot {
+                f.set_len(0)
+                    .and_then(|()| f.write_all(svg(&rows).as_bytes()))
+                    .map_err(|e| plot_error(p, e))?;
             }
             Ok(())
         }
@@ -1935,6 +2116,46 @@ mod tests {
         assert_eq!(p50_p99(&mut []), (0.0, 0.0));
     }
 
+    /// A run of `total` iterations looks at the clock every `progress_step(total)`
+    /// iterations: at least 100 times (every iteration in runs of up to 199), at most
+    /// every 256 iterations; a quiet one never does.
+    #[test]
+    fn progress_looks_at_least_a_hundred_times_per_run() {
+        for (total, step) in [
+            (1, 1),
+            (99, 1),
+            (100, 1),
+            (199, 1),
+            (200, 2),
+            (1_000, 10),
+            (25_599, 255),
+            (25_600, 256),
+            (1_000_000, 256),
+            (MAX_ITERS, 256),
+        ] {
+            assert_eq!(progress_step(total), step, "{total}");
+        }
+        for total in [1u64, 7, 100, 150, 2_000, 30_000] {
+            let mut p = Progress::new(true, "t".into(), total);
+            // The line itself never draws: its last drawing is in the future.
+            p.last = Instant::now() + Duration::from_secs(3600);
+            let mut looks = 0;
+            for done in 1..=total {
+                let next = p.next;
+                p.tick(done, total);
+                looks += u64::from(p.next != next);
+            }
+            assert_eq!(looks, total / progress_step(total), "{total}");
+            assert!(looks >= total.min(100), "{total}: {looks}");
+            assert!(!p.shown);
+            let mut q = Progress::quiet();
+            for done in 1..=total {
+                q.tick(done, total);
+            }
+            assert_eq!(q.next, u64::MAX, "{total}");
+        }
+    }
+
     fn args(test: Test, size: &str) -> ClientArgs {
         ClientArgs {
             addr: None,
@@ -1950,6 +2171,7 @@ mod tests {
             stats: false,
             no_fast_path: false,
             peer_timeout: None,
+            bind: None,
         }
     }
 
@@ -2119,6 +2341,52 @@ mod tests {
         assert!(server.done());
     }
 
+    /// The client's UDP endpoint binds loopback for a loopback server, the source
+    /// address of the route for another (for a loopback server that is loopback too),
+    /// and `--bind` when given: of the server's family, a concrete IP.
+    #[test]
+    fn the_client_binds_where_the_server_can_answer() {
+        let v4: SocketAddr = "127.0.0.1:9".parse().unwrap();
+        let v6: SocketAddr = "[::1]:9".parse().unwrap();
+        assert_eq!(
+            client_bind(v4, None).unwrap(),
+            "127.0.0.1:0".parse().unwrap()
+        );
+        assert_eq!(client_bind(v6, None).unwrap(), "[::1]:0".parse().unwrap());
+        // Another loopback address of the server is reached from 127.0.0.1 as well.
+        let other: SocketAddr = "127.0.0.2:9".parse().unwrap();
+        assert_eq!(
+            client_bind(other, None).unwrap(),
+            "127.0.0.1:0".parse().unwrap()
+        );
+        // The route's source address, port 0: for a loopback destination, loopback.
+        assert_eq!(route_source(v4).unwrap(), "127.0.0.1:0".parse().unwrap());
+        let src = route_source(other).unwrap();
+        assert!(src.ip().is_loopback() && src.port() == 0, "{src}");
+        // An explicit --bind is honoured, port included.
+        assert_eq!(
+            client_bind(v4, Some("127.0.0.3:4567")).unwrap(),
+            "127.0.0.3:4567".parse().unwrap()
+        );
+        for (server, bind, want) in [
+            (
+                v4,
+                "[::1]:0",
+                "--bind [::1]:0: an IPv6 address, but the server 127.0.0.1:9 is IPv4",
+            ),
+            (
+                v6,
+                "127.0.0.1:0",
+                "--bind 127.0.0.1:0: an IPv4 address, but the server [::1]:9 is IPv6",
+            ),
+            (v4, "0.0.0.0:0", "--bind 0.0.0.0:0: bind a concrete IP"),
+            (v4, "10.0.0.1", "--bind \"10.0.0.1\": not IP:PORT"),
+        ] {
+            let e = client_bind(server, Some(bind)).unwrap_err();
+            assert!(e.starts_with(want), "{bind}: {e}");
+        }
+    }
+
     #[test]
     fn bad_arguments_are_errors() {
         let mut a = args(Test::PutBw, "0");
@@ -2126,7 +2394,14 @@ mod tests {
         a.size = "8".into();
         a.window = 0;
         assert!(measure(&a).unwrap_err().to_string().contains("--window"));
+        a.window = MAX_WINDOW + 1;
+        let e = measure(&a).unwrap_err().to_string();
+        assert!(e.contains("--window 65537: at most 65536"), "{e}");
         a.window = 1;
+        a.iters = Some(MAX_ITERS + 1);
+        let e = measure(&a).unwrap_err().to_string();
+        assert!(e.contains("--iters 4294967297: at most 4294967296"), "{e}");
+        a.iters = Some(20);
         a.transport = "tcp".into();
         assert!(measure(&a).unwrap_err().to_string().contains("--transport"));
         a.transport = "udp".into();

@@ -1,6 +1,7 @@
 //! Black-box tests of `tagmatch demo` (live, both transports) and `tagmatch perf` (in
-//! process, and server + client processes over loopback UDP). No wall-clock assertions:
-//! only that runs finish, pass and print well-formed tables and JSON.
+//! process, and server + client processes over loopback UDP). No wall-clock assertions
+//! but one generous upper bound (an unreachable server costs one peer timeout): only that
+//! runs finish, pass and print well-formed tables and JSON.
 
 use serde_json::Value;
 
@@ -127,6 +128,52 @@ fn perf_in_process_json_table_and_plot() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `--plot` to a path that cannot be written fails before the run (nothing measured,
+/// nothing printed: the JSON rows are printed as each size is measured), naming the path;
+/// a plot file the client created is removed when the run fails.
+#[test]
+fn perf_plot_path_is_checked_before_the_run() {
+    let o = run(&[
+        "perf",
+        "client",
+        "--transport",
+        "mem",
+        "--size",
+        "8,1k",
+        "--iters",
+        "20",
+        "--json",
+        "--plot",
+        "/nonexistent/x.svg",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        o.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--plot /nonexistent/x.svg: "), "{err}");
+    let dir = std::env::temp_dir().join(format!("tagmatch-plot-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("failed.svg");
+    let err = fails(&[
+        "perf",
+        "client",
+        "--transport",
+        "mem",
+        "--test",
+        "put_bw",
+        "--size",
+        "0",
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(err.contains("--size 0"), "{err}");
+    assert!(!svg.exists(), "the failed run left {}", svg.display());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn perf_server_and_client_over_loopback_udp() {
     let (mut server, addr) = perf_server(&[]);
@@ -136,6 +183,55 @@ fn perf_server_and_client_over_loopback_udp() {
     ]);
     assert_eq!(out.lines().count(), 2, "{out}");
     assert!(server.wait().unwrap().success());
+}
+
+/// `perf client --bind` binds the address given: the server, bound to 127.0.0.2, is told
+/// the client's address 127.0.0.3 and answers there (a port of it taken by a socket of
+/// this test first, the client's bind fails naming it). A `--bind` goes with UDP only,
+/// and must be of the server's address family.
+#[test]
+fn perf_client_binds_the_address_given() {
+    let (mut server, addr) =
+        common::spawn_perf_server(&["--bind", "127.0.0.2:0"], "udp://127.0.0.2:");
+    let out = ok(&[
+        "perf",
+        "client",
+        &addr,
+        "--bind",
+        "127.0.0.3:0",
+        "--iters",
+        "20",
+        "--json",
+    ]);
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(server.wait().unwrap().success());
+    let taken = std::net::UdpSocket::bind("127.0.0.3:0").unwrap();
+    let bind = taken.local_addr().unwrap().to_string();
+    let err = fails(&["perf", "client", &addr, "--bind", &bind, "--iters", "20"]);
+    assert!(
+        err.contains(&format!("UDP endpoint on {bind}: udp bind: ")),
+        "{err}"
+    );
+    assert!(fails(&[
+        "perf",
+        "client",
+        "--transport",
+        "mem",
+        "--bind",
+        "127.0.0.1:0"
+    ])
+    .contains("--bind \"127.0.0.1:0\" goes with --transport udp"));
+    let err = fails(&[
+        "perf",
+        "client",
+        "udp://127.0.0.1:9/0x1",
+        "--bind",
+        "[::1]:0",
+    ]);
+    assert!(
+        err.contains("--bind [::1]:0: an IPv6 address, but the server 127.0.0.1:9 is IPv4"),
+        "{err}"
+    );
 }
 
 /// A `--forever` server serves one client after another, its receive region growing for a
@@ -168,20 +264,28 @@ fn perf_server_serves_clients_of_growing_and_shrinking_sizes_over_udp() {
 /// A client whose server does not answer (a bound socket that never replies) stops with
 /// an error naming the address once the peer timeout passes: the control message's send
 /// fails, and the wait for the server's reply does not run on to its 30 s limit (whose
-/// message would be "did not complete within 30000 ms").
+/// message would be "did not complete within 30000 ms"). It takes one peer timeout, not
+/// two: no QUIT is sent to the unreachable server after the failure (its send failed
+/// only after a second timeout, so the client took at least 4 s here).
 #[test]
 fn perf_client_without_a_server_fails_naming_the_address() {
     let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let addr = format!("udp://{}/0x1234", silent.local_addr().unwrap());
+    let start = std::time::Instant::now();
     let err = fails(&[
         "perf",
         "client",
         &addr,
         "--peer-timeout",
-        "0.5",
+        "2",
         "--iters",
         "10",
     ]);
+    let took = start.elapsed();
+    assert!(
+        took < std::time::Duration::from_millis(3500),
+        "failed after {took:?}: more than one 2 s peer timeout"
+    );
     assert!(err.contains("failed: the peer did not take it"), "{err}");
     assert!(err.contains("(SendFailed)"), "{err}");
     assert!(
@@ -203,6 +307,40 @@ fn perf_rejects_bad_arguments() {
     assert!(c(&["--test", "put_bw", "--size", "0"]).contains("--size 0"));
     assert!(c(&["--window", "0"]).contains("--window"));
     assert!(c(&["--iters", "0"]).contains("--iters"));
+    // Beyond what the server accepts (it would ignore the run, the client waiting 30 s
+    // for its answer): refused up front, naming the flag, the value and the limit, over
+    // UDP before anything is sent.
+    for transport in [&["--transport", "mem"][..], &["udp://127.0.0.1:9/0x1"][..]] {
+        let mut a = vec!["perf", "client"];
+        a.extend_from_slice(transport);
+        let with = |extra: &[&str]| {
+            let mut a = a.clone();
+            a.extend_from_slice(extra);
+            fails(&a)
+        };
+        let err = with(&["--window", "65537"]);
+        assert!(err.contains("--window 65537: at most 65536"), "{err}");
+        let err = with(&["--iters", "4294967297"]);
+        assert!(
+            err.contains("--iters 4294967297: at most 4294967296"),
+            "{err}"
+        );
+    }
+    // The largest window is accepted (a run of fewer iterations posts fewer receives).
+    let out = ok(&[
+        "perf",
+        "client",
+        "--transport",
+        "mem",
+        "--test",
+        "tag_bw",
+        "--window",
+        "65536",
+        "--iters",
+        "10",
+        "--json",
+    ]);
+    assert_eq!(out.lines().count(), 1, "{out}");
     assert!(fails(&["perf", "client", "udp://nowhere"]).contains("invalid address"));
     assert!(fails(&["perf", "client"]).contains("missing the server address"));
     assert!(fails(&["perf", "server", "--bind", "nope"]).contains("--bind"));
