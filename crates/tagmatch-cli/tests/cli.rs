@@ -955,6 +955,7 @@ fn help_describes_the_live_demo_and_names_every_subcommand() {
     ] {
         assert!(demo.contains(words), "{words:?} not in: {demo}");
     }
+    assert!(!demo.contains("[default: \"\"]"), "{demo}");
 }
 
 #[test]
