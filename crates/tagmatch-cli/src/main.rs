@@ -3,7 +3,13 @@
 //! - `tagmatch decode efa|tm <HEX>` prints one JSON object describing the packet;
 //! - `tagmatch encode efa|tm <JSON>` prints the hex of the packet that JSON describes
 //!   (decode output is valid encode input, and encode(decode(x)) is x with padding zeroed);
-//! - `tagmatch demo` round-trips a representative packet of every type and prints a table.
+//! - `tagmatch demo` starts two live endpoints (in this process, or `--transport udp`: two
+//!   processes on loopback), runs every EFA RDM v4 subprotocol between them and prints a
+//!   table; `tagmatch demo --packets` round-trips a representative packet of every EFA and
+//!   TM type through decode and encode instead;
+//! - `tagmatch replay` runs a text trace through the matching engine;
+//! - `tagmatch bench match` benchmarks the matching engine;
+//! - `tagmatch perf` measures latency, bandwidth and message rate between two endpoints.
 //!
 //! Every subcommand is one module with an `Args` struct (clap derive) and a
 //! `run(Args) -> Result<(), Error>`; adding one is a `mod` line, a [`Command`] variant and a
@@ -54,7 +60,14 @@ pub enum Command {
     Decode(decode::Args),
     /// Encode a packet from its JSON description and print its hex.
     Encode(encode::Args),
-    /// Round-trip a representative packet of every EFA and TM type and print a table.
+    /// Run every EFA RDM v4 subprotocol between two live endpoints and print a table.
+    ///
+    /// The two endpoints are in this process (`--transport mem`, the default), in two
+    /// processes over loopback UDP (`--transport udp`: this binary spawns itself as the
+    /// responder), or on an RDMA device (`--transport verbs`, with the `verbs` feature).
+    /// Every row moves real data and checks every byte; exits 1 if any failed.
+    /// `--packets` is the packet-level demo instead: a representative packet of every EFA
+    /// and TM type round-trips through decode and encode.
     Demo(demo::Args),
     /// Run a text trace of posts/arrivals/probes through the matching engine.
     Replay(replay::Args),

@@ -926,6 +926,38 @@ fn usage_errors_keep_clap_status_2() {
     assert!(ok(&["--help"]).contains("decode"));
 }
 
+/// The help describes `demo` as the live demo (two endpoints, every subprotocol), not the
+/// packet round-trip of `--packets`, and the about text names every subcommand.
+#[test]
+fn help_describes_the_live_demo_and_names_every_subcommand() {
+    let top = ok(&["--help"]);
+    let about = top.lines().next().unwrap_or_default();
+    for sub in [
+        "`demo`", "`perf`", "`decode`", "`encode`", "`replay`", "`bench`",
+    ] {
+        assert!(about.contains(sub), "{sub} not in the about text: {about}");
+    }
+    assert!(about.contains("two live endpoints"), "{about}");
+    let demo_line = top
+        .lines()
+        .find(|l| l.trim_start().starts_with("demo "))
+        .unwrap_or_else(|| panic!("no demo line: {top}"));
+    assert!(
+        demo_line.contains("every EFA RDM v4 subprotocol between two live endpoints"),
+        "{demo_line}"
+    );
+    let demo = ok(&["demo", "--help"]);
+    for words in [
+        "Run every EFA RDM v4 subprotocol between two live endpoints",
+        "`--transport udp`",
+        "two processes over loopback UDP",
+        "`--packets` is the packet-level demo instead",
+    ] {
+        assert!(demo.contains(words), "{words:?} not in: {demo}");
+    }
+    assert!(!demo.contains("[default: \"\"]"), "{demo}");
+}
+
 #[test]
 fn u64_max_survives_the_round_trip() {
     let max = u64::MAX.to_string();

@@ -4,11 +4,16 @@
 //! runs finish, pass and print well-formed tables and JSON.
 
 use serde_json::Value;
+use std::process::{Command, Output, Stdio};
 
 mod common;
-use common::{fails, ok, perf_server, run};
+use common::{fails, ok, perf_server, run, BIN};
 
-const SUBPROTOCOLS: [&str; 16] = [
+/// The read-nack row (only the in-process fabric can refuse the long-read's registration).
+const READ_NACK: &str = "read-nack → long-CTS";
+
+const ROWS: [&str; 18] = [
+    "handshake",
     "eager",
     "eager + CQ data + DC",
     "eager untagged",
@@ -17,6 +22,7 @@ const SUBPROTOCOLS: [&str; 16] = [
     "long-CTS + DC",
     "long-read",
     "runting read",
+    READ_NACK,
     "direct write",
     "direct read",
     "eager write",
@@ -27,32 +33,206 @@ const SUBPROTOCOLS: [&str; 16] = [
     "atomics (cswap, fetch-add)",
 ];
 
+/// The table's row for `name`.
+fn row<'a>(out: &'a str, name: &str) -> &'a str {
+    out.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with("  "))
+        .unwrap_or_else(|| panic!("no line for {name}: {out}"))
+}
+
 fn check_demo_table(out: &str, transport: &str) {
     let lines: Vec<&str> = out.lines().collect();
     assert!(lines[0].starts_with("subprotocol"), "{out}");
-    for name in SUBPROTOCOLS {
-        let line = lines
-            .iter()
-            .find(|l| l.starts_with(name) && l[name.len()..].starts_with("  "))
-            .unwrap_or_else(|| panic!("no line for {name}: {out}"));
-        assert!(line.ends_with(" ok"), "{line}");
+    for name in ROWS {
+        let line = row(out, name);
+        if name == READ_NACK && transport != "mem" {
+            assert!(
+                line.ends_with(&format!(
+                    "skipped: needs the in-process fabric's registration failures (run \
+                     without --transport {transport})"
+                )),
+                "{line}"
+            );
+        } else {
+            assert!(line.ends_with(" ok"), "{line}");
+        }
     }
-    assert_eq!(lines.len(), SUBPROTOCOLS.len() + 2, "{out}");
-    let last = lines[lines.len() - 1];
+    // Header, rows, the packets footnote, the handshake/connid note, the summary.
+    assert_eq!(lines.len(), ROWS.len() + 4, "{out}");
     assert!(
-        last.starts_with(&format!("16 of 16 subprotocols ok over {transport}")),
-        "{last}"
+        lines[ROWS.len() + 1].starts_with("¹ EFA RDM packets"),
+        "{out}"
     );
+    let note = lines[ROWS.len() + 2];
+    let handshakes: u64 = note
+        .strip_prefix("handshake: ")
+        .and_then(|n| n.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{note}"));
+    // Each of the initiator's 3 endpoints answers the responder's first packet with a
+    // HANDSHAKE, and (when its counters are visible, in process) the responder each of them.
+    assert!(
+        handshakes >= if transport == "mem" { 6 } else { 3 },
+        "{note}"
+    );
+    assert!(note.contains(", 0 of "), "{note}");
+    let last = lines[lines.len() - 1];
+    let want = if transport == "mem" {
+        "18 of 18 subprotocols ok over mem in ".to_owned()
+    } else {
+        format!("17 of 18 subprotocols ok over {transport}, 1 skipped in ")
+    };
+    assert!(last.starts_with(&want), "{last}");
 }
 
 #[test]
 fn demo_runs_every_subprotocol_in_process() {
-    check_demo_table(&ok(&["demo"]), "mem");
+    let out = ok(&["demo"]);
+    check_demo_table(&out, "mem");
+    // The read-nack fallback moves the whole 2 MiB by long-CTS: CTS/CTSDATA packets, where
+    // the long-read row needs a handful.
+    let packets = |name| -> u64 {
+        row(&out, name)
+            .split_whitespace()
+            .rev()
+            .nth(2)
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert!(packets(READ_NACK) > 10 * packets("long-read"), "{out}");
 }
 
 #[test]
 fn demo_runs_every_subprotocol_between_two_processes_over_udp() {
     check_demo_table(&ok(&["demo", "--transport", "udp"]), "udp");
+}
+
+/// Runs `tagmatch args` with the demo's test hook set to `inject` and `marker` in its
+/// environment (which a responder process inherits).
+fn run_injected(args: &[&str], inject: &str, marker: &str) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env("TAGMATCH_DEMO_INJECT", inject)
+        .env("TAGMATCH_DEMO_TEST_MARKER", marker)
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn tagmatch")
+}
+
+/// The processes whose environment holds `marker` (Linux: read from /proc); kills them
+/// before returning, so that a failing test leaves nothing behind either.
+#[cfg(target_os = "linux")]
+fn processes_marked(marker: &str) -> Vec<u32> {
+    let needle = format!("TAGMATCH_DEMO_TEST_MARKER={marker}\0");
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        // Unreadable (another user's) or gone meanwhile: not ours.
+        let Ok(env) = std::fs::read(e.path().join("environ")) else {
+            continue;
+        };
+        if env.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+            found.push(pid);
+        }
+    }
+    for pid in &found {
+        let _ = Command::new("kill").arg(pid.to_string()).status();
+    }
+    found
+}
+
+fn marker(what: &str) -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("{what}-{}-{t}", std::process::id())
+}
+
+#[test]
+fn demo_exits_1_when_a_step_fails() {
+    for transport in ["mem", "udp"] {
+        let m = marker("fail");
+        let o = run_injected(
+            &["demo", "--transport", transport],
+            "fail:long-CTS write",
+            &m,
+        );
+        let out = String::from_utf8_lossy(&o.stdout);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{out}\n{err}");
+        assert_eq!(
+            err.trim(),
+            "tagmatch: demo: 1 subprotocol(s) failed",
+            "{err}"
+        );
+        assert!(
+            row(&out, "long-CTS write")
+                .ends_with("FAILED: injected by TAGMATCH_DEMO_INJECT (ran: ok)"),
+            "{out}"
+        );
+        assert!(row(&out, "long-CTS").ends_with(" ok"), "{out}");
+        let skipped = if transport == "mem" {
+            ""
+        } else {
+            ", 1 skipped"
+        };
+        assert!(
+            out.lines().last().unwrap().starts_with(&format!(
+                "{} of 18 subprotocols ok over {transport}{skipped} in ",
+                if transport == "mem" { 17 } else { 16 }
+            )),
+            "{out}"
+        );
+        #[cfg(target_os = "linux")]
+        assert_eq!(processes_marked(&m), Vec::<u32>::new(), "left running");
+    }
+    // A skipped row named by the hook fails too (it is not reported as skipped).
+    let o = run_injected(
+        &["demo", "--transport", "udp"],
+        &format!("fail:{READ_NACK}"),
+        &marker("skip"),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stdout)
+        .contains("FAILED: injected by TAGMATCH_DEMO_INJECT (ran: skipped"));
+}
+
+/// A demo that stops with an error before telling its UDP responder to quit kills the
+/// responder process on the way out. Left running, the responder would serve on until a
+/// reply to the gone demo fails or its 120 s limit passes: `output()` then waits for it
+/// (it shares the demo's stderr) and its own error line shows on stderr, and a responder
+/// that closed its stderr would still show in the scan of /proc.
+#[test]
+fn demo_leaves_no_responder_process_behind_after_an_error() {
+    let m = marker("abort");
+    let o = run_injected(&["demo", "--transport", "udp"], "abort", &m);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(
+        err.trim(),
+        "tagmatch: demo: stopped after the handshake by TAGMATCH_DEMO_INJECT=abort"
+    );
+    #[cfg(target_os = "linux")]
+    assert_eq!(processes_marked(&m), Vec::<u32>::new(), "left running");
+}
+
+#[test]
+fn demo_test_hook_rejects_what_it_does_not_know() {
+    let o = run_injected(&["demo"], "fail:no such row", &marker("bad"));
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr).trim(),
+        "tagmatch: demo: TAGMATCH_DEMO_INJECT: no row named \"no such row\""
+    );
+    let o = run_injected(&["demo"], "explode", &marker("bad"));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("expected fail:ROW"));
+    // The hook stays out of the help.
+    assert!(!ok(&["demo", "--help"]).contains("TAGMATCH_DEMO_INJECT"));
 }
 
 #[test]
@@ -73,6 +253,18 @@ fn demo_rejects_bad_arguments() {
     ])
     .contains("no_such_rdma_dev"));
     assert!(fails(&["demo", "--hex"]).contains("--packets"));
+    // --packets runs no endpoints: a transport or device with it is refused, not ignored.
+    for t in ["udp", "mem"] {
+        assert_eq!(
+            fails(&["demo", "--packets", "--transport", t]).trim(),
+            format!(
+                "tagmatch: demo --packets: --transport {t} goes with the live demo (without \
+                 --packets); --packets only round-trips packets through decode and encode"
+            )
+        );
+    }
+    assert!(fails(&["demo", "--packets", "--device", "rxe0"])
+        .contains("--device goes with the live demo's --transport verbs"));
 }
 
 #[test]

@@ -151,6 +151,10 @@ fn longread_write_nack_falls_back_to_longcts_write() {
     );
     assert_ne!(r.fab.log[2].flags & flags::REQ_READ_NACK, 0);
     assert!(r.fab.ep(r.b).memory(r.mem).unwrap()[64..3064] == data[..]);
+    assert_eq!(
+        r.fab.nodes[r.a].ep.protocol_of(op),
+        Some(Protocol::LongCtsWrite)
+    );
 }
 
 #[test]

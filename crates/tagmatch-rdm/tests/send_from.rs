@@ -267,13 +267,13 @@ fn pending_registration_is_waited_for_and_a_failed_one_falls_back_to_long_cts() 
         assert_eq!(done(&ca, s).result, Ok(()));
         assert_eq!(done(&fab.completions(b), recv).data, data);
         // The choice was long-read; a failed registration turns it into long-CTS on the
-        // wire (as for `tsend`).
-        assert_eq!(fab.nodes[a].ep.protocol_of(s), Some(Protocol::LongRead));
-        let first = if fail {
-            T::LongctsTagRtm
+        // wire (as for `tsend`), and the operation reports the long-CTS it used.
+        let (first, used) = if fail {
+            (T::LongctsTagRtm, Protocol::LongCts)
         } else {
-            T::LongreadTagRtm
+            (T::LongreadTagRtm, Protocol::LongRead)
         };
+        assert_eq!(fab.nodes[a].ep.protocol_of(s), Some(used));
         assert_eq!(fab.sequence()[0], (a, first));
         assert_eq!(registrations(&fab, a), (1, 0));
     }

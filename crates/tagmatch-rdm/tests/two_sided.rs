@@ -150,6 +150,8 @@ fn nack_run(tagged: bool, ca: tagmatch_rdm::Config, faults: Faults) {
     // No payload: the mandatory header plus the 4-byte connid header.
     assert_eq!(rec.len, if tagged { 32 } else { 24 } + 4);
     assert_eq!(fab.nodes[b].ep.stats().read_nacks, 1);
+    // The sender's completion reports the subprotocol that moved the data.
+    assert_eq!(fab.nodes[a].ep.protocol_of(m.send), Some(Protocol::LongCts));
     assert!(fab.wire_errors.is_empty(), "{:?}", fab.wire_errors);
 }
 
@@ -209,6 +211,7 @@ fn sender_registration_failure_uses_longcts() {
     );
     check_ok(&m, &data, true);
     assert_eq!(fab.sequence()[0], (a, T::LongctsTagRtm));
+    assert_eq!(fab.nodes[a].ep.protocol_of(m.send), Some(Protocol::LongCts));
 }
 
 #[test]

@@ -25,7 +25,7 @@ pub enum Error {
     /// The verbs device could not be opened or set up (no such device, no RDMA support,
     /// resources refused).
     Verbs {
-        /// The device name asked for.
+        /// The device name asked for (empty: the first device).
         device: String,
         /// What failed, as the verbs layer reported it.
         reason: String,
@@ -147,6 +147,10 @@ impl fmt::Display for Error {
                 f,
                 "no transport chosen: call Builder::mem, Builder::udp or Builder::transport"
             ),
+            // The empty name asks for the first device: say so rather than quote "".
+            Error::Verbs { device, reason } if device.is_empty() => {
+                write!(f, "the first verbs device: {reason}")
+            }
             Error::Verbs { device, reason } => {
                 write!(f, "verbs device {device:?}: {reason}")
             }
@@ -346,6 +350,21 @@ mod tests {
         assert_eq!(
             s,
             "invalid atomic arguments: unknown or unsupported datatype 99"
+        );
+    }
+
+    /// A verbs error names the device asked for, or says "the first" for the empty name
+    /// (which asks for the first device) instead of quoting "".
+    #[test]
+    fn verbs_errors_name_the_device_or_the_first() {
+        let e = |device: &str| Error::Verbs {
+            device: device.into(),
+            reason: "no RDMA devices".into(),
+        };
+        assert_eq!(e("").to_string(), "the first verbs device: no RDMA devices");
+        assert_eq!(
+            e("mlx5_0").to_string(),
+            "verbs device \"mlx5_0\": no RDMA devices"
         );
     }
 }

@@ -571,7 +571,10 @@ impl Endpoint {
         self.completions.len()
     }
 
-    /// The subprotocol an operation chose (for the last [`PROTOCOL_MEMORY`] operations).
+    /// The subprotocol an operation used (for the last [`PROTOCOL_MEMORY`] operations):
+    /// the one it chose, or the fallback it switched to (long-CTS after a READ_NACK or a
+    /// failed registration of the send buffer, the emulated paths after a failed direct
+    /// RDMA read or write).
     pub fn protocol_of(&self, op: OpId) -> Option<Protocol> {
         match self.protocols.get(op.0 as usize % PROTOCOL_MEMORY) {
             Some(&(o, p)) if o == op.0 => Some(p),

@@ -401,10 +401,16 @@ impl Endpoint {
         if let Some(t) = self.tx.get_mut(id) {
             t.next_offset = start + n;
             t.window_end = t.next_offset;
-            t.proto = match t.kind {
+            let proto = match t.kind {
                 TxKind::Write => Protocol::LongCtsWrite,
                 _ => Protocol::LongCts,
             };
+            t.proto = proto;
+            // After a READ_NACK or a failed registration of the send buffer this replaces
+            // the long-read the operation chose: its completion reports the fallback, as
+            // the emulated read and write fallbacks do.
+            let op = t.op;
+            self.note_protocol(op, proto);
         }
         self.tx_check(id);
     }
