@@ -10,6 +10,42 @@
 //! and drains [`Endpoint::poll_transmit`] (packets ≤ MTU, RDMA reads/writes, registrations)
 //! and [`Endpoint::poll_completion`].
 //!
+//! # Example: two endpoints, the owner as the device
+//!
+//! ```
+//! use tagmatch_rdm::{Config, Endpoint, OpKind, SendOpts, SendOutcome, Transmit};
+//! use tagmatch_wire::efa::RawAddr;
+//!
+//! let addr = |qpn| RawAddr { gid: [0; 16], qpn, qkey: 0x1234, next: 0 };
+//! let mut eps = [1, 2].map(|qpn| Endpoint::new(Config::default(), addr(qpn)));
+//! let b_at_a = eps[0].add_peer(addr(2));
+//! let recv = eps[1].trecv(None, 42, 0, 64).unwrap(); // tag 42 exactly, from anyone
+//! eps[0].tsend(b_at_a, 42, b"hello".to_vec(), SendOpts::default()).unwrap();
+//! // A reliable device: deliver each packet to the other endpoint, report its send done.
+//! // (An eager message needs no RDMA and no registration.)
+//! let mut moved = true;
+//! while moved {
+//!     moved = false;
+//!     for (from, to) in [(0, 1), (1, 0)] {
+//!         while let Some(t) = eps[from].poll_transmit() {
+//!             let Transmit::Send { token, bytes, .. } = t else { unreachable!("{t:?}") };
+//!             let a = eps[from].addr();
+//!             let src = eps[to].lookup_peer(&a.gid, a.qpn); // None: learnt from the packet
+//!             eps[to].handle_packet(src, &bytes);
+//!             eps[from].on_send_done(token, SendOutcome::Ok);
+//!             moved = true;
+//!         }
+//!     }
+//! }
+//! let got = eps[1].poll_completion().unwrap();
+//! assert_eq!((got.op, got.kind, got.tag), (recv, OpKind::Recv, 42));
+//! assert_eq!(&got.data[..got.len as usize], b"hello");
+//! assert_eq!(eps[0].poll_completion().unwrap().kind, OpKind::Send);
+//! ```
+//!
+//! `tagmatch-transport`'s `Node` does this for real devices (RDMA and registrations
+//! included), and the `testing` feature's `Fabric` with seeded reordering and faults.
+//!
 //! The device model is efa-rdm-protocol-v4 §1.1: "send/receive a message up to the EFA
 //! device's Maximum Transmission Unit (MTU) size" with "no ordering guarantee" but reliable
 //! delivery, optional RDMA read and write, and memory registration that can fail.

@@ -14,22 +14,36 @@
 //!
 //! # Driving an endpoint
 //!
-//! ```no_run
-//! use std::time::Duration;
-//! use tagmatch_rdm::{Config, SendOpts};
+//! Two nodes over loopback UDP (port 0: the OS picks free ports), driven by one thread:
+//!
+//! ```
+//! use std::time::{Duration, Instant};
+//! use tagmatch_rdm::{Config, OpKind, SendOpts};
 //! use tagmatch_transport::udp::{UdpConfig, UdpDevice};
 //! use tagmatch_transport::{Node, UdpAddr};
 //!
 //! # fn main() -> std::io::Result<()> {
-//! let dev = UdpDevice::bind(UdpConfig::new("127.0.0.1:4000".parse().unwrap()))?;
-//! let mut node = Node::new(Config::default(), dev);
-//! println!("listening on {}", node.device().udp_addr()); // udp://127.0.0.1:4000/0x…
-//! let peer: UdpAddr = "udp://127.0.0.1:4001/0x1a2b3c4d".parse().unwrap();
-//! let p = node.add_peer(peer.to_raw());
-//! let op = node.endpoint_mut().tsend(p, 7, b"hello".to_vec(), SendOpts::default()).unwrap();
-//! let done = node.wait(op, Duration::from_secs(5))?; // or: loop { node.progress(..)?; node.poll_completion() }
-//! assert!(done.result.is_ok());
-//! node.linger(Duration::from_millis(200), Duration::from_secs(5))?; // before exiting
+//! let node = || -> std::io::Result<_> {
+//!     let dev = UdpDevice::bind(UdpConfig::new("127.0.0.1:0".parse().unwrap()))?;
+//!     Ok(Node::new(Config::default(), dev))
+//! };
+//! let (mut a, mut b) = (node()?, node()?);
+//! let b_addr = b.device().udp_addr().to_string(); // udp://127.0.0.1:PORT/0xCONNID: for peers
+//! let b_at_a = a.add_peer(b_addr.parse::<UdpAddr>().unwrap().to_raw());
+//! let recv = b.endpoint_mut().trecv(None, 7, 0, 64).unwrap();
+//! let send = a.endpoint_mut().tsend(b_at_a, 7, b"hello".to_vec(), SendOpts::default()).unwrap();
+//! let (mut done, start) = (Vec::new(), Instant::now());
+//! while done.len() < 2 {
+//!     assert!(start.elapsed() < Duration::from_secs(10), "no completion");
+//!     // Each `progress` blocks at most its timeout; a process with one node would
+//!     // `node.wait(op, limit)` instead.
+//!     a.progress(Some(Duration::ZERO))?;
+//!     b.progress(Some(Duration::from_millis(1)))?;
+//!     done.extend(a.poll_completion().into_iter().chain(b.poll_completion()));
+//! }
+//! let got = done.iter().find(|c| c.op == recv).unwrap();
+//! assert_eq!((got.kind, &got.data[..got.len as usize]), (OpKind::Recv, &b"hello"[..]));
+//! assert!(done.iter().any(|c| c.op == send && c.result.is_ok()));
 //! # Ok(()) }
 //! ```
 //!
@@ -40,8 +54,8 @@
 //! [`Node::wait`] for one operation). [`Node::linger`] keeps answering acknowledgements for
 //! a moment before a process exits or stops progressing a node.
 //!
-//! `unsafe` is denied in the whole crate; only a future `verbs` module (real ibverbs
-//! devices) may `#[allow(unsafe_code)]`, with a `// SAFETY:` comment on every block.
+//! `unsafe` is denied in the whole crate; only the `verbs` module (real ibverbs devices,
+//! feature `verbs`) allows it, with a `// SAFETY:` comment on every block.
 #![deny(unsafe_code)]
 
 pub mod addr;

@@ -20,6 +20,47 @@
 //!
 //! This is a `-sys` crate: every function is `unsafe` and mirrors the C API one to one; the
 //! safe layer belongs to the transport crate.
+//!
+//! # Example: the devices and their tag-matching capacity
+//!
+//! The example is compiled, linked and run only with the `verbs` feature (`cargo test -p
+//! tagmatch-verbs-sys --features verbs --doc`; without the feature it is empty). It needs
+//! no RDMA device: on a machine without one it lists nothing. Anything past opening a
+//! device (protection domains, queue pairs, SRQs) needs a real device, so that is what the
+//! device tests (`tests/verbs.rs`, `cargo xtask vm-test` on Soft-RoCE) and
+//! `tagmatch-transport`'s `verbs` module do.
+//!
+//! ```
+//! # #[cfg(feature = "verbs")] {
+//! use std::ffi::CStr;
+//! use tagmatch_verbs_sys as sys;
+//!
+//! let mut n = 0;
+//! // SAFETY: `n` is writable; a non-null list has `n` valid entries until it is freed.
+//! let list = unsafe { sys::ibv_get_device_list(&mut n) }; // null: no verbs support at all
+//! for i in 0..if list.is_null() { 0 } else { n as usize } {
+//!     // SAFETY: `i < n`; the context is closed before the list is freed.
+//!     unsafe {
+//!         let dev = *list.add(i);
+//!         let name = CStr::from_ptr(sys::ibv_get_device_name(dev)).to_string_lossy();
+//!         let ctx = sys::ibv_open_device(dev);
+//!         if ctx.is_null() {
+//!             continue;
+//!         }
+//!         let input = sys::ibv_query_device_ex_input::default();
+//!         let mut attr = sys::ibv_device_attr_ex::default();
+//!         if sys::ibv_query_device_ex(ctx, &input, &mut attr) == 0 {
+//!             println!("{name}: max_num_tags {}", attr.tm_caps.max_num_tags); // 0: no TM-SRQ
+//!         }
+//!         sys::ibv_close_device(ctx);
+//!     }
+//! }
+//! if !list.is_null() {
+//!     // SAFETY: the list came from `ibv_get_device_list` and is freed once.
+//!     unsafe { sys::ibv_free_device_list(list) };
+//! }
+//! # }
+//! ```
 #![cfg_attr(not(feature = "verbs"), no_std)]
 
 #[cfg(feature = "verbs")]

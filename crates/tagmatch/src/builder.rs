@@ -138,6 +138,11 @@ impl Builder {
     /// neither RDMA read nor write and RMA, atomics and large messages use the protocol's
     /// emulated subprotocols (efa-rdm-protocol-v4 §2.1 feature bits 0 and 5).
     ///
+    /// The device sends its packets over RC queue pairs and a shared receive queue (a UD
+    /// QP only for the address and connection set-up): ConnectX and other RC-capable
+    /// devices (RoCE, Soft-RoCE). AWS EFA devices offer no RC QPs (only UD and SRD), and
+    /// there is no SRD path, so this transport does not run on EFA hardware.
+    ///
     /// A device that does not exist is a typed error naming it:
     ///
     /// ```

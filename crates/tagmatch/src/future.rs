@@ -20,6 +20,9 @@ use crate::{Completion, Endpoint, Request, Result};
 ///   connection timer is due;
 /// - whenever a device already has work queued, a pending poll wakes its own task again at
 ///   once (it progresses at the next poll).
+///
+/// It borrows the endpoint mutably while it lives: one endpoint has at most one future at
+/// a time, so two of its requests are awaited one after the other, not together.
 #[derive(Debug)]
 #[must_use = "futures do nothing unless polled"]
 pub struct CompletionFuture<'a> {
@@ -70,6 +73,26 @@ impl Future for CompletionFuture<'_> {
 impl Endpoint {
     /// A future resolving to `req`'s completion (failed operations: [`crate::Error::Failed`];
     /// a request of another endpoint: [`crate::Error::UnknownRequest`]).
+    ///
+    /// The future holds `&mut self` until it is dropped, so a second future of the same
+    /// endpoint cannot be made while it lives: await the requests in turn (completions of
+    /// others that arrive meanwhile stay queued for them).
+    ///
+    /// ```compile_fail,E0499
+    /// # async fn both(ep: &mut tagmatch::Endpoint, r1: tagmatch::Request, r2: tagmatch::Request) {
+    /// let first = ep.completion(r1);
+    /// let second = ep.completion(r2); // error: `*ep` borrowed as mutable twice
+    /// let _ = (first.await, second.await);
+    /// # }
+    /// ```
+    ///
+    /// ```
+    /// # async fn both(ep: &mut tagmatch::Endpoint, r1: tagmatch::Request, r2: tagmatch::Request) {
+    /// let first = ep.completion(r1).await;
+    /// let second = ep.completion(r2).await;
+    /// # let _ = (first, second);
+    /// # }
+    /// ```
     pub fn completion(&mut self, req: Request) -> CompletionFuture<'_> {
         CompletionFuture { ep: self, req }
     }

@@ -3,7 +3,8 @@
 //!
 //! An [`Endpoint`] is built on a transport ([`Builder::mem`] in-process, [`Builder::udp`]
 //! over UDP with EFA SRD semantics and software RDMA, `Builder::verbs` over an ibverbs
-//! device with the `verbs` feature), hands out its [`Address`], and inserts peers ([`Endpoint::insert_peer`]).
+//! device with the `verbs` feature: RC queue pairs, so ConnectX/RoCE, not AWS EFA
+//! hardware), hands out its [`Address`], and inserts peers ([`Endpoint::insert_peer`]).
 //! Every operation returns a [`Request`]; completions are polled
 //! ([`Endpoint::progress`] + [`Endpoint::poll_completion`]), waited on
 //! ([`Endpoint::wait`]) or, with the `async` feature, awaited (`Endpoint::completion`).
@@ -70,6 +71,14 @@
 //! # }
 //! ```
 //!
+//! A `CompletionFuture` borrows its endpoint mutably for as long as it lives (each poll
+//! progresses the endpoint), so one endpoint has one pending future at a time: two of its
+//! requests cannot be awaited together (`join!` of two futures of one endpoint does not
+//! compile). Await them one after the other — a completion that arrives meanwhile stays
+//! queued for its own request — or poll ([`Endpoint::progress`],
+//! [`Endpoint::poll_completion`]) for many at once. Futures of different endpoints are
+//! independent.
+//!
 //! # Buffers
 //!
 //! Send buffers move into the endpoint (`Vec<u8>`, no copy on the way to the device) and
@@ -99,9 +108,46 @@
 //! [`Endpoint::stats`] gathers counters of the facade, the protocol endpoint (packets,
 //! drops by reason, handshakes, READ_NACKs, queue depths), the matching engine (depths,
 //! match attempts, hits, misses), the HW/SW split (software only with these transports)
-//! and the device (datagrams, retransmissions, duplicates, software RDMA). `tracing` events: `trace` per operation
-//! and completion, `debug` for each completion's subprotocol; with no subscriber or the
-//! level off they cost one relaxed load.
+//! and the device (datagrams, retransmissions, duplicates, software RDMA).
+//!
+//! The crates report through [`tracing`](https://docs.rs/tracing): a `trace` event per
+//! operation (`tsend`, `trecv`, `write`, …, with peer, tag and length); on the protocol
+//! path, a `debug` event per send from `tagmatch_rdm` naming the subprotocol it chose
+//! (`send`: `op`, `proto`, `len`) and a `complete` event per completion (`op`, `kind`,
+//! `len`, `ok`) — `debug` with the subprotocol (`protocol`) for sends, RMA and atomics,
+//! `trace` for receives; a `trace` span `wait` (field `request`) around everything a
+//! [`Endpoint::wait`] or [`Endpoint::wait_with`] drives; `debug` and `warn` events of the
+//! devices (a peer given up, a verbs connection failed). Messages on the in-process fast
+//! path choose no subprotocol and report only the operation's event. With no subscriber
+//! or the level off, an event costs one relaxed load. `tests/tracing_events.rs` checks
+//! these events.
+//!
+//! # Logging
+//!
+//! Nothing is printed until the application installs a `tracing` subscriber. With
+//! [`tracing-subscriber`](https://docs.rs/tracing-subscriber) (feature `fmt`), to print
+//! each send's subprotocol and each completion:
+//!
+//! ```
+//! use tagmatch::{Endpoint, MemFabric, ANY_SOURCE};
+//!
+//! tracing_subscriber::fmt()
+//!     .with_max_level(tracing::Level::DEBUG) // TRACE adds every operation and the waits
+//!     .init();
+//! let fabric = MemFabric::new();
+//! let mut a = Endpoint::builder().mem(&fabric).fast_path(false).build().unwrap();
+//! let mut b = Endpoint::builder().mem(&fabric).fast_path(false).build().unwrap();
+//! let peer = a.insert_peer(&b.address()).unwrap();
+//! let r = b.recv(ANY_SOURCE, 8).unwrap();
+//! let s = a.send(peer, b"logged".to_vec()).unwrap(); // DEBUG … send … proto=Eager len=6
+//! b.wait_with(r, &mut [&mut a]).unwrap();
+//! a.wait_with(s, &mut [&mut b]).unwrap(); // DEBUG … complete … kind=Send protocol=Eager
+//! ```
+//!
+//! The events' targets are their modules (`tagmatch::endpoint`,
+//! `tagmatch_rdm::endpoint::two_sided`, `tagmatch_transport::udp`, …), so a filter by
+//! target (`tracing_subscriber::filter::Targets`, or `EnvFilter` of its `env-filter`
+//! feature with `RUST_LOG=tagmatch=trace,tagmatch_rdm=debug`) picks layers.
 #![forbid(unsafe_code)]
 
 mod address;
