@@ -81,10 +81,12 @@ pub struct MatchArgs {
     /// Queue depth N.
     #[arg(long, value_name = "N")]
     pub depth: usize,
-    /// Fraction of wildcard receives in wildcard-mix (0..=1).
-    #[arg(long, value_name = "F", default_value_t = 0.1)]
-    pub wildcard_fraction: f64,
-    /// Number of peers (wildcard-mix: default 1; many-peers: default N).
+    /// Fraction of wildcard receives in wildcard-mix (0..=1; default 0.1). Only
+    /// wildcard-mix takes it.
+    #[arg(long, value_name = "F")]
+    pub wildcard_fraction: Option<f64>,
+    /// Number of peers (wildcard-mix: default 1; many-peers: default N). Only those two
+    /// workloads take it.
     #[arg(long, value_name = "P")]
     pub peers: Option<usize>,
     /// Print one JSON object instead of a text line.
@@ -371,14 +373,26 @@ pub fn run(args: Args) -> Result<(), Error> {
     if a.depth == 0 {
         return Err(fail("--depth must be at least 1".into()));
     }
-    if !(0.0..=1.0).contains(&a.wildcard_fraction) {
+    // An option the workload does not use is an error, not silently ignored.
+    if a.wildcard_fraction.is_some() && w != Workload::WildcardMix {
+        return Err(fail(format!(
+            "--wildcard-fraction applies to wildcard-mix only, not {w}"
+        )));
+    }
+    if a.peers.is_some() && !matches!(w, Workload::WildcardMix | Workload::ManyPeers) {
+        return Err(fail(format!(
+            "--peers applies to wildcard-mix and many-peers only, not {w}"
+        )));
+    }
+    let wildcard_fraction = a.wildcard_fraction.unwrap_or(0.1);
+    if !(0.0..=1.0).contains(&wildcard_fraction) {
         return Err(fail("--wildcard-fraction must be within 0..=1".into()));
     }
     if a.peers == Some(0) {
         return Err(fail("--peers must be at least 1".into()));
     }
     let mut p = Params::new(a.depth);
-    p.wildcard_fraction = a.wildcard_fraction;
+    p.wildcard_fraction = wildcard_fraction;
     p.peers = a.peers;
     p.eager_wildcard_lists = a.eager_wildcard_lists;
     let kind: baseline::Kind = a

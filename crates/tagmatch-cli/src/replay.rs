@@ -198,17 +198,23 @@ fn fields(rest: &[&str], wildcards: bool) -> Result<(u32, Option<u32>, Option<u6
     fn need<'a>(name: &str, v: Option<&'a str>) -> Result<&'a str, String> {
         v.ok_or_else(|| format!("missing field {name}="))
     }
+    /// A decimal number: digits only (Rust's `parse` would also take a leading `+`).
+    fn number<T: core::str::FromStr>(s: &str) -> Option<T> {
+        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        s.parse().ok()
+    }
     let comm_s = need("comm", comm)?;
-    let comm = comm_s
-        .parse::<u32>()
-        .map_err(|_| format!("comm={comm_s}: expected an integer 0..=4294967295"))?;
+    let comm = number::<u32>(comm_s)
+        .ok_or_else(|| format!("comm={comm_s}: expected an integer 0..=4294967295"))?;
     let src_s = need("src", src)?;
     let src = match src_s {
         "*" if wildcards => None,
         "*" => return Err("src=*: a message has a definite source".into()),
         s => Some(
-            s.parse::<u32>()
-                .map_err(|_| format!("src={s}: expected an integer 0..=4294967295 or *"))?,
+            number::<u32>(s)
+                .ok_or_else(|| format!("src={s}: expected an integer 0..=4294967295 or *"))?,
         ),
     };
     let tag_s = need("tag", tag)?;
@@ -216,8 +222,8 @@ fn fields(rest: &[&str], wildcards: bool) -> Result<(u32, Option<u32>, Option<u6
         "*" if wildcards => None,
         "*" => return Err("tag=*: a message has a definite tag".into()),
         t => Some(
-            t.parse::<u64>()
-                .map_err(|_| format!("tag={t}: expected a non-negative integer or *"))?,
+            number::<u64>(t)
+                .ok_or_else(|| format!("tag={t}: expected a non-negative integer or *"))?,
         ),
     };
     Ok((comm, src, tag))
@@ -294,10 +300,16 @@ impl<R: Runner> Replay<R> {
     /// Runs one non-empty, comment-stripped line; pushes output lines to `out`.
     fn line(&mut self, toks: &[&str], out: &mut Vec<String>) -> Result<(), String> {
         let (op, args) = toks.split_first().ok_or("empty line")?;
+        // An identifier is any token without `=`: `post comm=0 …` lacks its id (taking
+        // `comm=0` for it would report the fields wrongly).
         let id = |n: usize| -> Result<&str, String> {
-            args.get(n)
-                .copied()
-                .ok_or_else(|| format!("{op}: missing identifier"))
+            match args.get(n).copied() {
+                None => Err(format!("{op}: missing identifier")),
+                Some(t) if t.contains('=') => Err(format!(
+                    "{op}: missing identifier (found the field {t:?} where the identifier goes)"
+                )),
+                Some(t) => Ok(t),
+            }
         };
         match *op {
             "post" => {

@@ -199,6 +199,18 @@ fn bad_lines_exit_1_with_line_number() {
             "no claimed message",
         ),
         ("post", 1, "missing identifier"),
+        (
+            "post comm=0 src=1 tag=2",
+            1,
+            "missing identifier (found the field \"comm=0\"",
+        ),
+        ("arrive comm=0 src=1 tag=2", 1, "arrive: missing identifier"),
+        ("probe src=* comm=0 tag=2", 1, "probe: missing identifier"),
+        ("mprobe tag=2 comm=0 src=1", 1, "mprobe: missing identifier"),
+        ("post r comm=0 src=+1 tag=2", 1, "src=+1"),
+        ("arrive m comm=+0 src=1 tag=2", 1, "comm=+0"),
+        ("post r comm=0 src=1 tag=+2", 1, "tag=+2"),
+        ("post r comm= src=1 tag=2", 1, "comm=: expected"),
         ("cancel r extra", 1, "unexpected field"),
     ];
     for (trace, line, what) in cases {
@@ -431,5 +443,74 @@ fn bench_match_rejects_bad_arguments() {
         let o = run(args, "");
         assert_eq!(o.status.code(), Some(1), "{args:?}");
         assert!(String::from_utf8_lossy(&o.stderr).starts_with("tagmatch: bench match: "));
+    }
+    // Options the workload does not use are refused, naming the option and workload.
+    for (args, what) in [
+        (
+            &["--workload", "posted-exact", "--depth", "4", "--peers", "3"][..],
+            "--peers applies to wildcard-mix and many-peers only, not posted-exact",
+        ),
+        (
+            &[
+                "--workload",
+                "cancel-mix",
+                "--depth",
+                "4",
+                "--wildcard-fraction",
+                "0.5",
+            ][..],
+            "--wildcard-fraction applies to wildcard-mix only, not cancel-mix",
+        ),
+        (
+            &[
+                "--workload",
+                "many-peers",
+                "--depth",
+                "4",
+                "--wildcard-fraction",
+                "0.1",
+            ][..],
+            "--wildcard-fraction applies to wildcard-mix only, not many-peers",
+        ),
+    ] {
+        let mut all = vec!["bench", "match"];
+        all.extend_from_slice(args);
+        let o = run(&all, "");
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(what), "{args:?}: {err}");
+    }
+    // ... and accepted where they apply.
+    for args in [
+        &[
+            "--workload",
+            "many-peers",
+            "--depth",
+            "2",
+            "--peers",
+            "3",
+            "--json",
+        ][..],
+        &[
+            "--workload",
+            "wildcard-mix",
+            "--depth",
+            "8",
+            "--peers",
+            "2",
+            "--wildcard-fraction",
+            "0.5",
+            "--json",
+        ][..],
+    ] {
+        let mut all = vec!["bench", "match"];
+        all.extend_from_slice(args);
+        let o = run(&all, "");
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
     }
 }
