@@ -11,7 +11,6 @@
 //! every path out (a drop guard), which also removes the veth pair; the server is killed
 //! by its own guard.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 
 mod common;
@@ -132,20 +131,7 @@ fn perf_client_reaches_a_server_on_another_host() {
         .spawn()
         .expect("spawn perf server"),
     );
-    let mut line = String::new();
-    BufReader::new(server.0.stdout.take().expect("piped stdout"))
-        .read_line(&mut line)
-        .expect("the server's address line");
-    let addr = line
-        .trim()
-        .rsplit(' ')
-        .next()
-        .unwrap_or_default()
-        .to_owned();
-    assert!(
-        addr.starts_with("udp://10.232.0.1:"),
-        "server printed {line:?}"
-    );
+    let addr = common::address_line(&mut server.0, "udp://10.232.0.1:");
 
     // Without --bind: the route's source address, 10.232.0.2.
     let o = client(

@@ -56,6 +56,13 @@ pub fn spawn_perf_server(args: &[&str], scheme: &str) -> (Child, String) {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("spawn tagmatch perf server");
+    let addr = address_line(&mut server, scheme);
+    (server, addr)
+}
+
+/// The address a `perf server` (spawned with its standard output piped) prints on its
+/// first line, which must start with `prefix`.
+pub fn address_line(server: &mut Child, prefix: &str) -> String {
     let mut line = String::new();
     BufReader::new(server.stdout.take().expect("piped stdout"))
         .read_line(&mut line)
@@ -66,6 +73,6 @@ pub fn spawn_perf_server(args: &[&str], scheme: &str) -> (Child, String) {
         .next()
         .unwrap_or_default()
         .to_owned();
-    assert!(addr.starts_with(scheme), "server printed {line:?}");
-    (server, addr)
+    assert!(addr.starts_with(prefix), "server printed {line:?}");
+    addr
 }
