@@ -365,8 +365,13 @@ pub struct Config {
     ///
     /// Memory: a source's buffer is allocated at its first admitted out-of-order
     /// arrival and grows (by powers of two, from 4 slots) to the furthest offset it held,
-    /// not to the window; it is freed once drained if larger than 64 slots. A rejected
-    /// arrival allocates nothing.
+    /// not to the window; it is freed once drained if larger than 64 slots. An early
+    /// message is admitted only with room in [`Config::max_messages`] for it and every
+    /// message missing below it, so the buffers follow that budget; held controls
+    /// ([`Engine::deliver_control`](crate::Engine::deliver_control)) take no budget, and
+    /// a source's early controls can grow its buffer up to the window. A rejected
+    /// arrival allocates no buffer (a source seen for the first time keeps its sequence
+    /// state, under 100 bytes, even when its arrival is refused).
     pub reorder_window: u32,
     /// Budget of payload bytes held by the engine (unexpected + reorder buffer + claimed).
     /// One exception: [`Engine::deliver`](crate::Engine::deliver) admits a source's next
