@@ -87,7 +87,7 @@ pub fn stages() -> Vec<Stage> {
         },
         Stage {
             name: "soak",
-            about: "cargo xtask soak: the long tagmatch-rdm soak (100,000 operations per seed, release)",
+            about: "cargo xtask soak: the long tagmatch-rdm soak (100,000 operations per seed) and the engine's model-checked reorder walks, release",
             run: |ctx| {
                 crate::soak::run(&ctx.root, crate::soak::DEFAULT_MESSAGES, None)?;
                 Ok(Outcome::Ok)

@@ -52,6 +52,8 @@ COMMANDS:
     soak    The long tagmatch-rdm soak: 100,000 operations per seed of random sizes and
             subprotocols under reordering and faults, release build
             (--messages N, --seed S). CI runs a 20,000-operation version.
+            Without --seed, then the engine's model-checked reorder walks
+            (tests/review_reorder18.rs, skipped by debug `cargo test`).
     vm-test Build the verbs tests (tagmatch-verbs-sys --features verbs), boot Debian's
             kernel in QEMU (TCG, no KVM needed), create a Soft-RoCE device (rdma_rxe)
             inside and run the tests there with TAGMATCH_REQUIRE_RDMA_DEVICE=1.
