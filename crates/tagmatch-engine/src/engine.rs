@@ -705,6 +705,10 @@ pub struct Engine<R, M> {
     /// every peer's gaps. The next message in order from a source with held successors
     /// takes its place from here, so it is admitted without ever exceeding the budget.
     reserved: usize,
+    /// Control sequence numbers held out of order ([`Engine::deliver_control`]): each
+    /// counts as one entry against [`Config::max_messages`] while it waits, as a held
+    /// message does, so that the reorder buffers follow the budget.
+    held_controls: usize,
     scratch: Vec<u32>,
     /// Deferred removals from the (comm, src, tag) index: the hash and value of each
     /// entry whose message a wildcard receive took (the message is out of the slab;
@@ -762,6 +766,7 @@ impl<R, M> Engine<R, M> {
             next_seq: 0,
             peers: FastMap::default(),
             reserved: 0,
+            held_controls: 0,
             scratch: Vec::new(),
             stale: None,
             stale_min: STALE_MIN_BUCKETS,
@@ -2115,13 +2120,15 @@ impl<R, M> Engine<R, M> {
         }
     }
 
+    /// Entries counted against [`Config::max_messages`]: unexpected messages (claimed
+    /// ones when [`Config::claims_count`]), held out-of-order messages and held controls.
     fn held_messages(&self) -> usize {
         let claims = if self.cfg.claims_count {
             0
         } else {
             self.c.claimed_depth
         };
-        self.unexp.len() - claims + self.c.reorder_depth
+        self.unexp.len() - claims + self.c.reorder_depth + self.held_controls
     }
 
     /// Whether one more stored message of `len` bytes (`held` of them counted) stays
@@ -2898,10 +2905,14 @@ impl<R, M> Engine<R, M> {
     /// [`Ordered::Control`] at once, followed by every held successor now in order;
     /// otherwise it is held (0 is returned) and its [`Ordered::Control`] is reported by
     /// the [`Engine::deliver_held`] or `deliver_control` call that reaches it. Returns
-    /// the number of events passed to `sink`. A held control takes a reorder slot but no
-    /// byte or message budget, so it is refused for backpressure only in one case: when
-    /// it is the next in order and storing the held messages it would release would pass
-    /// [`MAX_ENTRIES`] stored messages (as for [`Engine::deliver`]). Other errors are
+    /// the number of events passed to `sink`. In order, a control takes no budget. Held
+    /// out of order, it takes a reorder slot and counts as one entry against
+    /// [`Config::max_messages`] (no bytes), and keeps room for the messages missing
+    /// below it, as a held message does: so it is refused with
+    /// [`RejectReason::Backpressure`] when that room is not there (a source's early
+    /// controls cannot grow its buffer outside the budget), and, in order, when storing
+    /// the held messages it would release would pass [`MAX_ENTRIES`] stored messages (as
+    /// for [`Engine::deliver`]). Other errors are
     /// [`RejectReason::Stale`], [`RejectReason::WindowOverflow`] and
     /// [`RejectReason::Duplicate`]; every error leaves the engine unchanged.
     ///
@@ -3000,6 +3011,7 @@ impl<R, M> Engine<R, M> {
                     }
                     Held::Control => {
                         peer.occupied -= 1;
+                        self.held_controls -= 1;
                         sink(Ordered::Control { src, seq });
                         n += 1;
                     }
@@ -3042,16 +3054,13 @@ impl<R, M> Engine<R, M> {
         // The message budget keeps room for this message and for every message missing
         // below it (the gaps it opens), so that the next in order, admitted over the
         // budget's check when successors of it are held, never exceeds it: `more` is what
-        // holding it adds (0 when it fills a gap: its room was kept). Controls take no
-        // message budget and are held whatever the room.
+        // holding it adds (0 when it fills a gap: its room was kept). A held control
+        // counts as one entry, as a message does (it takes a ring slot while it waits;
+        // otherwise one early control per source could grow every source's ring to the
+        // window outside the budget), and keeps room for the messages missing below it.
         let span2 = peer.span.max(d + 1);
         let more = (span2 - peer.span) as usize;
-        let fits = match item {
-            Item::Msg { .. } => {
-                bytes_fit && (more == 0 || stored + reserved + more <= max_messages)
-            }
-            Item::Control => true,
-        };
+        let fits = bytes_fit && (more == 0 || stored + reserved + more <= max_messages);
         if !fits {
             self.c.rejected_backpressure += 1;
             return Err((RejectReason::Backpressure, item));
@@ -3071,7 +3080,10 @@ impl<R, M> Engine<R, M> {
                 self.c.bytes_held += held;
                 Held::Msg(Message { env, len, msg }, held)
             }
-            Item::Control => Held::Control,
+            Item::Control => {
+                self.held_controls += 1;
+                Held::Control
+            }
         };
         peer.occupied += 1;
         peer.span = span2;
@@ -3358,11 +3370,15 @@ impl<R, M> Engine<R, M> {
         if let Some(peer) = self.peers.remove(&src) {
             self.reserved -= peer.gaps();
             for h in peer.ring {
-                if let Held::Msg(m, held) = h {
-                    self.c.reorder_depth -= 1;
-                    self.c.bytes_held -= held;
-                    sink(Purged::Held(m));
-                    n += 1;
+                match h {
+                    Held::Msg(m, held) => {
+                        self.c.reorder_depth -= 1;
+                        self.c.bytes_held -= held;
+                        sink(Purged::Held(m));
+                        n += 1;
+                    }
+                    Held::Control => self.held_controls -= 1,
+                    Held::Empty | Held::Skip => {}
                 }
             }
         }

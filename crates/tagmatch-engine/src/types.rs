@@ -367,9 +367,9 @@ pub struct Config {
     /// arrival and grows (by powers of two, from 4 slots) to the furthest offset it held,
     /// not to the window; it is freed once drained if larger than 64 slots. An early
     /// message is admitted only with room in [`Config::max_messages`] for it and every
-    /// message missing below it, so the buffers follow that budget; held controls
-    /// ([`Engine::deliver_control`](crate::Engine::deliver_control)) take no budget, and
-    /// a source's early controls can grow its buffer up to the window. A rejected
+    /// message missing below it, so the buffers follow that budget; so is an early
+    /// control ([`Engine::deliver_control`](crate::Engine::deliver_control)), which
+    /// counts as one entry while held. A rejected
     /// arrival allocates no buffer (a source seen for the first time keeps its sequence
     /// state, under 100 bytes, even when its arrival is refused).
     pub reorder_window: u32,
@@ -385,10 +385,9 @@ pub struct Config {
     /// exceeded: a message held out of order keeps room for itself and for every message
     /// of its source missing below it (one that cannot is refused with
     /// [`RejectReason::Backpressure`](crate::RejectReason::Backpressure)), so the next in
-    /// order always has its place. (A held control sequence number,
-    /// [`Engine::deliver_control`](crate::Engine::deliver_control), takes no room and
-    /// keeps none: the messages missing below one may exceed the budget.) Capped at
-    /// [`MAX_ENTRIES`].
+    /// order always has its place. A control sequence number held out of order
+    /// ([`Engine::deliver_control`](crate::Engine::deliver_control)) counts as one entry
+    /// and keeps room likewise; in order it takes none. Capped at [`MAX_ENTRIES`].
     pub max_messages: usize,
     /// Limit of posted receives (capped at [`MAX_ENTRIES`]).
     pub max_posted: usize,

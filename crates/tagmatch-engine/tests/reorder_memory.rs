@@ -38,6 +38,65 @@ fn early_arrivals_from_many_sources_stay_within_the_budget() {
     assert!(e.heap_bytes() < 64 << 10, "{} bytes", e.heap_bytes());
 }
 
+/// The review of session 18 found the same growth through controls: a held control took
+/// no budget, so one early control per source at the window's edge grew every source's
+/// ring to 65,536 slots (734 MB for 200 sources). A held control now counts as one entry
+/// and keeps room for the messages missing below it, as a held message does.
+#[test]
+fn early_controls_from_many_sources_stay_within_the_budget() {
+    let mut e: Engine<u32, Vec<u8>> = Engine::new(
+        Config::default()
+            .reorder_window(1 << 16)
+            .max_messages(64)
+            .max_bytes(1024),
+    );
+    let before = e.heap_bytes();
+    for src in 0..200u32 {
+        // At the window's edge: 65,535 messages missing below it, more than the budget.
+        assert_eq!(
+            e.deliver_control(src, 65_535, |_| panic!("held, not in order")),
+            Err(RejectReason::Backpressure),
+            "source {src}"
+        );
+    }
+    assert_eq!(e.counters().rejected_backpressure, 200);
+    assert_eq!(e.pressure(), Pressure::Normal);
+    assert!(
+        e.heap_bytes() - before < 64 << 10,
+        "{} bytes",
+        e.heap_bytes() - before
+    );
+    // Near ones are held while the budget has room (each: itself and the gap below):
+    // 32 of them; a control in order still takes no budget.
+    let mut held = 0;
+    for src in 0..200u32 {
+        if e.deliver_control(src, 1, |_| panic!("held")).is_ok() {
+            held += 1;
+        }
+    }
+    assert_eq!(held, 32);
+    assert_eq!(e.pressure(), Pressure::Full);
+    assert!(e.heap_bytes() - before < 64 << 10);
+    // Full, yet the in-order control of a held source passes and releases its held one,
+    // giving back the two entries.
+    let mut turns = Vec::new();
+    assert_eq!(
+        e.deliver_control(0, 0, |o| turns.push(format!("{o:?}"))),
+        Ok(2)
+    );
+    assert_eq!(turns.len(), 2);
+    assert_eq!(e.pressure(), Pressure::High);
+    // Purging a peer gives back its held control's entry and its gap's: with source 0's
+    // two, room for two more sources.
+    assert_eq!(e.purge_peer(1, |_| {}), 0);
+    assert_eq!(e.deliver_control(199, 1, |_| {}), Ok(0));
+    assert_eq!(e.deliver_control(198, 1, |_| {}), Ok(0));
+    assert_eq!(
+        e.deliver_control(197, 1, |_| {}),
+        Err(RejectReason::Backpressure)
+    );
+}
+
 #[test]
 fn a_rejected_arrival_allocates_nothing() {
     let mut e: Engine<u32, Vec<u8>> = Engine::new(

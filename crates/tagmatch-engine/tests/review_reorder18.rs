@@ -5,11 +5,12 @@
 //!
 //! A reference model of per-source sequencing (expected sequence number, held items by
 //! sequence number: messages, controls, skips left by `purge_comm`; the window; the
-//! message budget with the room kept for the gaps below held messages; the byte
-//! budget) is driven by seeded random operations next to the engine, and every
-//! observable is compared after each operation: the in-order events (arrivals, matches,
-//! control turns), rejection reasons, `expected_seq`, the counters (`reorder_depth`,
-//! `bytes_held`, depths, rejection counts) and `pressure`. The model also follows the
+//! message budget, where held messages and controls count and keep room for the gaps
+//! below them; the byte budget) is driven by seeded random operations next to the
+//! engine, and every observable is compared after each operation: the in-order events
+//! (arrivals, matches, control turns), rejection reasons, `expected_seq`, the counters
+//! (`reorder_depth`, `bytes_held`, depths, rejection counts) and `pressure`. The model
+//! also follows the
 //! documented ring policy (`Config::reorder_window`'s "Memory" paragraph), so
 //! `heap_bytes` is checked exactly where only the reorder state can change: a rejected
 //! arrival changes nothing, an admitted out-of-order arrival (and a turn that releases
@@ -213,8 +214,16 @@ impl Model {
             .filter(|h| matches!(h, MHeld::Msg(_)))
             .count()
     }
+    /// Held controls: each counts as one entry against the message budget.
+    fn held_controls(&self) -> usize {
+        self.peers
+            .values()
+            .flat_map(|p| p.held.values())
+            .filter(|h| matches!(h, MHeld::Control))
+            .count()
+    }
     fn stored(&self) -> usize {
-        self.unexp.len() + self.held_msgs()
+        self.unexp.len() + self.held_msgs() + self.held_controls()
     }
     fn reserved(&self) -> usize {
         self.peers.values().map(MPeer::gaps).sum()
@@ -350,14 +359,16 @@ impl Model {
         {
             return self.reject(RejectReason::Duplicate);
         }
-        if let Some(m) = item {
-            let span = self.peers.get(&src).map_or(0, MPeer::span);
-            let more = (d as usize + 1).saturating_sub(span);
-            let fits = self.bytes() + m.held <= self.max_bytes
-                && (more == 0 || self.stored() + self.reserved() + more <= self.max_messages);
-            if !fits {
-                return self.reject(RejectReason::Backpressure);
-            }
+        // A message or a control: both count as one entry and keep room for the gaps; a
+        // control takes no bytes (it is not refused when the bytes are over the budget).
+        let span = self.peers.get(&src).map_or(0, MPeer::span);
+        let more = (d as usize + 1).saturating_sub(span);
+        let fits = item
+            .as_ref()
+            .is_none_or(|m| self.bytes() + m.held <= self.max_bytes)
+            && (more == 0 || self.stored() + self.reserved() + more <= self.max_messages);
+        if !fits {
+            return self.reject(RejectReason::Backpressure);
         }
         let initial = self.initial;
         let p = self.peers.entry(src).or_insert_with(|| MPeer::new(initial));
