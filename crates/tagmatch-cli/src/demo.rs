@@ -11,9 +11,11 @@
 //! early) and runs the same over loopback UDP between the two processes; `--transport verbs
 //! [--device NAME]` (with the `verbs` feature) runs it between endpoints of this process on
 //! an RDMA device, where the subprotocols that need RDMA the device lacks must use exactly
-//! their emulated fallback (shown in the result column). The read-nack row needs the
-//! in-process fabric (which fails the receiver's registration on demand) and is shown as
-//! skipped over the other transports. Exits non-zero if anything failed.
+//! their emulated fallback (shown in the result column). The read-nack row needs a
+//! responder whose registration fails: in process, the fabric fails it on demand; over
+//! UDP, a second responder process whose device registers at most its region and 1 MiB
+//! (`UdpConfig::max_registered_bytes`) receives the row's 2 MiB; over verbs the row is
+//! skipped (no RDMA read, so no long-read to refuse). Exits non-zero if anything failed.
 //!
 //! `tagmatch demo --packets` is the packet-level demo: one representative packet of every
 //! EFA type (`PacketType::ALL`, every field nonzero, optional headers spread over the set)
@@ -47,6 +49,10 @@ pub struct Args {
     /// Internal: be the UDP responder process (prints its address, serves until told).
     #[arg(long, hide = true)]
     pub responder: bool,
+    /// Internal: the responder's UDP device registers at most this many bytes (the
+    /// read-nack row's responder).
+    #[arg(long, hide = true, value_name = "BYTES", requires = "responder")]
+    pub responder_max_registered: Option<u64>,
 }
 
 static IOVS: [RmaIov; 2] = [
@@ -258,7 +264,7 @@ pub fn round_trip(s: &Sample) -> Result<(), String> {
 /// Runs `tagmatch demo`.
 pub fn run(args: Args) -> Result<(), Error> {
     if args.responder {
-        return live::responder_process();
+        return live::responder_process(args.responder_max_registered);
     }
     if args.packets {
         // The packet-level demo runs no endpoints: a transport given with it would be
@@ -345,7 +351,7 @@ mod live {
 
     use tagmatch::{
         Address, Completion, Endpoint, MemFabric, MemFaults, Peer, Protocol, RemoteKey, Request,
-        SendOptions, ANY_SOURCE, ANY_TAG,
+        SendOptions, UdpConfig, ANY_SOURCE, ANY_TAG,
     };
     use tagmatch_rdm::Config;
 
@@ -355,6 +361,9 @@ mod live {
     const QUIT: u64 = 0xD3D0_0000_0000_0002;
     const UNTAGGED_REPLY: u64 = 0xD3D0_0000_0000_0003;
     const REGION: usize = 4 << 20;
+    /// What the read-nack row's UDP responder may register: its region and 1 MiB, not
+    /// the 2 MiB receive buffer of a long-read.
+    const NACK_REGISTERED: u64 = REGION as u64 + (1 << 20);
     const LIMIT: Duration = Duration::from_secs(10);
 
     /// FNV-1a of the bytes: what the responder answers for each message.
@@ -428,11 +437,17 @@ mod live {
         }
     }
 
-    /// `tagmatch demo --responder`: the UDP responder process.
-    pub fn responder_process() -> Result<(), Error> {
+    /// `tagmatch demo --responder`: the UDP responder process; its device registers at
+    /// most `max_registered` bytes (`UdpConfig::max_registered_bytes`) when given.
+    pub fn responder_process(max_registered: Option<u64>) -> Result<(), Error> {
         let ctx = "demo --responder";
+        let bind = "127.0.0.1:0".parse().map_err(|_| Error::new(ctx, "bind"))?;
         let ep = Endpoint::builder()
-            .udp("127.0.0.1:0".parse().map_err(|_| Error::new(ctx, "bind"))?)
+            .udp(bind)
+            .udp_config(UdpConfig {
+                max_registered_bytes: max_registered.unwrap_or(u64::MAX),
+                ..UdpConfig::new(bind)
+            })
             .build()
             .map_err(|e| Error::new(ctx, e))?;
         let mut r = Responder::new(ep).map_err(|e| Error::new(ctx, e))?;
@@ -462,6 +477,10 @@ mod live {
         /// The in-process fabric (`--transport mem`): its fault injection drives the
         /// read-nack row.
         fabric: Option<MemFabric>,
+        /// `--transport udp`: the read-nack row's responder, a second process whose UDP
+        /// device registers at most [`NACK_REGISTERED`] bytes, and the initiator's peer
+        /// for it.
+        nack: Option<(ResponderChild, Peer)>,
         next_tag: u64,
     }
 
@@ -648,16 +667,22 @@ mod live {
         /// LONGCTS_RTM packet".
         ///
         /// A 2 MiB message (long-read) from a region the sender registered beforehand (so
-        /// that the send itself registers nothing), sent while the in-process fabric fails
-        /// every registration: the responder cannot register its receive buffer. The
+        /// that the send itself registers nothing) to a responder that cannot register its
+        /// receive buffer: in process, the fabric fails every registration during the
+        /// send; over UDP, the message goes to the second responder process
+        /// ([`Demo::nack`]), whose device may register its region and 1 MiB more. The
         /// message must arrive intact, by long-CTS, with one READ_NACK counted by the
-        /// sender (and one by the responder, which is in this process).
+        /// sender (and one by the responder, when it is in this process).
         fn read_nack(&mut self) -> Result<Option<Protocol>, String> {
             const LEN: usize = 2 << 20;
-            let fabric = self
-                .fabric
-                .clone()
-                .ok_or_else(|| "needs the in-process fabric's registration failures".to_owned())?;
+            let fabric = self.fabric.clone();
+            let to = match (&fabric, &self.nack) {
+                (Some(_), _) => self.eps[0].1,
+                (None, Some((_, p))) => *p,
+                (None, None) => {
+                    return Err("needs a responder that cannot register (mem or udp)".into())
+                }
+            };
             self.next_tag += 1;
             let tag = self.next_tag;
             let data: Vec<u8> = (0..LEN).map(|x| (x as u64 * 17 + tag) as u8).collect();
@@ -669,18 +694,21 @@ mod live {
                 )
             };
             let before = nacks(self);
-            let (ep, peer, _) = &mut self.eps[0];
-            let peer = *peer;
+            let ep = &mut self.eps[0].0;
             let mr = ep.register(data).map_err(|e| e.to_string())?;
-            let reply = ep.trecv(peer, tag, 8).map_err(|e| e.to_string())?;
-            fabric.network().set_faults(MemFaults {
-                register_fail: 1000,
-                ..NO_FAULTS
-            });
+            let reply = ep.trecv(to, tag, 8).map_err(|e| e.to_string())?;
+            if let Some(f) = &fabric {
+                f.network().set_faults(MemFaults {
+                    register_fail: 1000,
+                    ..NO_FAULTS
+                });
+            }
             let done = ep
-                .tsend_region(peer, tag, &mr, 0..LEN)
+                .tsend_region(to, tag, &mr, 0..LEN)
                 .and_then(|s| Ok((self.wait(0, s)?, self.wait(0, reply)?)));
-            fabric.network().set_faults(NO_FAULTS);
+            if let Some(f) = &fabric {
+                f.network().set_faults(NO_FAULTS);
+            }
             let released = self.eps[0].0.deregister(mr);
             let (sc, c) = done.map_err(|e| e.to_string())?;
             released.map_err(|e| format!("deregistering the send region: {e}"))?;
@@ -755,6 +783,22 @@ mod live {
             )
         }
 
+        /// `--transport udp`: spawns the read-nack row's responder (its device registers at
+        /// most [`NACK_REGISTERED`] bytes), makes it a peer of the first initiator
+        /// endpoint and exchanges HELLO with it (the handshake: before it, a large send
+        /// takes long-CTS at once, efa-rdm-protocol-v4 §2.1).
+        fn nack_responder(&mut self) -> Result<(ResponderChild, Peer), String> {
+            let (child, addr) =
+                spawn_responder(Some(NACK_REGISTERED)).map_err(|e| e.to_string())?;
+            let ep = &mut self.eps[0].0;
+            let p = ep.insert_peer(&addr).map_err(|e| e.to_string())?;
+            let r = ep.trecv(p, HELLO, 24).map_err(|e| e.to_string())?;
+            let _ = ep.tsend(p, HELLO, Vec::new()).map_err(|e| e.to_string())?;
+            self.wait(0, r)
+                .map_err(|e| format!("the read-nack responder's HELLO: {e}"))?;
+            Ok((child, p))
+        }
+
         fn atomics(&mut self) -> Result<Option<Protocol>, String> {
             let (ep, peer, key) = &mut self.eps[0];
             let (peer, at) = (*peer, key.at(REGION as u64 - 8));
@@ -811,13 +855,18 @@ mod live {
         [default, emulated, runt]
     }
 
-    fn spawn_responder() -> Result<(ResponderChild, Address), Error> {
+    /// Spawns `tagmatch demo --responder` (registering at most `max_registered` bytes
+    /// when given) and reads its address.
+    fn spawn_responder(max_registered: Option<u64>) -> Result<(ResponderChild, Address), Error> {
         let ctx = "demo --transport udp";
         let exe = std::env::current_exe().map_err(|e| Error::new(ctx, e))?;
+        let mut cmd = Command::new(exe);
+        cmd.args(["demo", "--responder"]);
+        if let Some(n) = max_registered {
+            cmd.arg(format!("--responder-max-registered={n}"));
+        }
         let mut child = ResponderChild(
-            Command::new(exe)
-                .args(["demo", "--responder"])
-                .stdin(Stdio::null())
+            cmd.stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit())
                 .spawn()
@@ -894,6 +943,7 @@ mod live {
             local: None,
             child: None,
             fabric: None,
+            nack: None,
             next_tag: 0,
         };
         let target = match transport {
@@ -911,7 +961,7 @@ mod live {
                 a
             }
             "udp" => {
-                let (child, a) = spawn_responder()?;
+                let (child, a) = spawn_responder(None)?;
                 demo.child = Some(child);
                 a
             }
@@ -1086,15 +1136,27 @@ mod live {
         let features = demo.eps[0].0.features();
         let fallback = |want: Protocol| fallback(want, &features);
         for (name, want, bytes, step) in &steps {
-            if *name == READ_NACK_ROW && demo.fabric.is_none() {
-                // Only the in-process fabric can fail the responder's registration on
-                // demand (the UDP responder is another process; a verbs device has no RDMA
-                // read, so no long-read to refuse).
+            if *name == READ_NACK_ROW && transport == "udp" {
+                // Before the row's clock and packet count: the second responder process,
+                // and the handshake with it (so that the send chooses long-read).
+                match demo.nack_responder() {
+                    Ok(n) => demo.nack = Some(n),
+                    Err(e) => {
+                        failed += 1;
+                        let result = injected(name, format!("FAILED: {e}"));
+                        lines.push(row(name, *bytes, "-", "-", &result));
+                        continue;
+                    }
+                }
+            }
+            if *name == READ_NACK_ROW && demo.fabric.is_none() && demo.nack.is_none() {
+                // A verbs device has no RDMA read (the verbs device is RC with emulated
+                // reads), so there is no long-read to refuse.
                 let result = injected(
                     name,
                     format!(
-                        "skipped: needs the in-process fabric's registration failures \
-                         (run without --transport {transport})"
+                        "skipped: needs a responder whose registration fails and RDMA \
+                         read (run with --transport mem or udp, not {transport})"
                     ),
                 );
                 if result.starts_with("FAILED") {
@@ -1129,16 +1191,26 @@ mod live {
             let (packets, us) = measured(after - before, us);
             lines.push(row(name, *bytes, &packets, &us, &result));
         }
-        // Tell the responder to stop, and let it finish.
+        // Tell the responders to stop, and let them finish.
         let (ep, peer, _) = &mut demo.eps[0];
         let q = ep.tsend(*peer, QUIT, Vec::new()).map_err(fe)?;
         demo.wait(0, q).map_err(fe)?;
+        let mut nack = demo.nack.take();
+        if let Some((_, p)) = &nack {
+            let q = demo.eps[0].0.tsend(*p, QUIT, Vec::new()).map_err(fe)?;
+            demo.wait(0, q).map_err(fe)?;
+        }
         for (ep, _, _) in &mut demo.eps {
             ep.flush(Duration::from_secs(2)).map_err(fe)?;
         }
         let rows = steps.len() + 1;
         let mut responder_failed = false;
-        if let Some(child) = &mut demo.child {
+        let children = demo
+            .child
+            .as_mut()
+            .into_iter()
+            .chain(nack.as_mut().map(|n| &mut n.0));
+        for child in children {
             match child.finish(Duration::from_secs(10)) {
                 Ok(st) if st.success() => {}
                 Ok(st) => {

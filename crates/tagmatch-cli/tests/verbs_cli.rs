@@ -43,7 +43,7 @@ fn demo_runs_every_subprotocol_over_verbs() {
     let out = ok(&["demo", "--transport", "verbs", "--device", &dev]);
     eprintln!("{out}");
     // The last line is the summary: every subprotocol passed but the read-nack row, which
-    // needs the in-process fabric's registration failures and is skipped.
+    // needs RDMA read (a long-read to refuse) and is skipped.
     let last = out.lines().last().unwrap_or_default();
     assert!(last.contains("subprotocols ok over verbs"), "{out}");
     let (ok_n, total) = last
@@ -65,7 +65,7 @@ fn demo_runs_every_subprotocol_over_verbs() {
         .find(|l| l.starts_with("read-nack"))
         .expect("a read-nack row");
     assert!(
-        read_nack.contains("skipped: needs the in-process fabric"),
+        read_nack.contains("skipped: needs a responder whose registration fails and RDMA read"),
         "{out}"
     );
     assert!(!out.contains("FAIL"), "{out}");

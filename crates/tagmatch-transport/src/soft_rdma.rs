@@ -296,6 +296,9 @@ pub struct RdmaStats {
     pub failed_ops: u64,
     /// Responses that named no pending operation or were inconsistent (dropped).
     pub stray_responses: u64,
+    /// Registrations refused because they would have passed the registration limit
+    /// ([`SoftRdma::set_registration_limit`]).
+    pub refused_registrations: u64,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -365,6 +368,10 @@ pub struct SoftRdma {
     /// Reads among `ops`.
     reads: usize,
     next_id: u64,
+    /// Bytes of the registrations alive.
+    registered_bytes: u64,
+    /// Most bytes registered at once ([`SoftRdma::try_register`]).
+    limit: u64,
     /// Counters.
     pub stats: RdmaStats,
 }
@@ -382,8 +389,38 @@ impl SoftRdma {
             ops: HashMap::default(),
             reads: 0,
             next_id: 1,
+            registered_bytes: 0,
+            limit: u64::MAX,
             stats: RdmaStats::default(),
         }
+    }
+
+    /// Sets the most bytes registered at once (default unlimited), as a verbs device's
+    /// registrations count against the locked-memory limit (`RLIMIT_MEMLOCK`, where
+    /// `ibv_reg_mr` fails with `ENOMEM`): [`SoftRdma::try_register`] refuses a
+    /// registration that would pass it. Registrations already made stay.
+    pub fn set_registration_limit(&mut self, bytes: u64) {
+        self.limit = bytes;
+    }
+
+    /// Bytes of the registrations alive (local and remote).
+    pub fn registered_bytes(&self) -> u64 {
+        self.registered_bytes
+    }
+
+    /// [`SoftRdma::register`] within the registration limit: `None` (counted in
+    /// [`RdmaStats::refused_registrations`]) when the registrations alive and this one
+    /// would pass it.
+    pub fn try_register(&mut self, mem: MemHandle, len: u64, remote: bool) -> Option<MrKey> {
+        if self
+            .registered_bytes
+            .checked_add(len)
+            .is_none_or(|b| b > self.limit)
+        {
+            self.stats.refused_registrations += 1;
+            return None;
+        }
+        Some(self.register(mem, len, remote))
     }
 
     /// Registers region `mem` of `len` bytes: a fresh key and a fresh address range.
@@ -411,6 +448,7 @@ impl SoftRdma {
         if remote {
             *self.exposed.entry(mem).or_insert(0) += 1;
         }
+        self.registered_bytes = self.registered_bytes.saturating_add(len);
         self.stats.registered += 1;
         MrKey { addr, key }
     }
@@ -420,6 +458,7 @@ impl SoftRdma {
         let Some(reg) = self.regs.remove(&key) else {
             return false;
         };
+        self.registered_bytes = self.registered_bytes.saturating_sub(reg.len);
         if !reg.remote {
             self.stats.deregistered += 1;
             return true;

@@ -298,6 +298,15 @@ pub struct UdpConfig {
     /// still finishing); a lone read is copied (see the module documentation). Default
     /// on.
     pub splice: bool,
+    /// Most bytes registered at once (local and remote registrations alive), as a verbs
+    /// device's registrations count against the locked-memory limit (`RLIMIT_MEMLOCK`;
+    /// `ibv_reg_mr` then fails with `ENOMEM`): a registration that would pass it fails
+    /// ([`DeviceEvent::RegisterDone`] with an error; counted in
+    /// [`RdmaStats::refused_registrations`]). The RDM endpoint answers a long-read
+    /// message whose receive buffer it cannot register with READ_NACK, and the sender
+    /// falls back to long-CTS (efa-rdm-protocol-v4 §4.7). Default `u64::MAX`
+    /// (unlimited).
+    pub max_registered_bytes: u64,
 }
 
 impl UdpConfig {
@@ -320,6 +329,7 @@ impl UdpConfig {
             spin: Duration::ZERO,
             connect_peers: 4,
             splice: true,
+            max_registered_bytes: u64::MAX,
         }
     }
 }
@@ -970,7 +980,11 @@ impl UdpDevice {
             rx_got: Vec::with_capacity(cfg.batch.max(1)),
             expect: None,
             shim: cfg.shim.map(Shim::new),
-            rdma: SoftRdma::new(rng.next_u64() as u32),
+            rdma: {
+                let mut r = SoftRdma::new(rng.next_u64() as u32);
+                r.set_registration_limit(cfg.max_registered_bytes);
+                r
+            },
             events: VecDeque::new(),
             again: Vec::new(),
             max_inflight_bytes,
@@ -2584,11 +2598,9 @@ impl RdmDevice for UdpDevice {
                 len,
                 remote,
             } => {
-                let key = self.rdma.register(h, len, remote);
-                self.events.push_back(DeviceEvent::RegisterDone {
-                    mem: h,
-                    result: Ok(key),
-                });
+                let result = self.rdma.try_register(h, len, remote).ok_or(());
+                self.events
+                    .push_back(DeviceEvent::RegisterDone { mem: h, result });
             }
             Transmit::Deregister { key } => {
                 self.rdma.deregister(key);
