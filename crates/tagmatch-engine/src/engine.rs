@@ -701,14 +701,15 @@ pub struct Engine<R, M> {
     /// Masks of the posted general-mask receives, by slab index.
     masks: FastMap<u32, u64>,
     peers: FastMap<u32, Peer<M>>,
-    /// Room the message budget keeps for the messages missing below held ones: the sum of
-    /// every peer's gaps. The next message in order from a source with held successors
-    /// takes its place from here, so it is admitted without ever exceeding the budget.
+    /// Room the message budget keeps for the messages missing below held ones (the sum
+    /// of every peer's gaps), plus the control sequence numbers held out of order
+    /// ([`Engine::deliver_control`]: each counts as one entry against
+    /// [`Config::max_messages`] while it waits, as a held message does, so that the
+    /// reorder buffers follow the budget; counted here rather than in a counter of its
+    /// own, so that the arrival path's budget check adds nothing). The next message in
+    /// order from a source with held successors takes its place from here, so it is
+    /// admitted without ever exceeding the budget.
     reserved: usize,
-    /// Control sequence numbers held out of order ([`Engine::deliver_control`]): each
-    /// counts as one entry against [`Config::max_messages`] while it waits, as a held
-    /// message does, so that the reorder buffers follow the budget.
-    held_controls: usize,
     scratch: Vec<u32>,
     /// Deferred removals from the (comm, src, tag) index: the hash and value of each
     /// entry whose message a wildcard receive took (the message is out of the slab;
@@ -766,7 +767,6 @@ impl<R, M> Engine<R, M> {
             next_seq: 0,
             peers: FastMap::default(),
             reserved: 0,
-            held_controls: 0,
             scratch: Vec::new(),
             stale: None,
             stale_min: STALE_MIN_BUCKETS,
@@ -2120,15 +2120,16 @@ impl<R, M> Engine<R, M> {
         }
     }
 
-    /// Entries counted against [`Config::max_messages`]: unexpected messages (claimed
-    /// ones when [`Config::claims_count`]), held out-of-order messages and held controls.
+    /// Entries counted against [`Config::max_messages`] besides [`Engine::reserved`]:
+    /// unexpected messages (claimed ones when [`Config::claims_count`]) and held
+    /// out-of-order messages.
     fn held_messages(&self) -> usize {
         let claims = if self.cfg.claims_count {
             0
         } else {
             self.c.claimed_depth
         };
-        self.unexp.len() - claims + self.c.reorder_depth + self.held_controls
+        self.unexp.len() - claims + self.c.reorder_depth
     }
 
     /// Whether one more stored message of `len` bytes (`held` of them counted) stays
@@ -2996,6 +2997,7 @@ impl<R, M> Engine<R, M> {
                 Item::Control => sink(Ordered::Control { src, seq }),
             }
             let mut n = 1;
+            let mut released_controls = 0;
             while let Some(peer) = self.peers.get_mut(&src) {
                 peer.advance();
                 if peer.occupied == 0 || peer.ring.is_empty() {
@@ -3011,7 +3013,7 @@ impl<R, M> Engine<R, M> {
                     }
                     Held::Control => {
                         peer.occupied -= 1;
-                        self.held_controls -= 1;
+                        released_controls += 1;
                         sink(Ordered::Control { src, seq });
                         n += 1;
                     }
@@ -3029,8 +3031,9 @@ impl<R, M> Engine<R, M> {
             }
             // The item took the place kept for it (offset 0 was a gap when successors were
             // held); the released successors leave the gaps above them as they were.
+            // Released controls give back their entries.
             let gaps_after = self.peers.get(&src).map_or(0, Peer::gaps);
-            self.reserved = self.reserved + gaps_after - gaps_before;
+            self.reserved = self.reserved + gaps_after - gaps_before - released_controls;
             return Ok(n);
         }
         if d >= 1 << 31 {
@@ -3080,15 +3083,14 @@ impl<R, M> Engine<R, M> {
                 self.c.bytes_held += held;
                 Held::Msg(Message { env, len, msg }, held)
             }
-            Item::Control => {
-                self.held_controls += 1;
-                Held::Control
-            }
+            Item::Control => Held::Control,
         };
         peer.occupied += 1;
         peer.span = span2;
-        // Gaps: `more - 1` new ones below this message (or one filled when `more` is 0).
-        self.reserved = self.reserved + more - 1;
+        // Gaps: `more - 1` new ones below this item (or one filled when `more` is 0); a
+        // control's own entry is counted here too.
+        let entry = usize::from(matches!(peer.ring[slot], Held::Control));
+        self.reserved = self.reserved + more - 1 + entry;
         Ok(0)
     }
 
@@ -3377,7 +3379,7 @@ impl<R, M> Engine<R, M> {
                         sink(Purged::Held(m));
                         n += 1;
                     }
-                    Held::Control => self.held_controls -= 1,
+                    Held::Control => self.reserved -= 1,
                     Held::Empty | Held::Skip => {}
                 }
             }
