@@ -98,3 +98,23 @@ fn a_long_read_the_receiver_cannot_register_arrives_by_long_cts() {
     assert_eq!(refused(&b), 0);
     a.deregister(mr).unwrap();
 }
+
+/// The sender's side of the limit: a large send whose buffer cannot be registered is
+/// pushed by long-CTS instead of failing (as libfabric falls back when `fi_mr_reg` fails).
+#[test]
+fn a_large_send_the_sender_cannot_register_goes_by_long_cts() {
+    const LEN: usize = 2 << 20;
+    let mut a = udp(1 << 20);
+    let mut b = udp(u64::MAX);
+    let to_b = a.insert_peer(&b.address()).unwrap();
+    handshake(&mut a, &mut b, to_b);
+    let data: Vec<u8> = (0..LEN).map(|x| (x * 13 + 1) as u8).collect();
+    let r = b.trecv(tagmatch::ANY_SOURCE, 9u64, LEN).unwrap();
+    let s = a.tsend(to_b, 9, data.clone()).unwrap();
+    let c = b.wait_with(r, &mut [&mut a]).unwrap();
+    let sc = a.wait_with(s, &mut [&mut b]).unwrap();
+    assert!(c.data == data, "the bytes differ");
+    assert_eq!(sc.protocol, Some(Protocol::LongCts), "{sc:?}");
+    assert!(refused(&a) >= 1);
+    assert_eq!(a.stats().rdm.read_nacks + b.stats().rdm.read_nacks, 0);
+}
