@@ -2,7 +2,9 @@
 //! [--json]`: times one workload of `shared/spec/bench-workloads.md` with the exact code of
 //! `tagmatch_engine::workload` (the same the criterion benches run).
 //!
-//! Method: set-up is untimed. Copies of the workload are prepared in groups of at least 64
+//! Method: the command first pins itself to one CPU (`--cpu`, default the CPU it starts
+//! on; `--cpu any` does not pin), so that the scheduler does not move the measurement to a
+//! core whose caches hold none of it. Set-up is untimed. Copies of the workload are prepared in groups of at least 64
 //! timed operations (one copy once the depth gives 64 operations), and each group's timed
 //! phases are timed with one clock pair right after its set-up (the TSC through `quanta`:
 //! a pair of readings costs about 20 ns in this VM, an `Instant` pair about 50; clock
@@ -108,6 +110,13 @@ pub struct MatchArgs {
     /// of when a wildcard receive first needs them (`Config::eager_wildcard_lists`).
     #[arg(long)]
     pub eager_wildcard_lists: bool,
+    /// The CPU the measurement runs on: a CPU number, or `any` (no pinning). Default: the
+    /// CPU the command starts on (Linux; elsewhere `any`). A single-threaded measurement
+    /// that the scheduler moves to another core mid-run finds its caches empty there:
+    /// on a 2-vCPU VM, 4 of 10 unpinned runs of unexpected-any-source at 65,536 read
+    /// 28–33 ns against 20–21 pinned (as `ucx_perftest -c` pins its threads).
+    #[arg(long, value_name = "N|any")]
+    pub cpu: Option<String>,
 }
 
 /// Measured figures.
@@ -391,6 +400,7 @@ pub fn run(args: Args) -> Result<(), Error> {
     if a.peers == Some(0) {
         return Err(fail("--peers must be at least 1".into()));
     }
+    pin(a.cpu.as_deref()).map_err(fail)?;
     let mut p = Params::new(a.depth);
     p.wildcard_fraction = wildcard_fraction;
     p.peers = a.peers;
@@ -463,6 +473,45 @@ pub fn run(args: Args) -> Result<(), Error> {
         })
     };
     input::print_line(&text).map_err(fail)
+}
+
+/// Pins this thread to CPU `cpu` (`None`: the one it runs on now; `Some("any")`: no
+/// pinning). An error names the CPU and why it cannot be used.
+#[cfg(target_os = "linux")]
+fn pin(cpu: Option<&str>) -> Result<(), String> {
+    use nix::sched::{sched_getaffinity, sched_getcpu, sched_setaffinity, CpuSet};
+    use nix::unistd::Pid;
+    let n = match cpu {
+        Some("any") => return Ok(()),
+        Some(s) => s
+            .parse::<usize>()
+            .map_err(|_| format!("--cpu {s:?}: expected a CPU number or any"))?,
+        None => sched_getcpu().map_err(|e| format!("sched_getcpu: {e}"))?,
+    };
+    let allowed =
+        sched_getaffinity(Pid::from_raw(0)).map_err(|e| format!("sched_getaffinity: {e}"))?;
+    if n >= CpuSet::count() || !allowed.is_set(n).unwrap_or(false) {
+        let list: Vec<String> = (0..CpuSet::count())
+            .filter(|&i| allowed.is_set(i).unwrap_or(false))
+            .map(|i| i.to_string())
+            .collect();
+        return Err(format!(
+            "--cpu {n}: not a CPU this process may run on (allowed: {})",
+            list.join(",")
+        ));
+    }
+    let mut set = CpuSet::new();
+    set.set(n).map_err(|e| format!("--cpu {n}: {e}"))?;
+    sched_setaffinity(Pid::from_raw(0), &set).map_err(|e| format!("--cpu {n}: {e}"))
+}
+
+/// Without `sched_setaffinity`: only `any` (the default).
+#[cfg(not(target_os = "linux"))]
+fn pin(cpu: Option<&str>) -> Result<(), String> {
+    match cpu {
+        None | Some("any") => Ok(()),
+        Some(s) => Err(format!("--cpu {s}: pinning needs Linux; use --cpu any")),
+    }
 }
 
 #[cfg(test)]

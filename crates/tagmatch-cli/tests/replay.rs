@@ -514,3 +514,56 @@ fn bench_match_rejects_bad_arguments() {
         );
     }
 }
+
+/// `--cpu`: a CPU number or `any`; a CPU the process may not run on, or not a number, is
+/// refused with what was wrong (Linux, where the measurement pins itself).
+#[test]
+fn bench_match_cpu_option() {
+    let bench = |cpu: &str| {
+        run(
+            &[
+                "bench",
+                "match",
+                "--workload",
+                "posted-exact",
+                "--depth",
+                "2",
+                "--cpu",
+                cpu,
+            ],
+            "",
+        )
+    };
+    let o = bench("any");
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let o = bench("seven");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("--cpu \"seven\": expected a CPU number or any"),
+        "{o:?}"
+    );
+    #[cfg(target_os = "linux")]
+    {
+        // The default: the CPU it starts on.
+        let o = run(
+            &[
+                "bench",
+                "match",
+                "--workload",
+                "posted-exact",
+                "--depth",
+                "2",
+            ],
+            "",
+        );
+        assert_eq!(o.status.code(), Some(0), "{o:?}");
+        let o = bench("100000");
+        assert_eq!(o.status.code(), Some(1));
+        assert!(
+            String::from_utf8_lossy(&o.stderr)
+                .contains("--cpu 100000: not a CPU this process may run on (allowed: "),
+            "{o:?}"
+        );
+    }
+}
