@@ -538,6 +538,19 @@ enum Item<M> {
     Control,
 }
 
+/// What an arrival that finds no receive must fit before it is stored.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Budget {
+    /// The message and byte budgets (and the room kept for missing messages).
+    All,
+    /// The byte budget only: the next message in order of a source with only controls
+    /// or skips held (its place in the message budget was kept).
+    Bytes,
+    /// Neither: the next message in order of a source with held messages, and the held
+    /// messages it releases.
+    None,
+}
+
 /// Per-source sequencing state.
 #[derive(Debug)]
 struct Peer<M> {
@@ -549,6 +562,8 @@ struct Peer<M> {
     head: usize,
     /// Non-empty slots (messages, controls and skips).
     occupied: usize,
+    /// Messages among them (the slots that hold bytes).
+    msgs: u32,
     /// One past the offset (from `expected`) of the last non-empty slot; 0 when none.
     /// The empty slots below it, `span - occupied`, are the gaps whose messages the
     /// message budget keeps room for (see [`Engine::reserved`]).
@@ -562,6 +577,7 @@ impl<M> Peer<M> {
             ring: Vec::new(),
             head: 0,
             occupied: 0,
+            msgs: 0,
             span: 0,
         }
     }
@@ -584,9 +600,8 @@ impl<M> Peer<M> {
     /// offsets (the ring starts at `expected` again). So a source's ring is as large as
     /// the furthest it got ahead, not the window: one swapped pair costs [`RING_MIN`]
     /// slots, not 16,384 (the RDM endpoint's window) or 65,536; and since an
-    /// out-of-order message is admitted only with room in the message budget for it and
-    /// every gap below it, the rings' slots follow the budget (controls excepted: they
-    /// take no budget, within the window).
+    /// out-of-order message or control is admitted only with room in the message budget
+    /// for it and every gap below it, the rings' slots follow the budget.
     fn cover(&mut self, d: u32) {
         let len = self.ring.len();
         if (d as usize) < len {
@@ -2138,6 +2153,24 @@ impl<R, M> Engine<R, M> {
         self.fits_more(1, len, held)
     }
 
+    /// Whether one more stored message of `len` bytes (`held` of them counted) may be
+    /// stored under `budget` (see [`Budget`]); a length over `u32::MAX` never can.
+    #[inline(always)]
+    fn fits_budget(&self, budget: Budget, len: usize, held: usize) -> bool {
+        match budget {
+            Budget::All => self.fits(len, held),
+            Budget::Bytes => {
+                len <= u32::MAX as usize
+                    && self
+                        .c
+                        .bytes_held
+                        .checked_add(held)
+                        .is_some_and(|b| b <= self.cfg.max_bytes)
+            }
+            Budget::None => len <= u32::MAX as usize,
+        }
+    }
+
     /// Whether `more` messages (the last of `len` bytes, `held` of them counted) more
     /// than are stored and reserved stay within the budgets.
     fn fits_more(&self, more: usize, len: usize, held: usize) -> bool {
@@ -2630,7 +2663,7 @@ impl<R, M> Engine<R, M> {
         len: usize,
         msg: M,
     ) -> Result<Arrived<R, M>, Rejected<M>> {
-        self.arrive_inner(env, len, len, msg, true)
+        self.arrive_inner(env, len, len, msg, Budget::All)
     }
 
     /// [`Engine::arrive`] of a message of `len` bytes (reported by probes and matches)
@@ -2645,7 +2678,7 @@ impl<R, M> Engine<R, M> {
         held_bytes: usize,
         msg: M,
     ) -> Result<Arrived<R, M>, Rejected<M>> {
-        self.arrive_inner(env, len, held_bytes, msg, true)
+        self.arrive_inner(env, len, held_bytes, msg, Budget::All)
     }
 
     #[inline(always)]
@@ -2655,15 +2688,15 @@ impl<R, M> Engine<R, M> {
         len: usize,
         held: usize,
         msg: M,
-        check_budget: bool,
+        budget: Budget,
     ) -> Result<Arrived<R, M>, Rejected<M>> {
         // MPI 4.0 §3.5 / matching-notes §1.0: "a message matches the earliest-posted
         // matching receive".
         // Only exact receives posted (the kinds' counts add up to the posted total).
         if self.n_kind[K_EXACT] == self.posted.len() {
-            return self.arrive_exact_only(env, len, held, msg, check_budget);
+            return self.arrive_exact_only(env, len, held, msg, budget);
         }
-        self.arrive_general(env, len, held, msg, check_budget)
+        self.arrive_general(env, len, held, msg, budget)
     }
 
     fn arrive_general(
@@ -2672,7 +2705,7 @@ impl<R, M> Engine<R, M> {
         len: usize,
         held: usize,
         msg: M,
-        check_budget: bool,
+        budget: Budget,
     ) -> Result<Arrived<R, M>, Rejected<M>> {
         // The only path of an arrival while index removals are deferred (see
         // `STALE_BIAS`): they are done first, and with only exact receives posted the
@@ -2681,7 +2714,7 @@ impl<R, M> Engine<R, M> {
         if self.deferred() {
             self.flush_stale();
             if self.n_kind[K_EXACT] == self.posted.len() {
-                return self.arrive_exact_only(env, len, held, msg, check_budget);
+                return self.arrive_exact_only(env, len, held, msg, budget);
             }
         }
         let mut a = 0;
@@ -2702,7 +2735,7 @@ impl<R, M> Engine<R, M> {
         }
         self.c.misses += 1;
         // matching-notes §3.1/§3.3: exact-size storage under a budget, explicit overflow.
-        if (check_budget && !self.fits(len, held)) || self.unexp.len() >= self.max_stored {
+        if !self.fits_budget(budget, len, held) || self.unexp.len() >= self.max_stored {
             self.c.rejected_backpressure += 1;
             return Err(Rejected {
                 reason: RejectReason::Backpressure,
@@ -2726,7 +2759,7 @@ impl<R, M> Engine<R, M> {
         len: usize,
         held: usize,
         msg: M,
-        check_budget: bool,
+        budget: Budget,
     ) -> Result<Arrived<R, M>, Rejected<M>> {
         // A small tag whose (comm, src) has an array: the list head is a slot of it (see
         // `dense`), else it is in the hash index.
@@ -2763,7 +2796,7 @@ impl<R, M> Engine<R, M> {
                     len,
                 }))
             }
-            _ if (check_budget && !self.fits(len, held)) || self.unexp.len() >= self.max_stored => {
+            _ if !self.fits_budget(budget, len, held) || self.unexp.len() >= self.max_stored => {
                 self.c.misses += 1;
                 self.c.rejected_backpressure += 1;
                 Err(Rejected {
@@ -2967,12 +3000,20 @@ impl<R, M> Engine<R, M> {
             // when the successors were held (see the out-of-order branch below), so the
             // message count never exceeds the budget; its bytes may (a gap's size is not
             // known in advance): at most, per source, the gaps below its held messages.
-            // Otherwise the budget applies.
-            let check_budget = peer.occupied == 0;
+            // Only held messages (their bytes wait for it) pass the byte budget so: with
+            // only controls or skips held, nothing of the source holds bytes, and the
+            // byte budget applies. Otherwise the budget applies.
+            let budget = if peer.occupied == 0 {
+                Budget::All
+            } else if peer.msgs == 0 {
+                Budget::Bytes
+            } else {
+                Budget::None
+            };
             let gaps_before = peer.gaps();
             // The hard ceiling (`MAX_ENTRIES`) is never passed: this item and every held
             // successor it releases must fit in the message slab.
-            if !check_budget && self.unexp.len() + 1 + peer.occupied > self.max_stored {
+            if budget != Budget::All && self.unexp.len() + 1 + peer.occupied > self.max_stored {
                 self.c.rejected_backpressure += 1;
                 return Err((RejectReason::Backpressure, item));
             }
@@ -2982,7 +3023,7 @@ impl<R, M> Engine<R, M> {
                     len,
                     held,
                     msg,
-                } => match self.arrive_inner(env, len, held, msg, check_budget) {
+                } => match self.arrive_inner(env, len, held, msg, budget) {
                     Ok(a) => sink(Ordered::Arrived(a)),
                     Err(r) => {
                         let item = Item::Msg {
@@ -3019,9 +3060,10 @@ impl<R, M> Engine<R, M> {
                     }
                     Held::Msg(m, held) => {
                         peer.occupied -= 1;
+                        peer.msgs -= 1;
                         self.c.reorder_depth -= 1;
                         self.c.bytes_held -= held;
-                        match self.arrive_inner(m.env, m.len, held, m.msg, false) {
+                        match self.arrive_inner(m.env, m.len, held, m.msg, Budget::None) {
                             Ok(a) => sink(Ordered::Arrived(a)),
                             Err(_) => unreachable!("arrival without budget check cannot fail"),
                         }
@@ -3081,6 +3123,7 @@ impl<R, M> Engine<R, M> {
             } => {
                 self.c.reorder_depth += 1;
                 self.c.bytes_held += held;
+                peer.msgs += 1;
                 Held::Msg(Message { env, len, msg }, held)
             }
             Item::Control => Held::Control,
@@ -3411,6 +3454,7 @@ impl<R, M> Engine<R, M> {
             for slot in p.ring.iter_mut() {
                 if matches!(slot, Held::Msg(m, _) if m.env.comm == comm) {
                     if let Held::Msg(m, b) = core::mem::replace(slot, Held::Skip) {
+                        p.msgs -= 1;
                         held += 1;
                         bytes += b;
                         sink(Purged::Held(m));

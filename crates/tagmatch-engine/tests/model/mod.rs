@@ -228,6 +228,17 @@ impl Model {
             // The next in order is admitted over the budget when successors of it are held:
             // they wait for it, and refusing it would leave them waiting for ever.
             let successors = !self.peers[&src].held.is_empty();
+            // Only held messages (their bytes wait for it) let it pass the byte budget: with
+            // only skips held (purge_comm), nothing of the source holds bytes (review19).
+            let held_msgs = self.peers[&src].held.values().any(Option::is_some);
+            if successors
+                && !held_msgs
+                && !self.posted.iter().any(|(s, _)| s.matches(&m.env))
+                && (m.len > u32::MAX as usize || self.bytes() + m.len > self.max_bytes)
+            {
+                out.push(Out::Rejected(RejectReason::Backpressure, m.mid));
+                return;
+            }
             let r = self.arrive(m, !successors);
             let rejected = matches!(r, Out::Rejected(..));
             out.push(r);
