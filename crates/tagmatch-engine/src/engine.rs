@@ -3367,9 +3367,10 @@ impl<R, M> Engine<R, M> {
     ///   (comm, src) lists of unexpected messages are not kept at the time (no wildcard
     ///   receive since the queue was last empty): they are built first, O(queued
     ///   messages), amortised over those messages as for a wildcard receive.
-    /// - Reorder state: O(W) when the peer's ring of [`Config::reorder_window`] W slots
-    ///   was allocated (it is freed; the next out-of-order arrival from the peer
-    ///   allocates it again), else O(1).
+    /// - Reorder state: O(R) for the peer's reorder ring of R slots (the power of two
+    ///   above the furthest offset it held, at most [`Config::reorder_window`]; see its
+    ///   memory note), which is freed (the next out-of-order arrival from the peer
+    ///   allocates one again); O(1) when it has none.
     ///
     /// No allocation once the scratch vector and the lists' indexes have grown.
     pub fn purge_peer(&mut self, src: u32, mut sink: impl FnMut(Purged<R, M>)) -> usize {

@@ -428,8 +428,17 @@ impl SoftRdma {
     /// the local side of this device's own operations, and peers' requests naming the key
     /// are rejected as a wrong key (a registration without remote access flags).
     pub fn register(&mut self, mem: MemHandle, len: u64, remote: bool) -> MrKey {
-        let key = self.key_salt | (self.next_key & 0xffff_ffff);
-        self.next_key += 1;
+        // The key's lower half counts registrations: after 2^32 of them it wraps, and a
+        // region registered long ago may still hold the next number (or 0, which no key
+        // has). Skip those: a new key must never replace a live registration.
+        let key = loop {
+            let low = self.next_key & 0xffff_ffff;
+            self.next_key = self.next_key.wrapping_add(1);
+            let key = self.key_salt | low;
+            if low != 0 && !self.regs.contains_key(&key) {
+                break key;
+            }
+        };
         let addr = self.next_addr;
         // Leave a gap of at least one page so that an off-by-one range never lands in the
         // next region.
@@ -920,6 +929,30 @@ pub fn same_peer(a: &RawAddr, b: &RawAddr) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// After 2^32 registrations the key counter wraps: a key still registered is skipped,
+    /// not replaced (its region would otherwise be lost and its bytes counted for ever).
+    #[test]
+    fn keys_stay_unique_when_the_counter_wraps() {
+        let mut r = SoftRdma::new(7);
+        let a = r.register(MemHandle(1), 100, true);
+        let b = r.register(MemHandle(2), 50, true);
+        assert_ne!(a.key, b.key);
+        // As if 2^32 registrations had come and gone since `a`.
+        r.next_key = (1 << 32) | (a.key & 0xffff_ffff);
+        let c = r.register(MemHandle(3), 10, true);
+        assert_ne!(c.key, a.key);
+        assert_ne!(c.key, b.key);
+        assert_eq!(r.registrations(), 3);
+        assert_eq!(r.registered_bytes(), 160);
+        // The lower half 0 is never a key.
+        r.next_key = 1 << 33;
+        let d = r.register(MemHandle(4), 1, false);
+        assert_ne!(d.key & 0xffff_ffff, 0);
+        assert!(r.deregister(a.key) && r.deregister(b.key) && r.deregister(c.key));
+        assert!(r.deregister(d.key));
+        assert_eq!(r.registered_bytes(), 0);
+    }
 
     quickcheck::quickcheck! {
         fn parse_arbitrary_never_panics(kind: u8, body: Vec<u8>) -> bool {
