@@ -531,8 +531,10 @@ mod live {
 
     /// The demo's test hook, not in `--help`: `TAGMATCH_DEMO_INJECT=fail:ROW` reports row
     /// ROW as failed (after running it), `abort` stops the demo with an error right after
-    /// the handshake, before the responder is told to quit. It lets tests check the exit
-    /// status of a failed demo and that no responder process outlives one.
+    /// the handshake, before the responder is told to quit, and `abort:ROW` likewise right
+    /// after row ROW ran (after the read-nack row over UDP, both responder processes are
+    /// running). It lets tests check the exit status of a failed demo and that no responder
+    /// process outlives one.
     const INJECT_VAR: &str = "TAGMATCH_DEMO_INJECT";
 
     /// What [`INJECT_VAR`] asks for.
@@ -541,6 +543,7 @@ mod live {
         Nothing,
         Fail(String),
         Abort,
+        AbortAfter(String),
     }
 
     fn inject() -> Result<Inject, Error> {
@@ -548,11 +551,15 @@ mod live {
             Err(std::env::VarError::NotPresent) => Ok(Inject::Nothing),
             Err(e) => Err(Error::new("demo", format!("{INJECT_VAR}: {e}"))),
             Ok(v) if v == "abort" => Ok(Inject::Abort),
-            Ok(v) => match v.strip_prefix("fail:") {
-                Some(row) => Ok(Inject::Fail(row.to_owned())),
-                None => Err(Error::new(
+            Ok(v) => match (v.strip_prefix("fail:"), v.strip_prefix("abort:")) {
+                (Some(row), _) => Ok(Inject::Fail(row.to_owned())),
+                (_, Some(row)) => Ok(Inject::AbortAfter(row.to_owned())),
+                _ => Err(Error::new(
                     "demo",
-                    format!("{INJECT_VAR}={v:?}: expected fail:ROW (a row's name) or abort"),
+                    format!(
+                        "{INJECT_VAR}={v:?}: expected fail:ROW, abort:ROW (a row's name) or \
+                         abort"
+                    ),
                 )),
             },
         }
@@ -1070,7 +1077,7 @@ mod live {
             }),
         ];
         const HANDSHAKE_ROW: &str = "handshake";
-        if let Inject::Fail(row) = &inject {
+        if let Inject::Fail(row) | Inject::AbortAfter(row) = &inject {
             if row != HANDSHAKE_ROW && !steps.iter().any(|s| s.0 == row) {
                 return Err(Error::new(
                     ctx,
@@ -1190,6 +1197,13 @@ mod live {
             }
             let (packets, us) = measured(after - before, us);
             lines.push(row(name, *bytes, &packets, &us, &result));
+            if matches!(&inject, Inject::AbortAfter(r) if r == name) {
+                // As `abort`, later: the responders have not been told to quit.
+                return Err(Error::new(
+                    ctx,
+                    format!("stopped after {name} by {INJECT_VAR}=abort:{name}"),
+                ));
+            }
         }
         // Tell the responders to stop, and let them finish.
         let (ep, peer, _) = &mut demo.eps[0];

@@ -210,6 +210,31 @@ fn demo_leaves_no_responder_process_behind_after_an_error() {
     );
     #[cfg(target_os = "linux")]
     assert_eq!(processes_marked(&m), Vec::<u32>::new(), "left running");
+    // Right after the read-nack row, both responder processes (the second one, whose
+    // device may register 1 MiB besides its region, is the read-nack row's) are running.
+    let m = marker("abortnack");
+    let o = run_injected(
+        &["demo", "--transport", "udp"],
+        &format!("abort:{READ_NACK}"),
+        &m,
+    );
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(
+        err.trim(),
+        format!(
+            "tagmatch: demo: stopped after {READ_NACK} by TAGMATCH_DEMO_INJECT=abort:{READ_NACK}"
+        )
+    );
+    assert!(
+        out.is_empty(),
+        "the table is printed at the end only: {out}"
+    );
+    #[cfg(target_os = "linux")]
+    assert_eq!(processes_marked(&m), Vec::<u32>::new(), "left running");
 }
 
 #[test]
@@ -220,6 +245,9 @@ fn demo_test_hook_rejects_what_it_does_not_know() {
         String::from_utf8_lossy(&o.stderr).trim(),
         "tagmatch: demo: TAGMATCH_DEMO_INJECT: no row named \"no such row\""
     );
+    let o = run_injected(&["demo"], "abort:no such row", &marker("bad"));
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no row named \"no such row\""));
     let o = run_injected(&["demo"], "explode", &marker("bad"));
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("expected fail:ROW"));
