@@ -15,7 +15,9 @@
 //! libfabric bandwidth row is ping-pong bandwidth, compared with tagmatch's ping-pong
 //! bandwidth. Latencies are one-way (half the round trip), as `ucx_perftest` and
 //! `fi_pingpong` print them; MB is 10^6 bytes (UCX's MB/s, which are 2^20 bytes, are
-//! converted). Not part of `cargo xtask ci`: it measures, it does not check.
+//! converted). The in-process rows pin both tools to the same CPU (the first this process
+//! may run on: `perf client --cpu`, `ucx_perftest -c`); the loopback rows' two processes
+//! are not pinned. Not part of `cargo xtask ci`: it measures, it does not check.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -95,11 +97,11 @@ fn ucx_csv(out: &str) -> Result<Vec<f64>> {
         .collect())
 }
 
-fn ucx_self(test: &str, size: &str, iters: &str) -> Result<Vec<f64>> {
+fn ucx_self(test: &str, size: &str, iters: &str, cpu: &str) -> Result<Vec<f64>> {
     let out = output(
         "ucx_perftest",
         &[
-            "-l", "-t", test, "-s", size, "-n", iters, "-w", "10000", "-f", "-v",
+            "-l", "-t", test, "-s", size, "-n", iters, "-w", "10000", "-f", "-v", "-c", cpu,
         ],
         &[("UCX_TLS", "self")],
     )?;
@@ -193,6 +195,7 @@ fn tagmatch_inproc(
     test: &str,
     size: &str,
     iters: &str,
+    cpu: &str,
 ) -> Result<String> {
     output(
         &bin.to_string_lossy(),
@@ -207,10 +210,29 @@ fn tagmatch_inproc(
             size,
             "--iters",
             iters,
+            "--cpu",
+            cpu,
             "--json",
         ],
         &[],
     )
+}
+
+/// The first CPU this process may run on (`Cpus_allowed_list` of /proc/self/status;
+/// "0" where it cannot be read): the in-process rows pin both sides to it (`--cpu`,
+/// `ucx_perftest -c`), each run single-threaded on the same core.
+fn first_cpu() -> String {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .and_then(|l| {
+                    let n: String = l.trim().chars().take_while(char::is_ascii_digit).collect();
+                    (!n.is_empty()).then_some(n)
+                })
+        })
+        .unwrap_or_else(|| "0".to_owned())
 }
 
 fn tagmatch_udp(bin: &Path, test: &str, size: &str, iters: &str) -> Result<String> {
@@ -367,13 +389,14 @@ fn measure(bin: &Path) -> Result<Vec<Figure>> {
     let bin = bin.to_path_buf();
     const UCX_MB: f64 = 1.048_576; // UCX's MB/s are 2^20 B/s
 
-    println!("bench-peers: in-process …");
-    let s_lat = tagmatch_inproc(&bin, "self", "tag_lat", "8", "1000000")?;
-    let s_rate = tagmatch_inproc(&bin, "self", "tag_msgrate", "8", "1000000")?;
-    let t_lat = tagmatch_inproc(&bin, "mem", "tag_lat", "8", "100000")?;
-    let t_rate = tagmatch_inproc(&bin, "mem", "tag_msgrate", "8", "200000")?;
-    let u_lat = ucx_self("tag_lat", "8", "1000000");
-    let u_rate = ucx_self("tag_bw", "8", "1000000");
+    let cpu = first_cpu();
+    println!("bench-peers: in-process (CPU {cpu}) …");
+    let s_lat = tagmatch_inproc(&bin, "self", "tag_lat", "8", "1000000", &cpu)?;
+    let s_rate = tagmatch_inproc(&bin, "self", "tag_msgrate", "8", "1000000", &cpu)?;
+    let t_lat = tagmatch_inproc(&bin, "mem", "tag_lat", "8", "100000", &cpu)?;
+    let t_rate = tagmatch_inproc(&bin, "mem", "tag_msgrate", "8", "200000", &cpu)?;
+    let u_lat = ucx_self("tag_lat", "8", "1000000", &cpu);
+    let u_rate = ucx_self("tag_bw", "8", "1000000", &cpu);
 
     println!("bench-peers: loopback …");
     let tu_lat = tagmatch_udp(&bin, "tag_lat", "8", "20000")?;

@@ -400,7 +400,8 @@ pub fn run(args: Args) -> Result<(), Error> {
     if a.peers == Some(0) {
         return Err(fail("--peers must be at least 1".into()));
     }
-    pin(a.cpu.as_deref()).map_err(fail)?;
+    let cpu = crate::cpu::parse(a.cpu.as_deref(), crate::cpu::Cpu::Current).map_err(fail)?;
+    crate::cpu::pin(cpu).map_err(fail)?;
     let mut p = Params::new(a.depth);
     p.wildcard_fraction = wildcard_fraction;
     p.peers = a.peers;
@@ -473,45 +474,6 @@ pub fn run(args: Args) -> Result<(), Error> {
         })
     };
     input::print_line(&text).map_err(fail)
-}
-
-/// Pins this thread to CPU `cpu` (`None`: the one it runs on now; `Some("any")`: no
-/// pinning). An error names the CPU and why it cannot be used.
-#[cfg(target_os = "linux")]
-fn pin(cpu: Option<&str>) -> Result<(), String> {
-    use nix::sched::{sched_getaffinity, sched_getcpu, sched_setaffinity, CpuSet};
-    use nix::unistd::Pid;
-    let n = match cpu {
-        Some("any") => return Ok(()),
-        Some(s) => s
-            .parse::<usize>()
-            .map_err(|_| format!("--cpu {s:?}: expected a CPU number or any"))?,
-        None => sched_getcpu().map_err(|e| format!("sched_getcpu: {e}"))?,
-    };
-    let allowed =
-        sched_getaffinity(Pid::from_raw(0)).map_err(|e| format!("sched_getaffinity: {e}"))?;
-    if n >= CpuSet::count() || !allowed.is_set(n).unwrap_or(false) {
-        let list: Vec<String> = (0..CpuSet::count())
-            .filter(|&i| allowed.is_set(i).unwrap_or(false))
-            .map(|i| i.to_string())
-            .collect();
-        return Err(format!(
-            "--cpu {n}: not a CPU this process may run on (allowed: {})",
-            list.join(",")
-        ));
-    }
-    let mut set = CpuSet::new();
-    set.set(n).map_err(|e| format!("--cpu {n}: {e}"))?;
-    sched_setaffinity(Pid::from_raw(0), &set).map_err(|e| format!("--cpu {n}: {e}"))
-}
-
-/// Without `sched_setaffinity`: only `any` (the default).
-#[cfg(not(target_os = "linux"))]
-fn pin(cpu: Option<&str>) -> Result<(), String> {
-    match cpu {
-        None | Some("any") => Ok(()),
-        Some(s) => Err(format!("--cpu {s}: pinning needs Linux; use --cpu any")),
-    }
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod cpu;
 mod decode;
 mod demo;
 mod efa;

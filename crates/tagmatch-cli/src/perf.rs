@@ -115,6 +115,10 @@ pub struct ServerArgs {
     /// waits for the next client; otherwise it exits with an error). Default 10.
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
     pub client_timeout: f64,
+    /// The CPU to run on: a CPU number, or `any` (the default: no pinning; a server and
+    /// its client on one machine each need a core).
+    #[arg(long, value_name = "N|any")]
+    pub cpu: Option<String>,
 }
 
 /// The tests.
@@ -210,6 +214,12 @@ pub struct ClientArgs {
     /// protocol over the in-memory device, as before the fast path existed).
     #[arg(long)]
     pub no_fast_path: bool,
+    /// The CPU to run on: a CPU number, or `any` (no pinning). Default: with `--transport
+    /// mem` or `self` (one thread), the CPU the command starts on, so that the scheduler
+    /// does not move the run to a core with cold caches (as `ucx_perftest -c`); with a
+    /// server (another process, maybe on this machine), `any`.
+    #[arg(long, value_name = "N|any")]
+    pub cpu: Option<String>,
     /// `--transport udp`: seconds without an answer from the server after which it is
     /// taken for unreachable and the client stops with an error (default 10).
     #[arg(long, value_name = "SECONDS")]
@@ -880,6 +890,9 @@ fn run_server(a: ServerArgs) -> Result<(), Error> {
         ));
     }
     let client_timeout = Duration::from_secs_f64(a.client_timeout);
+    let cpu = crate::cpu::parse(a.cpu.as_deref(), crate::cpu::Cpu::Any)
+        .map_err(|e| Error::new("perf server", e))?;
+    crate::cpu::pin(cpu).map_err(|e| Error::new("perf server", e))?;
     let ep = match a.transport.as_str() {
         "udp" => {
             if !a.device.is_empty() {
@@ -1595,6 +1608,17 @@ pub fn measure(a: &ClientArgs) -> Result<Vec<Row>, Error> {
         }
         t => t.map(Duration::from_secs_f64),
     };
+    // One thread runs both sides in process: pinned by default. A server may share the
+    // machine: not pinned unless asked.
+    let in_process = matches!(a.transport.as_str(), "mem" | "self")
+        || (a.transport == "verbs" && a.addr.is_none());
+    let default_cpu = if in_process {
+        crate::cpu::Cpu::Current
+    } else {
+        crate::cpu::Cpu::Any
+    };
+    let cpu = crate::cpu::parse(a.cpu.as_deref(), default_cpu).map_err(|e| Error::new(ctx, e))?;
+    crate::cpu::pin(cpu).map_err(|e| Error::new(ctx, e))?;
     if a.no_fast_path && !matches!(a.transport.as_str(), "mem" | "self") {
         return Err(Error::new(
             ctx,
@@ -2170,6 +2194,7 @@ mod tests {
             path_mtu: None,
             stats: false,
             no_fast_path: false,
+            cpu: None,
             peer_timeout: None,
             bind: None,
         }

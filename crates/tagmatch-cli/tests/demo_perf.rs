@@ -601,3 +601,41 @@ fn perf_rejects_bad_arguments() {
         Some(2)
     );
 }
+
+/// `perf --cpu`: a CPU number or `any` (in process, the default pins to the CPU the
+/// command starts on); anything else, or a CPU the process may not use, is refused.
+#[test]
+fn perf_cpu_option() {
+    let args = |cpu: &'static str| {
+        vec![
+            "perf",
+            "client",
+            "--transport",
+            "self",
+            "--test",
+            "tag_lat",
+            "--iters",
+            "1000",
+            "--json",
+            "--cpu",
+            cpu,
+        ]
+    };
+    let out = ok(&args("any"));
+    assert!(out.starts_with('{'), "{out}");
+    let err = fails(&args("seven"));
+    assert!(
+        err.contains("--cpu \"seven\": expected a CPU number or any"),
+        "{err}"
+    );
+    #[cfg(target_os = "linux")]
+    {
+        let err = fails(&args("100000"));
+        assert!(
+            err.contains("--cpu 100000: not a CPU this process may run on (allowed: "),
+            "{err}"
+        );
+        let err = fails(&["perf", "server", "--cpu", "100000"]);
+        assert!(err.contains("--cpu 100000: not a CPU"), "{err}");
+    }
+}
