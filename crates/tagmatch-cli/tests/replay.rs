@@ -519,51 +519,39 @@ fn bench_match_rejects_bad_arguments() {
 /// refused with what was wrong (Linux, where the measurement pins itself).
 #[test]
 fn bench_match_cpu_option() {
-    let bench = |cpu: &str| {
-        run(
-            &[
-                "bench",
-                "match",
-                "--workload",
-                "posted-exact",
-                "--depth",
-                "2",
-                "--cpu",
-                cpu,
-            ],
-            "",
+    // `bench match` at depth 2 with `extra`; its exit code and standard error.
+    let bench = |extra: &[&str]| {
+        let mut args = vec![
+            "bench",
+            "match",
+            "--workload",
+            "posted-exact",
+            "--depth",
+            "2",
+        ];
+        args.extend_from_slice(extra);
+        let o = run(&args, "");
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
         )
     };
-    let o = bench("any");
-    assert_eq!(o.status.code(), Some(0), "{o:?}");
-    let o = bench("seven");
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(bench(&["--cpu", "any"]).0, Some(0));
+    let (code, err) = bench(&["--cpu", "seven"]);
+    assert_eq!(code, Some(1));
     assert!(
-        String::from_utf8_lossy(&o.stderr)
-            .contains("--cpu \"seven\": expected a CPU number or any"),
-        "{o:?}"
+        err.contains("--cpu \"seven\": expected a CPU number or any"),
+        "{err}"
     );
     #[cfg(target_os = "linux")]
     {
         // The default: the CPU it starts on.
-        let o = run(
-            &[
-                "bench",
-                "match",
-                "--workload",
-                "posted-exact",
-                "--depth",
-                "2",
-            ],
-            "",
-        );
-        assert_eq!(o.status.code(), Some(0), "{o:?}");
-        let o = bench("100000");
-        assert_eq!(o.status.code(), Some(1));
+        assert_eq!(bench(&[]).0, Some(0));
+        let (code, err) = bench(&["--cpu", "100000"]);
+        assert_eq!(code, Some(1));
         assert!(
-            String::from_utf8_lossy(&o.stderr)
-                .contains("--cpu 100000: not a CPU this process may run on (allowed: "),
-            "{o:?}"
+            err.contains("--cpu 100000: not a CPU this process may run on (allowed: "),
+            "{err}"
         );
     }
 }

@@ -118,3 +118,61 @@ fn a_large_send_the_sender_cannot_register_goes_by_long_cts() {
     assert!(refused(&a) >= 1);
     assert_eq!(a.stats().rdm.read_nacks + b.stats().rdm.read_nacks, 0);
 }
+
+// From the session-19 review (helper): RMA of the RDM endpoint's own registrations, and
+// nothing left registered after repeated long-reads.
+
+const LEN2: usize = 2 << 20;
+
+/// A direct read or write whose local buffer cannot be registered completes by the
+/// emulated long-CTS read / write, with the bytes intact.
+#[test]
+fn rma_read_and_write_past_the_limit_fall_back_to_emulation() {
+    let mut a = udp(1 << 20);
+    let mut b = udp(u64::MAX);
+    let to_b = a.insert_peer(&b.address()).unwrap();
+    handshake(&mut a, &mut b, to_b);
+    let data: Vec<u8> = (0..LEN2).map(|x| (x * 7 + 3) as u8).collect();
+    let mr = b.register(data.clone()).unwrap();
+    let r = a.read(to_b, LEN2, mr.remote_key().at(0)).unwrap();
+    let c = a.wait_with(r, &mut [&mut b]);
+    let c = c.unwrap();
+    assert_eq!(c.protocol, Some(Protocol::LongCtsRead));
+    assert_eq!(refused(&a), 1);
+    assert!(c.data == data);
+    let w: Vec<u8> = (0..LEN2).map(|x| (x * 5 + 1) as u8).collect();
+    let s = a.write(to_b, w.clone(), mr.remote_key().at(0)).unwrap();
+    let c = a.wait_with(s, &mut [&mut b]);
+    assert_eq!(c.unwrap().protocol, Some(Protocol::LongCtsWrite));
+    // The writer's completion may come before the target has applied the last bytes.
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while b.region(&mr).unwrap() != &w[..] && std::time::Instant::now() < until {
+        b.progress().unwrap();
+        a.progress().unwrap();
+    }
+    assert!(b.region(&mr).unwrap() == &w[..]);
+}
+
+/// Five 2 MiB long-reads at a 3 MiB limit on both sides leave nothing registered.
+#[test]
+fn repeated_long_reads_leave_nothing_registered() {
+    let mut a = udp(3 << 20);
+    let mut b = udp(3 << 20);
+    let to_b = a.insert_peer(&b.address()).unwrap();
+    handshake(&mut a, &mut b, to_b);
+    for i in 0..5u64 {
+        let data: Vec<u8> = (0..LEN2).map(|x| (x as u64 * 3 + i) as u8).collect();
+        let r = b.trecv(tagmatch::ANY_SOURCE, 10 + i, LEN2).unwrap();
+        let s = a.tsend(to_b, 10 + i, data.clone()).unwrap();
+        let c = b.wait_with(r, &mut [&mut a]).unwrap();
+        let sc = a.wait_with(s, &mut [&mut b]).unwrap();
+        assert!(c.data == data);
+        assert_eq!(sc.protocol, Some(Protocol::LongRead));
+    }
+    assert_eq!((refused(&a), refused(&b)), (0, 0));
+    // Nothing left registered: each may register its whole limit.
+    let x = a.register(vec![0; 3 << 20]).unwrap();
+    let y = b.register(vec![0; 3 << 20]).unwrap();
+    a.deregister(x).unwrap();
+    b.deregister(y).unwrap();
+}
