@@ -180,17 +180,26 @@ fn demo_exits_1_when_a_step_fails() {
         assert_eq!(processes_marked(&m), Vec::<u32>::new(), "left running");
     }
     // The read-nack row over UDP: both responder processes are gone after a failure.
-    let m = marker("nack");
-    let o = run_injected(
-        &["demo", "--transport", "udp"],
-        &format!("fail:{READ_NACK}"),
-        &m,
-    );
-    assert_eq!(o.status.code(), Some(1));
+    let o = udp_demo_injected(&format!("fail:{READ_NACK}"), "nack");
     assert!(String::from_utf8_lossy(&o.stdout)
         .contains("FAILED: injected by TAGMATCH_DEMO_INJECT (ran: ok)"));
+}
+
+/// Runs the demo over UDP with the test hook set to `inject` (processes marked with a
+/// fresh marker named after `what`); checks that it exits 1 and (Linux) that no process it
+/// started is left running; its output.
+fn udp_demo_injected(inject: &str, what: &str) -> Output {
+    let m = marker(what);
+    let o = run_injected(&["demo", "--transport", "udp"], inject, &m);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     #[cfg(target_os = "linux")]
     assert_eq!(processes_marked(&m), Vec::<u32>::new(), "left running");
+    o
 }
 
 /// A demo that stops with an error before telling its UDP responder to quit kills the
@@ -200,29 +209,18 @@ fn demo_exits_1_when_a_step_fails() {
 /// that closed its stderr would still show in the scan of /proc.
 #[test]
 fn demo_leaves_no_responder_process_behind_after_an_error() {
-    let m = marker("abort");
-    let o = run_injected(&["demo", "--transport", "udp"], "abort", &m);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    let o = udp_demo_injected("abort", "abort");
     assert_eq!(
-        err.trim(),
+        String::from_utf8_lossy(&o.stderr).trim(),
         "tagmatch: demo: stopped after the handshake by TAGMATCH_DEMO_INJECT=abort"
     );
-    #[cfg(target_os = "linux")]
-    assert_eq!(processes_marked(&m), Vec::<u32>::new(), "left running");
     // Right after the read-nack row, both responder processes (the second one, whose
     // device may register 1 MiB besides its region, is the read-nack row's) are running.
-    let m = marker("abortnack");
-    let o = run_injected(
-        &["demo", "--transport", "udp"],
-        &format!("abort:{READ_NACK}"),
-        &m,
-    );
+    let o = udp_demo_injected(&format!("abort:{READ_NACK}"), "abortnack");
     let (out, err) = (
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr),
     );
-    assert_eq!(o.status.code(), Some(1), "{err}");
     assert_eq!(
         err.trim(),
         format!(
@@ -233,8 +231,6 @@ fn demo_leaves_no_responder_process_behind_after_an_error() {
         out.is_empty(),
         "the table is printed at the end only: {out}"
     );
-    #[cfg(target_os = "linux")]
-    assert_eq!(processes_marked(&m), Vec::<u32>::new(), "left running");
 }
 
 #[test]
