@@ -246,7 +246,10 @@ impl Matcher {
                         self.held_key = HeldKey::of(&spec);
                         self.held_spec = spec;
                     }
-                    self.held = Some(ctx);
+                    // The old value is `None` (checked above): nothing to drop, and
+                    // `forget` skips the drop glue's out-of-line call an assignment
+                    // makes (~5 instructions per held receive).
+                    std::mem::forget(self.held.replace(ctx));
                     return Ok(None);
                 }
             } else if spec == self.held_spec {
@@ -318,8 +321,9 @@ impl Matcher {
             return None;
         }
         // Emptied, then refilled only from a window (not one `if` of both: it wrote the
-        // whole record, a `None`'s stale bytes too).
-        self.held = None;
+        // whole record, a `None`'s stale bytes too). The old value is a slot's receive,
+        // which owns nothing (matched above): `forget` skips the drop glue's call.
+        std::mem::forget(self.held.take());
         if !self.held_rest.is_empty() {
             self.refill_held();
         }
