@@ -167,6 +167,13 @@ impl Index {
         self.slots.len()
     }
 
+    /// The value in bucket `pos` (the value bits of an empty bucket or a tombstone,
+    /// which no stored value equals), `None` past the table.
+    #[inline(always)]
+    pub(crate) fn get_value_at(&self, pos: usize) -> Option<u32> {
+        self.slots.get(pos).map(|&b| val(b))
+    }
+
     /// Bucket of the entry whose key satisfies `eq` (`Ok`), or the empty bucket where it
     /// would be inserted (`Err`). The table must have a free bucket (see
     /// [`Index::reserve_one`]); an unallocated table answers `Err(0)`.
