@@ -798,7 +798,6 @@ fn length_errors_name_the_part_and_the_exact_lengths() {
 // reported as the content error it is, whatever the buffer length; a length error whose
 // `needed` bytes, once supplied, turn into `TooLong` misleads a caller that waits for them.
 #[test]
-#[ignore = "defect: a header past 64 KiB is first a length error whose needed bytes then give TooLong"]
 fn an_unacceptable_header_is_a_content_error_whatever_the_buffer_length() {
     let count = 2730u32; // <= the accepted maximum rma_iov_count
     for (ty, fl) in [
