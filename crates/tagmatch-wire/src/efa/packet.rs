@@ -843,6 +843,15 @@ fn check(b: &[u8], layout: &'static Layout) -> Result<u32> {
             .into());
         }
         pos += count as usize * RMA_IOV_LEN;
+        // wire-layouts §A.6: the optional headers follow rma_iov[]; the shortest they can
+        // be is known from the flags alone (raw address at least 4 + 32, CQ data 8,
+        // connid 4). A header that must end past 64 KiB is refused now, as the content
+        // error it is, rather than first reported as a length error whose needed bytes,
+        // once supplied, turn into `TooLong` (crate::error: "a caller can retry a length
+        // error with more bytes").
+        if pos + req_optional_min_len(fl) > u16::MAX as usize {
+            return Err(ContentError::TooLong.into());
+        }
         need(Part::RmaIov, pos, n)?;
     }
     let rma_iov_end = o16(pos);
@@ -909,6 +918,16 @@ fn handshake_headers(b: &[u8], fl: u16, mut pos: usize) -> Result<usize> {
     Ok(pos)
 }
 
+/// The fewest bytes the REQ optional headers flagged in `fl` take (wire-layouts §A.6): raw
+/// address 4 + `addr_len` (at least 32), CQ data 8, connid 4.
+#[inline(always)]
+fn req_optional_min_len(fl: u16) -> usize {
+    let on = |bit: u16| (fl & bit != 0) as usize;
+    on(flags::REQ_OPT_RAW_ADDR_HDR) * (4 + RawAddrHdr::MIN_ADDR_LEN as usize)
+        + on(flags::REQ_OPT_CQ_DATA_HDR) * 8
+        + on(flags::CONNID_HDR) * 4
+}
+
 /// The REQ optional headers after `rma_iov[]`; returns the header length.
 #[inline(never)]
 fn req_optional_headers(b: &[u8], fl: u16, mut pos: usize) -> Result<usize> {
@@ -929,7 +948,12 @@ fn req_optional_headers(b: &[u8], fl: u16, mut pos: usize) -> Result<usize> {
             }
             .into());
         }
-        // "Receivers skip 4 + addr_len taken from the wire."
+        // "Receivers skip 4 + addr_len taken from the wire." As above, a header that must
+        // end past 64 KiB is a content error before it is a length error.
+        let rest = req_optional_min_len(fl) - (4 + RawAddrHdr::MIN_ADDR_LEN as usize);
+        if pos + 4 + addr_len as usize + rest > u16::MAX as usize {
+            return Err(ContentError::TooLong.into());
+        }
         need(Part::RawAddr, pos + 4 + addr_len as usize, n)?;
         pos += 4 + addr_len as usize;
     }
