@@ -191,7 +191,6 @@ fn longread_rtm(fab: &mut Fabric, a: usize, b: usize, len: u64) -> Vec<u8> {
 /// a memory region for the RDMA read operation": a READ_NACK (the sender advertises
 /// READ_NACK), then long-CTS.
 #[test]
-#[ignore = "defect: an endpoint that does not advertise RDMA read issues RDMA reads for a peer's LONGREAD_RTM (receive.rs rx_progress)"]
 fn a_receiver_without_rdma_read_never_issues_one() {
     let cb = Config {
         features: tagmatch_rdm::Features {

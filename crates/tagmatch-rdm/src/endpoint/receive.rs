@@ -728,7 +728,17 @@ impl Endpoint {
                 if !r.read_started && r.received >= r.runt_len {
                     let r = &mut self.rx[id];
                     r.read_started = true;
-                    if r.kind == RxKind::WriteTarget {
+                    let reads = r.msg_len > r.runt_len
+                        && (r.kind == RxKind::WriteTarget || r.buf_len > r.runt_len);
+                    if reads && !self.cfg.features.rdma_read {
+                        // efa-rdm-protocol-v4 §4.1: RDMA read is an extra feature with "a set
+                        // of requirements … to be met before an endpoint can use the RDMA
+                        // read capability": one that did not advertise it reads nothing, and
+                        // answers a peer that used long-read anyway as §4.7 answers a
+                        // receiver "unable to register a memory region for the RDMA read
+                        // operation" (READ_NACK, then long-CTS).
+                        self.rx_read_failed(id);
+                    } else if r.kind == RxKind::WriteTarget {
                         self.rx_start_reads(id);
                     } else if let Some(m) = r.mem {
                         if r.buf_len == 0 || r.msg_len == r.runt_len {
