@@ -237,7 +237,6 @@ fn a_receiver_without_rdma_read_never_issues_one() {
 /// address: the endpoint must not insert it (§2.2 inserts the raw address only for a
 /// sender the device cannot report) nor answer it there.
 #[test]
-#[ignore = "defect: on a connid mismatch a REQ's raw address is inserted whatever GID/QPN it names (receive.rs handle_packet)"]
 fn a_raw_address_naming_another_qp_than_the_device_reported_is_not_inserted() {
     let (mut fab, a, b, _ab, ba) = warm_pair(2004, small_cfg(), small_cfg(), false);
     let before = fab.ep(b).stats();

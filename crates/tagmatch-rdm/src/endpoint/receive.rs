@@ -47,8 +47,14 @@ impl Endpoint {
                 match self.lookup_peer_exact(&a.gid, a.qpn, c) {
                     Some(p) => peer = p,
                     None => match pkt.raw_addr() {
-                        Some(r) => peer = self.add_peer(r.addr),
-                        None => {
+                        // efa-rdm-protocol-v4 §4.4: "the EFA device will report the … AHN
+                        // and QPN of a received packet … the only unknown part is CONNID":
+                        // a raw address naming another GID or QPN than the device reported
+                        // is not the sender's, and is not inserted.
+                        Some(r) if (r.addr.gid, r.addr.qpn) == (a.gid, a.qpn) => {
+                            peer = self.add_peer(r.addr)
+                        }
+                        _ => {
                             tracing::debug!(peer = peer.0, connid = c, "connid mismatch, dropping");
                             self.stats.rx_connid_mismatch += 1;
                             return Rx::Consumed;
