@@ -281,7 +281,6 @@ fn a_raw_address_naming_another_qp_than_the_device_reported_is_not_inserted() {
 /// 2 MiB, libfabric's `FI_EFA_INTER_MAX_MEDIUM_MESSAGE_SIZE` raised by the sender) rather
 /// than dropping it while the sender completes.
 #[test]
-#[ignore = "defect: MEDIUM_RTMs of a message above max(max_medium_size, 1 MiB) are dropped as invalid on the receiver (receive.rs new_inbound)"]
 fn a_medium_message_above_the_receivers_threshold_is_received() {
     let ca = Config {
         max_medium_size: 4 << 20,

@@ -490,9 +490,16 @@ impl Endpoint {
                 ib.received = ib.msg_len;
             }
             RxProto::Medium => {
-                // The medium buffer is at most max_medium_size on our senders; bound what a
-                // peer can make us allocate.
-                if ib.msg_len > (self.cfg.max_medium_size.max(1 << 20)) {
+                // efa-rdm-protocol-v4 §3.2: "the medium message subprotocol can be used on
+                // messages of any size … The exact size threshold … is up to the
+                // implementation to decide" — the sender's threshold, not ours. What a peer
+                // can make us allocate is bounded by the unexpected-message byte budget
+                // (a message held unmatched counts against it in full), or the 1 MiB this
+                // bound always allowed.
+                let cap = (self.cfg.max_unexpected_bytes as u64)
+                    .max(self.cfg.max_medium_size)
+                    .max(1 << 20);
+                if ib.msg_len > cap {
                     return None;
                 }
                 ib.data = vec![0; ib.msg_len as usize];
