@@ -47,8 +47,14 @@ impl Endpoint {
                 match self.lookup_peer_exact(&a.gid, a.qpn, c) {
                     Some(p) => peer = p,
                     None => match pkt.raw_addr() {
-                        Some(r) => peer = self.add_peer(r.addr),
-                        None => {
+                        // efa-rdm-protocol-v4 §4.4: "the EFA device will report the … AHN
+                        // and QPN of a received packet … the only unknown part is CONNID":
+                        // a raw address naming another GID or QPN than the device reported
+                        // is not the sender's, and is not inserted.
+                        Some(r) if (r.addr.gid, r.addr.qpn) == (a.gid, a.qpn) => {
+                            peer = self.add_peer(r.addr)
+                        }
+                        _ => {
                             tracing::debug!(peer = peer.0, connid = c, "connid mismatch, dropping");
                             self.stats.rx_connid_mismatch += 1;
                             return Rx::Consumed;
@@ -484,9 +490,16 @@ impl Endpoint {
                 ib.received = ib.msg_len;
             }
             RxProto::Medium => {
-                // The medium buffer is at most max_medium_size on our senders; bound what a
-                // peer can make us allocate.
-                if ib.msg_len > (self.cfg.max_medium_size.max(1 << 20)) {
+                // efa-rdm-protocol-v4 §3.2: "the medium message subprotocol can be used on
+                // messages of any size … The exact size threshold … is up to the
+                // implementation to decide" — the sender's threshold, not ours. What a peer
+                // can make us allocate is bounded by the unexpected-message byte budget
+                // (a message held unmatched counts against it in full), or the 1 MiB this
+                // bound always allowed.
+                let cap = (self.cfg.max_unexpected_bytes as u64)
+                    .max(self.cfg.max_medium_size)
+                    .max(1 << 20);
+                if ib.msg_len > cap {
                     return None;
                 }
                 ib.data = vec![0; ib.msg_len as usize];
@@ -728,7 +741,17 @@ impl Endpoint {
                 if !r.read_started && r.received >= r.runt_len {
                     let r = &mut self.rx[id];
                     r.read_started = true;
-                    if r.kind == RxKind::WriteTarget {
+                    let reads = r.msg_len > r.runt_len
+                        && (r.kind == RxKind::WriteTarget || r.buf_len > r.runt_len);
+                    if reads && !self.cfg.features.rdma_read {
+                        // efa-rdm-protocol-v4 §4.1: RDMA read is an extra feature with "a set
+                        // of requirements … to be met before an endpoint can use the RDMA
+                        // read capability": one that did not advertise it reads nothing, and
+                        // answers a peer that used long-read anyway as §4.7 answers a
+                        // receiver "unable to register a memory region for the RDMA read
+                        // operation" (READ_NACK, then long-CTS).
+                        self.rx_read_failed(id);
+                    } else if r.kind == RxKind::WriteTarget {
                         self.rx_start_reads(id);
                     } else if let Some(m) = r.mem {
                         if r.buf_len == 0 || r.msg_len == r.runt_len {
