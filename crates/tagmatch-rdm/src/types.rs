@@ -314,6 +314,10 @@ pub struct Stats {
     /// RTM/RTA packets dropped by the reorder buffer as stale or duplicate (already
     /// processed or already held).
     pub rx_reorder_rejected: u64,
+    /// Data packets (MEDIUM and RUNTREAD segments, CTSDATA, a long-CTS RTW's payload)
+    /// dropped because their bytes overlap bytes of the message already received (a
+    /// segment delivered twice).
+    pub rx_duplicate_data: u64,
     /// New messages refused for now ([`Rx::Refused`]: the unexpected budget is full, or the
     /// message is beyond the reorder window) and left to the owner to redeliver.
     pub rx_refused: u64,

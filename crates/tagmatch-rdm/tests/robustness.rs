@@ -392,7 +392,7 @@ quickcheck! {
         let s = fab.nodes[a].ep.stats();
         // Counted once: processed, or dropped under exactly one reason.
         let dropped = s.rx_parse_errors + s.rx_unknown_sender + s.rx_connid_mismatch
-            + s.rx_unknown_op + s.rx_invalid + s.rx_reorder_rejected;
+            + s.rx_unknown_op + s.rx_invalid + s.rx_reorder_rejected + s.rx_duplicate_data;
         fab.drive();
         TestResult::from_bool(s.rx_packets == 1 && dropped <= 1)
     }

@@ -356,7 +356,8 @@ fn soak(messages: usize, seed: u64) {
                 + s.rx_connid_mismatch
                 + s.rx_unknown_op
                 + s.rx_invalid
-                + s.rx_reorder_rejected,
+                + s.rx_reorder_rejected
+                + s.rx_duplicate_data,
             0,
             "{s:?}"
         );

@@ -240,10 +240,10 @@ impl fmt::Display for Stats {
         let r = &self.rdm;
         writeln!(
             f,
-            "rdm: rx {} tx {} tx_again {} handshakes {} read_nacks {} not-ready (redelivered) {} drops: parse {} connid {} unknown_sender {} unknown_op {} invalid {} stale/duplicate {}",
+            "rdm: rx {} tx {} tx_again {} handshakes {} read_nacks {} not-ready (redelivered) {} drops: parse {} connid {} unknown_sender {} unknown_op {} invalid {} stale/duplicate {} duplicate data {}",
             r.rx_packets, r.tx_packets, r.tx_again, r.handshakes_sent, r.read_nacks,
             r.rx_refused, r.rx_parse_errors, r.rx_connid_mismatch, r.rx_unknown_sender,
-            r.rx_unknown_op, r.rx_invalid, r.rx_reorder_rejected
+            r.rx_unknown_op, r.rx_invalid, r.rx_reorder_rejected, r.rx_duplicate_data
         )?;
         match &self.device {
             DeviceStats::Mem(d) => write!(f, "device mem: {d:?}"),

@@ -1,5 +1,6 @@
 //! The endpoint state machine.
 
+mod coverage;
 mod memory;
 mod one_sided;
 mod output;
@@ -23,6 +24,7 @@ use crate::atomic::{self, AtomicOp, Datatype};
 use crate::config::Config;
 use crate::genslab::GenSlab;
 use crate::types::*;
+use coverage::Coverage;
 
 /// Communicator ids used with the matching engine: untagged and tagged messages match
 /// separately (`fi_recv` never takes an `fi_tsend`), and RTAs only use the reorder buffer.
@@ -165,7 +167,8 @@ struct Inbound {
     credit_request: u32,
     dc: bool,
     data: Vec<u8>,
-    received: u64,
+    /// The message's bytes received so far (into `data`).
+    got: Coverage,
     read_iov: Vec<RmaIov>,
     runt_len: u64,
     rta: Option<Rta>,
@@ -198,7 +201,8 @@ struct RxOp {
     matched: bool,
     tag: u64,
     msg_len: u64,
-    received: u64,
+    /// The message's bytes received so far (placed in the buffer or write target).
+    got: Coverage,
     requested: u64,
     window_left: u64,
     send_id: u32,
@@ -238,7 +242,7 @@ impl RxOp {
             matched: false,
             tag: 0,
             msg_len: 0,
-            received: 0,
+            got: Coverage::default(),
             requested: 0,
             window_left: 0,
             send_id: 0,

@@ -302,7 +302,7 @@ impl Endpoint {
                     r.dc = matches!(ty, T::DcLongctsMsgRtm | T::DcLongctsTagRtm);
                     r.credits = pkt.get(Field::CreditRequest).unwrap_or(0) as u32;
                     r.proto = RxProto::LongCts;
-                    r.requested = r.received;
+                    r.requested = r.got.total();
                     r.window_left = 0;
                     self.rx_progress(id);
                 }
@@ -449,7 +449,7 @@ impl Endpoint {
                     | T::DcWriteRta
             ),
             data: Vec::new(),
-            received: 0,
+            got: Coverage::default(),
             read_iov: Vec::new(),
             runt_len: 0,
             rta: None,
@@ -487,7 +487,7 @@ impl Endpoint {
                 // The payload is copied by `on_sequenced` (into the matching receive's
                 // buffer, or kept here when none matches yet).
                 ib.msg_len = pkt.payload().len() as u64;
-                ib.received = ib.msg_len;
+                ib.got.add(0, ib.msg_len);
             }
             RxProto::Medium => {
                 // efa-rdm-protocol-v4 §3.2: "the medium message subprotocol can be used on
@@ -509,7 +509,7 @@ impl Endpoint {
                 if ib.data.len() as u64 > ib.msg_len {
                     return None;
                 }
-                ib.received = ib.data.len() as u64;
+                ib.got.add(0, ib.data.len() as u64);
             }
             RxProto::LongRead | RxProto::RuntRead => {
                 ib.read_iov = pkt.read_iov().ok()?.to_vec();
@@ -570,8 +570,14 @@ impl Endpoint {
             self.stats.rx_invalid += 1;
             return;
         };
+        // efa-rdm-protocol-v4 §3.2 (medium): `seg_offset` puts "the data in the correct
+        // location"; a segment whose bytes are already here (delivered twice) is not
+        // counted again, so the message is complete only with every byte.
+        if !ib.got.add(off, data.len() as u64) {
+            self.stats.rx_duplicate_data += 1;
+            return;
+        }
         ib.data[off as usize..off as usize + data.len()].copy_from_slice(data);
-        ib.received += data.len() as u64;
     }
 
     pub(super) fn rx_segment(&mut self, id: u32, proto: RxProto, pkt: &Packet<&[u8]>) {
@@ -593,19 +599,27 @@ impl Endpoint {
     }
 
     /// Copies message bytes at `off` into the receive buffer (truncating) or the write
-    /// target. Returns false (and counts) when the range is invalid.
+    /// target. Returns false (and counts) when the range is invalid or its bytes were
+    /// already received (a segment delivered twice: efa-rdm-protocol-v4 §3.2, each
+    /// segment's bytes go at its `seg_offset`, and the receive completes only once every
+    /// byte is in place).
     pub(super) fn rx_place(&mut self, id: u32, off: u64, data: &[u8]) -> bool {
-        let Some(r) = self.rx.get(id) else {
+        let Some(r) = self.rx.get_mut(id) else {
             return false;
         };
         let Some(end) = off.checked_add(data.len() as u64) else {
             self.stats.rx_invalid += 1;
             return false;
         };
-        if end > r.msg_len || r.received.saturating_add(data.len() as u64) > r.msg_len {
+        if end > r.msg_len {
             self.stats.rx_invalid += 1;
             return false;
         }
+        if !r.got.add(off, data.len() as u64) {
+            self.stats.rx_duplicate_data += 1;
+            return false;
+        }
+        let r = &self.rx[id];
         if r.kind == RxKind::WriteTarget {
             let iov = r.iov.clone();
             if !self.scatter(&iov, off, data) {
@@ -626,7 +640,6 @@ impl Endpoint {
                 buf[at..at + n].copy_from_slice(&data[..n]);
             }
         }
-        self.rx[id].received += data.len() as u64;
         true
     }
 
@@ -671,8 +684,8 @@ impl Endpoint {
             buf[base..base + n].copy_from_slice(&data[..n]);
         }
         let r = &mut self.rx[id];
-        r.received = ib.received;
-        r.requested = ib.received;
+        r.got = ib.got;
+        r.requested = r.got.total();
         self.rx_progress(id);
         // A message matched on arrival had no entry; one that completed at once needs
         // none (nothing more of it comes).
@@ -696,12 +709,12 @@ impl Endpoint {
         let peer = r.peer.unwrap_or(PeerId(0));
         match r.proto {
             RxProto::Eager | RxProto::Medium => {
-                if r.received >= r.msg_len {
+                if r.got.total() >= r.msg_len {
                     self.rx_finish(id);
                 }
             }
             RxProto::LongCts => {
-                if r.received >= r.msg_len {
+                if r.got.total() >= r.msg_len {
                     self.rx_finish(id);
                 } else if r.window_left == 0 && r.requested < r.msg_len {
                     // efa-rdm-protocol-v4 §3.2: "After receiving all the CTSDATA packets it
@@ -738,7 +751,7 @@ impl Endpoint {
                 if r.rdma_failed {
                     return;
                 }
-                if !r.read_started && r.received >= r.runt_len {
+                if !r.read_started && r.got.total() >= r.runt_len {
                     let r = &mut self.rx[id];
                     r.read_started = true;
                     let reads = r.msg_len > r.runt_len

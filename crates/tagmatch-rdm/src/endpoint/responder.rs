@@ -96,7 +96,7 @@ impl Endpoint {
                 return;
             }
             let r = &mut self.rx[id];
-            r.requested = r.received;
+            r.requested = r.got.total();
         }
         self.rx_progress(id);
     }
