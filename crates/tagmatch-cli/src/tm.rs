@@ -115,7 +115,10 @@ pub fn encode(v: &Value) -> Result<Vec<u8>, String> {
         app_ctx: json::u32_of(obj, "app_ctx")?.unwrap_or(0),
         tag: json::uint(obj, "tag", u64::MAX)?.unwrap_or(0),
     };
-    let rvh = if op.has_rvh() {
+    // An RVH for RNDV, and for a FIN given any of its fields (rdma-core's TMH+RVH form;
+    // without them, the TMH alone, as UCX sends it).
+    let rvh_keys = ["va", "rkey", "len"].iter().any(|k| obj.contains_key(*k));
+    let rvh = if op.requires_rvh() || (op.has_rvh() && rvh_keys) {
         Some(Rvh {
             va: json::uint(obj, "va", u64::MAX)?.unwrap_or(0),
             rkey: json::u32_of(obj, "rkey")?.unwrap_or(0),

@@ -519,7 +519,8 @@ fn efa_vectors() -> Vec<Vector> {
     ]
 }
 
-/// wire-layouts §E.2 (big-endian), FIN being the RNDV TMH with opcode 2 plus the same RVH.
+/// wire-layouts §E.2 (big-endian): FIN as the TMH alone (UCX's form, §C.2) and as the
+/// RNDV TMH with opcode 2 plus the same RVH (rdma-core's `IBV_TM_OP_FIN`).
 fn tm_vectors() -> Vec<Vector> {
     let rvh = "00007f0012345678 0000123400010000";
     vec![
@@ -557,6 +558,17 @@ fn tm_vectors() -> Vec<Vector> {
                 ("rkey", json!(0x1234)),
                 ("len", json!(65536)),
                 ("header_len", json!(32)),
+            ],
+        ),
+        v(
+            "TMH FIN",
+            "0200000000000001 deadbeef00000001",
+            "FIN",
+            vec![
+                ("type_id", json!(2)),
+                ("app_ctx", json!(1)),
+                ("tag", json!(0xDEAD_BEEF_0000_0001u64)),
+                ("header_len", json!(16)),
             ],
         ),
         v(
@@ -791,6 +803,10 @@ fn truncated_input_exits_1_naming_the_needed_length() {
             let d = decode(format, &vec.hex);
             let header_len = d["header_len"].as_u64().unwrap() as usize;
             for cut in 0..header_len {
+                if format == "tm" && vec.ty == "FIN" && cut == 16 {
+                    // The TMH alone: a FIN of the other form (its own vector).
+                    continue;
+                }
                 let err = fails(&["decode", format, &vec.hex[..2 * cut]], None);
                 assert!(
                     err.contains("needed"),
@@ -1024,6 +1040,21 @@ fn encode_builds_from_minimal_json() {
     assert_eq!(
         encode("tm", json),
         compact("0200000000000001 deadbeef00000001 00007f0012345678 0000123400010000")
+    );
+    // FIN without RVH fields: the TMH alone (UCX's form)
+    let json = r#"{"type":"FIN","app_ctx":1,"tag":16045690981097406465}"#;
+    assert_eq!(
+        encode("tm", json),
+        compact("0200000000000001 deadbeef00000001")
+    );
+    // A FIN cut inside its RVH names the RVH
+    let err = fails(
+        &["decode", "tm", "0200000000000001 deadbeef00000001 00007f00"],
+        None,
+    );
+    assert!(
+        err.contains("truncated RVH: needed 32 bytes, available 20"),
+        "{err}"
     );
 }
 

@@ -68,9 +68,17 @@ impl TmOpcode {
         .find(|o| o.name() == name)
     }
 
-    /// Whether messages with this opcode carry an RVH after the TMH.
+    /// Whether messages with this opcode may carry an RVH after the TMH: RNDV always
+    /// ([`TmOpcode::requires_rvh`]), FIN in one of its two forms (see
+    /// [`TmPacket::new_checked`]).
     pub const fn has_rvh(self) -> bool {
         matches!(self, TmOpcode::Rndv | TmOpcode::Fin)
+    }
+
+    /// Whether every message with this opcode carries an RVH (RNDV: "TMH | RHV |
+    /// optional meta-data").
+    pub const fn requires_rvh(self) -> bool {
+        matches!(self, TmOpcode::Rndv)
     }
 }
 
@@ -163,22 +171,36 @@ impl Rvh {
 pub struct TmPacket<T: AsRef<[u8]>> {
     buffer: T,
     opcode: TmOpcode,
+    rvh: bool,
 }
 
 impl<T: AsRef<[u8]>> TmPacket<T> {
-    /// Checks the TMH (and the RVH of RNDV and FIN messages).
+    /// Checks the TMH, and the RVH of RNDV messages and of FIN messages that carry one.
+    ///
+    /// A FIN comes in two forms, both accepted: the TMH alone, 16 bytes (rdma-core's
+    /// message formats: "Rendezvous response: TMH"; wire-layouts §B: "FIN = a copy of
+    /// the original TMH (with opcode FIN)", which UCX sends, §C.2; the §E.2 vector), and
+    /// the TMH and RVH of the request (rdma-core-tag-matching, `IBV_TM_OP_FIN`: "a copy of
+    /// the original TMH and RVH of the rendezvous request, apart the opcode"). A FIN has
+    /// no payload, so one longer than the TMH has an RVH, and one cut inside it is a
+    /// length error naming the RVH.
     #[inline]
     pub fn new_checked(buffer: T) -> Result<TmPacket<T>> {
         let b = buffer.as_ref();
-        // Only what the accessors rely on: the length and the opcode.
+        // Only what the accessors rely on: the length, the opcode, whether an RVH follows.
         if b.len() < TMH_LEN {
             return Err(Error::len(Part::Tmh, TMH_LEN, b.len()));
         }
         let opcode = TmOpcode::from_u8(byte(b, 0))?;
-        if opcode.has_rvh() && b.len() < TMH_LEN + RVH_LEN {
+        let rvh = opcode.requires_rvh() || (opcode.has_rvh() && b.len() > TMH_LEN);
+        if rvh && b.len() < TMH_LEN + RVH_LEN {
             return Err(Error::len(Part::Rvh, TMH_LEN + RVH_LEN, b.len()));
         }
-        Ok(TmPacket { opcode, buffer })
+        Ok(TmPacket {
+            opcode,
+            buffer,
+            rvh,
+        })
     }
 
     /// The underlying buffer.
@@ -217,10 +239,10 @@ impl<T: AsRef<[u8]>> TmPacket<T> {
         }
     }
 
-    /// The RVH of RNDV and FIN messages.
+    /// The RVH of RNDV messages and of FIN messages of the TMH+RVH form.
     pub fn rvh(&self) -> Option<Rvh> {
         let b = self.buffer.as_ref().get(TMH_LEN..)?;
-        self.opcode.has_rvh().then(|| Rvh {
+        self.rvh.then(|| Rvh {
             va: be64(b, 0),
             rkey: be32(b, 8),
             len: be32(b, 12),
@@ -229,7 +251,7 @@ impl<T: AsRef<[u8]>> TmPacket<T> {
 
     /// TMH plus RVH when present.
     pub fn header_len(&self) -> usize {
-        TMH_LEN + if self.opcode.has_rvh() { RVH_LEN } else { 0 }
+        TMH_LEN + if self.rvh { RVH_LEN } else { 0 }
     }
 
     /// Eager data, rendezvous meta-data, or the body of a NO_TAG message after its TMH.
@@ -243,7 +265,8 @@ impl<T: AsRef<[u8]>> TmPacket<T> {
 pub struct TmRepr<'a> {
     /// The TMH.
     pub tmh: Tmh,
-    /// The RVH; present exactly for RNDV and FIN.
+    /// The RVH: present for RNDV, optional for FIN (see [`TmPacket::new_checked`]),
+    /// absent otherwise.
     pub rvh: Option<Rvh>,
     /// What follows the headers.
     pub payload: &'a [u8],
@@ -282,11 +305,20 @@ impl<'a> TmRepr<'a> {
         TMH_LEN + self.rvh.map_or(0, |_| RVH_LEN) + self.payload.len()
     }
 
-    /// Writes the message; the RVH must be present exactly when the opcode has one.
+    /// Writes the message; the RVH must be present for RNDV, may be for FIN (which then
+    /// has no payload), and must not be otherwise.
     pub fn emit(&self, b: &mut [u8]) -> Result<usize> {
-        if self.tmh.opcode.has_rvh() != self.rvh.is_some() {
+        let op = self.tmh.opcode;
+        let fin_payload = op == TmOpcode::Fin && self.rvh.is_none() && !self.payload.is_empty();
+        if (self.rvh.is_some() && !op.has_rvh())
+            || (self.rvh.is_none() && op.requires_rvh())
+            || fin_payload
+        {
             return Err(ContentError::NotApplicable {
-                what: if self.rvh.is_some() {
+                what: if fin_payload {
+                    // It would read back as an RVH.
+                    "a payload without an RVH"
+                } else if self.rvh.is_some() {
                     "an RVH"
                 } else {
                     "no RVH"

@@ -1027,10 +1027,6 @@ fn tm_vectors_both_directions() {
 // (without an RVH), and emit back to the same 16 bytes. (rdma-core-tag-matching.md L231
 // also allows the TMH+RVH form, which must keep working.)
 #[test]
-// Not fixed here: accepting a 16-byte FIN changes `tagmatch decode tm` (tagmatch-cli's
-// cli.rs expects every cut of its "TMH FIN + RVH" vector, the 16-byte one included, to fail),
-// and the rdma-core text (L231) that the crate followed reads FIN as TMH + RVH.
-#[ignore = "defect: TmPacket rejects a 16-byte FIN (TMH only, wire-layouts §B/§C.2/§E.2) with an RVH length error"]
 fn a_fin_of_only_a_tmh_is_a_valid_tm_message() {
     let fin = hex("0200000000000001 deadbeef00000001");
     let p = TmPacket::new_checked(&fin[..]).expect("16-byte FIN");
@@ -1057,6 +1053,51 @@ fn a_fin_of_only_a_tmh_is_a_valid_tm_message() {
             available: 20
         })
     );
+}
+
+// A FIN has no payload (WL §B: a copy of the TMH, or of TMH and RVH): a TMH-only FIN
+// with bytes after it would read back as a FIN with an RVH, so emit refuses it, naming
+// what; an RNDV without an RVH and an EAGER with one are refused as before.
+#[test]
+fn a_fin_without_rvh_has_no_payload_and_rndv_needs_its_rvh() {
+    let tmh = |opcode| Tmh {
+        opcode,
+        reserved: [0; 3],
+        app_ctx: 1,
+        tag: 2,
+    };
+    let rvh = Rvh {
+        va: 3,
+        rkey: 4,
+        len: 5,
+    };
+    let mut out = [0u8; 64];
+    let fin_payload = TmRepr {
+        tmh: tmh(TmOpcode::Fin),
+        rvh: None,
+        payload: &[7; 16],
+    };
+    let err = fin_payload.emit(&mut out).unwrap_err();
+    assert!(format!("{err}").contains("payload without an RVH"), "{err}");
+    for (opcode, rvh) in [(TmOpcode::Rndv, None), (TmOpcode::Eager, Some(rvh))] {
+        let r = TmRepr {
+            tmh: tmh(opcode),
+            rvh,
+            payload: &[],
+        };
+        assert!(r.emit(&mut out).is_err(), "{opcode:?} {rvh:?}");
+    }
+    // Both FIN forms emit and parse back.
+    for rvh in [None, Some(rvh)] {
+        let r = TmRepr {
+            tmh: tmh(TmOpcode::Fin),
+            rvh,
+            payload: &[],
+        };
+        let n = r.emit(&mut out).unwrap();
+        assert_eq!(n, r.buffer_len());
+        assert_eq!(TmRepr::parse_bytes(&out[..n]).unwrap(), r);
+    }
 }
 
 // WL §B: all TMH/RVH fields big-endian (tm_types.h __be32/__be64), confirmed by
