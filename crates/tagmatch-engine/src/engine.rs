@@ -2481,26 +2481,7 @@ impl<R, M> Engine<R, M> {
         // MPI 4.0 §3.5 / matching-notes §1.0: the earliest-arrived matching message is
         // the head of the (comm, src, tag) list, the value of its key's bucket.
         let key = Envelope::new(comm, src, tag);
-        // The message the index last queued as a list head, if it is this key's (see
-        // `exact_hint`); else a small tag whose (comm, src) has an array: the list head
-        // is a slot of it (see `dense`), else it is in the hash index.
-        let (h, pos) = match self.exact_hinted::<0>(&key) {
-            Some(hit) => (0, Ok(hit)),
-            None => match self.exact_dense(&key) {
-                Some((pos, EMPTY)) => (0, Err(pos)),
-                Some((pos, v)) => (0, Ok((pos, v))),
-                None => {
-                    let h = hash_key(K_EXACT, &key);
-                    let (p, u) = (&self.posted, &self.unexp);
-                    let pos = self.ix[K_EXACT].find_value(
-                        h,
-                        #[inline(always)]
-                        |v| key_of(p, u, v) == key,
-                    );
-                    (h, pos)
-                }
-            },
-        };
+        let (h, pos) = self.exact_find::<0>(&key);
         let (pos, found) = match pos {
             Ok((pos, idx)) if idx & POSTED == 0 => (pos, idx),
             pos => {
@@ -2599,6 +2580,33 @@ impl<R, M> Engine<R, M> {
             return Some(r);
         }
         self.exact_dense_t(key)
+    }
+
+    /// Where the (comm, src, tag) list of `key` is, for the exact paths (`SIDE`: what
+    /// they look for, as [`Engine::exact_hinted`]): the hinted bucket if it holds the
+    /// list's head; else, for a small tag whose (comm, src) has an array, its slot (see
+    /// `dense`; `Err` if the slot is empty); else the hash index's answer
+    /// ([`Index::find_value`]) with the key's hash (0 when not hashed). The caller
+    /// checks the side of an `Ok` head.
+    #[inline(always)]
+    fn exact_find<const SIDE: u32>(&self, key: &Envelope) -> (u64, Result<(usize, u32), usize>) {
+        if let Some(hit) = self.exact_hinted::<SIDE>(key) {
+            return (0, Ok(hit));
+        }
+        match self.exact_dense(key) {
+            Some((pos, EMPTY)) => (0, Err(pos)),
+            Some((pos, v)) => (0, Ok((pos, v))),
+            None => {
+                let h = hash_key(K_EXACT, key);
+                let (p, u) = (&self.posted, &self.unexp);
+                let pos = self.ix[K_EXACT].find_value(
+                    h,
+                    #[inline(always)]
+                    |v| key_of(p, u, v) == *key,
+                );
+                (h, pos)
+            }
+        }
     }
 
     /// The list head of `key` in the (comm, src, tag) index if the bucket
@@ -2822,26 +2830,7 @@ impl<R, M> Engine<R, M> {
         msg: M,
         budget: Budget,
     ) -> Result<Arrived<R, M>, Rejected<M>> {
-        // The receive the index last queued as a list head, if it is this key's (see
-        // `exact_hint`); else a small tag whose (comm, src) has an array: the list head
-        // is a slot of it (see `dense`), else it is in the hash index.
-        let (h, pos) = match self.exact_hinted::<POSTED>(&env) {
-            Some(hit) => (0, Ok(hit)),
-            None => match self.exact_dense(&env) {
-                Some((pos, EMPTY)) => (0, Err(pos)),
-                Some((pos, v)) => (0, Ok((pos, v))),
-                None => {
-                    let h = hash_key(K_EXACT, &env);
-                    let (p, u) = (&self.posted, &self.unexp);
-                    let pos = self.ix[K_EXACT].find_value(
-                        h,
-                        #[inline(always)]
-                        |v| key_of(p, u, v) == env,
-                    );
-                    (h, pos)
-                }
-            },
-        };
+        let (h, pos) = self.exact_find::<POSTED>(&env);
         match pos {
             Ok((pos, v)) if v & POSTED != 0 => {
                 let idx = v & !POSTED;

@@ -78,6 +78,19 @@ fn ty_of(bytes: &[u8]) -> T {
     Packet::new_checked(bytes).unwrap().pkt_type()
 }
 
+/// [`pump`] between `a` and `b`, delivering the first packet of type `ty` from `a`
+/// twice (a duplicated segment).
+fn pump_doubling_first(fab: &mut Fabric, a: usize, b: usize, ty: T) -> Seen {
+    let mut first = true;
+    pump(fab, [a, b], &mut |from, bytes| {
+        if from == a && ty_of(bytes) == ty && first {
+            first = false;
+            return vec![bytes.to_vec(), bytes.to_vec()];
+        }
+        vec![bytes.to_vec()]
+    })
+}
+
 /// efa-rdm-protocol-v4 §3.2 (medium): "because the EFA device does not guarantee ordered
 /// delivery, the MEDIUM_RTM packets of same message can arrive in a different order.
 /// Therefore, the recipent of MEDIUM_RTM packets needs `seg_offset` to put the data in the
@@ -94,14 +107,7 @@ fn duplicated_medium_segment_does_not_complete_the_receive_early() {
         .ep(a)
         .send(ab, data.clone(), SendOpts::default())
         .unwrap();
-    let mut first = true;
-    let seen = pump(&mut fab, [a, b], &mut |from, bytes| {
-        if from == a && ty_of(bytes) == T::MediumMsgRtm && first {
-            first = false;
-            return vec![bytes.to_vec(), bytes.to_vec()];
-        }
-        vec![bytes.to_vec()]
-    });
+    let seen = pump_doubling_first(&mut fab, a, b, T::MediumMsgRtm);
     assert!(
         seen.delivered
             .iter()
@@ -146,14 +152,7 @@ fn duplicated_ctsdata_does_not_complete_the_receive_early() {
         .ep(a)
         .send(ab, data.clone(), SendOpts::default())
         .unwrap();
-    let mut first = true;
-    let seen = pump(&mut fab, [a, b], &mut |from, bytes| {
-        if from == a && ty_of(bytes) == T::CtsData && first {
-            first = false;
-            return vec![bytes.to_vec(), bytes.to_vec()];
-        }
-        vec![bytes.to_vec()]
-    });
+    let seen = pump_doubling_first(&mut fab, a, b, T::CtsData);
     assert!(seen.delivered.contains(&(a, T::LongctsMsgRtm)));
     let cb = fab.completions(b);
     let r = done(&cb, recv);
