@@ -87,7 +87,11 @@
 //! `many-peers` workload) go, by the same rules and under the same 8-byte budget, to
 //! transposed per-(comm, tag) arrays indexed by the source (tags below 4,096, sources
 //! below 2^16): `many-peers` at 65,536 peers matches in 6 ns instead of 33 through the
-//! hash index. A posted receive and an unexpected message with the same key never coexist (one would
+//! hash index. While the (comm, src, tag) hash index holds one list (a queue of one
+//! key: a ping-pong's receive or message), the exact paths look first at the bucket
+//! where it last started a list, checked by the node's key, so the match needs no hash
+//! or probe either (140 instructions per `posted-exact` match at depth 1 instead of 185,
+//! harness included). A posted receive and an unexpected message with the same key never coexist (one would
 //! have matched the other), so each key has one list. Nothing is allocated per operation
 //! once the slabs and indexes have grown to the working depth ([`Engine::reserve`]).
 //!
