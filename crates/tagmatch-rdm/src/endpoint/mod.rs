@@ -24,7 +24,7 @@ use crate::atomic::{self, AtomicOp, Datatype};
 use crate::config::Config;
 use crate::genslab::GenSlab;
 use crate::types::*;
-use coverage::Coverage;
+use coverage::{Added, Coverage};
 
 /// Communicator ids used with the matching engine: untagged and tagged messages match
 /// separately (`fi_recv` never takes an `fi_tsend`), and RTAs only use the reorder buffer.

@@ -487,7 +487,7 @@ impl Endpoint {
                 // The payload is copied by `on_sequenced` (into the matching receive's
                 // buffer, or kept here when none matches yet).
                 ib.msg_len = pkt.payload().len() as u64;
-                ib.got.add(0, ib.msg_len);
+                ib.got.add(0, ib.msg_len, ib.msg_len);
             }
             RxProto::Medium => {
                 // efa-rdm-protocol-v4 §3.2: "the medium message subprotocol can be used on
@@ -509,7 +509,7 @@ impl Endpoint {
                 if ib.data.len() as u64 > ib.msg_len {
                     return None;
                 }
-                ib.got.add(0, ib.data.len() as u64);
+                ib.got.add(0, ib.data.len() as u64, ib.msg_len);
             }
             RxProto::LongRead | RxProto::RuntRead => {
                 ib.read_iov = pkt.read_iov().ok()?.to_vec();
@@ -573,9 +573,16 @@ impl Endpoint {
         // efa-rdm-protocol-v4 §3.2 (medium): `seg_offset` puts "the data in the correct
         // location"; a segment whose bytes are already here (delivered twice) is not
         // counted again, so the message is complete only with every byte.
-        if !ib.got.add(off, data.len() as u64) {
-            self.stats.rx_duplicate_data += 1;
-            return;
+        match ib.got.add(off, data.len() as u64, ib.msg_len) {
+            Added::Yes => {}
+            Added::Overlap => {
+                self.stats.rx_duplicate_data += 1;
+                return;
+            }
+            Added::TooFragmented => {
+                self.stats.rx_invalid += 1;
+                return;
+            }
         }
         ib.data[off as usize..off as usize + data.len()].copy_from_slice(data);
     }
@@ -615,9 +622,16 @@ impl Endpoint {
             self.stats.rx_invalid += 1;
             return false;
         }
-        if !r.got.add(off, data.len() as u64) {
-            self.stats.rx_duplicate_data += 1;
-            return false;
+        match r.got.add(off, data.len() as u64, r.msg_len) {
+            Added::Yes => {}
+            Added::Overlap => {
+                self.stats.rx_duplicate_data += 1;
+                return false;
+            }
+            Added::TooFragmented => {
+                self.stats.rx_invalid += 1;
+                return false;
+            }
         }
         let r = &self.rx[id];
         if r.kind == RxKind::WriteTarget {
