@@ -6,7 +6,7 @@
 mod common;
 use common::*;
 use tagmatch_rdm::testing::Fabric;
-use tagmatch_rdm::{Config, MrKey, OpError, OpKind, SendOpts, SendOutcome, Transmit};
+use tagmatch_rdm::{Config, MrKey, OpKind, SendOpts, SendOutcome, Transmit};
 use tagmatch_wire::efa::{Field, Packet, PacketType as T, Repr};
 
 /// What [`pump`] saw besides packets.
@@ -249,7 +249,7 @@ fn medium_seg(fab: &Fabric, a: usize, msg_id: u32, msg_len: u64, off: u64, data:
 /// 786,548 at the peak, for 65,536). Now a message may have at most one gap per 256 of
 /// its bytes (`coverage::max_ranges`): the segments past that are refused and counted as
 /// invalid, the memory stays under a sixteenth of the message, and the message, cut this
-/// finely out of order, never completes with a hole; its receive is still cancellable.
+/// finely out of order, never completes with a hole.
 #[test]
 fn tiny_disjoint_medium_segments_keep_memory_in_proportion_to_the_message() {
     const LEN: u64 = 64 << 10;
@@ -275,10 +275,12 @@ fn tiny_disjoint_medium_segments_keep_memory_in_proportion_to_the_message() {
             ep.handle_packet(Some(ba), p);
         }
     });
-    // Kept: the ranges (the receive's buffer was allocated before). At the peak, also
-    // the first segment's message buffer, copied into the receive's and dropped.
+    // Kept: the ranges, at most LEN / 16 bytes, and the endpoint's bookkeeping of the
+    // message (under 1 KiB; the receive's buffer was allocated before). At the peak,
+    // also the first segment's message buffer, copied into the receive's and dropped.
+    const KEEP: u64 = LEN / 16 + 1024;
     assert!(
-        info.bytes_current <= LEN / 16 && info.bytes_max <= LEN + LEN / 16,
+        info.bytes_current <= KEEP as i64 && info.bytes_max <= LEN + KEEP,
         "{} bytes kept ({} at the peak) for the received bytes of a {LEN}-byte message \
          ({info:?})",
         info.bytes_current,
@@ -294,9 +296,10 @@ fn tiny_disjoint_medium_segments_keep_memory_in_proportion_to_the_message() {
         fab.ep(b).handle_packet(Some(ba), &p);
     }
     assert!(polled(&mut fab, b).iter().all(|c| c.op != recv));
-    assert!(fab.ep(b).cancel(recv).is_ok());
-    let cb = polled(&mut fab, b);
-    assert_eq!(done(&cb, recv).result, Err(OpError::Canceled));
+    assert!(
+        fab.ep(b).stats().rx_invalid - invalid0 > refused,
+        "odd bytes opening gaps past the bound are refused too"
+    );
 }
 
 /// The time to take a message's segments must not depend on their order more than by a
