@@ -115,9 +115,10 @@ pub fn encode(v: &Value) -> Result<Vec<u8>, String> {
         app_ctx: json::u32_of(obj, "app_ctx")?.unwrap_or(0),
         tag: json::uint(obj, "tag", u64::MAX)?.unwrap_or(0),
     };
-    // An RVH for RNDV, and for a FIN given any of its fields (rdma-core's TMH+RVH form;
-    // without them, the TMH alone, as UCX sends it).
-    let rvh_keys = ["va", "rkey", "len"].iter().any(|k| obj.contains_key(*k));
+    // An RVH for RNDV, and for a FIN given any of its fields or a 32-byte `header_len`
+    // (rdma-core's TMH+RVH form; otherwise the TMH alone, as UCX sends it).
+    let rvh_keys = ["va", "rkey", "len"].iter().any(|k| obj.contains_key(*k))
+        || obj.get("header_len").and_then(Value::as_u64) == Some(32);
     let rvh = if op.requires_rvh() || (op.has_rvh() && rvh_keys) {
         Some(Rvh {
             va: json::uint(obj, "va", u64::MAX)?.unwrap_or(0),
@@ -137,7 +138,7 @@ pub fn encode(v: &Value) -> Result<Vec<u8>, String> {
         obj,
         "header_len",
         (repr.buffer_len() - payload.len()) as u64,
-        "the opcode",
+        "the opcode and the RVH fields",
     )?;
     json::check_derived(obj, "payload_len", payload.len() as u64, "\"payload\"")?;
     let mut buf = vec![0u8; repr.buffer_len()];
@@ -173,9 +174,15 @@ mod tests {
         assert!(e(json!({"type": "EAGER", "reserved": [1, 2, 256]})).contains("reserved[2]"));
         assert!(e(json!({"type_id": 4})).contains("opcode 4"));
         assert!(e(json!({"type": "FIN", "type_id": 1})).contains("disagree"));
-        assert!(e(json!({"type": "FIN", "header_len": 16})).contains("header_len"));
+        assert!(e(json!({"type": "FIN", "va": 1, "header_len": 16})).contains("header_len"));
+        assert!(e(json!({"type": "RNDV", "header_len": 16})).contains("header_len"));
+        // A FIN is the TMH alone unless RVH fields (or a 32-byte header) are given.
         assert_eq!(
             crate::hex::format(&encode(&json!({"type": "IBV_TMH_FIN"})).unwrap()),
+            "02".to_string() + &"0".repeat(30)
+        );
+        assert_eq!(
+            crate::hex::format(&encode(&json!({"type": "FIN", "header_len": 32})).unwrap()),
             "02".to_string() + &"0".repeat(62)
         );
     }
