@@ -21,27 +21,20 @@
 mod model;
 
 use model::walk::{each_seed, Bytes, Opts, Walk};
-use model::{review_config, Model, Out, Rng};
+use model::{review_config, Out, Rng};
 use tagmatch_engine::*;
 
 /// Large source ranks and tags: their keys always stay in the hash index.
 const BIG: u64 = 1 << 20;
 
 fn walk(cfg: Config, held_api: bool) -> Walk {
-    let m = Model::new(
-        cfg.reorder_window,
-        cfg.max_bytes,
-        cfg.max_messages,
-        cfg.max_posted,
-        cfg.initial_seq,
-    );
     let opts = Opts {
         bytes: if held_api { Bytes::Walk } else { Bytes::Model },
         pressure: !held_api,
         held_api,
         ..Opts::FULL
     };
-    Walk::with_model(cfg, m, opts)
+    Walk::new(cfg, opts)
 }
 
 /// A key of the small key space: mostly hashed (large source and tag), sometimes small
