@@ -756,6 +756,33 @@ impl Dense {
         self.near.iter().chain(&self.far).map(n).sum()
     }
 
+    /// Empties every slot whose value `keep` refuses (the arrays stay allocated, their
+    /// counts exact): O(slots), one sequential pass.
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(u32) -> bool) {
+        for a in self.near.iter_mut().chain(self.far.iter_mut()) {
+            if a.live == 0 {
+                continue;
+            }
+            for v in a.heads.iter_mut() {
+                if *v != EMPTY && !keep(*v) {
+                    *v = EMPTY;
+                    a.live -= 1;
+                }
+            }
+        }
+    }
+
+    /// Empties every slot (the arrays stay allocated): one fill per array that holds
+    /// lists.
+    pub(crate) fn clear(&mut self) {
+        for a in self.near.iter_mut().chain(self.far.iter_mut()) {
+            if a.live != 0 {
+                a.heads.fill(EMPTY);
+                a.live = 0;
+            }
+        }
+    }
+
     pub(crate) fn heap_bytes(&self) -> usize {
         self.near.capacity() * ARR
             + self.far_bytes()

@@ -21,6 +21,17 @@ const ALL_WILD: u8 = (1 << K_SRC) | (1 << K_TAG) | (1 << K_COMM);
 /// messages carry arrival stamps instead (see [`Engine::drop_log`]).
 const LOGLESS: u8 = 1 << 7;
 
+/// `Engine::built` bit (the exact kind's): the queued messages are not on their (comm,
+/// src, tag) lists, which no receive has needed for a while (see
+/// [`Engine::drop_exact_unexp`]); built again from the arrival order when one does
+/// ([`Engine::build_exact`]).
+const EXACT_GONE: u8 = 1 << K_EXACT;
+
+/// Most doublings of the number of wildcard receives without an exact one after which
+/// the (comm, src, tag) lists of the queued messages are dropped (see
+/// [`Engine::exact_drop_due`]).
+const EXACT_BACKOFF_MAX: u8 = 6;
+
 /// Where arrival stamps wrap (see [`Engine::stamp_arrival`]): they stay below
 /// [`NO_LOG_POS`]. The crate's unit tests use 64, so that they renumber often.
 const STAMP_END: u32 = if cfg!(test) { 64 } else { u32::MAX };
@@ -754,6 +765,14 @@ pub struct Engine<R, M> {
     /// for them, so that exact matching up to that depth allocates nothing), and the
     /// index is never freed when arrays take its lists over.
     exact_reserved: usize,
+    /// Wildcard receives that took a message alone on a hashed (comm, src, tag) list
+    /// since the last exact receive, probe or purge needed those lists (see
+    /// [`Engine::exact_drop_due`]).
+    exact_idle: u32,
+    /// Rebuilds of the dropped (comm, src, tag) lists since the queue was last empty
+    /// while they were dropped (at most [`EXACT_BACKOFF_MAX`]): each doubles the
+    /// wildcard receives the next drop waits for.
+    exact_backoff: u8,
 }
 
 impl<R, M> Default for Engine<R, M> {
@@ -800,6 +819,8 @@ impl<R, M> Engine<R, M> {
             stale: None,
             stale_min: STALE_MIN_BUCKETS,
             exact_reserved: 0,
+            exact_idle: 0,
+            exact_backoff: 0,
             c: Counters::default(),
             one_try_hits: 0,
             claims: 0,
@@ -1383,7 +1404,9 @@ impl<R, M> Engine<R, M> {
     fn unlink_unexp(&mut self, idx: u32) {
         let n = self.unexp.at(idx);
         let (env, links) = (n.env, n.links);
-        self.unlink_detached_from::<K_EXACT>(idx, &env, links.get(K_EXACT));
+        if self.built & EXACT_GONE == 0 {
+            self.unlink_detached_from::<K_EXACT>(idx, &env, links.get(K_EXACT));
+        }
         self.unlink_rest_detached::<K_EXACT>(idx, &env, &links);
     }
 
@@ -1525,12 +1548,22 @@ impl<R, M> Engine<R, M> {
     /// the exact paths pay nothing for it.
     #[inline(always)]
     fn unlink_exact_for_wild(&mut self, idx: u32, env: &Envelope, l: Link) {
+        if self.built & EXACT_GONE != 0 {
+            // Not on a (comm, src, tag) list: nothing to unlink.
+            return;
+        }
         // A list head in a dense slot is removed in place (one store): only hashed
         // heads are deferred.
         if l.next == idx
             && self.ix[K_EXACT].buckets() >= self.stale_min
             && self.exact_dense(env).is_none()
         {
+            if self.exact_drop_due() {
+                // No receive needs the (comm, src, tag) lists of the queued messages:
+                // dropped, this one's entry with the others.
+                self.drop_exact_unexp();
+                return;
+            }
             let st = self.stale.get_or_insert_with(|| Box::new(Stale::new()));
             if st.worth_it() {
                 // Kept, then done when the set is full, this entry included: its message
@@ -1557,6 +1590,133 @@ impl<R, M> Engine<R, M> {
             }
         }
         self.unlink_detached_from::<K_EXACT>(idx, env, l);
+    }
+
+    /// Called by every exact receive, probe or mprobe that reads the (comm, src, tag)
+    /// lists of the queued messages: they are needed (`exact_idle` restarts), and built
+    /// again if they were dropped.
+    #[inline(always)]
+    fn use_exact(&mut self) {
+        self.exact_idle = 0;
+        if self.built & EXACT_GONE != 0 {
+            self.build_exact();
+        }
+    }
+
+    /// Whether a message about to be stored goes on its (comm, src, tag) list: yes
+    /// unless those lists are dropped while messages are queued (an empty queue has
+    /// all its lists, so they are kept again from there, at no cost).
+    #[inline(always)]
+    fn keeps_exact(&mut self) -> bool {
+        if self.built & EXACT_GONE == 0 {
+            return true;
+        }
+        if self.unexp.len() == self.c.claimed_depth {
+            self.built &= !EXACT_GONE;
+            self.exact_backoff = 0;
+            self.exact_idle = 0;
+            return true;
+        }
+        false
+    }
+
+    /// Counts a wildcard receive that takes a message alone on its hashed (comm, src,
+    /// tag) list, and says whether the queued messages' (comm, src, tag) lists should
+    /// now be dropped: when a quarter of the queue (at least [`STALE_MAX`]), doubled
+    /// per rebuild since the lists were last dropped with the queue then emptying
+    /// (`exact_backoff`), of such receives came since an exact receive, probe or
+    /// mprobe last needed them.
+    ///
+    /// matching-notes §5, the other way round: the wildcard lists are built when a
+    /// receive first needs them (see [`Engine::build_unexp`]); the (comm, src, tag)
+    /// lists, kept from the start because most receives are exact, cost a program that
+    /// receives with ANY_SOURCE or ANY_TAG only (a manager collecting results, a server
+    /// loop) a removal from the hashed (comm, src, tag) index per receive, at a random
+    /// bucket (deferred and batched, [`Engine::unlink_exact_for_wild`], still ~80
+    /// instructions of `unexpected-any-source`'s ~280 at depth 65,536), and a link per
+    /// arrival. Dropped, they cost nothing until an exact receive needs them and
+    /// rebuilds them from the arrival order, O(queue) ([`Engine::build_exact`]): paid by
+    /// the quarter-queue (or more) of wildcard receives that came before, so amortised
+    /// O(1); and a program that alternates pays rebuilds ever more rarely (the backoff).
+    #[inline(always)]
+    fn exact_drop_due(&mut self) -> bool {
+        self.exact_idle = self.exact_idle.saturating_add(1);
+        if self.cfg.eager_wildcard_lists {
+            return false;
+        }
+        let queued = self.unexp.len() - self.c.claimed_depth;
+        self.exact_idle as usize >= (queued / 4).max(STALE_MAX) << self.exact_backoff
+    }
+
+    /// Drops the (comm, src, tag) lists of the queued messages (see
+    /// [`Engine::exact_drop_due`]): their heads leave the (comm, src, tag) index and
+    /// arrays (one pass over each, the posted receives' heads kept; nothing is
+    /// allocated or freed), the removals kept for later are forgotten (their entries
+    /// go with the rest), and the messages' (comm, src, tag) links are left unread
+    /// until [`Engine::build_exact`] sets them again.
+    #[cold]
+    #[inline(never)]
+    fn drop_exact_unexp(&mut self) {
+        if let Some(st) = self.stale.as_deref_mut() {
+            if st.n != 0 {
+                st.n = 0;
+                self.n_kind[K_EXACT] -= STALE_BIAS;
+            }
+        }
+        if self.n_kind[K_EXACT] == 0 {
+            // No exact receive posted: every head is a message's; the buckets and slots
+            // are filled, not visited one by one (a branch on each, mispredicted at
+            // random, took longer than the receives it saves at depth 65,536).
+            self.ix[K_EXACT].clear();
+            self.dense[dn(K_EXACT)].clear();
+            self.dense[3].clear();
+        } else {
+            let (p, u) = (&self.posted, &self.unexp);
+            self.ix[K_EXACT].retain(|v| v & POSTED != 0, rehasher(p, u, &self.stale, K_EXACT));
+            self.dense[dn(K_EXACT)].retain(|v| v & POSTED != 0);
+            self.dense[3].retain(|v| v & POSTED != 0);
+        }
+        self.built |= EXACT_GONE;
+        self.exact_hint = NO_HINT;
+        self.exact_idle = 0;
+    }
+
+    /// Puts every queued message back on its (comm, src, tag) list, in arrival order
+    /// (from the kept (comm) lists, or the arrival log, put back from the arrival stamps
+    /// for the time of the build if it was freed): O(queue), like a wildcard kind's
+    /// build.
+    #[cold]
+    #[inline(never)]
+    fn build_exact(&mut self) {
+        debug_assert!(!self.deferred());
+        self.built &= !EXACT_GONE;
+        self.exact_backoff = (self.exact_backoff + 1).min(EXACT_BACKOFF_MAX);
+        if self.built & (1 << K_COMM) != 0 {
+            let mut s = core::mem::take(&mut self.scratch);
+            s.clear();
+            s.extend(self.ix[K_COMM].values().filter(|v| v & POSTED == 0));
+            for &head in &s {
+                self.link_comm_list_into_k::<K_EXACT>(head);
+            }
+            s.clear();
+            self.scratch = s;
+            return;
+        }
+        let relog = self.built & LOGLESS != 0;
+        if relog {
+            self.restore_log();
+        }
+        let log = core::mem::take(&mut self.arrivals);
+        for (pos, &idx) in log.iter().enumerate() {
+            if self.log_live(pos, idx) {
+                let env = self.unexp.at(idx).env;
+                self.index_push_unexp(K_EXACT, &env, idx);
+            }
+        }
+        self.arrivals = log;
+        if relog {
+            self.drop_log();
+        }
     }
 
     /// Does the deferred removals (see [`Engine::unlink_exact_for_wild`]) if any.
@@ -1726,8 +1886,11 @@ impl<R, M> Engine<R, M> {
     fn store_unexp(&mut self, env: Envelope, len: u32, held: usize, msg: M) {
         // The message may take a slot whose index removal is deferred.
         self.flush();
+        let keep = self.keeps_exact();
         let idx = self.alloc_unexp(env, len, held, msg);
-        self.index_push_unexp(K_EXACT, &env, idx);
+        if keep {
+            self.index_push_unexp(K_EXACT, &env, idx);
+        }
         self.link_unexp_rest(idx, &env);
     }
 
@@ -1773,7 +1936,7 @@ impl<R, M> Engine<R, M> {
     #[inline(never)]
     fn link_unexp_kept(&mut self, idx: u32, env: &Envelope) -> bool {
         if self.unexp.len() - self.c.claimed_depth == 1 && !self.cfg.eager_wildcard_lists {
-            self.built &= self.wild_used | LOGLESS;
+            self.built &= self.wild_used | LOGLESS | EXACT_GONE;
             self.wild_used = 0;
             let both = (1 << K_SRC) | (1 << K_TAG);
             if self.built & (1 << K_COMM) != 0
@@ -1936,6 +2099,8 @@ impl<R, M> Engine<R, M> {
             if self.built & (1 << k) == 0 {
                 self.build_unexp_slow(k);
             }
+        } else {
+            self.use_exact();
         }
     }
 
@@ -2401,6 +2566,7 @@ impl<R, M> Engine<R, M> {
             self.build_unexp(K);
         } else {
             self.flush();
+            self.use_exact();
         }
         self.c.match_attempts += 1;
         let (h, pos) = match if K == K_EXACT {
@@ -2475,7 +2641,7 @@ impl<R, M> Engine<R, M> {
         tag: u64,
         recv: R,
     ) -> Result<Posted<R, M>, PostRejected<R>> {
-        if self.built & ALL_WILD != 0 || self.held_any {
+        if self.built & (ALL_WILD | EXACT_GONE) != 0 || self.held_any {
             return self.post_keyed::<K_EXACT>(comm, src, tag, recv);
         }
         // MPI 4.0 §3.5 / matching-notes §1.0: the earliest-arrived matching message is
@@ -2886,6 +3052,15 @@ impl<R, M> Engine<R, M> {
         let len32 = len.min(u32::MAX as usize) as u32;
         // No removal is deferred on the exact-only path (see `STALE_BIAS`).
         debug_assert!(!self.deferred());
+        if !self.keeps_exact() {
+            // The queued messages are not on (comm, src, tag) lists: neither is this one
+            // (`pos` is an empty bucket or slot: the index holds no message's list).
+            let idx = self.unexp.insert(|_| UNode::new(env, len32, msg)).0;
+            self.c.misses += 1;
+            self.add_held_bytes(idx, len, held);
+            self.link_unexp_rest(idx, &env);
+            return;
+        }
         // The index may grow (or an array take over its lists) before the message is
         // in the slab: its entries are all stored nodes.
         let pos = pos.map_err(|pos| {
@@ -4275,6 +4450,23 @@ mod tests {
     /// it on every list; claimed messages are on no list and have no live entry.
     fn check_kept_lists(e: &Engine<u32, u32>) {
         check_dense_heads(e);
+        if e.built & EXACT_GONE != 0 {
+            // Dropped: no message's list head left in the index or the arrays.
+            assert!(
+                e.ix[K_EXACT].values().all(|v| v & POSTED != 0),
+                "a message's (comm, src, tag) head hashed while the lists are dropped"
+            );
+            for d in [&e.dense[dn(K_EXACT)], &e.dense[3]] {
+                assert!(
+                    d.near_slots().iter().all(|&(_, _, v)| v & POSTED != 0),
+                    "a message's (comm, src, tag) head in an array while the lists are dropped"
+                );
+            }
+            assert!(
+                !e.deferred(),
+                "removals deferred while the lists are dropped"
+            );
+        }
         let stamped = e.built & LOGLESS != 0 && e.built & (1 << K_COMM) == 0;
         let stamp = |i: u32| e.unexp.at(i).links.stashed(K_COMM);
         let mut stamps = std::collections::HashSet::new();
@@ -4284,8 +4476,10 @@ mod tests {
                 assert_eq!(n.links.stashed(K_COMM), NO_LOG_POS, "claimed {idx}");
                 continue;
             }
-            for k in [K_SRC, K_TAG, K_COMM] {
-                if e.built & (1 << k) == 0 {
+            for k in [K_EXACT, K_SRC, K_TAG, K_COMM] {
+                if k == K_EXACT && e.built & EXACT_GONE != 0
+                    || k != K_EXACT && e.built & (1 << k) == 0
+                {
                     continue;
                 }
                 let head = e.unexp_head(k, &n.env);
@@ -4319,6 +4513,174 @@ mod tests {
                     assert!(stamps.insert(pos), "stamp {pos} of {idx} twice");
                 }
             }
+        }
+    }
+
+    /// The queue of a drop test: the engine beside a list of (envelope, id) in arrival
+    /// order, each receive checked against the earliest matching entry.
+    struct DropQueue {
+        e: Engine<u32, u32>,
+        q: Vec<(Envelope, u32)>,
+        next: u32,
+    }
+
+    impl DropQueue {
+        fn arrive(&mut self, env: Envelope) {
+            let id = self.next;
+            self.next += 1;
+            assert!(matches!(
+                self.e.arrive(env, 1, id),
+                Ok(Arrived::Unexpected(_))
+            ));
+            self.q.push((env, id));
+            check_kept_lists(&self.e);
+        }
+
+        fn recv(&mut self, spec: RecvSpec) {
+            let want = self.q.iter().position(|(env, _)| spec.matches(env));
+            let got = match self.e.post(spec, 0) {
+                Ok(Posted::Matched(m)) => Some(m.msg),
+                Ok(Posted::Pending(_)) => None,
+                Err(_) => panic!("refused"),
+            };
+            assert_eq!(got, want.map(|i| self.q.remove(i).1), "{spec:?}");
+            check_kept_lists(&self.e);
+        }
+
+        fn gone(&self) -> bool {
+            self.e.built & EXACT_GONE != 0
+        }
+    }
+
+    /// The (comm, src, tag) lists of the queued messages are dropped after a run of
+    /// wildcard receives with no exact one (a quarter of the queue), and built again,
+    /// in arrival order, by the first exact receive, probe or mprobe; arrivals meanwhile
+    /// are linked into them by the rebuild; receives posted before a drop keep their
+    /// heads; an empty queue has the lists back at no cost; each rebuild doubles the run
+    /// the next drop waits for.
+    #[test]
+    fn exact_lists_are_dropped_after_wildcard_runs_and_rebuilt_when_needed() {
+        let mut d = DropQueue {
+            e: Engine::new(Config::default()),
+            q: Vec::new(),
+            next: 0,
+        };
+        // A receive pending through the drop: its head stays in the index.
+        let pending = Envelope::new(0, 2, 999_999);
+        assert!(matches!(
+            d.e.post(RecvSpec::exact(0, 2, 999_999), 77),
+            Ok(Posted::Pending(_))
+        ));
+        // 400 messages of distinct hashed keys (tags past the arrays), 4 sources.
+        for i in 0..400u32 {
+            d.arrive(Envelope::new(0, i % 4, 100_000 + u64::from(i)));
+        }
+        // ANY_TAG receives: each takes its source's earliest message, alone on its
+        // (comm, src, tag) list. The drop comes at a quarter of the queue left.
+        for r in 0..100u32 {
+            d.recv(RecvSpec::new(0, Some(r % 4), None));
+            assert_eq!(d.gone(), r + 1 >= 80, "after {} receives", r + 1);
+        }
+        // Arrivals while dropped: a second message of a queued key, and a message for
+        // the pending receive (matched through its kept head).
+        let (first, _) = d.q[10];
+        d.arrive(first);
+        assert!(d.gone());
+        assert!(matches!(
+            d.e.arrive(pending, 1, 5000),
+            Ok(Arrived::Matched(m)) if m.recv == 77
+        ));
+        // The exact receive builds the lists: it takes the earlier of the two.
+        d.recv(RecvSpec::exact(first.comm, first.src, first.tag));
+        assert!(!d.gone());
+        assert_eq!(d.e.exact_backoff, 1);
+        d.recv(RecvSpec::exact(first.comm, first.src, first.tag));
+        // The next drop waits for half the queue of wildcard receives (backoff 1).
+        let queued = d.q.len() as u32;
+        let mut n = 0;
+        while !d.gone() {
+            let s = d.q[0].0.src;
+            d.recv(RecvSpec::new(0, Some(s), None));
+            n += 1;
+            assert!(n <= queued / 2, "no drop after {n} receives");
+        }
+        assert!(
+            n >= (queued - n) / 2,
+            "dropped after {n} receives, {queued} queued"
+        );
+        // A probe and an mprobe of an exact key build the lists again.
+        let (env, id) = d.q[5];
+        let p =
+            d.e.probe(&RecvSpec::exact(env.comm, env.src, env.tag))
+                .map(|p| *p.msg);
+        assert_eq!(p, Some(id));
+        assert!(!d.gone());
+        assert_eq!(d.e.exact_backoff, 2);
+        // Drop again (a run of three quarters of the queue), then mprobe.
+        while !d.gone() {
+            let t = d.q[d.q.len() - 1].0.tag;
+            d.recv(RecvSpec::new(0, None, Some(t)));
+        }
+        let (env, id) = d.q[3];
+        let c =
+            d.e.mprobe(&RecvSpec::exact(env.comm, env.src, env.tag))
+                .unwrap();
+        d.q.remove(3);
+        assert_eq!(d.e.mrecv(c.handle).unwrap().msg, id);
+        assert!(!d.gone());
+        check_kept_lists(&d.e);
+        // While dropped, the paths that take a message off every list it is on, with
+        // no (comm, src, tag) list to leave: a wildcard mprobe, a masked receive, a
+        // purge of a peer.
+        while !d.gone() {
+            d.recv(RecvSpec::new(0, None, None));
+        }
+        let backoff = d.e.exact_backoff;
+        let (env, id) = d.q[0];
+        let c = d.e.mprobe(&RecvSpec::new(0, None, None)).unwrap();
+        d.q.remove(0);
+        assert_eq!(d.e.claimed(c.handle), Ok(&id), "{env:?}");
+        d.recv(RecvSpec::masked(0, Source::Any, 1, 1));
+        let src = d.q[0].0.src;
+        let before = d.q.len();
+        d.q.retain(|(env, _)| env.src != src);
+        let purged = d.e.purge_peer(src, |_| {});
+        assert_eq!(purged, before - d.q.len());
+        check_kept_lists(&d.e);
+        assert!(d.gone());
+        assert_eq!(d.e.exact_backoff, backoff, "nothing rebuilt");
+        assert_eq!(d.e.mrecv(c.handle).unwrap().msg, id);
+        // Drop once more and empty the queue with wildcard receives: the next arrival
+        // finds the lists complete (an empty queue) and the backoff reset.
+        while !d.gone() {
+            d.recv(RecvSpec::new(0, None, None));
+        }
+        while !d.q.is_empty() {
+            d.recv(RecvSpec::new(0, None, None));
+        }
+        assert!(d.gone());
+        d.arrive(Envelope::new(0, 1, 123_456));
+        assert!(!d.gone());
+        assert_eq!(d.e.exact_backoff, 0);
+        d.recv(RecvSpec::exact(0, 1, 123_456));
+        assert_eq!(d.e.counters().unexpected_depth, 0);
+    }
+
+    /// The eager configuration keeps every list: the (comm, src, tag) ones are never
+    /// dropped.
+    #[test]
+    fn eager_lists_are_never_dropped() {
+        let mut d = DropQueue {
+            e: Engine::new(Config::default().eager_wildcard_lists(true)),
+            q: Vec::new(),
+            next: 0,
+        };
+        for i in 0..200u32 {
+            d.arrive(Envelope::new(0, i % 4, 100_000 + u64::from(i)));
+        }
+        while !d.q.is_empty() {
+            d.recv(RecvSpec::new(0, None, None));
+            assert!(!d.gone());
         }
     }
 

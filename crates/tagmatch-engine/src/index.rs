@@ -520,6 +520,38 @@ impl Index {
         }
     }
 
+    /// Removes every entry whose value `keep` refuses, in one sequential pass over the
+    /// buckets: each becomes a tombstone, then the tombstones are cleared in place
+    /// ([`Index::purge_tombs`], `rehash` asked only for kept entries at the saturated
+    /// distance); when no entry is kept the buckets are simply emptied. The table keeps
+    /// its size (no allocation).
+    pub(crate) fn retain(
+        &mut self,
+        mut keep: impl FnMut(u32) -> bool,
+        rehash: impl FnMut(u32) -> u64,
+    ) {
+        for b in self.slots.iter_mut() {
+            if *b != EMPTY && *b != TOMB && !keep(val(*b)) {
+                *b = TOMB;
+                self.len -= 1;
+                self.tombs += 1;
+            }
+        }
+        if self.len == 0 {
+            self.slots.fill(EMPTY);
+            self.tombs = 0;
+        } else if self.tombs > 0 {
+            self.purge_tombs(rehash);
+        }
+    }
+
+    /// Removes every entry (the table keeps its size): one fill of the buckets.
+    pub(crate) fn clear(&mut self) {
+        self.slots.fill(EMPTY);
+        self.len = 0;
+        self.tombs = 0;
+    }
+
     /// Every stored value.
     pub(crate) fn values(&self) -> impl Iterator<Item = u32> + '_ {
         self.slots
