@@ -63,7 +63,16 @@
 //! trimmed to their last key after the build) and gives back the log's 4 bytes a
 //! message. Each
 //! message is linked into each kind at most once, so, like an index doubling, the build
-//! is amortised O(1) per message. Each posted receive sits on the one FIFO of its kind;
+//! is amortised O(1) per message. The (comm, src, tag) lists are lazy the other way
+//! round: kept from the start (most receives are exact), they are dropped after a run
+//! of wildcard receives as long as a quarter of the queue (at least 32) that each took
+//! a message alone on its hashed (comm, src, tag) list, with no exact receive, probe
+//! or mprobe in between (such a receive otherwise pays that list's removal from the
+//! hash index, at a random bucket); arrivals then skip them, and the next exact
+//! receive, probe or mprobe builds them again from the arrival order, O(queue),
+//! amortised over that run. Each rebuild doubles the run the next drop waits for (up
+//! to 64×), so a program alternating the two pays rebuilds ever more rarely; an empty
+//! queue has them back at no cost ([`Config::eager_wildcard_lists`] never drops them). Each posted receive sits on the one FIFO of its kind;
 //! an arrival looks at (at most) four list heads and takes the lowest posting sequence
 //! number. The lists are
 //! intrusive, doubly linked through 23-bit slab indices (a message's eight links pack

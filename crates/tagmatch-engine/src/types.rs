@@ -412,7 +412,10 @@ pub struct Config {
     /// four and a message's arrival costs about half, but the first wildcard receive
     /// after the queue was empty links every queued message into its kind (O(queued)
     /// once). `true` spreads that work over the arrivals: for callers that post
-    /// wildcard receives against deep unexpected queues and want no such step.
+    /// wildcard receives against deep unexpected queues and want no such step. `true`
+    /// also keeps the (comm, src, tag) lists of the queued messages through runs of
+    /// wildcard receives (see the crate documentation), so that no exact receive
+    /// rebuilds them.
     pub eager_wildcard_lists: bool,
 }
 
