@@ -75,7 +75,7 @@ mod types;
 
 pub use atomic::{AtomicOp, Datatype};
 pub use config::{Config, Features};
-pub use endpoint::{Endpoint, PeerHandshake, PROTOCOL_MEMORY};
+pub use endpoint::{Endpoint, PeerHandshake, MAX_READ_SIZE, PROTOCOL_MEMORY};
 pub use types::*;
 
 /// The matching engine's counters, as returned by [`Endpoint::matching_stats`].

@@ -253,6 +253,23 @@ pub enum CallError {
     /// The memory region still has sends in flight ([`crate::Endpoint::tsend_from`]); it
     /// can be released once they complete.
     MemInUse,
+    /// A read longer than a responder serves: `len` bytes asked, at most `max`
+    /// ([`crate::MAX_READ_SIZE`]). The responder would drop the request unanswered, and
+    /// the read would never complete.
+    ReadTooLarge {
+        /// Bytes asked for.
+        len: u64,
+        /// The largest read a responder serves.
+        max: u64,
+    },
+    /// The remote range `addr .. addr + len` runs past the end of the 64-bit address
+    /// space: no memory region can hold it, so the responder would refuse it unanswered.
+    RemoteRange {
+        /// Remote address of the first byte.
+        addr: u64,
+        /// Length of the range.
+        len: u64,
+    },
 }
 
 /// Options of a send or write.
@@ -336,6 +353,13 @@ pub struct Stats {
     /// Packets larger than the MTU handed to the device (an ATOMRSP for a peer with a
     /// larger MTU); the device is expected to fail them.
     pub tx_oversize: u64,
+    /// One-sided requests (RTW, RTR, RTA) this endpoint refused as their responder: a key
+    /// or range it does not serve, a read over [`crate::MAX_READ_SIZE`], an atomic it
+    /// cannot apply, no operation slot left. EFA RDM v4 has no error answer to them
+    /// (efa-rdm-protocol-v4 §3.3 and §4.1 define none; PEER_ERROR is not part of v4):
+    /// the requester's read, fetch/compare atomic, delivery-complete or long write does
+    /// not complete. Also counted in `rx_invalid`.
+    pub rx_requests_refused: u64,
 }
 
 impl From<AtomicError> for CallError {

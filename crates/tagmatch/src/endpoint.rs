@@ -1517,10 +1517,12 @@ impl Endpoint {
     ///
     /// A `remote` the peer does not accept (a key it never issued or deregistered, a
     /// region it registered local-only, a range outside the region) is refused there and
-    /// counted in its stats; EFA RDM v4 has no packet that tells the requester, so the
-    /// request does not complete: bound the wait ([`Endpoint::wait`] fails with
-    /// [`Error::Timeout`] at the builder's wait limit). The same holds for writes and
-    /// atomics.
+    /// counted in its stats (`rdm.rx_requests_refused`); EFA RDM v4 has no packet that
+    /// tells the requester, so the request does not complete: bound the wait
+    /// ([`Endpoint::wait`] fails with [`Error::Timeout`] at the builder's wait limit).
+    /// The same holds for writes and atomics. What the requester can check is refused
+    /// here: a `len` over [`crate::MAX_READ_SIZE`] ([`Error::ReadTooLarge`]), a range past
+    /// the end of the address space ([`Error::RemoteRange`]).
     pub fn read(&mut self, peer: Peer, len: usize, remote: RemoteAddr) -> Result<Request> {
         trace!(peer = peer.index(), len, "read");
         let pid = self.pid(peer)?;

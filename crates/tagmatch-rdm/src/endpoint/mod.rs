@@ -409,6 +409,38 @@ pub struct Endpoint {
 /// `PROTOCOL_MEMORY` operations started (sends, receives, RMA, atomics alike).
 pub const PROTOCOL_MEMORY: usize = 4096;
 
+/// The largest read ([`Endpoint::read`]) a responder of this crate serves: 4 GiB. An
+/// emulated read (SHORT_RTR / LONGCTS_RTR) asking for more is refused by the responder
+/// (counted in `Stats::rx_requests_refused`) and, EFA RDM v4 having no error answer to
+/// an RTR, never answered; so [`Endpoint::read`] refuses such a read when it is called
+/// ([`CallError::ReadTooLarge`]), even one that would go by direct RDMA read, since a
+/// direct read whose registration or RDMA read fails falls back to the emulated read.
+pub const MAX_READ_SIZE: u64 = 1 << 32;
+
+/// Whether a read of `len` bytes is one a responder serves ([`MAX_READ_SIZE`]): the one
+/// rule the requester ([`Endpoint::read`]) and the responder (`on_rtr`) both apply.
+fn check_read_len(len: u64) -> Result<(), CallError> {
+    if len > MAX_READ_SIZE {
+        return Err(CallError::ReadTooLarge {
+            len,
+            max: MAX_READ_SIZE,
+        });
+    }
+    Ok(())
+}
+
+/// Refuses a remote range `addr .. addr + len` that runs past the end of the address
+/// space: no region holds it, and a responder refuses it without an answer.
+fn check_remote_range(remote: RemoteAddr, len: u64) -> Result<(), CallError> {
+    match remote.addr.checked_add(len) {
+        Some(_) => Ok(()),
+        None => Err(CallError::RemoteRange {
+            addr: remote.addr,
+            len,
+        }),
+    }
+}
+
 impl Endpoint {
     /// Creates an endpoint whose own raw address is `addr` (its `qkey` is the connid).
     pub fn new(cfg: Config, addr: RawAddr) -> Endpoint {
