@@ -207,6 +207,10 @@ pub enum OpError {
     RdmaFailed,
     /// The responder could not apply an atomic.
     Atomic(AtomicError),
+    /// Ended by [`crate::Endpoint::abort`] or [`crate::Endpoint::remove_peer`] before it
+    /// completed (what the peer already received or applied stays there: nothing is
+    /// recalled).
+    Aborted,
 }
 
 /// An application completion.
@@ -323,7 +327,8 @@ pub struct Stats {
     pub rx_connid_mismatch: u64,
     /// Packets from a sender that is neither known nor carries a raw address.
     pub rx_unknown_sender: u64,
-    /// Packets naming an unknown or stale `send_id`/`recv_id`, or a finished operation.
+    /// Packets naming an unknown or stale `send_id`/`recv_id`, or a finished (or aborted,
+    /// [`crate::Endpoint::abort`]) operation.
     pub rx_unknown_op: u64,
     /// Packets whose content is inconsistent (bad offsets, lengths, keys, unsupported
     /// types).
@@ -357,9 +362,15 @@ pub struct Stats {
     /// or range it does not serve, a read over [`crate::MAX_READ_SIZE`], an atomic it
     /// cannot apply, no operation slot left. EFA RDM v4 has no error answer to them
     /// (efa-rdm-protocol-v4 §3.3 and §4.1 define none; PEER_ERROR is not part of v4):
-    /// the requester's read, fetch/compare atomic, delivery-complete or long write does
-    /// not complete. Also counted in `rx_invalid`.
+    /// the requester's read, fetch/compare atomic, delivery-complete or long write waits
+    /// until its owner ends it ([`crate::Endpoint::abort`]). Also counted in
+    /// `rx_invalid`.
     pub rx_requests_refused: u64,
+    /// Application operations ended by [`crate::Endpoint::abort`] or
+    /// [`crate::Endpoint::remove_peer`] (each completed with [`OpError::Aborted`]).
+    pub aborted: u64,
+    /// Peers removed with [`crate::Endpoint::remove_peer`].
+    pub peers_removed: u64,
 }
 
 impl From<AtomicError> for CallError {

@@ -275,6 +275,7 @@ enum Code {
     AtomicOp,
     AtomicOpNotValidForType,
     AtomicLength,
+    Aborted,
 }
 
 /// Equal when every observable field is: the public fields, [`Completion::status`],
@@ -350,6 +351,7 @@ impl Completion {
                 OpError::Atomic(A::Op(o)) => (Code::AtomicOp, u64::from(o), len),
                 OpError::Atomic(A::OpNotValidForType) => (Code::AtomicOpNotValidForType, 0, len),
                 OpError::Atomic(A::Length) => (Code::AtomicLength, 0, len),
+                OpError::Aborted => (Code::Aborted, 0, len),
             },
         };
         let mut flags = 0;
@@ -427,6 +429,7 @@ impl Completion {
             Code::AtomicOp => OpError::Atomic(A::Op(self.aux as u32)),
             Code::AtomicOpNotValidForType => OpError::Atomic(A::OpNotValidForType),
             Code::AtomicLength => OpError::Atomic(A::Length),
+            Code::Aborted => OpError::Aborted,
         })
     }
 
@@ -516,6 +519,7 @@ mod completion_tests {
             OpError::Atomic(A::Op(7)),
             OpError::Atomic(A::OpNotValidForType),
             OpError::Atomic(A::Length),
+            OpError::Aborted,
         ];
         for status in std::iter::once(Ok(())).chain(errors.into_iter().map(Err)) {
             for (src, cq) in [

@@ -262,6 +262,9 @@ fn op_error_text(e: &OpError) -> String {
             was possible (RdmaFailed)"
             .into(),
         OpError::Atomic(a) => format!("the target could not apply it: {}", atomic_text(a)),
+        OpError::Aborted => "aborted (Aborted): ended by abort or remove_peer before it \
+            completed"
+            .into(),
     }
 }
 
@@ -357,6 +360,11 @@ mod tests {
                 "(SendFailed)",
             ),
             (OpError::RdmaFailed, "no fallback", "(RdmaFailed)"),
+            (
+                OpError::Aborted,
+                "ended by abort or remove_peer",
+                "(Aborted)",
+            ),
             (
                 OpError::Atomic(AtomicError::OpNotValidForType),
                 "could not apply it: the operation is not defined on the datatype",

@@ -111,7 +111,7 @@ impl Endpoint {
     /// refuses without an answer), [`CallError::RemoteRange`] (the remote range runs past
     /// the end of the address space), then [`CallError::TooManyOps`]. A read the
     /// responder refuses for reasons only it knows (a key it did not issue, a range
-    /// outside the region) is not answered either (EFA RDM v4 has no error answer).
+    /// outside the region) is not answered either: end it with [`Endpoint::abort`].
     pub fn read(
         &mut self,
         peer: PeerId,
@@ -276,7 +276,7 @@ impl Endpoint {
     /// ([`CallError::RemoteRange`]), one packet each way ([`CallError::AtomicTooLarge`]).
     /// The responder may still refuse it for what only it knows (a key it did not issue,
     /// a range outside the region, an ATOMRSP over its MTU): EFA RDM v4 has no error
-    /// answer, so the operation then does not complete.
+    /// answer, so the operation then waits until [`Endpoint::abort`] ends it.
     pub fn atomic_fetch(
         &mut self,
         peer: PeerId,

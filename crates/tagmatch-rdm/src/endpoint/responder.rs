@@ -132,7 +132,7 @@ impl Endpoint {
         // only answer, a success: a refused RTR is not answered. The largest read served
         // is `MAX_READ_SIZE`, the rule `Endpoint::read` applies to its requests (a
         // requester of this crate never sends one refused for its length); another's
-        // does not complete.
+        // waits until its owner aborts it.
         if check_read_len(len).is_err() || (window == 0 && len > 0) {
             self.refuse_request();
             return;
@@ -211,8 +211,8 @@ impl Endpoint {
             Err(e) => {
                 // efa-rdm-protocol-v4 §3.3: "that responder will send an ATOMRSP
                 // (atomic response) packet back" — its only answer, a success: a refused
-                // fetch/compare is not answered, and its requester does not complete
-                // (`Endpoint::atomic_fetch` checks what the requester can).
+                // fetch/compare is not answered, and its requester waits until its owner
+                // aborts it (`Endpoint::atomic_fetch` checks what the requester can).
                 tracing::debug!(?e, "atomic refused");
                 self.refuse_request();
                 return;
