@@ -366,6 +366,10 @@ pub struct Stats {
     /// until its owner ends it ([`crate::Endpoint::abort`]). Also counted in
     /// `rx_invalid`.
     pub rx_requests_refused: u64,
+    /// Packets dropped because they would have added a peer to a full address book
+    /// ([`crate::Config::max_peers`]): a REQ from an unknown raw address, or from a known
+    /// GID and QPN with a new connid.
+    pub rx_peer_limit: u64,
     /// Application operations ended by [`crate::Endpoint::abort`] or
     /// [`crate::Endpoint::remove_peer`] (each completed with [`OpError::Aborted`]).
     pub aborted: u64,

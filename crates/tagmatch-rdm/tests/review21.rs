@@ -2,7 +2,7 @@
 //! peer. Requests a responder would refuse unanswered are refused at call time
 //! (`CallError::ReadTooLarge`, `CallError::RemoteRange`); what only the peer knows is
 //! ended by the owner with `Endpoint::abort` / `Endpoint::remove_peer`, which release
-//! everything the operation held.
+//! everything the operation held; the address book is bounded (`Config::max_peers`).
 mod common;
 #[path = "common/pump.rs"]
 mod pump;
@@ -741,7 +741,7 @@ fn an_operation_waiting_for_the_handshake_is_aborted_without_a_trace() {
     assert_eq!(fab.ep(b).in_flight(), (0, 0, 0));
 }
 
-// ---- Removed peers.
+// ---- Item 6: the address book is bounded.
 
 /// An EAGER_MSGRTM carrying raw address `from` (a sender the device cannot report).
 fn hello_from(from: RawAddr, msg_id: u64) -> Vec<u8> {
@@ -749,6 +749,61 @@ fn hello_from(from: RawAddr, msg_id: u64) -> Vec<u8> {
     r.raw_addr = Some(RawAddrHdr::new(from));
     r.payload = b"hi";
     bytes_of(&r)
+}
+
+/// Packets from unknown raw addresses insert peers (efa-rdm-protocol-v4 §2.2) up to
+/// `Config::max_peers`; past it they are dropped and counted, nothing else changes, and a
+/// removed peer makes room again. A new connid on a known GID and QPN (§4.4) is bounded
+/// alike.
+#[test]
+fn the_address_book_is_bounded() {
+    let cfg = Config {
+        max_peers: 3,
+        ..small_cfg()
+    };
+    let mut fab = Fabric::new(2114);
+    let n = fab.add(cfg);
+    let addr = |i: u8, qkey: u32| RawAddr {
+        gid: [i; 16],
+        qpn: 40 + u16::from(i),
+        qkey,
+        next: 0,
+    };
+    let app = fab.ep(n).add_peer(addr(1, 1));
+    for i in 2..=3 {
+        fab.ep(n).handle_packet(None, &hello_from(addr(i, 1), 0));
+    }
+    assert_eq!(fab.ep(n).peer_count(), 3);
+    let before = fab.ep(n).stats();
+    let in_flight = fab.ep(n).in_flight();
+    for i in 4..=9 {
+        fab.ep(n).handle_packet(None, &hello_from(addr(i, 1), 0));
+    }
+    // A known GID and QPN with a new connid and its raw address: one more peer too.
+    let p3 = fab.ep(n).lookup_peer(&[3; 16], 43).unwrap();
+    fab.ep(n)
+        .handle_packet(Some(p3), &hello_from(addr(3, 2), 0));
+    let after = fab.ep(n).stats();
+    assert_eq!(after.rx_peer_limit, before.rx_peer_limit + 7);
+    assert_eq!(fab.ep(n).peer_count(), 3);
+    assert_eq!(fab.ep(n).in_flight(), in_flight);
+    assert_eq!(fab.ep(n).lookup_peer(&[4; 16], 44), None);
+    assert_eq!(fab.ep(n).lookup_peer_exact(&[3; 16], 43, 2), None);
+    // Known peers are still heard (a second message of peer 2).
+    fab.ep(n).handle_packet(None, &hello_from(addr(2, 1), 1));
+    assert_eq!(fab.ep(n).stats().rx_peer_limit, after.rx_peer_limit);
+    assert_eq!(fab.ep(n).in_flight().2, in_flight.2 + 1);
+    // The application may still add peers; removing one makes room for a sender.
+    fab.ep(n).add_peer(addr(20, 1));
+    assert_eq!(fab.ep(n).peer_count(), 4);
+    fab.ep(n).remove_peer(app).unwrap();
+    fab.ep(n).remove_peer(p3).unwrap();
+    assert_eq!(fab.ep(n).peer_count(), 2);
+    fab.ep(n).handle_packet(None, &hello_from(addr(4, 1), 0));
+    assert_eq!(fab.ep(n).peer_count(), 3);
+    assert!(fab.ep(n).lookup_peer(&[4; 16], 44).is_some());
+    assert_eq!(fab.ep(n).stats().rx_peer_limit, after.rx_peer_limit);
+    assert_eq!(Config::default().max_peers, 65_536);
 }
 
 /// A late REQ carrying the raw address of a removed peer inserts it again, as a new peer

@@ -83,7 +83,7 @@ impl Endpoint {
     /// peer, with a fresh `msg_id` sequence. A later packet from the address is handled
     /// like one from any unknown address, also when the owner still reports the removed
     /// id (the address is looked up again): a REQ with the raw-address header inserts it
-    /// again, anything else is dropped and counted
+    /// again (within [`Config::max_peers`]), anything else is dropped and counted
     /// (`Stats::rx_unknown_sender`).
     ///
     /// Returns how many application operations ended with [`OpError::Aborted`] (the

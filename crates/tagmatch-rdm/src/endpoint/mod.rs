@@ -435,7 +435,7 @@ pub struct Endpoint {
     protocols: Vec<(u64, Protocol)>,
     /// See [`Endpoint::admission_epoch`].
     admission: u64,
-    /// Peers not removed.
+    /// Peers not removed (what [`Config::max_peers`] bounds).
     live_peers: usize,
 }
 
@@ -565,7 +565,23 @@ impl Endpoint {
         id
     }
 
-    /// Peers in the address book (removed ones not counted).
+    /// [`Endpoint::add_peer`] for an address a packet brought (efa-rdm-protocol-v4 §2.2
+    /// and §4.4): `None`, counted, when it is new and the address book holds
+    /// [`Config::max_peers`] peers already.
+    fn admit_peer(&mut self, addr: RawAddr) -> Option<PeerId> {
+        if let Some(&id) = self.by_addr.get(&(addr.gid, addr.qpn, addr.qkey)) {
+            return Some(id);
+        }
+        if self.live_peers >= self.cfg.max_peers {
+            tracing::debug!(max = self.cfg.max_peers, "address book full, dropping");
+            self.stats.rx_peer_limit += 1;
+            return None;
+        }
+        Some(self.add_peer(addr))
+    }
+
+    /// Peers in the address book (removed ones not counted): what
+    /// [`Config::max_peers`] bounds.
     pub fn peer_count(&self) -> usize {
         self.live_peers
     }

@@ -38,8 +38,11 @@ impl Endpoint {
                     None => match pkt.raw_addr() {
                         // efa-rdm-protocol-v4 §2.2: "the peer can get the endpoint's raw
                         // address from REQ packet header, then insert the raw address to
-                        // its address book."
-                        Some(r) => self.add_peer(r.addr),
+                        // its address book." (Within `Config::max_peers`.)
+                        Some(r) => match self.admit_peer(r.addr) {
+                            Some(p) => p,
+                            None => return Rx::Consumed,
+                        },
                         None => {
                             self.stats.rx_unknown_sender += 1;
                             return Rx::Consumed;
@@ -65,7 +68,10 @@ impl Endpoint {
                         // a raw address naming another GID or QPN than the device reported
                         // is not the sender's, and is not inserted.
                         Some(r) if (r.addr.gid, r.addr.qpn) == (a.gid, a.qpn) => {
-                            peer = self.add_peer(r.addr)
+                            match self.admit_peer(r.addr) {
+                                Some(p) => peer = p,
+                                None => return Rx::Consumed,
+                            }
                         }
                         _ => {
                             tracing::debug!(peer = peer.0, connid = c, "connid mismatch, dropping");
