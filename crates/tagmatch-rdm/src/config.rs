@@ -133,6 +133,15 @@ pub struct Config {
     pub host_id: u64,
     /// Send the HMEM_P2P HANDSHAKE header (libfabric main only).
     pub send_hmem_p2p: bool,
+    /// Most peers the address book holds before a packet from an unknown sender may not
+    /// add one more (default 65,536, generous for any job). efa-rdm-protocol-v4 §2.2 lets
+    /// a receiver insert a sender's raw address from its REQ, and §4.4 a new connid on a
+    /// known GID and QPN: without a bound, every new address a peer makes up would grow
+    /// the address book. A packet that would add a peer past the bound is dropped and
+    /// counted (`Stats::rx_peer_limit`); nothing else changes. Peers the application adds
+    /// ([`crate::Endpoint::add_peer`]) are not refused, but count towards the bound;
+    /// removed ones ([`crate::Endpoint::remove_peer`]) do not.
+    pub max_peers: usize,
 }
 
 impl Default for Config {
@@ -157,6 +166,7 @@ impl Default for Config {
             device_version: 0xEFA1,
             host_id: 0,
             send_hmem_p2p: false,
+            max_peers: 1 << 16,
         }
     }
 }

@@ -4,7 +4,7 @@
 //! quinn-proto. The application calls operations ([`Endpoint::tsend`], [`Endpoint::send`],
 //! [`Endpoint::trecv`], [`Endpoint::recv`], [`Endpoint::write`], [`Endpoint::read`],
 //! [`Endpoint::atomic_write`], [`Endpoint::atomic_fetch`], [`Endpoint::atomic_compare`],
-//! [`Endpoint::cancel`]); the owner (a device driver, or the test fabric of the `testing`
+//! [`Endpoint::cancel`], [`Endpoint::abort`], [`Endpoint::remove_peer`]); the owner (a device driver, or the test fabric of the `testing`
 //! feature) feeds it received packets ([`Endpoint::handle_packet`]) and device completions
 //! ([`Endpoint::on_send_done`], [`Endpoint::on_rdma_done`], [`Endpoint::on_register_done`]),
 //! and drains [`Endpoint::poll_transmit`] (packets ≤ MTU, RDMA reads/writes, registrations)
@@ -75,7 +75,7 @@ mod types;
 
 pub use atomic::{AtomicOp, Datatype};
 pub use config::{Config, Features};
-pub use endpoint::{Endpoint, PeerHandshake, PROTOCOL_MEMORY};
+pub use endpoint::{Endpoint, PeerHandshake, MAX_READ_SIZE, PROTOCOL_MEMORY};
 pub use types::*;
 
 /// The matching engine's counters, as returned by [`Endpoint::matching_stats`].

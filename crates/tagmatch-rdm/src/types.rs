@@ -207,6 +207,10 @@ pub enum OpError {
     RdmaFailed,
     /// The responder could not apply an atomic.
     Atomic(AtomicError),
+    /// Ended by [`crate::Endpoint::abort`] or [`crate::Endpoint::remove_peer`] before it
+    /// completed (what the peer already received or applied stays there: nothing is
+    /// recalled).
+    Aborted,
 }
 
 /// An application completion.
@@ -253,6 +257,23 @@ pub enum CallError {
     /// The memory region still has sends in flight ([`crate::Endpoint::tsend_from`]); it
     /// can be released once they complete.
     MemInUse,
+    /// A read longer than a responder serves: `len` bytes asked, at most `max`
+    /// ([`crate::MAX_READ_SIZE`]). The responder would drop the request unanswered, and
+    /// the read would never complete.
+    ReadTooLarge {
+        /// Bytes asked for.
+        len: u64,
+        /// The largest read a responder serves.
+        max: u64,
+    },
+    /// The remote range `addr .. addr + len` runs past the end of the 64-bit address
+    /// space: no memory region can hold it, so the responder would refuse it unanswered.
+    RemoteRange {
+        /// Remote address of the first byte.
+        addr: u64,
+        /// Length of the range.
+        len: u64,
+    },
 }
 
 /// Options of a send or write.
@@ -306,7 +327,8 @@ pub struct Stats {
     pub rx_connid_mismatch: u64,
     /// Packets from a sender that is neither known nor carries a raw address.
     pub rx_unknown_sender: u64,
-    /// Packets naming an unknown or stale `send_id`/`recv_id`, or a finished operation.
+    /// Packets naming an unknown or stale `send_id`/`recv_id`, or a finished (or aborted,
+    /// [`crate::Endpoint::abort`]) operation.
     pub rx_unknown_op: u64,
     /// Packets whose content is inconsistent (bad offsets, lengths, keys, unsupported
     /// types).
@@ -336,6 +358,23 @@ pub struct Stats {
     /// Packets larger than the MTU handed to the device (an ATOMRSP for a peer with a
     /// larger MTU); the device is expected to fail them.
     pub tx_oversize: u64,
+    /// One-sided requests (RTW, RTR, RTA) this endpoint refused as their responder: a key
+    /// or range it does not serve, a read over [`crate::MAX_READ_SIZE`], an atomic it
+    /// cannot apply, no operation slot left. EFA RDM v4 has no error answer to them
+    /// (efa-rdm-protocol-v4 §3.3 and §4.1 define none; PEER_ERROR is not part of v4):
+    /// the requester's read, fetch/compare atomic, delivery-complete or long write waits
+    /// until its owner ends it ([`crate::Endpoint::abort`]). Also counted in
+    /// `rx_invalid`.
+    pub rx_requests_refused: u64,
+    /// Packets dropped because they would have added a peer to a full address book
+    /// ([`crate::Config::max_peers`]): a REQ from an unknown raw address, or from a known
+    /// GID and QPN with a new connid.
+    pub rx_peer_limit: u64,
+    /// Application operations ended by [`crate::Endpoint::abort`] or
+    /// [`crate::Endpoint::remove_peer`] (each completed with [`OpError::Aborted`]).
+    pub aborted: u64,
+    /// Peers removed with [`crate::Endpoint::remove_peer`].
+    pub peers_removed: u64,
 }
 
 impl From<AtomicError> for CallError {

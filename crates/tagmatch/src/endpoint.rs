@@ -275,6 +275,7 @@ enum Code {
     AtomicOp,
     AtomicOpNotValidForType,
     AtomicLength,
+    Aborted,
 }
 
 /// Equal when every observable field is: the public fields, [`Completion::status`],
@@ -350,6 +351,7 @@ impl Completion {
                 OpError::Atomic(A::Op(o)) => (Code::AtomicOp, u64::from(o), len),
                 OpError::Atomic(A::OpNotValidForType) => (Code::AtomicOpNotValidForType, 0, len),
                 OpError::Atomic(A::Length) => (Code::AtomicLength, 0, len),
+                OpError::Aborted => (Code::Aborted, 0, len),
             },
         };
         let mut flags = 0;
@@ -427,6 +429,7 @@ impl Completion {
             Code::AtomicOp => OpError::Atomic(A::Op(self.aux as u32)),
             Code::AtomicOpNotValidForType => OpError::Atomic(A::OpNotValidForType),
             Code::AtomicLength => OpError::Atomic(A::Length),
+            Code::Aborted => OpError::Aborted,
         })
     }
 
@@ -516,6 +519,7 @@ mod completion_tests {
             OpError::Atomic(A::Op(7)),
             OpError::Atomic(A::OpNotValidForType),
             OpError::Atomic(A::Length),
+            OpError::Aborted,
         ];
         for status in std::iter::once(Ok(())).chain(errors.into_iter().map(Err)) {
             for (src, cq) in [
@@ -1109,6 +1113,78 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Ends a request still in flight, whatever it waits for: a send, write, read or
+    /// atomic whose peer does not answer, a receive (posted, or matched and still
+    /// receiving). It completes with [`OpError::Aborted`] (so [`Endpoint::wait`] on it
+    /// returns [`Error::Failed`] with that error), and everything it held is released (see
+    /// `tagmatch_rdm::Endpoint::abort`). Nothing is recalled: what the peer already got
+    /// stays there. A request that already completed (or another endpoint's) is
+    /// [`Error::UnknownRequest`].
+    ///
+    /// The protocol has no error answer to a read, write or atomic the peer refuses (a key
+    /// it never issued, a range outside its region), and no timer: such a request waits
+    /// until the application gives up on it — bound the wait ([`Endpoint::wait_for`],
+    /// the builder's wait limit), then abort it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tagmatch::{Endpoint, Error, MemFabric, OpError, RemoteAddr};
+    /// let f = MemFabric::new();
+    /// let mut a = Endpoint::builder().mem(&f).build().unwrap();
+    /// let b = Endpoint::builder().mem(&f).build().unwrap();
+    /// let pb = a.insert_peer(&b.address()).unwrap();
+    /// // A key `b` never issued: `b` drops the read without an answer.
+    /// let r = a.read(pb, 8, RemoteAddr { addr: 0, key: 12345 }).unwrap();
+    /// assert!(matches!(a.wait_for(r, Duration::from_millis(20)), Err(Error::Timeout { .. })));
+    /// a.abort(r).unwrap();
+    /// let e = a.wait(r).unwrap_err();
+    /// assert!(matches!(e, Error::Failed { error: OpError::Aborted, .. }), "{e}");
+    /// ```
+    pub fn abort(&mut self, req: Request) -> Result<()> {
+        if req.ep != self.id {
+            return Err(Error::UnknownRequest(req));
+        }
+        if crate::inproc::is_fast_op(req.op) {
+            return self.fast_abort(req);
+        }
+        self.node
+            .get_mut()
+            .endpoint_mut()
+            .abort(req.op)
+            .map_err(|e| Error::call(e, None, Some(req)))?;
+        self.counters.aborts += 1;
+        Ok(())
+    }
+
+    /// Removes a peer (`fi_av_remove`): every request with it ends with
+    /// [`OpError::Aborted`] — sends, writes, reads and atomics to it, receives posted for
+    /// it alone, receives of its messages still in progress — its unexpected messages
+    /// are dropped, and the peer is forgotten: requests naming it are refused with
+    /// [`Error::UnknownPeer`] (on the in-process fast path a receive naming it is still
+    /// accepted, and never matches). Returns how many requests it ended.
+    ///
+    /// Inserting its address again ([`Endpoint::insert_peer`]) makes a new peer. Later
+    /// packets from the address are treated as from an unknown sender (see
+    /// `tagmatch_rdm::Endpoint::remove_peer`); an in-process fast-path peer's lane into
+    /// this endpoint is closed, so its later fast-path sends here fail with
+    /// [`OpError::SendFailed`] as to a dropped endpoint.
+    pub fn remove_peer(&mut self, peer: Peer) -> Result<usize> {
+        let pid = self.pid(peer)?;
+        if self.node.endpoint().peer_addr(pid).is_none() {
+            self.counters.call_errors += 1;
+            return Err(Error::UnknownPeer(peer));
+        }
+        let fast = self.fast_remove_peer(pid);
+        let ended = self
+            .node
+            .get_mut()
+            .endpoint_mut()
+            .remove_peer(pid)
+            .map_err(|e| Error::call(e, Some(peer), None))?;
+        debug!(peer = peer.index(), ended = ended + fast, "remove_peer");
+        Ok(ended + fast)
+    }
+
     /// Registers `bytes` as an RMA target or source and waits for its key. The region
     /// stays registered for any number of operations until [`Endpoint::deregister`].
     pub fn register(&mut self, bytes: Vec<u8>) -> Result<MemoryRegion> {
@@ -1517,10 +1593,13 @@ impl Endpoint {
     ///
     /// A `remote` the peer does not accept (a key it never issued or deregistered, a
     /// region it registered local-only, a range outside the region) is refused there and
-    /// counted in its stats; EFA RDM v4 has no packet that tells the requester, so the
-    /// request does not complete: bound the wait ([`Endpoint::wait`] fails with
-    /// [`Error::Timeout`] at the builder's wait limit). The same holds for writes and
-    /// atomics.
+    /// counted in its stats (`rdm.rx_requests_refused`); EFA RDM v4 has no packet that
+    /// tells the requester, so the request does not complete: bound the wait
+    /// ([`Endpoint::wait`] fails with [`Error::Timeout`] at the builder's wait limit),
+    /// then end it with [`Endpoint::abort`]. The same holds for writes and atomics. What
+    /// the requester can check is refused here: a `len` over
+    /// [`crate::MAX_READ_SIZE`] ([`Error::ReadTooLarge`]), a range past the end of
+    /// the address space ([`Error::RemoteRange`]).
     pub fn read(&mut self, peer: Peer, len: usize, remote: RemoteAddr) -> Result<Request> {
         trace!(peer = peer.index(), len, "read");
         let pid = self.pid(peer)?;

@@ -67,6 +67,23 @@ pub enum Error {
         /// Operand bytes.
         len: usize,
     },
+    /// A read longer than a peer serves ([`crate::MAX_READ_SIZE`]): the peer
+    /// would drop the request without an answer (EFA RDM v4 has none), so it is refused
+    /// before anything is sent.
+    ReadTooLarge {
+        /// Bytes asked for.
+        len: u64,
+        /// The largest read a peer serves.
+        max: u64,
+    },
+    /// A remote range of a read, write or atomic runs past the end of the 64-bit address
+    /// space: no peer region can hold it, so it is refused before anything is sent.
+    RemoteRange {
+        /// Remote address of the first byte.
+        addr: u64,
+        /// Length of the range.
+        len: u64,
+    },
     /// A receive or read buffer of this length cannot be allocated (the receive or read
     /// allocates it when posted, off the in-process fast path): refused instead of
     /// aborting the process. Receive into a buffer of your own
@@ -179,6 +196,14 @@ impl fmt::Display for Error {
                     "atomic operand of {len} bytes does not fit in one packet"
                 )
             }
+            Error::ReadTooLarge { len, max } => write!(
+                f,
+                "a read of {len} bytes is longer than a peer serves ({max} bytes): it would never be answered"
+            ),
+            Error::RemoteRange { addr, len } => write!(
+                f,
+                "remote range of {len} bytes at {addr:#x} runs past the end of the address space"
+            ),
             Error::BufferTooLarge { len } => {
                 write!(f, "a buffer of {len} bytes cannot be allocated")
             }
@@ -237,6 +262,9 @@ fn op_error_text(e: &OpError) -> String {
             was possible (RdmaFailed)"
             .into(),
         OpError::Atomic(a) => format!("the target could not apply it: {}", atomic_text(a)),
+        OpError::Aborted => "aborted (Aborted): ended by abort or remove_peer before it \
+            completed"
+            .into(),
     }
 }
 
@@ -294,6 +322,8 @@ impl Error {
                 len: 0,
             },
             CallError::MemInUse => Error::UnknownRegion,
+            CallError::ReadTooLarge { len, max } => Error::ReadTooLarge { len, max },
+            CallError::RemoteRange { addr, len } => Error::RemoteRange { addr, len },
         }
     }
 }
@@ -331,6 +361,11 @@ mod tests {
             ),
             (OpError::RdmaFailed, "no fallback", "(RdmaFailed)"),
             (
+                OpError::Aborted,
+                "ended by abort or remove_peer",
+                "(Aborted)",
+            ),
+            (
                 OpError::Atomic(AtomicError::OpNotValidForType),
                 "could not apply it: the operation is not defined on the datatype",
                 "",
@@ -346,6 +381,32 @@ mod tests {
             assert!(s.starts_with("Send request 7 failed: "), "{s}");
             assert!(s.contains(words) && s.contains(name), "{s}");
         }
+        let s = Error::call(
+            CallError::ReadTooLarge {
+                len: (1 << 32) + 1,
+                max: 1 << 32,
+            },
+            None,
+            None,
+        )
+        .to_string();
+        assert_eq!(
+            s,
+            "a read of 4294967297 bytes is longer than a peer serves (4294967296 bytes): it would never be answered"
+        );
+        let s = Error::call(
+            CallError::RemoteRange {
+                addr: u64::MAX - 3,
+                len: 8,
+            },
+            None,
+            None,
+        )
+        .to_string();
+        assert_eq!(
+            s,
+            "remote range of 8 bytes at 0xfffffffffffffffc runs past the end of the address space"
+        );
         let s = Error::Atomic(AtomicError::Datatype(99)).to_string();
         assert_eq!(
             s,

@@ -573,6 +573,13 @@ impl RxLane {
         lock(&self.lane.orphans).pop_front().map(Raw::into_popped)
     }
 
+    /// Closes the lane from the receiver's side (the receiver forgot the sender,
+    /// `Endpoint::remove_peer`): the sender's sends on it fail from now on, as to a
+    /// dropped endpoint; what it holds is dropped with it.
+    pub(crate) fn close(&self) {
+        self.lane.close();
+    }
+
     /// Whether the sender is gone.
     pub(crate) fn sender_gone(&self) -> bool {
         self.lane.sender_gone.load(Ordering::Acquire)

@@ -387,6 +387,28 @@ impl Matcher {
         found
     }
 
+    /// Takes out the receives posted for source `src` alone (held aside or in the
+    /// engine, in posting order) and its unexpected messages (`Engine::purge_peer`).
+    fn purge_peer(&mut self, src: u32) -> (Vec<RecvCtx>, Vec<FastMsg>) {
+        let mut recvs = Vec::new();
+        // The held receives share one spec: all of them name `src`, or none.
+        if self.held.is_some() && self.held_spec.src == Source::Rank(src) {
+            recvs.extend(self.held.take());
+            while let Some(r) = self.held_rest.pop_front() {
+                recvs.push(r);
+            }
+            self.held_c.cancelled += recvs.len() as u64;
+        }
+        let mut msgs = Vec::new();
+        self.engine.purge_peer(src, |p| match p {
+            tagmatch_engine::Purged::Recv(_, r) => recvs.push(r),
+            tagmatch_engine::Purged::Unexpected(m) | tagmatch_engine::Purged::Held(m) => {
+                msgs.push(m.msg)
+            }
+        });
+        (recvs, msgs)
+    }
+
     /// The engine's counters with the held receives and their searches added.
     fn counters(&self) -> tagmatch_engine::Counters {
         let mut c = self.engine.counters();
@@ -1470,7 +1492,6 @@ impl Endpoint {
 
     /// Cancels a fast-path receive still posted (O(posted receives)).
     pub(crate) fn fast_cancel(&mut self, req: Request) -> Result<()> {
-        let ep = self.id;
         let Some(f) = self.fast.as_deref_mut() else {
             return Err(Error::UnknownRequest(req));
         };
@@ -1478,6 +1499,14 @@ impl Endpoint {
             return Err(Error::UnknownRequest(req));
         };
         self.counters.cancels += 1;
+        self.fast_end_recv(req, ctx, OpError::Canceled);
+        Ok(())
+    }
+
+    /// Completes a fast-path receive taken out of the matcher, with `error`: its region
+    /// hold released, its slot or caller's buffer handed back.
+    fn fast_end_recv(&mut self, req: Request, ctx: RecvCtx, error: OpError) {
+        let ep = self.id;
         if let RecvBuf::Region { mem, .. } = ctx.buf {
             self.node.get_mut().endpoint_mut().unhold_memory(mem);
         }
@@ -1486,13 +1515,10 @@ impl Endpoint {
             // path counts a slot's cancel, in `convert`); the slot takes it.
             self.counters.completed += 1;
             self.counters.failed += 1;
-            self.slot_deliver(
-                idx as usize,
-                Completion::recv_failed(req, OpError::Canceled),
-            );
-            return Ok(());
+            self.slot_deliver(idx as usize, Completion::recv_failed(req, error));
+            return;
         }
-        let mut c = Completion::recv_failed(req, OpError::Canceled);
+        let mut c = Completion::recv_failed(req, error);
         if let RecvBuf::Into(mut b) = ctx.buf {
             // The caller's buffer goes back, empty, as the protocol path hands it back
             // (`trecv_into`: a loop reuses it without allocating).
@@ -1506,7 +1532,132 @@ impl Endpoint {
             ep,
         }
         .push(c);
-        Ok(())
+    }
+
+    /// [`Endpoint::abort`] of a fast-path request: a receive still posted, a receive
+    /// matched to a protocol-path message still receiving (the protocol endpoint ends it,
+    /// its completion comes back as this request's), or a delivery-complete send waiting
+    /// for its acknowledgement. Anything else (a completed request: fast-path sends
+    /// complete when handed to the lane) is [`Error::UnknownRequest`].
+    pub(crate) fn fast_abort(&mut self, req: Request) -> Result<()> {
+        let ep = self.id;
+        let Some(f) = self.fast.as_deref_mut() else {
+            return Err(Error::UnknownRequest(req));
+        };
+        let op = req.op.0;
+        if let Some(ctx) = f.engine.cancel(op) {
+            self.counters.aborts += 1;
+            self.fast_end_recv(req, ctx, OpError::Aborted);
+            return Ok(());
+        }
+        if let Some(pop) = f
+            .proto_recvs
+            .iter()
+            .find_map(|(k, (o, _))| (*o == op).then_some(*k))
+        {
+            self.node
+                .get_mut()
+                .endpoint_mut()
+                .abort(OpId(pop))
+                .map_err(|_| Error::UnknownRequest(req))?;
+            self.counters.aborts += 1;
+            return Ok(());
+        }
+        if let Some((len, tag, _)) = f.dc_pending.remove(&op) {
+            self.counters.aborts += 1;
+            Out {
+                ready: &mut self.ready,
+                slots: &mut self.slots,
+                counters: &mut self.counters,
+                ep,
+            }
+            .send_result(op, len, tag, Err(OpError::Aborted));
+            return Ok(());
+        }
+        Err(Error::UnknownRequest(req))
+    }
+
+    /// The fast path's share of [`Endpoint::remove_peer`]: the route to the peer is
+    /// decided again at the next send (the peer is unknown by then: refused) and its lane
+    /// released; delivery-complete sends to it not acknowledged yet, and receives posted
+    /// for it alone, end with [`OpError::Aborted`]; its unexpected messages are dropped
+    /// (protocol-path ones discarded from the protocol endpoint); its lanes into this
+    /// endpoint are closed. Returns how many requests ended.
+    pub(crate) fn fast_remove_peer(&mut self, pid: PeerId) -> usize {
+        let ep = self.id;
+        let Some(f) = self.fast.as_deref_mut() else {
+            return 0;
+        };
+        let i = pid.0 as usize;
+        let mut dc: Vec<(u64, u64, u64)> = f
+            .dc_pending
+            .iter()
+            .filter(|(_, (_, _, r))| *r == i)
+            .map(|(op, (len, tag, _))| (*op, *len, *tag))
+            .collect();
+        if let Some(r) = f.routes.get_mut(i) {
+            *r = Route::Unknown;
+        }
+        let (recvs, msgs) = f.engine.purge_peer(pid.0);
+        let mut claims: Vec<tagmatch_rdm::Claim> = msgs
+            .into_iter()
+            .filter_map(|m| match m.payload {
+                Payload::Proto(c) => Some(c),
+                _ => None,
+            })
+            .collect();
+        for q in [&mut f.proto_stalled, &mut f.loop_q] {
+            let mut keep = VecDeque::with_capacity(q.len());
+            for s in q.drain(..) {
+                if s.env.src != pid.0 {
+                    keep.push_back(s);
+                    continue;
+                }
+                if let Payload::Proto(c) = s.msg.payload {
+                    claims.push(c);
+                }
+                // A delivery-complete self-send (the peer was this endpoint itself).
+                if let Some((len, tag, _)) = s.dc.and_then(|op| f.dc_pending.get(&op).copied()) {
+                    dc.push((s.dc.unwrap_or(0), len, tag));
+                }
+            }
+            *q = keep;
+        }
+        f.rx.retain(|l| {
+            if l.rx.peer == pid.0 {
+                l.rx.close();
+                return false;
+            }
+            true
+        });
+        // In send order (operation numbers grow).
+        dc.sort_unstable();
+        dc.dedup_by_key(|d| d.0);
+        for (op, ..) in &dc {
+            f.dc_pending.remove(op);
+        }
+        let pe = self.node.get_mut().endpoint_mut();
+        for c in claims {
+            let _ = pe.discard(c);
+        }
+        let n = recvs.len() + dc.len();
+        for ctx in recvs {
+            let req = Request {
+                op: OpId(ctx.op),
+                ep,
+            };
+            self.fast_end_recv(req, ctx, OpError::Aborted);
+        }
+        for (op, len, tag) in dc {
+            Out {
+                ready: &mut self.ready,
+                slots: &mut self.slots,
+                counters: &mut self.counters,
+                ep,
+            }
+            .send_result(op, len, tag, Err(OpError::Aborted));
+        }
+        n
     }
 
     /// Protocol-path completion fix-ups: receives matched by the fast path's engine get

@@ -175,6 +175,7 @@ pub use slot::{RecvInfo, RecvSlot};
 pub use stats::{Counters, DeviceStats, OffloadStats, Stats};
 pub use tagmatch_rdm::{
     AtomicArgs, AtomicOp, Datatype, Features, MatchCounters, OpError, OpKind, Protocol, RemoteAddr,
+    MAX_READ_SIZE,
 };
 pub use tagmatch_transport::mem::MemFaults;
 /// Settings of the UDP device ([`Builder::udp_config`]: peer timeout, path MTU, windows).

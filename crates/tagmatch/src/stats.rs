@@ -19,6 +19,10 @@ pub struct Counters {
     pub failed: u64,
     /// Receives cancelled.
     pub cancels: u64,
+    /// Operations ended by [`crate::Endpoint::abort`] (those ended by
+    /// [`crate::Endpoint::remove_peer`] are in `Stats::rdm.aborted` and the fast path's
+    /// completions).
+    pub aborts: u64,
     /// Probes and mprobes.
     pub probes: u64,
     /// Memory regions registered through the facade.
@@ -179,9 +183,9 @@ impl fmt::Display for Stats {
         let c = &self.facade;
         writeln!(
             f,
-            "facade: submitted {} completed {} failed {} call_errors {} cancels {} probes {} bytes {} progress {} idle sleeps {}",
-            c.submitted, c.completed, c.failed, c.call_errors, c.cancels, c.probes, c.bytes,
-            c.progress_calls, c.idle_sleeps
+            "facade: submitted {} completed {} failed {} call_errors {} cancels {} aborts {} probes {} bytes {} progress {} idle sleeps {}",
+            c.submitted, c.completed, c.failed, c.call_errors, c.cancels, c.aborts, c.probes,
+            c.bytes, c.progress_calls, c.idle_sleeps
         )?;
         let used: Vec<String> = Counters::PROTOCOLS
             .iter()
@@ -240,10 +244,16 @@ impl fmt::Display for Stats {
         let r = &self.rdm;
         writeln!(
             f,
-            "rdm: rx {} tx {} tx_again {} handshakes {} read_nacks {} not-ready (redelivered) {} drops: parse {} connid {} unknown_sender {} unknown_op {} invalid {} stale/duplicate {} duplicate data {}",
+            "rdm: rx {} tx {} tx_again {} handshakes {} read_nacks {} not-ready (redelivered) {} drops: parse {} connid {} unknown_sender {} unknown_op {} invalid {} stale/duplicate {} duplicate data {} address book full {}",
             r.rx_packets, r.tx_packets, r.tx_again, r.handshakes_sent, r.read_nacks,
             r.rx_refused, r.rx_parse_errors, r.rx_connid_mismatch, r.rx_unknown_sender,
-            r.rx_unknown_op, r.rx_invalid, r.rx_reorder_rejected, r.rx_duplicate_data
+            r.rx_unknown_op, r.rx_invalid, r.rx_reorder_rejected, r.rx_duplicate_data,
+            r.rx_peer_limit
+        )?;
+        writeln!(
+            f,
+            "rdm: requests refused unanswered {} operations aborted {} peers removed {}",
+            r.rx_requests_refused, r.aborted, r.peers_removed
         )?;
         match &self.device {
             DeviceStats::Mem(d) => write!(f, "device mem: {d:?}"),

@@ -212,6 +212,9 @@ impl Endpoint {
             }
             Owner::Tx(id) => self.tx_registered(id, result),
             Owner::Rx(id) => self.rx_registered(id, result),
+            // Its operation was aborted while the registration was pending: now the
+            // device is done with it, it goes (deregistered if it got a key).
+            Owner::Orphan => self.reap(idx),
         }
     }
 

@@ -1,5 +1,6 @@
 //! The endpoint state machine.
 
+mod abort;
 mod coverage;
 mod memory;
 mod one_sided;
@@ -64,6 +65,9 @@ struct Peer {
     /// Operations waiting for the peer's handshake, in the application's call order (see
     /// `tx_begin`); they start, and take their `msg_id`s, in this order.
     waiting: Vec<Waiting>,
+    /// Removed ([`Endpoint::remove_peer`]): the slot stays (a `PeerId` is never given to
+    /// another peer) with its address only; nothing refers to it any more.
+    removed: bool,
 }
 
 /// An operation waiting for a peer's handshake.
@@ -88,6 +92,20 @@ struct RtaReq {
 }
 
 impl Peer {
+    fn new(addr: RawAddr, initial_msg_id: u32) -> Peer {
+        Peer {
+            addr,
+            handshake_sent: false,
+            handshake: None,
+            handshake_triggered: false,
+            req_sent: false,
+            next_msg_id: initial_msg_id,
+            msgs: HashMap::default(),
+            waiting: Vec::new(),
+            removed: false,
+        }
+    }
+
     fn has(&self, bit: usize) -> bool {
         self.handshake.is_some_and(|h| h.extra_info.has(bit))
     }
@@ -112,6 +130,10 @@ enum Owner {
     App,
     Tx(u32),
     Rx(u32),
+    /// The buffer of an aborted operation that the device still uses (a registration not
+    /// answered, RDMA operations in flight, counted in `users`): freed, and deregistered,
+    /// once the device is done with it (see `Endpoint::reap`).
+    Orphan,
 }
 
 #[derive(Debug)]
@@ -172,6 +194,9 @@ struct Inbound {
     read_iov: Vec<RmaIov>,
     runt_len: u64,
     rta: Option<Rta>,
+    /// Claimed ([`Endpoint::mprobe`]) from a peer since removed: its receive completes
+    /// with [`OpError::Aborted`] (its data is gone, the rest of it will never come).
+    aborted: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -360,12 +385,19 @@ enum PktOwner {
     Trigger,
     Tx(u32),
     Rx(u32),
+    /// Its operation was aborted, or its peer removed: the answer is ignored, and a
+    /// packet the device could not post (`SendOutcome::Again`) is not sent again.
+    Aborted,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum RdmaOwner {
     Tx(u32),
     Rx(u32),
+    /// An RDMA operation of an aborted operation, into or from region `.0` (`None`: an
+    /// application region the operation did not hold): its completion releases one use
+    /// of the region (`Endpoint::release_use`).
+    Detached(Option<usize>),
 }
 
 /// A sans-IO EFA RDM protocol v4 endpoint. See the crate documentation.
@@ -403,11 +435,45 @@ pub struct Endpoint {
     protocols: Vec<(u64, Protocol)>,
     /// See [`Endpoint::admission_epoch`].
     admission: u64,
+    /// Peers not removed (what [`Config::max_peers`] bounds).
+    live_peers: usize,
 }
 
 /// How many operations [`Endpoint::protocol_of`] remembers: those among the last
 /// `PROTOCOL_MEMORY` operations started (sends, receives, RMA, atomics alike).
 pub const PROTOCOL_MEMORY: usize = 4096;
+
+/// The largest read ([`Endpoint::read`]) a responder of this crate serves: 4 GiB. An
+/// emulated read (SHORT_RTR / LONGCTS_RTR) asking for more is refused by the responder
+/// (counted in `Stats::rx_requests_refused`) and, EFA RDM v4 having no error answer to
+/// an RTR, never answered; so [`Endpoint::read`] refuses such a read when it is called
+/// ([`CallError::ReadTooLarge`]), even one that would go by direct RDMA read, since a
+/// direct read whose registration or RDMA read fails falls back to the emulated read.
+pub const MAX_READ_SIZE: u64 = 1 << 32;
+
+/// Whether a read of `len` bytes is one a responder serves ([`MAX_READ_SIZE`]): the one
+/// rule the requester ([`Endpoint::read`]) and the responder (`on_rtr`) both apply.
+fn check_read_len(len: u64) -> Result<(), CallError> {
+    if len > MAX_READ_SIZE {
+        return Err(CallError::ReadTooLarge {
+            len,
+            max: MAX_READ_SIZE,
+        });
+    }
+    Ok(())
+}
+
+/// Refuses a remote range `addr .. addr + len` that runs past the end of the address
+/// space: no region holds it, and a responder refuses it without an answer.
+fn check_remote_range(remote: RemoteAddr, len: u64) -> Result<(), CallError> {
+    match remote.addr.checked_add(len) {
+        Some(_) => Ok(()),
+        None => Err(CallError::RemoteRange {
+            addr: remote.addr,
+            len,
+        }),
+    }
+}
 
 impl Endpoint {
     /// Creates an endpoint whose own raw address is `addr` (its `qkey` is the connid).
@@ -445,6 +511,7 @@ impl Endpoint {
             next_op: 1,
             protocols: Vec::new(),
             admission: 0,
+            live_peers: 0,
         }
     }
 
@@ -484,25 +551,44 @@ impl Endpoint {
     }
 
     /// Inserts a peer address (`fi_av_insert`); inserting the same address again returns
-    /// the same id.
+    /// the same id. An address inserted after its peer was removed
+    /// ([`Endpoint::remove_peer`]) gets a new id: ids are never reused.
     pub fn add_peer(&mut self, addr: RawAddr) -> PeerId {
         if let Some(&id) = self.by_addr.get(&(addr.gid, addr.qpn, addr.qkey)) {
             return id;
         }
         let id = PeerId(self.peers.len() as u32);
-        self.peers.push(Peer {
-            addr,
-            handshake_sent: false,
-            handshake: None,
-            handshake_triggered: false,
-            req_sent: false,
-            next_msg_id: self.cfg.initial_msg_id,
-            msgs: HashMap::default(),
-            waiting: Vec::new(),
-        });
+        self.peers.push(Peer::new(addr, self.cfg.initial_msg_id));
+        self.live_peers += 1;
         self.by_addr.insert((addr.gid, addr.qpn, addr.qkey), id);
         self.by_ah.entry((addr.gid, addr.qpn)).or_insert(id);
         id
+    }
+
+    /// [`Endpoint::add_peer`] for an address a packet brought (efa-rdm-protocol-v4 §2.2
+    /// and §4.4): `None`, counted, when it is new and the address book holds
+    /// [`Config::max_peers`] peers already.
+    fn admit_peer(&mut self, addr: RawAddr) -> Option<PeerId> {
+        if let Some(&id) = self.by_addr.get(&(addr.gid, addr.qpn, addr.qkey)) {
+            return Some(id);
+        }
+        if self.live_peers >= self.cfg.max_peers {
+            tracing::debug!(max = self.cfg.max_peers, "address book full, dropping");
+            self.stats.rx_peer_limit += 1;
+            return None;
+        }
+        Some(self.add_peer(addr))
+    }
+
+    /// Peers in the address book (removed ones not counted): what
+    /// [`Config::max_peers`] bounds.
+    pub fn peer_count(&self) -> usize {
+        self.live_peers
+    }
+
+    /// The live (not removed) peer `peer`.
+    fn live_peer(&self, peer: PeerId) -> Option<&Peer> {
+        self.peers.get(peer.0 as usize).filter(|p| !p.removed)
     }
 
     /// The peer the device would report for a packet from GID `gid` and QP `qpn` (the
@@ -518,19 +604,19 @@ impl Endpoint {
         self.by_addr.get(&(*gid, qpn, qkey)).copied()
     }
 
-    /// The address `peer` was added with.
+    /// The address `peer` was added with (`None` once removed).
     pub fn peer_addr(&self, peer: PeerId) -> Option<RawAddr> {
-        Some(self.peers.get(peer.0 as usize)?.addr)
+        Some(self.live_peer(peer)?.addr)
     }
 
     /// The peer's HANDSHAKE, once received.
     pub fn peer_handshake(&self, peer: PeerId) -> Option<PeerHandshake> {
-        self.peers.get(peer.0 as usize)?.handshake
+        self.live_peer(peer)?.handshake
     }
 
     /// The next `msg_id` this endpoint will use towards `peer`.
     pub fn next_msg_id(&self, peer: PeerId) -> Option<u32> {
-        Some(self.peers.get(peer.0 as usize)?.next_msg_id)
+        Some(self.live_peer(peer)?.next_msg_id)
     }
 
     /// Next thing for the device to do.

@@ -4,6 +4,9 @@ use super::*;
 
 impl Endpoint {
     /// `fi_write` of `data` to the peer's `remote`.
+    ///
+    /// Errors: [`CallError::UnknownPeer`], [`CallError::RemoteRange`] (the remote range
+    /// runs past the end of the address space), [`CallError::TooManyOps`].
     pub fn write(
         &mut self,
         peer: PeerId,
@@ -12,6 +15,7 @@ impl Endpoint {
         opts: SendOpts,
     ) -> Result<OpId, CallError> {
         self.check_peer(peer)?;
+        check_remote_range(remote, data.len() as u64)?;
         let op = self.new_op();
         let len = data.len() as u64;
         let mem = self.new_region(data, Owner::App);
@@ -101,6 +105,13 @@ impl Endpoint {
     }
 
     /// `fi_read` of `len` bytes from the peer's `remote`; the completion carries the data.
+    ///
+    /// Errors, before anything is allocated or sent: [`CallError::UnknownPeer`],
+    /// [`CallError::ReadTooLarge`] (over [`crate::MAX_READ_SIZE`], which a responder
+    /// refuses without an answer), [`CallError::RemoteRange`] (the remote range runs past
+    /// the end of the address space), then [`CallError::TooManyOps`]. A read the
+    /// responder refuses for reasons only it knows (a key it did not issue, a range
+    /// outside the region) is not answered either: end it with [`Endpoint::abort`].
     pub fn read(
         &mut self,
         peer: PeerId,
@@ -108,6 +119,8 @@ impl Endpoint {
         remote: RemoteAddr,
     ) -> Result<OpId, CallError> {
         self.check_peer(peer)?;
+        check_read_len(len as u64)?;
+        check_remote_range(remote, len as u64)?;
         let op = self.new_op();
         let mem = self.new_region(vec![0; len], Owner::App);
         let direct = self.cfg.direct_read && self.can_read(peer) && len > 0;
@@ -185,6 +198,7 @@ impl Endpoint {
     ) -> Result<OpId, CallError> {
         self.check_peer(peer)?;
         check_atomic(&args, false)?;
+        check_remote_range(remote, args.operand.len() as u64)?;
         self.check_atomic_size(peer, args.operand.len(), PacketType::WriteRta)?;
         let op = self.new_op();
         let len = args.operand.len() as u64;
@@ -255,6 +269,14 @@ impl Endpoint {
     }
 
     /// Fetch atomic (`fi_fetch_atomic`): the completion carries the target's old value.
+    ///
+    /// Everything the requester can check is checked here, so that the responder does
+    /// not refuse it: the peer ([`CallError::UnknownPeer`]), the operation on the
+    /// datatype and the operand lengths ([`CallError::Atomic`]), the remote range
+    /// ([`CallError::RemoteRange`]), one packet each way ([`CallError::AtomicTooLarge`]).
+    /// The responder may still refuse it for what only it knows (a key it did not issue,
+    /// a range outside the region, an ATOMRSP over its MTU): EFA RDM v4 has no error
+    /// answer, so the operation then waits until [`Endpoint::abort`] ends it.
     pub fn atomic_fetch(
         &mut self,
         peer: PeerId,
@@ -263,6 +285,7 @@ impl Endpoint {
     ) -> Result<OpId, CallError> {
         self.check_peer(peer)?;
         check_atomic(&args, false)?;
+        check_remote_range(remote, args.operand.len() as u64)?;
         self.atomic_req(
             peer,
             args,
@@ -273,6 +296,7 @@ impl Endpoint {
     }
 
     /// Compare atomic (`fi_compare_atomic`): the completion carries the target's old value.
+    /// Checked as [`Endpoint::atomic_fetch`] is.
     pub fn atomic_compare(
         &mut self,
         peer: PeerId,
@@ -281,6 +305,7 @@ impl Endpoint {
     ) -> Result<OpId, CallError> {
         self.check_peer(peer)?;
         check_atomic(&args, true)?;
+        check_remote_range(remote, args.operand.len() as u64)?;
         self.atomic_req(
             peer,
             args,

@@ -200,21 +200,25 @@ impl Endpoint {
         {
             self.req_lost(p.peer);
         }
-        if outcome != SendOutcome::Again
-            && self.spare_copies.len() < SPARE_COPIES
-            && p.bytes.capacity() <= self.cfg.mtu
-        {
+        // A packet of an aborted operation (or to a removed peer) is not posted again.
+        let resend = outcome == SendOutcome::Again && p.owner != PktOwner::Aborted;
+        if !resend && self.spare_copies.len() < SPARE_COPIES && p.bytes.capacity() <= self.cfg.mtu {
             // The copy is no longer needed: its buffer serves a later packet.
             self.spare_copies.push(std::mem::take(&mut p.bytes));
         }
         match outcome {
-            SendOutcome::Again => {
+            SendOutcome::Again if resend => {
                 // efa-rdm-protocol-v4 §3.2 (medium): "it is possible … for some packets to be
                 // sent successfully and others to not be sent due to temporarily being out
                 // of resources. Implementation needs to be able to handle this case."
                 self.stats.tx_again += 1;
                 self.stats.tx_packets -= 1;
                 self.push_send(p.peer, p.bytes, p.owner);
+            }
+            SendOutcome::Again => {
+                // Not sent, and not to be: its operation is gone.
+                self.stats.tx_again += 1;
+                self.stats.tx_packets -= 1;
             }
             SendOutcome::Ok => {
                 if let PktOwner::Tx(id) = p.owner {
@@ -234,7 +238,7 @@ impl Endpoint {
                         peer.handshake_sent = false;
                     }
                 }
-                PktOwner::None => {}
+                PktOwner::None | PktOwner::Aborted => {}
                 PktOwner::Trigger => {
                     // efa-rdm-protocol-v4 §2.3: a send error happens "because the peer has
                     // already been closed" — then no handshake will come.
@@ -302,7 +306,7 @@ impl Endpoint {
         let Some(p) = self.peers.get_mut(peer.0 as usize) else {
             return;
         };
-        if p.handshake.is_some() {
+        if p.handshake.is_some() || p.removed {
             return;
         }
         p.req_sent = false;

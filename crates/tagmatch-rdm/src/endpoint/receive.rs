@@ -23,17 +23,33 @@ impl Endpoint {
                 return Rx::Consumed;
             }
         };
-        let mut peer = match src.filter(|p| (p.0 as usize) < self.peers.len()) {
+        let mut peer = match src.filter(|&p| self.live_peer(p).is_some()) {
             Some(p) => p,
-            None => match pkt.raw_addr() {
-                // efa-rdm-protocol-v4 §2.2: "the peer can get the endpoint's raw address
-                // from REQ packet header, then insert the raw address to its address book."
-                Some(r) => self.add_peer(r.addr),
-                None => {
-                    self.stats.rx_unknown_sender += 1;
-                    return Rx::Consumed;
+            None => {
+                // A removed peer's id (the owner looked the address handle up before the
+                // removal): looked up again by its address, as the device would now —
+                // nothing (an unknown address), or another live peer on the same GID and
+                // QPN (the connid check below then applies).
+                let again = src
+                    .and_then(|p| self.peers.get(p.0 as usize))
+                    .and_then(|p| self.lookup_peer(&p.addr.gid, p.addr.qpn));
+                match again {
+                    Some(p) => p,
+                    None => match pkt.raw_addr() {
+                        // efa-rdm-protocol-v4 §2.2: "the peer can get the endpoint's raw
+                        // address from REQ packet header, then insert the raw address to
+                        // its address book." (Within `Config::max_peers`.)
+                        Some(r) => match self.admit_peer(r.addr) {
+                            Some(p) => p,
+                            None => return Rx::Consumed,
+                        },
+                        None => {
+                            self.stats.rx_unknown_sender += 1;
+                            return Rx::Consumed;
+                        }
+                    },
                 }
-            },
+            }
         };
         // efa-rdm-protocol-v4 §4.4: "it is possible for an endpoint to receive packets from a
         // destroyed QP, which was used by a previous process that used the same QPN" — a
@@ -52,7 +68,10 @@ impl Endpoint {
                         // a raw address naming another GID or QPN than the device reported
                         // is not the sender's, and is not inserted.
                         Some(r) if (r.addr.gid, r.addr.qpn) == (a.gid, a.qpn) => {
-                            peer = self.add_peer(r.addr)
+                            match self.admit_peer(r.addr) {
+                                Some(p) => peer = p,
+                                None => return Rx::Consumed,
+                            }
                         }
                         _ => {
                             tracing::debug!(peer = peer.0, connid = c, "connid mismatch, dropping");
@@ -453,6 +472,7 @@ impl Endpoint {
             read_iov: Vec::new(),
             runt_len: 0,
             rta: None,
+            aborted: false,
         };
         match ty {
             T::WriteRta | T::FetchRta | T::CompareRta | T::DcWriteRta => {
@@ -682,6 +702,13 @@ impl Endpoint {
         r.dc = ib.dc;
         r.read_iov = ib.read_iov;
         r.runt_len = ib.runt_len;
+        if ib.aborted {
+            // Claimed from a peer since removed: its data went with the peer.
+            r.error = Some(OpError::Aborted);
+            self.stats.aborted += 1;
+            self.rx_finish(id);
+            return;
+        }
         if direct.is_none() {
             self.peers[ib.peer.0 as usize]
                 .msgs
@@ -982,6 +1009,12 @@ impl Endpoint {
             return;
         };
         match owner {
+            // Of an aborted operation: only the region it used is released.
+            RdmaOwner::Detached(mem) => {
+                if let Some(idx) = mem {
+                    self.release_use(idx);
+                }
+            }
             RdmaOwner::Tx(id) => {
                 if let Some(t) = self.tx.get_mut(id) {
                     t.rdma_left = t.rdma_left.saturating_sub(1);

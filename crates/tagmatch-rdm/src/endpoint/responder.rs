@@ -3,6 +3,15 @@
 use super::*;
 
 impl Endpoint {
+    /// A one-sided request (RTW, RTR, RTA) refused: counted (`Stats::rx_requests_refused`,
+    /// and `rx_invalid` as before). EFA RDM v4 has no packet to tell the requester
+    /// (efa-rdm-protocol-v4 §3.3 and §4.1 define READRSP, CTS, EOR, ATOMRSP and RECEIPT
+    /// only as success answers), so nothing is sent.
+    fn refuse_request(&mut self) {
+        self.stats.rx_invalid += 1;
+        self.stats.rx_requests_refused += 1;
+    }
+
     /// efa-rdm-protocol-v4 §3.3: "The emulated eager write protocol is similar to the eager
     /// message protocol, except an EAGER_RTW is used to initiate the communication."
     pub(super) fn on_eager_rtw(&mut self, peer: PeerId, pkt: &Packet<&[u8]>) {
@@ -10,7 +19,7 @@ impl Endpoint {
         let data = pkt.payload();
         let want: u64 = iov.iter().map(|e| e.len()).fold(0, u64::saturating_add);
         if want != data.len() as u64 || !self.scatter(&iov, 0, data) {
-            self.stats.rx_invalid += 1;
+            self.refuse_request();
             return;
         }
         if let Some(cq) = pkt.cq_data() {
@@ -51,7 +60,7 @@ impl Endpoint {
                 .iter()
                 .any(|e| self.resolve(e.addr(), e.len(), e.key()).is_none())
         {
-            self.stats.rx_invalid += 1;
+            self.refuse_request();
             return;
         }
         let op = self.new_op();
@@ -69,7 +78,7 @@ impl Endpoint {
             match pkt.read_iov() {
                 Ok(v) => r.read_iov = v.to_vec(),
                 Err(_) => {
-                    self.stats.rx_invalid += 1;
+                    self.refuse_request();
                     return;
                 }
             }
@@ -79,19 +88,21 @@ impl Endpoint {
                 .map(|e| e.len())
                 .fold(0, u64::saturating_add);
             if total < msg_len {
-                self.stats.rx_invalid += 1;
+                self.refuse_request();
                 return;
             }
         } else {
             r.proto = RxProto::LongCts;
         }
         let Some(id) = self.rx.insert(r) else {
-            self.stats.rx_invalid += 1;
+            self.refuse_request();
             return;
         };
         if ty != PacketType::LongreadRtw {
             let data = pkt.payload();
             if !self.rx_place(id, 0, data) {
+                // (Counted in `rx_invalid` by `rx_place`.)
+                self.stats.rx_requests_refused += 1;
                 self.rx.remove(id);
                 return;
             }
@@ -116,12 +127,18 @@ impl Endpoint {
             PacketType::ShortRtr => len,
             _ => pkt.get(Field::RecvLength).unwrap_or(0),
         };
-        if len > (1 << 32) || (window == 0 && len > 0) {
-            self.stats.rx_invalid += 1;
+        // efa-rdm-protocol-v4 §3.3: "the requester sends a short RTR packet to the
+        // responder and the responder sends a READRSP packet back to the requester" — its
+        // only answer, a success: a refused RTR is not answered. The largest read served
+        // is `MAX_READ_SIZE`, the rule `Endpoint::read` applies to its requests (a
+        // requester of this crate never sends one refused for its length); another's
+        // waits until its owner aborts it.
+        if check_read_len(len).is_err() || (window == 0 && len > 0) {
+            self.refuse_request();
             return;
         }
         let Some(data) = self.gather(&iov, 0, len) else {
-            self.stats.rx_invalid += 1;
+            self.refuse_request();
             return;
         };
         let op = self.new_op();
@@ -141,7 +158,7 @@ impl Endpoint {
         };
         let Some(id) = self.tx.insert(t) else {
             self.free_region(mem);
-            self.stats.rx_invalid += 1;
+            self.refuse_request();
             return;
         };
         self.mem[mem].owner = Owner::Tx(id);
@@ -192,8 +209,12 @@ impl Endpoint {
         let old = match result {
             Ok(v) => v,
             Err(e) => {
+                // efa-rdm-protocol-v4 §3.3: "that responder will send an ATOMRSP
+                // (atomic response) packet back" — its only answer, a success: a refused
+                // fetch/compare is not answered, and its requester waits until its owner
+                // aborts it (`Endpoint::atomic_fetch` checks what the requester can).
                 tracing::debug!(?e, "atomic refused");
-                self.stats.rx_invalid += 1;
+                self.refuse_request();
                 return;
             }
         };

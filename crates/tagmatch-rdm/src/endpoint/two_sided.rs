@@ -3,11 +3,11 @@
 use super::*;
 
 impl Endpoint {
+    /// `peer` is in the address book (not removed).
     pub(super) fn check_peer(&self, peer: PeerId) -> Result<(), CallError> {
-        if (peer.0 as usize) < self.peers.len() {
-            Ok(())
-        } else {
-            Err(CallError::UnknownPeer)
+        match self.live_peer(peer) {
+            Some(_) => Ok(()),
+            None => Err(CallError::UnknownPeer),
         }
     }
 
