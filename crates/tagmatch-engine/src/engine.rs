@@ -1943,6 +1943,18 @@ impl<R, M> Engine<R, M> {
         self.c.bytes_held += held;
     }
 
+    /// Receive `recv` takes queued message `idx` (found by a search): a hit.
+    fn take_unexp_for(&mut self, idx: u32, recv: R) -> Posted<R, M> {
+        self.c.hits += 1;
+        let m = self.take_unexp(idx);
+        Posted::Matched(Match {
+            recv,
+            msg: m.msg,
+            env: m.env,
+            len: m.len,
+        })
+    }
+
     fn take_unexp(&mut self, idx: u32) -> Message<M> {
         self.unlink_unexp(idx);
         self.free_unexp(idx)
@@ -2518,14 +2530,7 @@ impl<R, M> Engine<R, M> {
         let found = self.search_unexp(&spec, &mut a);
         self.c.match_attempts += a;
         if let Some(idx) = found {
-            self.c.hits += 1;
-            let m = self.take_unexp(idx);
-            return Ok(Posted::Matched(Match {
-                recv,
-                msg: m.msg,
-                env: m.env,
-                len: m.len,
-            }));
+            return Ok(self.take_unexp_for(idx, recv));
         }
         self.c.misses += 1;
         if self.posted.len() >= self.cfg.max_posted {
@@ -2692,14 +2697,7 @@ impl<R, M> Engine<R, M> {
                     // The earliest message of the key, found on a wildcard list.
                     Ok(Some(idx)) => {
                         self.c.match_attempts += 1;
-                        self.c.hits += 1;
-                        let m = self.take_unexp(idx);
-                        return Ok(Posted::Matched(Match {
-                            recv,
-                            msg: m.msg,
-                            env: m.env,
-                            len: m.len,
-                        }));
+                        return Ok(self.take_unexp_for(idx, recv));
                     }
                     // None queued: the index below holds no message's list (dropped)
                     // and says where the receive queues.

@@ -504,45 +504,7 @@ fn remove_peer_purges_unexpected_held_and_claimed_messages() {
 /// Moves packets between `nodes` (FIFO, every send succeeds) and answers registrations;
 /// RDMA operations are held, not answered: returned as `(node, token)`.
 fn drive_holding_rdma(fab: &mut Fabric, nodes: [usize; 2]) -> Vec<(usize, RdmaToken)> {
-    let mut held = Vec::new();
-    let mut key = 5000;
-    loop {
-        let mut any = false;
-        for (i, &from) in nodes.iter().enumerate() {
-            let to = nodes[1 - i];
-            while let Some(t) = fab.ep(from).poll_transmit() {
-                any = true;
-                match t {
-                    Transmit::Send { token, bytes, .. } => {
-                        let a = fab.nodes[from].ep.addr();
-                        let src = fab.nodes[to].ep.lookup_peer(&a.gid, a.qpn);
-                        fab.ep(to).handle_packet(src, &bytes);
-                        fab.ep(from).on_send_done(token, SendOutcome::Ok);
-                    }
-                    Transmit::Register { mem, .. } => {
-                        key += 1;
-                        fab.ep(from).on_register_done(
-                            mem,
-                            Ok(MrKey {
-                                addr: key << 32,
-                                key,
-                            }),
-                        );
-                    }
-                    Transmit::RdmaRead { token, .. } | Transmit::RdmaWrite { token, .. } => {
-                        held.push((from, token))
-                    }
-                    Transmit::Deregister { .. } => {}
-                }
-            }
-            while let Some(c) = fab.ep(from).poll_completion() {
-                fab.nodes[from].completions.push(c);
-            }
-        }
-        if !any {
-            return held;
-        }
-    }
+    pump_holding_rdma(fab, nodes).held
 }
 
 /// A direct read aborted while its registration is pending, then one aborted while its

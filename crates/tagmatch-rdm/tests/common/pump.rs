@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use tagmatch_rdm::testing::Fabric;
-use tagmatch_rdm::{MrKey, SendOutcome, Transmit};
+use tagmatch_rdm::{MrKey, RdmaToken, SendOutcome, Transmit};
 use tagmatch_wire::efa::{Packet, PacketType as T};
 
 /// What [`pump`] saw besides packets.
@@ -13,6 +13,8 @@ pub struct Seen {
     pub rdma_writes: usize,
     /// `(from, type)` of every packet delivered.
     pub delivered: Vec<(usize, T)>,
+    /// With [`pump_holding_rdma`]: the RDMA operations, not answered, as `(node, token)`.
+    pub held: Vec<(usize, RdmaToken)>,
 }
 
 /// Decides the copies of a packet to deliver (see [`pump`]).
@@ -22,6 +24,16 @@ pub type Tap<'a> = &'a mut dyn FnMut(usize, &[u8]) -> Vec<Vec<u8>>;
 /// registration succeeds, RDMA operations are counted and failed. `tap(from, bytes)` gives
 /// the copies of each packet to deliver (none: dropped; two: duplicated).
 pub fn pump(fab: &mut Fabric, nodes: [usize; 2], tap: Tap<'_>) -> Seen {
+    pump_with(fab, nodes, tap, false)
+}
+
+/// [`pump`] delivering every packet once and answering no RDMA operation: they are held
+/// in [`Seen::held`] for the test to answer (or not).
+pub fn pump_holding_rdma(fab: &mut Fabric, nodes: [usize; 2]) -> Seen {
+    pump_with(fab, nodes, &mut |_, bytes| vec![bytes.to_vec()], true)
+}
+
+fn pump_with(fab: &mut Fabric, nodes: [usize; 2], tap: Tap<'_>, hold: bool) -> Seen {
     let mut seen = Seen::default();
     let mut key = 1000u64;
     loop {
@@ -53,11 +65,19 @@ pub fn pump(fab: &mut Fabric, nodes: [usize; 2], tap: Tap<'_>) -> Seen {
                     }
                     Transmit::RdmaRead { token, .. } => {
                         seen.rdma_reads += 1;
-                        fab.ep(from).on_rdma_done(token, false);
+                        if hold {
+                            seen.held.push((from, token));
+                        } else {
+                            fab.ep(from).on_rdma_done(token, false);
+                        }
                     }
                     Transmit::RdmaWrite { token, .. } => {
                         seen.rdma_writes += 1;
-                        fab.ep(from).on_rdma_done(token, false);
+                        if hold {
+                            seen.held.push((from, token));
+                        } else {
+                            fab.ep(from).on_rdma_done(token, false);
+                        }
                     }
                     Transmit::Deregister { .. } => {}
                 }
