@@ -129,16 +129,8 @@ fn run(seed: u64, steps: usize) {
             // Messages for the pending receives (exact ones matched through the heads
             // kept through a drop).
             _ => {
-                let pending: Vec<Envelope> = w
-                    .m
-                    .posted
-                    .iter()
-                    .filter_map(|(spec, _)| match (spec.src, spec.tag) {
-                        (Source::Rank(s), TagSel::Exact(t)) => Some(Envelope::new(spec.comm, s, t)),
-                        _ => None,
-                    })
-                    .take(8)
-                    .collect();
+                let mut pending = w.pending_exact();
+                pending.truncate(8);
                 for e in pending {
                     w.arrive(e, 2);
                 }

@@ -100,15 +100,7 @@ fn run(seed: u64, steps: usize) {
                 }
             }
             _ => {
-                let pending: Vec<Envelope> = w
-                    .m
-                    .posted
-                    .iter()
-                    .filter_map(|(spec, _)| match (spec.src, spec.tag) {
-                        (Source::Rank(s), TagSel::Exact(t)) => Some(Envelope::new(spec.comm, s, t)),
-                        _ => None,
-                    })
-                    .collect();
+                let pending = w.pending_exact();
                 for e in pending {
                     w.arrive(e, 2);
                 }

@@ -582,6 +582,18 @@ impl Walk {
 
     /// Receives every queued message with exact receives in arrival order (no wildcard
     /// kind is needed, so none is built by the drain).
+    /// The envelopes that the pending exact receives wait for, in posting order.
+    pub fn pending_exact(&self) -> Vec<Envelope> {
+        self.m
+            .posted
+            .iter()
+            .filter_map(|(spec, _)| match (spec.src, spec.tag) {
+                (Source::Rank(s), TagSel::Exact(t)) => Some(Envelope::new(spec.comm, s, t)),
+                _ => None,
+            })
+            .collect()
+    }
+
     pub fn drain_exact(&mut self) {
         while let Some(m) = self.m.unexp.first().cloned() {
             let got = self.post(RecvSpec::exact(m.env.comm, m.env.src, m.env.tag));
