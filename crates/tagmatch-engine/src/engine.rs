@@ -1748,12 +1748,19 @@ impl<R, M> Engine<R, M> {
         // `examples/ir_per_op`, 8 instructions per receive).
         let room = self.ix[K_EXACT].buckets()
             + (self.dense[dn(K_EXACT)].bytes() + self.dense[3].bytes()) / 4;
-        self.exact_left = if self.cfg.eager_wildcard_lists || room > 8 * (queued + 1024) {
-            u32::MAX
-        } else {
-            // Below 2^23 messages: at most 2^21 << 8 receives.
-            (((queued / 4).max(STALE_MAX) as u32) << self.exact_backoff).max(2)
-        };
+        if self.cfg.eager_wildcard_lists {
+            self.exact_left = u32::MAX;
+            return false;
+        }
+        // Below 2^23 messages: at most 2^21 << 8 receives.
+        self.exact_left = (((queued / 4).max(STALE_MAX) as u32) << self.exact_backoff).max(2);
+        if room > 8 * (queued + 1024) {
+            // This run ends without a drop (as if an exact receive came), and the next
+            // one looks again: the queue may grow into the index meanwhile (a count of
+            // `u32::MAX` here kept the lists for good once a run started on a queue
+            // small beside an index sized by `reserve` or a past burst).
+            self.wild_used |= EXACT_USED;
+        }
         false
     }
 
@@ -4857,6 +4864,46 @@ mod tests {
             d.recv(RecvSpec::new(0, None, None));
             assert!(!d.gone());
         }
+    }
+
+    /// A run that starts while the queue is small beside the (comm, src, tag) index
+    /// (sized by `reserve`, or by a past burst) does not drop the lists, but it ends,
+    /// and a later run, once the queue has grown into the index, does: the "outsized"
+    /// answer is not kept for good.
+    #[test]
+    fn an_outsized_index_at_a_runs_start_does_not_disable_drops_for_good() {
+        let mut e: Engine<u32, u32> = Engine::new(Config::default());
+        e.reserve(1 << 14, 1 << 14);
+        assert!(e.ix[K_EXACT].buckets() > 8 * (8 + 1024));
+        let any = RecvSpec::new(0, None, None);
+        // A small queue: the first run starts with the index outsized.
+        for i in 0..8u32 {
+            e.arrive(Envelope::new(0, i % 4, 100_000 + u64::from(i)), 1, i)
+                .unwrap();
+        }
+        for _ in 0..8 {
+            assert!(matches!(e.post(any, 0), Ok(Posted::Matched(_))));
+        }
+        // Then a queue as deep as the reserve, received with ANY_SOURCE+ANY_TAG only:
+        // the lists are dropped after a run of a quarter of it (or a few).
+        let n = 1u32 << 14;
+        for i in 0..n {
+            e.arrive(Envelope::new(0, i % 4, 200_000 + u64::from(i)), 1, i)
+                .unwrap();
+        }
+        let mut taken = 0;
+        while e.built & EXACT_GONE == 0 {
+            assert!(
+                taken < n,
+                "not dropped after {taken} wildcard receives of {n}"
+            );
+            assert!(matches!(e.post(any, 0), Ok(Posted::Matched(_))));
+            taken += 1;
+        }
+        assert!(
+            taken <= n / 2,
+            "dropped after {taken} wildcard receives of {n}"
+        );
     }
 
     /// Periods (the queue emptied by exact receives after a cancel of what is posted)
