@@ -520,17 +520,7 @@ fn mixed_walk_around_drops() {
                     7 => {
                         if !w.m.unexp.is_empty() {
                             let e = w.m.unexp[r.below_usize(w.m.unexp.len())].env;
-                            match r.below(3) {
-                                0 => {
-                                    w.post(RecvSpec::exact(e.comm, e.src, e.tag));
-                                }
-                                1 => {
-                                    w.probe(RecvSpec::exact(e.comm, e.src, e.tag));
-                                }
-                                _ => {
-                                    w.mprobe(RecvSpec::exact(e.comm, e.src, e.tag));
-                                }
-                            }
+                            exact_op(&mut w, e, r.below(3));
                         }
                     }
                     8 => {
@@ -649,17 +639,7 @@ fn rebuilds_after_changes_while_dropped() {
             let n = w.m.unexp.len();
             if n > 0 {
                 let e = w.m.unexp[n - 1 - r.below_usize(n.min(40))].env;
-                match r.below(3) {
-                    0 => {
-                        w.post(RecvSpec::exact(e.comm, e.src, e.tag));
-                    }
-                    1 => {
-                        w.probe(RecvSpec::exact(e.comm, e.src, e.tag));
-                    }
-                    _ => {
-                        w.mprobe(RecvSpec::exact(e.comm, e.src, e.tag));
-                    }
-                }
+                exact_op(&mut w, e, r.below(3));
             }
             if r.chance(50) {
                 w.drain_exact();
@@ -669,4 +649,20 @@ fn rebuilds_after_changes_while_dropped() {
         }
         w.finish(&[1, 4]);
     });
+}
+
+/// An exact operation on key `e`: a receive (`which` 0), a probe (1) or an mprobe (else).
+fn exact_op(w: &mut Walk, e: Envelope, which: u64) {
+    let spec = RecvSpec::exact(e.comm, e.src, e.tag);
+    match which {
+        0 => {
+            w.post(spec);
+        }
+        1 => {
+            w.probe(spec);
+        }
+        _ => {
+            w.mprobe(spec);
+        }
+    }
 }
