@@ -100,9 +100,7 @@ fn a_read_over_the_responders_limit_is_refused_at_call_time() {
                 len: 8
             })
         );
-        assert!(fab.ep(a).poll_transmit().is_none(), "nothing sent");
-        assert_eq!(fab.ep(a).in_flight(), (0, 0, 0));
-        assert_eq!(fab.ep(a).resources(), (0, 0, 0));
+        assert_nothing_sent_or_held(&mut fab, a);
     }
 }
 
@@ -182,9 +180,7 @@ fn atomics_the_responder_would_refuse_for_their_arguments_are_refused_at_call_ti
         fab.ep(a).atomic_fetch(ab, bad, ok),
         Err(CallError::Atomic(_))
     ));
-    assert!(fab.ep(a).poll_transmit().is_none(), "nothing sent");
-    assert_eq!(fab.ep(a).in_flight(), (0, 0, 0));
-    assert_eq!(fab.ep(a).resources(), (0, 0, 0));
+    assert_nothing_sent_or_held(&mut fab, a);
 }
 
 /// A fetch the responder refuses for what only it knows (a key it never issued) gets no
@@ -1047,4 +1043,12 @@ fn random_aborts_complete_everything_once_and_leak_nothing() {
             );
         }
     }
+}
+
+/// A call refused at call time left nothing behind on node `a`: no packet, no operation
+/// in flight, no resource held.
+fn assert_nothing_sent_or_held(fab: &mut Fabric, a: usize) {
+    assert!(fab.ep(a).poll_transmit().is_none(), "nothing sent");
+    assert_eq!(fab.ep(a).in_flight(), (0, 0, 0));
+    assert_eq!(fab.ep(a).resources(), (0, 0, 0));
 }
