@@ -18,7 +18,10 @@
 //! `fi_pingpong` print them; MB is 10^6 bytes (UCX's MB/s, which are 2^20 bytes, are
 //! converted). The in-process rows pin both tools to the same CPU (the first this process
 //! may run on: `perf client --cpu`, `ucx_perftest -c`); the loopback rows' two processes
-//! are not pinned. Not part of `cargo xtask ci`: it measures, it does not check.
+//! are not pinned. Each row also says whether it meets issue #8's target (2× for the
+//! in-process rows on one endpoint, level for the loopback rows; the two-endpoint rows
+//! have none), and the summary of `--runs N` in how many rounds. Not part of `cargo xtask
+//! ci`: it measures, it does not check.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -37,6 +40,10 @@ struct Figure {
     higher_is_better: bool,
     tagmatch: f64,
     peers: Vec<(&'static str, Option<f64>)>,
+    /// Issue #8's target for the row, as a ratio (tagmatch better when > 1): 2× for the
+    /// in-process rows on one endpoint (UCX self is one worker), level for the loopback
+    /// rows; `None` for the rows that only show more (two endpoints).
+    target: Option<f64>,
 }
 
 fn spawn(program: &str, args: &[&str], env: &[(&str, &str)]) -> Result<Child> {
@@ -294,11 +301,11 @@ pub fn run(root: &Path, runs: usize) -> Result<()> {
         println!();
         println!("Summary of {runs} rounds (medians; ratio > 1: tagmatch better):");
         println!();
-        println!("| figure | tagmatch median | peer | peer median | ratio min–max | tagmatch level or better |");
-        println!("|---|---|---|---|---|---|");
+        println!("| figure | tagmatch median | peer | peer median | ratio min–max | tagmatch level or better | issue #8 target: rounds meeting it |");
+        println!("|---|---|---|---|---|---|---|");
         for row in summarize(&rounds) {
             println!(
-                "| {} | {:.3} {} | {} | {} | {} | {} of {} |",
+                "| {} | {:.3} {} | {} | {} | {} | {} of {} | {} |",
                 row.what,
                 row.tagmatch,
                 row.unit,
@@ -309,6 +316,10 @@ pub fn run(root: &Path, runs: usize) -> Result<()> {
                     .map_or("-".to_owned(), |(lo, hi)| format!("{lo:.2}–{hi:.2}×")),
                 row.met,
                 row.compared,
+                row.target.map_or("-".to_owned(), |(t, n)| format!(
+                    "≥ {t}×: {n} of {}",
+                    row.compared
+                )),
             );
         }
     }
@@ -330,6 +341,8 @@ struct Summary {
     /// Rounds in which tagmatch was level or better, of the rounds compared.
     met: usize,
     compared: usize,
+    /// The row's target ([`Figure::target`]) and the rounds that met it.
+    target: Option<(f64, usize)>,
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -379,6 +392,9 @@ fn summarize(rounds: &[Vec<Figure>]) -> Vec<Summary> {
                 }),
                 met: rs.iter().filter(|&&r| r >= 1.0).count(),
                 compared: rs.len(),
+                target: f
+                    .target
+                    .map(|t| (t, rs.iter().filter(|&&r| r >= t).count())),
             });
         }
     }
@@ -416,6 +432,7 @@ fn measure(bin: &Path) -> Result<Vec<Figure>> {
             higher_is_better: false,
             tagmatch: field(&s_lat, "lat_p50_us")?,
             peers: vec![("UCX self", ok(&u_lat, 1))],
+            target: Some(2.0),
         },
         Figure {
             // The time of the whole run over its iterations (ucx_perftest's `avg_lat`):
@@ -427,6 +444,7 @@ fn measure(bin: &Path) -> Result<Vec<Figure>> {
             higher_is_better: false,
             tagmatch: field(&s_lat, "lat_avg_us")?,
             peers: vec![("UCX self", ok(&u_lat, 2))],
+            target: Some(2.0),
         },
         Figure {
             what: "in-process tagged 8 B message rate, one endpoint (`--transport self`)",
@@ -434,6 +452,7 @@ fn measure(bin: &Path) -> Result<Vec<Figure>> {
             higher_is_better: true,
             tagmatch: field(&s_rate, "msgrate_mmsgs")?,
             peers: vec![("UCX self", ok(&u_rate, 7).map(|v| v / 1e6))],
+            target: Some(2.0),
         },
         Figure {
             what: "in-process tagged 8 B latency, p50 one-way, two endpoints (`--transport mem`)",
@@ -441,6 +460,7 @@ fn measure(bin: &Path) -> Result<Vec<Figure>> {
             higher_is_better: false,
             tagmatch: field(&t_lat, "lat_p50_us")?,
             peers: vec![("UCX self", ok(&u_lat, 1))],
+            target: None,
         },
         Figure {
             what: "in-process tagged 8 B message rate, two endpoints (`--transport mem`)",
@@ -448,6 +468,7 @@ fn measure(bin: &Path) -> Result<Vec<Figure>> {
             higher_is_better: true,
             tagmatch: field(&t_rate, "msgrate_mmsgs")?,
             peers: vec![("UCX self", ok(&u_rate, 7).map(|v| v / 1e6))],
+            target: None,
         },
         Figure {
             what: "loopback tagged 8 B latency, one-way",
@@ -458,6 +479,7 @@ fn measure(bin: &Path) -> Result<Vec<Figure>> {
                 ("UCX tcp", ok(&uc_lat, 1)),
                 ("libfabric tcp;ofi_rxm", fi_lat.as_ref().ok().map(|x| x.0)),
             ],
+            target: Some(1.0),
         },
         Figure {
             what: "loopback tagged 1 MiB streaming bandwidth",
@@ -465,6 +487,7 @@ fn measure(bin: &Path) -> Result<Vec<Figure>> {
             higher_is_better: true,
             tagmatch: field(&tu_bw, "bw_mbs")?,
             peers: vec![("UCX tcp", ok(&uc_bw, 5).map(|v| v * UCX_MB))],
+            target: Some(1.0),
         },
         Figure {
             what: "loopback tagged 1 MiB ping-pong bandwidth",
@@ -475,6 +498,7 @@ fn measure(bin: &Path) -> Result<Vec<Figure>> {
                 "libfabric tcp;ofi_rxm",
                 fi_pp.as_ref().ok().map(|x| x.1 * 1.0),
             )],
+            target: Some(1.0),
         },
     ];
     for (name, e) in [
@@ -502,16 +526,23 @@ fn measure(bin: &Path) -> Result<Vec<Figure>> {
 /// Prints one round's table (markdown, for docs/benchmarks.md).
 fn print_table(figures: &[Figure]) {
     println!();
-    println!("| figure | tagmatch | peer | peer figure | tagmatch is better by |");
-    println!("|---|---|---|---|---|");
+    println!(
+        "| figure | tagmatch | peer | peer figure | tagmatch is better by | issue #8 target |"
+    );
+    println!("|---|---|---|---|---|---|");
     for f in figures {
         for (peer, v) in &f.peers {
             let (pv, r) = match (v, ratio(f, *v)) {
                 (Some(p), Some(r)) => (format!("{p:.3} {}", f.unit), format!("{r:.2}×")),
                 _ => ("failed".to_owned(), "-".to_owned()),
             };
+            let t = match (f.target, ratio(f, *v)) {
+                (None, _) => "-".to_owned(),
+                (Some(t), Some(r)) if r >= t => format!("≥ {t}×: met"),
+                (Some(t), _) => format!("≥ {t}×: not met"),
+            };
             println!(
-                "| {} | {:.3} {} | {peer} | {pv} | {r} |",
+                "| {} | {:.3} {} | {peer} | {pv} | {r} | {t} |",
                 f.what, f.tagmatch, f.unit
             );
         }
@@ -531,6 +562,7 @@ mod tests {
             higher_is_better,
             tagmatch: ours,
             peers: vec![("p", peer)],
+            target: Some(2.0),
         }
     }
 
@@ -556,6 +588,7 @@ mod tests {
                 ratios: Some((0.5, 2.0)),
                 met: 2,
                 compared: 3,
+                target: Some((2.0, 1)),
             }]
         );
         // Bandwidth (higher is better), every peer round failed.
