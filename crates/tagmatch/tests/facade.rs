@@ -703,3 +703,30 @@ fn udp_fan_out_sends_once_then_batches() {
     );
     common::finish_fan_out(&mut a, &mut peers, &from, sends, 3);
 }
+
+/// `connect` takes an address as printed (`Address`'s `Display`, what a peer hands over
+/// out of band), in process and over UDP: the same peer as `insert_peer` of that
+/// address, and messages flow both ways.
+#[test]
+fn connect_takes_the_printed_address() {
+    let f = MemFabric::new();
+    let (m1, m2) = mem_pair(&f);
+    let (u1, u2) = udp_pair();
+    for (mut a, mut b) in [(m1, m2), (u1, u2)] {
+        let text = b.address().to_string();
+        let pb = a.connect(&text).unwrap();
+        assert_eq!(pb, a.insert_peer(&b.address()).unwrap(), "{text}");
+        let r = b.trecv(ANY_SOURCE, 4, 16).unwrap();
+        let s = a.tsend(pb, 4, b"over connect".to_vec()).unwrap();
+        let c = b.wait_with(r, &mut [&mut a]).unwrap();
+        assert_eq!(&c.data[..], b"over connect");
+        a.wait_with(s, &mut [&mut b]).unwrap();
+        // The answer goes back to the sender's own address, connected by text as well.
+        let pa = b.connect(&a.address().to_string()).unwrap();
+        assert_eq!(c.source(), Some(pa));
+        let r = a.trecv(pb, 5, 8).unwrap();
+        let s = b.tsend(pa, 5, vec![9; 8]).unwrap();
+        assert_eq!(a.wait_with(r, &mut [&mut b]).unwrap().data, vec![9; 8]);
+        b.wait_with(s, &mut [&mut a]).unwrap();
+    }
+}
