@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{mem_pair, mem_pair_fast, udp_pair};
+use common::{introduce, mem_pair, mem_pair_fast, udp_pair};
 use tagmatch::{DeviceStats, Endpoint, Error, MemFabric, OpError, Protocol, TagMatch, ANY_SOURCE};
 
 /// Registrations and deregistrations the device made for `ep`.
@@ -26,14 +26,7 @@ fn repeated_large_sends(mut a: Endpoint, mut b: Endpoint) {
     // One small message first: a learns b's features (RDMA read) from its handshake, so
     // every large send below can use long-read.
     // (A round trip: b's handshake goes out before its reply.)
-    let r = b.recv(pa, 8).unwrap();
-    let s = a.send(pb, vec![0; 8]).unwrap();
-    b.wait_with(r, &mut [&mut a]).unwrap();
-    a.wait_with(s, &mut [&mut b]).unwrap();
-    let r = a.recv(pb, 8).unwrap();
-    let s = b.send(pa, vec![0; 8]).unwrap();
-    a.wait_with(r, &mut [&mut b]).unwrap();
-    b.wait_with(s, &mut [&mut a]).unwrap();
+    introduce(&mut a, &mut b, pb, pa);
     let data: Vec<u8> = (0..N * LEN + 3).map(|i| (i * 13 + i / 7) as u8).collect();
     let (r0, d0) = device_regs(&a);
     let mr = a.register(data.clone()).unwrap();

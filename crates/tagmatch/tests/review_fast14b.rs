@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{mem_pair_fast, udp_pair};
+use common::{introduce, mem_pair_fast, udp_pair};
 use tagmatch::{Endpoint, Error, MemFabric, OpKind, TagMatch};
 
 /// Registrations the device holds for `ep` (registered − deregistered).
@@ -23,14 +23,7 @@ fn sends_complete_with_their_own_fields(mut a: Endpoint, mut b: Endpoint) {
     let pb = a.insert_peer(&b.address()).unwrap();
     let pa = b.insert_peer(&a.address()).unwrap();
     // A round trip first: a learns b's features (RDMA read) for the long-read sizes.
-    let r = b.recv(pa, 8).unwrap();
-    let s = a.send(pb, vec![0; 8]).unwrap();
-    b.wait_with(r, &mut [&mut a]).unwrap();
-    a.wait_with(s, &mut [&mut b]).unwrap();
-    let r = a.recv(pb, 8).unwrap();
-    let s = b.send(pa, vec![0; 8]).unwrap();
-    a.wait_with(r, &mut [&mut b]).unwrap();
-    b.wait_with(s, &mut [&mut a]).unwrap();
+    introduce(&mut a, &mut b, pb, pa);
     a.progress().unwrap();
     let held0 = regs_held(&a);
     let sizes = [0usize, 8, 4_000, 20_000, 300_000, 1 << 20];

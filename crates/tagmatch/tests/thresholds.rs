@@ -4,6 +4,9 @@
 //! the same message, sent under different thresholds, completes through the subprotocol
 //! the thresholds name (`Counters::protocol`), with its bytes intact.
 
+mod common;
+
+use common::introduce;
 use tagmatch::{Builder, Endpoint, MemFabric, Protocol, SendOptions, TagMatch};
 use tagmatch_rdm::Config;
 
@@ -17,14 +20,7 @@ fn one_send_and_one_write(mk: &dyn Fn() -> Builder) -> Vec<(Protocol, u64)> {
     let mut b = mk().build().unwrap();
     let pb = a.insert_peer(&b.address()).unwrap();
     let pa = b.insert_peer(&a.address()).unwrap();
-    let r = b.recv(pa, 8).unwrap();
-    let s = a.send(pb, vec![1; 8]).unwrap();
-    b.wait_with(r, &mut [&mut a]).unwrap();
-    a.wait_with(s, &mut [&mut b]).unwrap();
-    let r = a.recv(pb, 8).unwrap();
-    let s = b.send(pa, vec![2; 8]).unwrap();
-    a.wait_with(r, &mut [&mut b]).unwrap();
-    b.wait_with(s, &mut [&mut a]).unwrap();
+    introduce(&mut a, &mut b, pb, pa);
     let before = a.stats().facade;
     let data: Vec<u8> = (0..LEN).map(|i| (i * 7 + i / 251) as u8).collect();
     let r = b.trecv(pa, TagMatch::exact(9), LEN).unwrap();
@@ -58,30 +54,37 @@ fn one_send_and_one_write(mk: &dyn Fn() -> Builder) -> Vec<(Protocol, u64)> {
 fn thresholds_decide(base: &dyn Fn() -> Builder) {
     // Defaults: 100 kB is above the medium limit (64 KiB) and below long-read's 1 MiB;
     // as a write it is above long-read write's 64 KiB.
-    let got = one_send_and_one_write(base);
-    assert_eq!(
-        got,
-        vec![(Protocol::LongCts, 1), (Protocol::LongReadWrite, 1)],
-        "defaults"
-    );
-    let got = one_send_and_one_write(&|| base().max_medium_size(256 << 10));
-    assert_eq!(
-        got,
-        vec![(Protocol::Medium, 1), (Protocol::LongReadWrite, 1)],
-        "max_medium_size 256 KiB"
-    );
-    let got = one_send_and_one_write(&|| base().min_read_msg_size(80_000));
-    assert_eq!(
-        got,
-        vec![(Protocol::LongRead, 1), (Protocol::LongReadWrite, 1)],
-        "min_read_msg_size 80 kB"
-    );
-    let got = one_send_and_one_write(&|| base().min_read_write_size(1 << 20));
-    assert_eq!(
-        got,
-        vec![(Protocol::LongCts, 1), (Protocol::LongCtsWrite, 1)],
-        "min_read_write_size 1 MiB"
-    );
+    type Set = fn(Builder) -> Builder;
+    let cases: [(&str, Set, Protocol, Protocol); 4] = [
+        (
+            "defaults",
+            |b| b,
+            Protocol::LongCts,
+            Protocol::LongReadWrite,
+        ),
+        (
+            "max_medium_size 256 KiB",
+            |b| b.max_medium_size(256 << 10),
+            Protocol::Medium,
+            Protocol::LongReadWrite,
+        ),
+        (
+            "min_read_msg_size 80 kB",
+            |b| b.min_read_msg_size(80_000),
+            Protocol::LongRead,
+            Protocol::LongReadWrite,
+        ),
+        (
+            "min_read_write_size 1 MiB",
+            |b| b.min_read_write_size(1 << 20),
+            Protocol::LongCts,
+            Protocol::LongCtsWrite,
+        ),
+    ];
+    for (label, set, send, write) in cases {
+        let got = one_send_and_one_write(&|| set(base()));
+        assert_eq!(got, vec![(send, 1), (write, 1)], "{label}");
+    }
 }
 
 /// The default settings but direct RDMA write.

@@ -353,3 +353,17 @@ pub fn pair(
     let ba = b.insert_peer(&a.address()).unwrap();
     (a, b, ab, ba, f)
 }
+
+/// One small message each way between `a` and `b` (`pb`: `a`'s handle of `b`, `pa`: `b`'s
+/// of `a`), each waited for: both handshakes done, so each side knows the other's features
+/// (RDMA read, for the long-read sizes) before the sends a test is about.
+pub fn introduce(a: &mut Endpoint, b: &mut Endpoint, pb: tagmatch::Peer, pa: tagmatch::Peer) {
+    let r = b.recv(pa, 8).unwrap();
+    let s = a.send(pb, vec![0; 8]).unwrap();
+    b.wait_with(r, &mut [&mut *a]).unwrap();
+    a.wait_with(s, &mut [&mut *b]).unwrap();
+    let r = a.recv(pb, 8).unwrap();
+    let s = b.send(pa, vec![0; 8]).unwrap();
+    a.wait_with(r, &mut [&mut *b]).unwrap();
+    b.wait_with(s, &mut [&mut *a]).unwrap();
+}
