@@ -466,6 +466,8 @@ fn activity(ep: &Endpoint) -> u64 {
 /// a wait answered within its spin (every 8-byte ping-pong) never reads it; a wait that
 /// sees no new activity then blocks, one spin later than before at most.
 struct SpinWatch {
+    /// The first look (the wait's start).
+    began: Option<Instant>,
     since: Option<Instant>,
     seen: u64,
 }
@@ -473,6 +475,7 @@ struct SpinWatch {
 impl SpinWatch {
     fn new() -> SpinWatch {
         SpinWatch {
+            began: None,
             since: None,
             seen: u64::MAX,
         }
@@ -485,7 +488,8 @@ impl SpinWatch {
 
     /// Whether to keep busy-polling `ep` (see [`SpinWatch`]).
     fn spinning(&mut self, ep: &Endpoint, spin: Duration) -> bool {
-        let since = *self.since.get_or_insert_with(Instant::now);
+        let began = *self.began.get_or_insert_with(Instant::now);
+        let since = *self.since.get_or_insert(began);
         if since.elapsed() < spin {
             return true;
         }
@@ -1132,8 +1136,12 @@ impl Client {
                 return done.map(|_| ());
             }
             n = n.wrapping_add(1);
+            // The 30 s count from the wait's start (a remote wait's first spin look).
             if n % 4096 == 0
-                && start.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(30)
+                && start
+                    .get_or_insert_with(|| watch.began.unwrap_or_else(Instant::now))
+                    .elapsed()
+                    > Duration::from_secs(30)
             {
                 return Err(tagmatch::Error::Timeout {
                     request: r,
@@ -1151,10 +1159,10 @@ impl Client {
     #[inline(always)]
     fn wait_done(&mut self, r: Request) -> Result<Completion, tagmatch::Error> {
         // The clock is read only when it decides something: a remote server's wait
-        // spins for `spin` (renewed while datagrams arrive: [`SpinWatch`]), then blocks;
-        // the in-process one never blocks (it drives the
-        // server), so it reads the clock only for the 30 s limit, every 4096 rounds
-        // (from the first of those readings on).
+        // spins for `spin` (renewed while datagrams arrive: [`SpinWatch`]), then
+        // blocks, and its 30 s limit counts from its first look; the in-process one
+        // never blocks (it drives the server), so it reads the clock only for the 30 s
+        // limit, every 4096 rounds (from the first of those readings on).
         let mut start = None;
         let mut watch = SpinWatch::new();
         let mut n = 0u32;
@@ -1166,8 +1174,12 @@ impl Client {
                 self.local.is_some() || self.looped || watch.spinning(&self.ep, self.spin);
             self.pump(spinning)?;
             n = n.wrapping_add(1);
+            // The 30 s count from the wait's start (a remote wait's first spin look).
             if n % 4096 == 0
-                && start.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(30)
+                && start
+                    .get_or_insert_with(|| watch.began.unwrap_or_else(Instant::now))
+                    .elapsed()
+                    > Duration::from_secs(30)
             {
                 return Err(tagmatch::Error::Timeout {
                     request: r,
@@ -1346,14 +1358,15 @@ impl Client {
         if self.looped {
             return self.run_looped(test, size, iters, window, progress);
         }
-        let key = self.ctrl(test.code(), size, iters, window)?;
-        // Both made before the run's clock starts: the lap buffer written, the clock (the
-        // first time in the process) calibrated.
+        // The lap buffer is written before the run is announced (a server told of a run
+        // waits for its first message for at most its client timeout), the clock (the
+        // first time in the process) calibrated before the run's clock starts.
         let mut rtts = if test == Test::TagLat {
             Laps::new(iters)?
         } else {
             Laps::none()
         };
+        let key = self.ctrl(test.code(), size, iters, window)?;
         let laps = LapClock::new();
         let start = Instant::now();
         match test {
@@ -2224,11 +2237,11 @@ mod tests {
         );
     }
 
-    /// The minor page faults of this process so far (`minflt`, field 10 of
-    /// /proc/self/stat).
+    /// The minor page faults of this thread so far (`minflt`, field 10 of
+    /// /proc/thread-self/stat: the test threads running beside it fault too).
     #[cfg(target_os = "linux")]
     fn minor_faults() -> u64 {
-        let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
         // The command name (field 2) is in parentheses and may hold spaces.
         let rest = &stat[stat.rfind(')').unwrap() + 2..];
         rest.split(' ').nth(7).unwrap().parse().unwrap()

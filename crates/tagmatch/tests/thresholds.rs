@@ -87,7 +87,7 @@ fn thresholds_decide(base: &dyn Fn() -> Builder) {
     }
 }
 
-/// The default settings but direct RDMA write.
+/// The default settings without direct RDMA write.
 fn emulated_writes() -> Config {
     Config {
         direct_write: false,
